@@ -1,0 +1,119 @@
+/// The one error type of Haul: a code, a message for people, the cause, and whether retrying can help.
+public struct DownloadError: Error, Sendable, Equatable, CustomStringConvertible {
+    /// What kind of failure this is. A struct over a private enum, so codes can be added without breaking callers.
+    public struct Code: Hashable, Sendable, CustomStringConvertible {
+        private enum Base: String, Hashable, Sendable {
+            case invalidURL, invalidArgument, httpStatus, invalidResponse, contentEncoding, tooManyRedirects
+            case connectionFailed, connectionLost, idleTimeout, bodyTooShort, bodyTooLong
+            case checksumMismatch, diskFull, fileSystem, destinationExists, destinationNotWritable
+            case locked, store, cancelled, retriesExhausted, illegalTransition, notFound
+        }
+        private let base: Base
+        private init(_ base: Base) { self.base = base }
+
+        /// A URL that Haul cannot fetch (bad syntax, unsupported scheme, no host).
+        public static let invalidURL = Code(.invalidURL)
+        /// A flag or an argument with a value Haul cannot use.
+        public static let invalidArgument = Code(.invalidArgument)
+        /// The server answered with a status that ends the download (e.g. 404).
+        public static let httpStatus = Code(.httpStatus)
+        /// The server's answer breaks HTTP in a way Haul refuses to write to disk.
+        public static let invalidResponse = Code(.invalidResponse)
+        /// The server encoded the body although `identity` was asked for.
+        public static let contentEncoding = Code(.contentEncoding)
+        /// Redirects went on for too long, or a redirect had no usable `Location`.
+        public static let tooManyRedirects = Code(.tooManyRedirects)
+        /// No connection could be made (refused, unreachable, name resolution).
+        public static let connectionFailed = Code(.connectionFailed)
+        /// The connection broke while the answer was arriving.
+        public static let connectionLost = Code(.connectionLost)
+        /// Nothing arrived for the idle timeout.
+        public static let idleTimeout = Code(.idleTimeout)
+        /// The body ended before the length the server announced.
+        public static let bodyTooShort = Code(.bodyTooShort)
+        /// The body went on past the length the server announced.
+        public static let bodyTooLong = Code(.bodyTooLong)
+        /// The finished file does not match the checksum the user gave.
+        public static let checksumMismatch = Code(.checksumMismatch)
+        /// The disk is full.
+        public static let diskFull = Code(.diskFull)
+        /// Any other failure of the local file system.
+        public static let fileSystem = Code(.fileSystem)
+        /// A file Haul did not create is at the destination.
+        public static let destinationExists = Code(.destinationExists)
+        /// The destination folder is missing or cannot be written.
+        public static let destinationNotWritable = Code(.destinationNotWritable)
+        /// Another process holds the part file.
+        public static let locked = Code(.locked)
+        /// The state database failed (locked by another process, unreadable, corrupt).
+        public static let store = Code(.store)
+        /// The download was paused or cancelled.
+        public static let cancelled = Code(.cancelled)
+        /// Automatic retries ran out without progress.
+        public static let retriesExhausted = Code(.retriesExhausted)
+        /// A command that the download's state does not allow (e.g. resuming a completed download).
+        public static let illegalTransition = Code(.illegalTransition)
+        /// No download with that id.
+        public static let notFound = Code(.notFound)
+
+        public var description: String { base.rawValue }
+    }
+
+    /// The kind of failure.
+    public var code: Code
+    /// A sentence for people that names the problem.
+    public var message: String
+    /// The HTTP status, when the failure is about one.
+    public var status: Int?
+    /// A description of the underlying error, when there is one.
+    public var underlying: String?
+    /// Whether an automatic retry can help.
+    public var isRetryable: Bool
+    /// How long the server asked us to wait before retrying (`Retry-After`).
+    public var retryAfter: Duration?
+
+    /// Makes an error; `isRetryable` defaults to what the code implies.
+    public init(
+        _ code: Code,
+        _ message: String,
+        status: Int? = nil,
+        underlying: (any Error)? = nil,
+        isRetryable: Bool? = nil,
+        retryAfter: Duration? = nil
+    ) {
+        self.code = code
+        self.message = message
+        self.status = status
+        self.underlying = underlying.map { String(describing: $0) }
+        self.isRetryable = isRetryable ?? Self.defaultRetryable(code)
+        self.retryAfter = retryAfter
+    }
+
+    private static func defaultRetryable(_ code: Code) -> Bool {
+        switch code {
+        case .connectionFailed, .connectionLost, .idleTimeout, .bodyTooShort: true
+        default: false
+        }
+    }
+
+    /// Whether this failure says the network (not the server) is away: refused, unreachable, unresolvable.
+    public var isConnectivityFailure: Bool { code == .connectionFailed }
+
+    public var description: String {
+        if let underlying, !message.contains(underlying) { return "\(message) (\(underlying))" }
+        return message
+    }
+
+    /// The error for an HTTP status that ends or delays the download.
+    public static func httpStatus(_ status: Int, reason: String? = nil, retryAfter: Duration? = nil) -> DownloadError {
+        let retryable = RetryPolicy.isRetryableStatus(status)
+        let text = reason.map { "HTTP \(status) \($0)" } ?? "HTTP \(status)"
+        return DownloadError(
+            .httpStatus,
+            "server answered \(text)",
+            status: status,
+            isRetryable: retryable,
+            retryAfter: retryAfter
+        )
+    }
+}

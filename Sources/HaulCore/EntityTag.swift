@@ -1,0 +1,42 @@
+import Foundation
+
+/// An `ETag` value (RFC 9110 §8.8.3): an opaque tag, strong or weak.
+public struct EntityTag: Hashable, Sendable, Codable, CustomStringConvertible {
+    /// The quoted opaque tag, e.g. `"abc"`.
+    public var opaqueTag: String
+    /// Whether the tag was sent with the `W/` prefix.
+    public var isWeak: Bool
+
+    /// Parses a header value; nil when it is not `"…"` or `W/"…"`. Unquoted tags (a common server bug) are accepted
+    /// as weak, so they are never used for `If-Range`.
+    public init?(_ value: String) {
+        var text = value.trimmingCharacters(in: .whitespaces)
+        var weak = false
+        if text.hasPrefix("W/") || text.hasPrefix("w/") {
+            weak = true
+            text.removeFirst(2)
+        }
+        guard !text.isEmpty, !text.contains(","), text.allSatisfy({ $0.isASCII && !$0.isWhitespace }) else {
+            return nil
+        }
+        if text.count >= 2, text.hasPrefix("\""), text.hasSuffix("\"") {
+            opaqueTag = text
+            isWeak = weak
+        } else {
+            opaqueTag = "\"\(text.replacingOccurrences(of: "\"", with: ""))\""
+            isWeak = true
+        }
+    }
+
+    /// Makes a tag from its parts.
+    public init(opaqueTag: String, isWeak: Bool) {
+        self.opaqueTag = opaqueTag
+        self.isWeak = isWeak
+    }
+
+    /// The header form.
+    public var description: String { isWeak ? "W/\(opaqueTag)" : opaqueTag }
+
+    /// Weak comparison (RFC 9110 §8.8.3.2): the opaque tags match, whatever the weakness.
+    public func weaklyMatches(_ other: EntityTag) -> Bool { opaqueTag == other.opaqueTag }
+}

@@ -1,0 +1,72 @@
+import Foundation
+
+/// Turns a name proposed by a server or a URL into one that is safe to create inside the destination folder.
+public enum FileNameSanitizer {
+    /// The name used when nothing usable is left.
+    public static let fallbackName = "index.html"
+    /// The longest name most Linux file systems accept, in UTF-8 bytes; room is kept for ` (99)` and `.part`.
+    public static let maximumBytes = 200
+
+    /// A single path component: no `/`, `\`, NUL or control characters, no leading dots or spaces, not `.` or `..`,
+    /// at most `maximumBytes` UTF-8 bytes with the extension kept. Returns `fallbackName` when nothing is left.
+    public static func sanitize(_ proposed: String) -> String {
+        // Keep only the last component of anything that looks like a path, Unix or Windows.
+        let lastComponent =
+            proposed.split(whereSeparator: { $0 == "/" || $0 == "\\" }).last.map(String.init) ?? ""
+        var name = String(
+            String.UnicodeScalarView(
+                lastComponent.unicodeScalars.filter { scalar in
+                    !(scalar.value < 0x20 || scalar.value == 0x7F || (0x80...0x9F).contains(scalar.value))
+                }
+            )
+        )
+        name = name.trimmingCharacters(in: .whitespacesAndNewlines)
+        while name.hasPrefix(".") || name.hasPrefix(" ") || name.hasPrefix("-") { name.removeFirst() }
+        while name.hasSuffix(".") || name.hasSuffix(" ") { name.removeLast() }
+        guard !name.isEmpty else { return fallbackName }
+        return truncated(name)
+    }
+
+    private static func truncated(_ name: String) -> String {
+        guard name.utf8.count > maximumBytes else { return name }
+        let (stem, ext) = split(name)
+        let keptExtension = ext.utf8.count <= 20 ? ext : ""
+        var shortened = ""
+        for character in stem {
+            if shortened.utf8.count + character.utf8.count + keptExtension.utf8.count > maximumBytes { break }
+            shortened.append(character)
+        }
+        return shortened + keptExtension
+    }
+
+    /// Splits `name.ext` into `name` and `.ext` (the extension includes its dot; empty when there is none).
+    public static func split(_ name: String) -> (stem: String, extension: String) {
+        guard let dot = name.lastIndex(of: "."), dot != name.startIndex else { return (name, "") }
+        var stem = String(name[..<dot])
+        var ext = String(name[dot...])
+        // Keep double extensions such as .tar.gz together.
+        if let inner = stem.lastIndex(of: "."), inner != stem.startIndex, stem[inner...] == ".tar" {
+            ext = String(stem[inner...]) + ext
+            stem = String(stem[..<inner])
+        }
+        return (stem, ext)
+    }
+
+    /// The n-th alternative for a taken name: `name (n).ext`.
+    public static func alternative(_ name: String, number: Int) -> String {
+        let (stem, ext) = split(name)
+        return "\(stem) (\(number))\(ext)"
+    }
+
+    /// The name for a download: Content-Disposition first, then the last path segment of the final URL
+    /// (percent-decoded), then `fallbackName`; always sanitised.
+    public static func name(contentDisposition: String?, finalURLPath: String) -> String {
+        if let header = contentDisposition, let proposed = ContentDisposition.fileName(from: header) {
+            let clean = sanitize(proposed)
+            if clean != fallbackName || proposed == fallbackName { return clean }
+        }
+        let segment = finalURLPath.split(separator: "/").last.map(String.init) ?? ""
+        let decoded = segment.removingPercentEncoding ?? segment
+        return sanitize(decoded)
+    }
+}

@@ -1,0 +1,55 @@
+import Foundation
+
+/// Parses the three HTTP date formats of RFC 9110 §5.6.7 into seconds since 1970, without Foundation formatters.
+public enum HTTPDate {
+    private static let months = ["jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"]
+
+    /// Seconds since 1970-01-01 UTC, or nil when `text` is not an HTTP date.
+    public static func parse(_ text: String) -> Int64? {
+        let cleaned = text.replacingOccurrences(of: ",", with: " ")
+        let parts = cleaned.split(whereSeparator: { $0 == " " || $0 == "\t" }).map(String.init)
+        // IMF-fixdate: Sun, 06 Nov 1994 08:49:37 GMT
+        if parts.count == 6, parts[5].uppercased() == "GMT", let day = Int(parts[1]), let month = month(parts[2]),
+            let year = Int(parts[3]), parts[3].count == 4
+        {
+            return build(year: year, month: month, day: day, time: parts[4])
+        }
+        // RFC 850: Sunday, 06-Nov-94 08:49:37 GMT
+        if parts.count == 4, parts[3].uppercased() == "GMT" {
+            let dmy = parts[1].split(separator: "-").map(String.init)
+            guard dmy.count == 3, let day = Int(dmy[0]), let month = month(dmy[1]), let yy = Int(dmy[2]) else {
+                return nil
+            }
+            let year = dmy[2].count == 2 ? (yy < 70 ? 2000 + yy : 1900 + yy) : yy
+            return build(year: year, month: month, day: day, time: parts[2])
+        }
+        // asctime: Sun Nov  6 08:49:37 1994
+        if parts.count == 5, let month = month(parts[1]), let day = Int(parts[2]), let year = Int(parts[4]) {
+            return build(year: year, month: month, day: day, time: parts[3])
+        }
+        return nil
+    }
+
+    private static func month(_ text: String) -> Int? {
+        months.firstIndex(of: text.lowercased()).map { $0 + 1 }
+    }
+
+    private static func build(year: Int, month: Int, day: Int, time: String) -> Int64? {
+        let hms = time.split(separator: ":").compactMap { Int($0) }
+        guard hms.count == 3, (1...31).contains(day), (0...23).contains(hms[0]), (0...59).contains(hms[1]),
+            (0...60).contains(hms[2]), (1...9999).contains(year)
+        else { return nil }
+        return daysFromCivil(year: year, month: month, day: day) * 86_400 + Int64(hms[0] * 3600 + hms[1] * 60 + hms[2])
+    }
+
+    // Howard Hinnant's days_from_civil.
+    private static func daysFromCivil(year: Int, month: Int, day: Int) -> Int64 {
+        let y = Int64(month <= 2 ? year - 1 : year)
+        let era = (y >= 0 ? y : y - 399) / 400
+        let yoe = y - era * 400
+        let m = Int64(month)
+        let doy = (153 * (m + (m > 2 ? -3 : 9)) + 2) / 5 + Int64(day) - 1
+        let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy
+        return era * 146_097 + doe - 719_468
+    }
+}

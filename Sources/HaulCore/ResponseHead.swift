@@ -1,0 +1,93 @@
+import Foundation
+
+/// The status and headers of an HTTP response, free of any networking library, with the derived facts the
+/// decisions need.
+public struct ResponseHead: Sendable, Equatable {
+    /// The status code.
+    public var status: Int
+    /// Header fields in the order received, names as sent.
+    public var headers: [(name: String, value: String)]
+
+    /// Makes a head from its parts.
+    public init(status: Int, headers: [(name: String, value: String)] = []) {
+        self.status = status
+        self.headers = headers
+    }
+
+    public static func == (lhs: ResponseHead, rhs: ResponseHead) -> Bool {
+        lhs.status == rhs.status && lhs.headers.map(\.name) == rhs.headers.map(\.name)
+            && lhs.headers.map(\.value) == rhs.headers.map(\.value)
+    }
+
+    /// Every value of a header, case-insensitively by name.
+    public func values(_ name: String) -> [String] {
+        headers.filter { $0.name.caseInsensitiveCompare(name) == .orderedSame }.map(\.value)
+    }
+
+    /// The first value of a header.
+    public func value(_ name: String) -> String? { values(name).first }
+
+    /// The announced body length. `.invalid` when the header is malformed or repeated with different values
+    /// (RFC 9112 §6.3), `.absent` when missing or when chunked framing overrides it.
+    public enum ContentLength: Equatable, Sendable {
+        case absent
+        case length(Int64)
+        case invalid(String)
+    }
+
+    /// The body length this response announces.
+    public var contentLength: ContentLength {
+        if isChunked { return .absent }
+        let raw = values("Content-Length").flatMap { $0.split(separator: ",") }.map {
+            $0.trimmingCharacters(in: .whitespaces)
+        }
+        guard !raw.isEmpty else { return .absent }
+        let parsed = raw.map { ContentRange.number(Substring($0)) }
+        guard let first = parsed.first, let length = first, parsed.allSatisfy({ $0 == length }) else {
+            return .invalid("Content-Length \(raw.joined(separator: ", ")) is not one non-negative length")
+        }
+        return .length(length)
+    }
+
+    /// Whether the body uses chunked transfer coding (which wins over Content-Length).
+    public var isChunked: Bool {
+        values("Transfer-Encoding").contains { $0.lowercased().contains("chunked") }
+    }
+
+    /// The parsed `Content-Range`, nil when absent or malformed.
+    public var contentRange: ContentRange? { value("Content-Range").flatMap(ContentRange.init) }
+
+    /// The validators this response carries.
+    public var validators: Validators {
+        Validators(etag: value("ETag"), lastModified: value("Last-Modified"), date: value("Date"))
+    }
+
+    /// Whether the server declared byte ranges (`Accept-Ranges: bytes`).
+    public var acceptsByteRanges: Bool {
+        values("Accept-Ranges").contains { $0.lowercased().split(separator: ",").contains { $0.trimmingCharacters(in: .whitespaces) == "bytes" } }
+    }
+
+    /// Whether the server said `Accept-Ranges: none`.
+    public var refusesRanges: Bool {
+        values("Accept-Ranges").contains { $0.trimmingCharacters(in: .whitespaces).lowercased() == "none" }
+    }
+
+    /// A content coding other than identity, if the server applied one.
+    public var contentEncoding: String? {
+        let codings = values("Content-Encoding").flatMap { $0.split(separator: ",") }.map {
+            $0.trimmingCharacters(in: .whitespaces).lowercased()
+        }.filter { !$0.isEmpty && $0 != "identity" }
+        return codings.isEmpty ? nil : codings.joined(separator: ", ")
+    }
+
+    /// Whether the body is `multipart/byteranges`.
+    public var isMultipart: Bool {
+        value("Content-Type")?.lowercased().hasPrefix("multipart/byteranges") ?? false
+    }
+
+    /// `Retry-After` as a duration, relative to the response's `Date` when given as a date.
+    public var retryAfter: Duration? {
+        guard let raw = value("Retry-After") else { return nil }
+        return RetryPolicy.retryAfter(raw, now: value("Date").flatMap(HTTPDate.parse))
+    }
+}
