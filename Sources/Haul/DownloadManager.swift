@@ -1,0 +1,516 @@
+import Foundation
+import HaulCore
+import Logging
+
+/// The public API of Haul: add downloads, control them, watch them. Downloads run under a concurrency limit,
+/// survive the process being killed (the store keeps every byte's offset), and report state and progress as an
+/// `AsyncSequence` of events.
+public actor DownloadManager {
+    /// How the manager behaves.
+    public struct Configuration: Sendable {
+        /// Settings every runner reads.
+        public struct Engine: Sendable {
+            /// Backoff between retries.
+            public var retryPolicy = RetryPolicy()
+            /// Time between checkpoints while bytes arrive.
+            public var checkpointInterval: Duration = .seconds(1)
+            /// Bytes between checkpoints.
+            public var checkpointBytes: Int64 = 16 << 20
+            /// Time between progress events of one download.
+            public var progressInterval: Duration = .milliseconds(100)
+            /// The User-Agent when a download sets none.
+            public var userAgent = "haul/\(HaulVersion.current)"
+            /// Jitter in 0...1 for the backoff; injectable for tests.
+            public var jitter: @Sendable () -> Double = { Double.random(in: 0...1) }
+
+            /// The defaults.
+            public init() {}
+        }
+
+        /// Where the store lives; nil keeps it in memory (nothing survives the process).
+        public var stateDirectory: String?
+        /// Downloads running at once.
+        public var maxConcurrentDownloads = 3
+        /// Whether downloads left queued in the store by an earlier process start by themselves. The `haul get`
+        /// command turns this off so that it only runs what it was given.
+        public var startsStoredDownloads = true
+        /// The clock for backoff, checkpoints and progress.
+        public var clock: any Clock<Duration> = ContinuousClock()
+        /// The clock for idle timeouts (real time by default, since it races real sockets).
+        public var idleClock: any Clock<Duration> = ContinuousClock()
+        /// Runner settings.
+        public var engine = Engine()
+        /// Where log messages go.
+        public var logger = Logger(label: "haul")
+
+        /// A configuration with the store in `stateDirectory` (nil: in memory).
+        public init(stateDirectory: String? = DownloadManager.defaultStateDirectory()) {
+            self.stateDirectory = stateDirectory
+        }
+    }
+
+    /// Where a download writes.
+    public enum Destination: Sendable, Equatable {
+        /// This exact path.
+        case file(String)
+        /// This folder, under the name the server or the URL gives (sanitised).
+        case directory(String)
+    }
+
+    /// What a download looks like now.
+    public struct Snapshot: Sendable, Equatable {
+        /// The download.
+        public var id: DownloadID
+        /// The URL asked for.
+        public var url: String
+        /// The destination, once known.
+        public var destination: String?
+        /// The state.
+        public var state: DownloadState
+        /// Bytes durably held.
+        public var receivedBytes: Int64
+        /// The full length, when known.
+        public var totalBytes: Int64?
+        /// Whether a pause keeps the bytes (false: the server ignores ranges and a pause restarts).
+        public var isResumable: Bool?
+        /// The last error's message.
+        public var lastError: String?
+    }
+
+    private enum StopReason { case pause, cancel }
+
+    private let configuration: Configuration
+    private let store: DownloadStore
+    private let transport: any HTTPTransport
+    private let ownedTransport: LiveTransport?
+    private let hub = EventHub()
+    private var tasks: [String: Task<Void, Never>] = [:]
+    private var stopReasons: [String: StopReason] = [:]
+    private var sessionIDs: Set<String> = []
+    private var results: [String: DownloadResult] = [:]
+    private var errors: [String: DownloadError] = [:]
+    private var waiters: [String: [CheckedContinuation<DownloadResult, any Error>]] = [:]
+    private var isShutDown = false
+
+    /// `$HAUL_STATE_DIR`, else `$XDG_STATE_HOME/haul`, else `~/.local/state/haul`.
+    public static func defaultStateDirectory() -> String {
+        let environment = ProcessInfo.processInfo.environment
+        if let directory = environment["HAUL_STATE_DIR"], !directory.isEmpty { return directory }
+        if let state = environment["XDG_STATE_HOME"], !state.isEmpty {
+            return (state as NSString).appendingPathComponent("haul")
+        }
+        return (NSHomeDirectory() as NSString).appendingPathComponent(".local/state/haul")
+    }
+
+    /// Opens the store and recovers from an earlier process: downloads it left running are queued again.
+    /// With `transport` nil the manager makes (and later shuts down) a live AsyncHTTPClient transport.
+    public init(configuration: Configuration = Configuration(), transport: (any HTTPTransport)? = nil) throws(DownloadError) {
+        self.configuration = configuration
+        if let directory = configuration.stateDirectory {
+            store = try DownloadStore(directory: directory)
+        } else {
+            store = try DownloadStore()
+        }
+        if let transport {
+            self.transport = transport
+            ownedTransport = nil
+        } else {
+            let live = LiveTransport()
+            self.transport = live
+            ownedTransport = live
+        }
+        for var record in try store.allRecords() where record.state.isActive {
+            record.state = .queued
+            try store.save(record)
+        }
+    }
+
+    /// Starts the downloads the store holds as queued (when `startsStoredDownloads`). Call once after `init`.
+    public func start() throws(DownloadError) {
+        try schedule()
+    }
+
+    // MARK: Commands
+
+    /// Adds a download and returns its id. The same URL to the same destination that is already queued, running or
+    /// paused returns the existing id (a paused one is resumed); one that completed and whose file is still there
+    /// returns its id with the result ready and fetches nothing.
+    public func add(
+        _ url: URL,
+        to destination: Destination,
+        options: DownloadOptions = DownloadOptions(),
+        priority: Int = 0
+    ) throws(DownloadError) -> DownloadID {
+        try Self.validate(url)
+        let urlText = url.absoluteString
+        var existing: DownloadRecord?
+        var newRecord = DownloadRecord(
+            id: UUID().uuidString.lowercased(), url: urlText, finalURL: nil, directory: nil, destination: nil,
+            state: .queued, totalLength: nil, durableOffset: 0, etag: nil, lastModified: nil,
+            isLastModifiedStrong: false, isResumable: nil, isPartVerified: true, mayReplaceDestination: options.overwrite,
+            attempts: 0, lastError: nil, options: options, priority: priority, createdAt: Date(), updatedAt: Date()
+        )
+        switch destination {
+        case .file(let rawPath):
+            let path = Self.absolute(rawPath)
+            try Self.checkWritableFolder((path as NSString).deletingLastPathComponent)
+            if FileSystem.isWritableDirectory(path) || rawPath.hasSuffix("/") {
+                throw DownloadError(.invalidArgument, "\(path) is a folder; use a folder destination for it")
+            }
+            existing = try store.record(url: urlText, destination: path)
+            newRecord.destination = path
+        case .directory(let rawPath):
+            let path = Self.absolute(rawPath)
+            try Self.checkWritableFolder(path)
+            existing = try store.record(url: urlText, directory: path)
+            newRecord.directory = path
+        }
+        if var record = existing {
+            try reuse(&record, options: options)
+            sessionIDs.insert(record.id)
+            try schedule()
+            return DownloadID(record.id)
+        }
+        if let path = newRecord.destination {
+            try claimDestination(path, record: &newRecord, options: options)
+        }
+        try store.save(newRecord)
+        sessionIDs.insert(newRecord.id)
+        hub.emit(.stateChanged(DownloadID(newRecord.id), .queued, error: nil))
+        try schedule()
+        return DownloadID(newRecord.id)
+    }
+
+    /// Pauses a queued or running download; a running one stops after flushing its exact offset.
+    public func pause(_ id: DownloadID) async throws(DownloadError) {
+        var record = try require(id)
+        var machine = DownloadStateMachine(state: record.state)
+        _ = try machine.apply(.pauseRequested)
+        if let task = tasks[id.rawValue] {
+            stopReasons[id.rawValue] = .pause
+            task.cancel()
+            await task.value
+            return
+        }
+        record.state = .paused
+        try store.save(record)
+        hub.emit(.stateChanged(id, .paused, error: nil))
+    }
+
+    /// Queues a paused or failed download again.
+    public func resume(_ id: DownloadID) throws(DownloadError) {
+        var record = try require(id)
+        var machine = DownloadStateMachine(state: record.state)
+        let event: DownloadStateMachine.Event = record.state == .paused ? .resumeRequested : .retryRequested
+        _ = try machine.apply(event)
+        guard record.state != .completed else {
+            throw DownloadError(.illegalTransition, "cannot resume a download that is completed")
+        }
+        record.state = .queued
+        record.attempts = 0
+        try store.save(record)
+        sessionIDs.insert(record.id)
+        hub.emit(.stateChanged(id, .queued, error: nil))
+        try schedule()
+    }
+
+    /// Stops a download and deletes its part file; the record stays, as `cancelled`.
+    public func cancel(_ id: DownloadID) async throws(DownloadError) {
+        var record = try require(id)
+        var machine = DownloadStateMachine(state: record.state)
+        _ = try machine.apply(.cancelRequested)
+        if let task = tasks[id.rawValue] {
+            stopReasons[id.rawValue] = .cancel
+            task.cancel()
+            await task.value
+            return
+        }
+        if let part = record.partPath { FileSystem.remove(part) }
+        record.state = .cancelled
+        record.durableOffset = 0
+        record.remoteFacts = nil
+        try store.save(record)
+        finish(id.rawValue, with: .failure(DownloadError(.cancelled, "download cancelled")))
+        hub.emit(.stateChanged(id, .cancelled, error: nil))
+    }
+
+    /// Forgets a download that is not running; with `deletingFile` also deletes its completed file.
+    public func remove(_ id: DownloadID, deletingFile: Bool = false) throws(DownloadError) {
+        let record = try require(id)
+        guard tasks[id.rawValue] == nil else {
+            throw DownloadError(.illegalTransition, "cannot remove a download that is running; pause or cancel it first")
+        }
+        if let part = record.partPath { FileSystem.remove(part) }
+        if deletingFile, record.state == .completed, let destination = record.destination {
+            FileSystem.remove(destination)
+        }
+        try store.delete(id: id.rawValue)
+        sessionIDs.remove(id.rawValue)
+    }
+
+    /// Pauses every running download, waits until each has flushed its exact offset, and closes the transport.
+    /// The manager accepts no work afterwards.
+    public func shutdown() async {
+        isShutDown = true
+        for (id, task) in tasks {
+            stopReasons[id] = .pause
+            task.cancel()
+        }
+        for task in Array(tasks.values) { await task.value }
+        for id in Array(waiters.keys) {
+            finish(id, with: .failure(DownloadError(.cancelled, "download paused: the manager shut down")))
+            errors[id] = nil
+        }
+        if let ownedTransport { await ownedTransport.shutdown() }
+        hub.finishAll()
+    }
+
+    // MARK: Observing
+
+    /// Events of every download, or of one download only when `id` is given. Each call makes a new stream.
+    public nonisolated func events(for id: DownloadID? = nil) -> AsyncStream<DownloadEvent> {
+        hub.subscribe(to: id)
+    }
+
+    /// The download now.
+    public func snapshot(_ id: DownloadID) throws(DownloadError) -> Snapshot {
+        Self.snapshot(of: try require(id))
+    }
+
+    /// Every download in the store, oldest first.
+    public func snapshots() throws(DownloadError) -> [Snapshot] {
+        try store.allRecords().map(Self.snapshot)
+    }
+
+    /// Waits until the download completes (returning its result) or fails or is cancelled (throwing its error).
+    public func result(of id: DownloadID) async throws -> DownloadResult {
+        if let result = results[id.rawValue] { return result }
+        if let error = errors[id.rawValue] { throw error }
+        let record = try require(id)
+        switch record.state {
+        case .completed:
+            if let result = try alreadyComplete(record) { return result }
+        case .failed:
+            throw DownloadError(.retriesExhausted, record.lastError ?? "download failed")
+        case .cancelled:
+            throw DownloadError(.cancelled, "download cancelled")
+        default: break
+        }
+        return try await withCheckedThrowingContinuation { continuation in
+            waiters[id.rawValue, default: []].append(continuation)
+        }
+    }
+
+    /// Downloads `url` to `path` with a manager of its own (state in the default directory, so a second call resumes
+    /// what the first left), and returns when the file is complete.
+    public static func download(
+        _ url: URL,
+        to path: String,
+        options: DownloadOptions = DownloadOptions()
+    ) async throws -> DownloadResult {
+        var configuration = Configuration()
+        configuration.startsStoredDownloads = false
+        let manager = try DownloadManager(configuration: configuration)
+        do {
+            let id = try await manager.add(url, to: .file(path), options: options)
+            let result = try await manager.result(of: id)
+            await manager.shutdown()
+            return result
+        } catch {
+            await manager.shutdown()
+            throw error
+        }
+    }
+
+    // MARK: Scheduling
+
+    private func schedule() throws(DownloadError) {
+        guard !isShutDown else { return }
+        let limit = max(1, configuration.maxConcurrentDownloads)
+        guard tasks.count < limit else { return }
+        let queued = try store.allRecords()
+            .filter { $0.state == .queued && tasks[$0.id] == nil }
+            .filter { configuration.startsStoredDownloads || sessionIDs.contains($0.id) }
+            .sorted { ($0.priority, $1.createdAt) > ($1.priority, $0.createdAt) }
+        for record in queued.prefix(limit - tasks.count) {
+            try start(record)
+        }
+    }
+
+    private func start(_ record: DownloadRecord) throws(DownloadError) {
+        var record = record
+        record.state = .running
+        try store.save(record)
+        let id = record.id
+        hub.emit(.stateChanged(DownloadID(id), .running, error: nil))
+        let environment = RunnerEnvironment(
+            store: store,
+            transport: transport,
+            clock: EngineClock(configuration.clock),
+            idleClock: EngineClock(configuration.idleClock),
+            events: hub,
+            settings: configuration.engine,
+            logger: configuration.logger
+        )
+        let started = record
+        tasks[id] = Task {
+            var runner = DownloadRunner(record: started, environment: environment)
+            let outcome = await runner.run()
+            await self.finished(id, outcome: outcome, record: runner.record)
+        }
+    }
+
+    private func finished(_ id: String, outcome: RunOutcome, record: DownloadRecord) {
+        tasks[id] = nil
+        let reason = stopReasons.removeValue(forKey: id)
+        var record = (try? store.record(id: id)) ?? record
+        let downloadID = DownloadID(id)
+        switch outcome {
+        case .completed(let result):
+            finish(id, with: .success(result))
+            hub.emit(.stateChanged(downloadID, .completed, error: nil))
+            hub.emit(.completed(result))
+        case .failed(let error) where reason == nil:
+            record.state = .failed
+            record.lastError = error.message
+            try? store.save(record)
+            finish(id, with: .failure(error))
+            hub.emit(.stateChanged(downloadID, .failed, error: error))
+            hub.emit(.failed(downloadID, error))
+        case .stopped, .failed:
+            if reason == .cancel {
+                if let part = record.partPath { FileSystem.remove(part) }
+                record.state = .cancelled
+                record.durableOffset = 0
+                record.remoteFacts = nil
+                try? store.save(record)
+                finish(id, with: .failure(DownloadError(.cancelled, "download cancelled")))
+                hub.emit(.stateChanged(downloadID, .cancelled, error: nil))
+            } else {
+                record.state = .paused
+                try? store.save(record)
+                hub.emit(.stateChanged(downloadID, .paused, error: nil))
+            }
+        }
+        try? schedule()
+    }
+
+    private func finish(_ id: String, with result: Result<DownloadResult, DownloadError>) {
+        switch result {
+        case .success(let value): results[id] = value
+        case .failure(let error): errors[id] = error
+        }
+        for waiter in waiters.removeValue(forKey: id) ?? [] {
+            waiter.resume(with: result.mapError { $0 as any Error })
+        }
+    }
+
+    // MARK: Helpers
+
+    private func require(_ id: DownloadID) throws(DownloadError) -> DownloadRecord {
+        guard let record = try store.record(id: id.rawValue) else {
+            throw DownloadError(.notFound, "no download with id \(id)")
+        }
+        return record
+    }
+
+    /// Re-adding a known download: resume what can be resumed, restart what was lost.
+    private func reuse(_ record: inout DownloadRecord, options: DownloadOptions) throws(DownloadError) {
+        errors[record.id] = nil
+        switch record.state {
+        case .queued, .running, .waitingForNetwork:
+            return
+        case .completed:
+            if try alreadyComplete(record) != nil { return }
+            // The file is gone: fetch it again.
+            record.durableOffset = 0
+            record.remoteFacts = nil
+            results[record.id] = nil
+        case .paused, .failed, .cancelled:
+            break
+        }
+        record.options = options
+        record.mayReplaceDestination = record.mayReplaceDestination || options.overwrite
+        record.state = .queued
+        record.attempts = 0
+        record.lastError = nil
+        try store.save(record)
+        hub.emit(.stateChanged(DownloadID(record.id), .queued, error: nil))
+    }
+
+    /// The result for a completed record whose file is still in place, nil when the file is gone or changed size.
+    private func alreadyComplete(_ record: DownloadRecord) throws(DownloadError) -> DownloadResult? {
+        if let result = results[record.id] { return result }
+        guard record.state == .completed, let path = record.destination, let size = FileSystem.size(path),
+            size == record.totalLength
+        else { return nil }
+        let digest = record.options.computesSHA256 ? try FileDigest.hexDigests(of: path, algorithms: [.sha256])[.sha256] : nil
+        let result = DownloadResult(
+            id: DownloadID(record.id), url: record.url, path: path, bytes: size, sha256: digest, seconds: 0,
+            resumedFrom: size, wasAlreadyComplete: true
+        )
+        results[record.id] = result
+        return result
+    }
+
+    /// A file at the destination that Haul did not create is never overwritten unless asked; `continuePartial`
+    /// adopts it as a part file whose bytes are compared with the server before anything is appended.
+    private func claimDestination(_ path: String, record: inout DownloadRecord, options: DownloadOptions) throws(DownloadError) {
+        let part = path + ".part"
+        if FileSystem.exists(part) {
+            // A part file with no record: never appended to blindly.
+            record.isPartVerified = false
+        }
+        guard FileSystem.exists(path) else { return }
+        if options.continuePartial {
+            if !FileSystem.exists(part) {
+                try FileSystem.move(path, to: part, replacing: false)
+                record.isPartVerified = false
+            }
+            return
+        }
+        guard options.overwrite else {
+            throw DownloadError(
+                .destinationExists,
+                "\(path) already exists and Haul did not create it; use --overwrite to replace it or -c to continue it"
+            )
+        }
+        record.mayReplaceDestination = true
+    }
+
+    private static func validate(_ url: URL) throws(DownloadError) {
+        guard let scheme = url.scheme?.lowercased(), scheme == "http" || scheme == "https" else {
+            throw DownloadError(.invalidURL, "'\(url.absoluteString)' is not an http or https URL")
+        }
+        guard let host = url.host, !host.isEmpty else {
+            throw DownloadError(.invalidURL, "'\(url.absoluteString)' has no host")
+        }
+    }
+
+    private static func absolute(_ path: String) -> String {
+        let expanded = (path as NSString).expandingTildeInPath
+        let full = expanded.hasPrefix("/") ? expanded : (FileManager.default.currentDirectoryPath as NSString).appendingPathComponent(expanded)
+        return (full as NSString).standardizingPath
+    }
+
+    private static func checkWritableFolder(_ path: String) throws(DownloadError) {
+        guard FileSystem.isWritableDirectory(path) else {
+            let reason = FileSystem.exists(path) ? "is not a writable folder" : "does not exist"
+            throw DownloadError(.destinationNotWritable, "destination folder \(path) \(reason)")
+        }
+    }
+
+    private static func snapshot(of record: DownloadRecord) -> Snapshot {
+        Snapshot(
+            id: DownloadID(record.id), url: record.url, destination: record.destination, state: record.state,
+            receivedBytes: record.durableOffset, totalBytes: record.totalLength, isResumable: record.isResumable,
+            lastError: record.lastError
+        )
+    }
+}
+
+/// The version of Haul.
+public enum HaulVersion {
+    /// The version string shown by `haul --version`.
+    public static let current = "0.1.0"
+}

@@ -1,0 +1,75 @@
+import Foundation
+import HaulCore
+
+/// How one download is fetched and where it may write.
+public struct DownloadOptions: Codable, Sendable, Equatable {
+    /// One request header.
+    public struct Header: Codable, Sendable, Equatable {
+        /// The field name.
+        public var name: String
+        /// The field value.
+        public var value: String
+
+        /// Makes a header.
+        public init(name: String, value: String) {
+            self.name = name
+            self.value = value
+        }
+
+        /// Parses `Name: value`; the error names what is wrong.
+        public init(parsing text: String) throws(DownloadError) {
+            guard let colon = text.firstIndex(of: ":") else {
+                throw DownloadError(.invalidArgument, "header '\(text)' is not 'Name: value'")
+            }
+            let name = text[..<colon].trimmingCharacters(in: .whitespaces)
+            let value = text[text.index(after: colon)...].trimmingCharacters(in: .whitespaces)
+            let allowed = CharacterSet(charactersIn: "!#$%&'*+-.^_`|~").union(.alphanumerics)
+            guard !name.isEmpty, name.unicodeScalars.allSatisfy({ $0.isASCII && allowed.contains($0) }) else {
+                throw DownloadError(.invalidArgument, "header name '\(name)' is not a valid HTTP field name")
+            }
+            guard !value.contains("\r"), !value.contains("\n"), !value.contains("\0") else {
+                throw DownloadError(.invalidArgument, "header '\(name)' has a line break or NUL in its value")
+            }
+            self.name = name
+            self.value = value
+        }
+    }
+
+    /// Extra request headers.
+    public var headers: [Header]
+    /// The `User-Agent`; Haul's own when nil.
+    public var userAgent: String?
+    /// The expected checksum of the finished file.
+    public var checksum: Checksum?
+    /// Replace a file at the destination that Haul did not create.
+    public var overwrite: Bool
+    /// Adopt a file at the destination as a partial download (after comparing an overlap with the server).
+    public var continuePartial: Bool
+    /// Seconds without a byte before the connection is abandoned and retried.
+    public var idleTimeoutSeconds: Double
+    /// Failed attempts in a row without progress before giving up.
+    public var maximumAttemptsWithoutProgress: Int
+    /// Whether to compute the SHA-256 of the finished file for the result (also done whenever a checksum is given).
+    public var computesSHA256: Bool
+
+    /// Options with the defaults of the `haul get` command.
+    public init(
+        headers: [Header] = [],
+        userAgent: String? = nil,
+        checksum: Checksum? = nil,
+        overwrite: Bool = false,
+        continuePartial: Bool = false,
+        idleTimeoutSeconds: Double = 30,
+        maximumAttemptsWithoutProgress: Int = 5,
+        computesSHA256: Bool = false
+    ) {
+        self.headers = headers
+        self.userAgent = userAgent
+        self.checksum = checksum
+        self.overwrite = overwrite
+        self.continuePartial = continuePartial
+        self.idleTimeoutSeconds = idleTimeoutSeconds
+        self.maximumAttemptsWithoutProgress = maximumAttemptsWithoutProgress
+        self.computesSHA256 = computesSHA256
+    }
+}

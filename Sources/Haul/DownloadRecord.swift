@@ -1,0 +1,100 @@
+import Foundation
+import GRDB
+import HaulCore
+
+/// One download as the store keeps it.
+public struct DownloadRecord: Codable, Sendable, Equatable, FetchableRecord, PersistableRecord {
+    public static let databaseTableName = "download"
+
+    /// The download's id (a UUID string).
+    public var id: String
+    /// The URL the user asked for.
+    public var url: String
+    /// The URL that answered last, after redirects.
+    public var finalURL: String?
+    /// For downloads into a folder under a server-chosen name: the folder.
+    public var directory: String?
+    /// The destination path; nil until a folder download has its name.
+    public var destination: String?
+    /// The state.
+    public var state: DownloadState
+    /// The remote length, when known.
+    public var totalLength: Int64?
+    /// Bytes of the part file known to be on disk (fsynced before this was written).
+    public var durableOffset: Int64
+    /// The ETag of the version being fetched.
+    public var etag: String?
+    /// The Last-Modified of the version being fetched.
+    public var lastModified: String?
+    /// Whether Last-Modified is strong.
+    public var isLastModifiedStrong: Bool
+    /// Whether the server honours ranges; nil before the first answer.
+    public var isResumable: Bool?
+    /// Whether the part file's bytes were written by Haul for this record (false for an adopted file, whose bytes
+    /// are compared with the server before anything is appended).
+    public var isPartVerified: Bool
+    /// Whether Haul may replace the destination file (it created it, or `--overwrite` was given).
+    public var mayReplaceDestination: Bool
+    /// Failed attempts in a row without progress.
+    public var attempts: Int
+    /// The last error's message.
+    public var lastError: String?
+    /// The options the download was added with (JSON).
+    public var options: DownloadOptions
+    /// Queue order: higher first.
+    public var priority: Int
+    /// When it was added.
+    public var createdAt: Date
+    /// When it last changed.
+    public var updatedAt: Date
+
+    /// Column names for queries.
+    public enum Columns {
+        static let id = Column(CodingKeys.id)
+        static let url = Column(CodingKeys.url)
+        static let directory = Column(CodingKeys.directory)
+        static let destination = Column(CodingKeys.destination)
+        static let state = Column(CodingKeys.state)
+        static let durableOffset = Column(CodingKeys.durableOffset)
+        static let priority = Column(CodingKeys.priority)
+        static let createdAt = Column(CodingKeys.createdAt)
+    }
+
+    /// What the store knows of the remote file, nil before any answer.
+    public var remoteFacts: RemoteFacts? {
+        get {
+            guard let isResumable else { return nil }
+            return RemoteFacts(
+                totalLength: totalLength,
+                validators: Validators(
+                    etag: etag.flatMap(EntityTag.init),
+                    lastModified: lastModified,
+                    isLastModifiedStrong: isLastModifiedStrong
+                ),
+                isResumable: isResumable
+            )
+        }
+        set {
+            totalLength = newValue?.totalLength
+            etag = newValue?.validators.etag?.description
+            lastModified = newValue?.validators.lastModified
+            isLastModifiedStrong = newValue?.validators.isLastModifiedStrong ?? false
+            isResumable = newValue?.isResumable
+        }
+    }
+
+    /// The part file's path, when the destination is known.
+    public var partPath: String? { destination.map { $0 + ".part" } }
+}
+
+extension DownloadState: DatabaseValueConvertible {}
+extension DownloadOptions: DatabaseValueConvertible {
+    public var databaseValue: DatabaseValue {
+        (try? String(decoding: JSONEncoder().encode(self), as: UTF8.self))?.databaseValue ?? .null
+    }
+
+    public static func fromDatabaseValue(_ value: DatabaseValue) -> DownloadOptions? {
+        guard let text = String.fromDatabaseValue(value) else { return nil }
+        return try? JSONDecoder().decode(DownloadOptions.self, from: Data(text.utf8))
+    }
+}

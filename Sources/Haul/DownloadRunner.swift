@@ -1,0 +1,536 @@
+import Foundation
+import HaulCore
+import Logging
+import NIOCore
+import Synchronization
+
+/// Everything a runner needs from its manager.
+struct RunnerEnvironment: Sendable {
+    let store: DownloadStore
+    let transport: any HTTPTransport
+    let clock: EngineClock
+    let idleClock: EngineClock
+    let events: EventHub
+    let settings: DownloadManager.Configuration.Engine
+    let logger: Logger
+}
+
+/// How a run ended.
+enum RunOutcome: Sendable {
+    case completed(DownloadResult)
+    case failed(DownloadError)
+    /// Stopped by cancellation (pause, cancel, shutdown) after flushing the exact offset.
+    case stopped
+}
+
+/// Bytes written by the transfer in flight, shared with the idle watchdog and read back after a failure.
+final class TransferActivity: Sendable {
+    private let activity = Atomic<Int64>(0)
+    private let writtenOffset = Atomic<Int64>(-1)
+
+    func touch() { activity.add(1, ordering: .relaxed) }
+    var ticks: Int64 { activity.load(ordering: .relaxed) }
+
+    func setWritten(_ offset: Int64) { writtenOffset.store(offset, ordering: .relaxed) }
+    /// The end of the contiguous bytes written so far, -1 before the first write.
+    var written: Int64 { writtenOffset.load(ordering: .relaxed) }
+}
+
+/// The bytes of the part file before this offset did not match what the server sent again.
+struct OverlapMismatch: Error {}
+
+/// Runs one download from the store's record to a completed file, a failure, or a clean stop: the loop of plan,
+/// request, validate, stream, checkpoint, retry, finalise.
+struct DownloadRunner {
+    private(set) var record: DownloadRecord
+    private let environment: RunnerEnvironment
+    private var part: PartFile?
+    private var failures = 0
+    private var durableAtLastFailure: Int64 = -1
+    private var forceWhole = false
+    private var freshFetchTried = false
+    private var wasResumed = false
+    private var resumedFrom: Int64?
+    private var currentActivity: TransferActivity?
+    private let startedAt: Duration
+    private let planner = ResumePlanner()
+    private let validator = ResponseValidator()
+
+    init(record: DownloadRecord, environment: RunnerEnvironment) {
+        self.record = record
+        self.environment = environment
+        startedAt = environment.clock.now()
+    }
+
+    private var id: DownloadID { DownloadID(record.id) }
+
+    /// Runs to the end; never throws.
+    mutating func run() async -> RunOutcome {
+        do {
+            return .completed(try await runLoop())
+        } catch {
+            if error is CancellationError || Task.isCancelled || (error as? DownloadError)?.code == .cancelled {
+                flushAfterStop()
+                return .stopped
+            }
+            let failure = (error as? DownloadError) ?? DownloadError(.fileSystem, String(describing: error))
+            flushAfterStop()
+            return .failed(failure)
+        }
+    }
+
+    // MARK: The loop
+
+    private mutating func runLoop() async throws -> DownloadResult {
+        if let destination = record.destination { try openPart(destination: destination) }
+        while true {
+            try Task.checkCancellation()
+            let plan = try currentPlan()
+            let request: RangeRequest
+            switch plan {
+            case .finalize(let truncateTo):
+                if let truncateTo { try truncate(to: truncateTo) }
+                if resumedFrom == nil { resumedFrom = record.durableOffset }
+                if let result = try finalize() { return result }
+                continue
+            case .request(let planned, let truncateTo):
+                if let truncateTo { try truncate(to: truncateTo) }
+                request = planned
+            }
+            if resumedFrom == nil { resumedFrom = request.offset }
+            do {
+                try await attempt(request)
+                failures = 0
+            } catch let error as DownloadError where error.isRetryable {
+                try await handleRetryable(error)
+                continue
+            }
+            let total = record.totalLength ?? record.durableOffset
+            if record.durableOffset >= total, record.totalLength != nil {
+                if let result = try finalize() { return result }
+            }
+        }
+    }
+
+    private func currentPlan() throws -> ResumePlanner.Plan {
+        guard let part, !forceWhole else { return .request(.whole, truncateTo: part == nil ? nil : 0) }
+        let input = ResumePlanner.Input(
+            partLength: try part.length(),
+            durableOffset: record.durableOffset,
+            hasRecord: record.isPartVerified,
+            remote: record.remoteFacts
+        )
+        return planner.plan(input)
+    }
+
+    /// One request and, when the answer is usable, its body streamed to the part file.
+    private mutating func attempt(_ request: RangeRequest) async throws {
+        let transportRequest = TransportRequest(url: URL(string: record.finalURL ?? record.url)!, headers: headers(for: request))
+        let transport = environment.transport
+        let activity = TransferActivity()
+        currentActivity = activity
+        let response = try await withIdleWatchdog(activity) {
+            let response = try await transport.send(transportRequest)
+            activity.touch()
+            return response
+        }
+        let held = request.offset
+        let decision = validator.decide(request: request, head: response.head, known: record.remoteFacts, partLength: held)
+        let start: Int64
+        let compareUntil: Int64
+        let expected: Int64?
+        switch decision {
+        case .fail(let error):
+            throw error
+        case .restart(let reason):
+            environment.logger.notice("restarting \(record.url) from 0: \(reason)")
+            try resetToZero()
+            forceWhole = true
+            throw DownloadError(.invalidResponse, "restarting from 0: \(reason)", isRetryable: true)
+        case .complete(let facts):
+            record.remoteFacts = facts
+            try environment.store.save(record)
+            return
+        case .rewrite(let length, let facts):
+            if part == nil { try resolveDestination(response: response) }
+            if held > 0 { environment.logger.notice("\(record.url): whole body from 0 (range ignored or file changed)") }
+            record.remoteFacts = facts
+            record.finalURL = response.finalURL.absoluteString
+            record.durableOffset = 0
+            record.isPartVerified = true
+            try environment.store.save(record)
+            try part?.truncate(to: 0)
+            forceWhole = false
+            start = 0
+            compareUntil = 0
+            expected = length
+        case .write(let offset, let overlap, let length, let facts):
+            guard part != nil else {
+                throw DownloadError(.invalidResponse, "server answered 206 to a request for the whole file")
+            }
+            record.remoteFacts = facts
+            record.finalURL = response.finalURL.absoluteString
+            try environment.store.save(record)
+            start = offset - overlap
+            compareUntil = offset
+            expected = length
+            if offset > 0 { wasResumed = true }
+        }
+        guard let part else { throw DownloadError(.fileSystem, "no part file for \(record.url)") }
+        activity.setWritten(compareUntil)
+        let context = TransferContext(
+            id: id,
+            part: part,
+            store: environment.store,
+            events: environment.events,
+            clock: environment.clock,
+            settings: environment.settings,
+            total: record.totalLength,
+            verifiedAlready: record.isPartVerified
+        )
+        let body = response.body
+        do {
+            let end = try await withIdleWatchdog(activity) {
+                try await context.stream(body, start: start, compareUntil: compareUntil, expected: expected, activity: activity)
+            }
+            try checkpoint(end)
+            if record.totalLength == nil {
+                // No length was announced and the body ended cleanly: that end is the file's end.
+                record.totalLength = end
+                try environment.store.save(record)
+            }
+        } catch is OverlapMismatch {
+            environment.logger.notice("\(record.url): the bytes held differ from the server's; restarting from 0")
+            try resetToZero()
+            forceWhole = true
+            throw DownloadError(.invalidResponse, "the part file does not match the server's bytes; restarting", isRetryable: true)
+        } catch {
+            if activity.written > record.durableOffset, activity.written >= compareUntil {
+                try? checkpoint(activity.written)
+            }
+            throw error
+        }
+        if compareUntil > 0, !record.isPartVerified {
+            record.isPartVerified = true
+            try environment.store.save(record)
+        }
+    }
+
+    private mutating func handleRetryable(_ error: DownloadError) async throws {
+        if record.durableOffset > durableAtLastFailure, durableAtLastFailure >= 0 { failures = 0 }
+        durableAtLastFailure = record.durableOffset
+        failures += 1
+        let policy = RetryPolicy(
+            maximumAttemptsWithoutProgress: record.options.maximumAttemptsWithoutProgress,
+            initialDelay: environment.settings.retryPolicy.initialDelay,
+            maximumDelay: environment.settings.retryPolicy.maximumDelay,
+            maximumRetryAfter: environment.settings.retryPolicy.maximumRetryAfter
+        )
+        switch policy.decide(failures: failures, error: error, jitter: environment.settings.jitter()) {
+        case .giveUp:
+            var final = error
+            final.isRetryable = false
+            final.message = "\(error.message) (gave up after \(failures) attempts without progress)"
+            throw final
+        case .retry(let delay):
+            record.attempts = failures
+            record.lastError = error.message
+            try? environment.store.save(record)
+            environment.logger.info("\(record.url): \(error.message); retrying in \(delay)")
+            environment.events.emit(.retrying(id, error: error, delay: delay))
+            try await environment.clock.sleep(delay)
+        }
+    }
+
+    // MARK: Part file and store
+
+    private mutating func openPart(destination: String) throws {
+        part = try PartFile.open(path: destination + ".part")
+    }
+
+    /// Truncates the part file; the store's offset is lowered first, so it never exceeds the bytes on disk.
+    private mutating func truncate(to length: Int64) throws {
+        if record.durableOffset > length {
+            record.durableOffset = length
+            try environment.store.saveDurableOffset(length, for: record.id)
+        }
+        try part?.truncate(to: length)
+    }
+
+    /// Forgets the bytes and what was known of the remote version.
+    private mutating func resetToZero() throws {
+        record.durableOffset = 0
+        record.remoteFacts = nil
+        record.isPartVerified = true
+        try environment.store.save(record)
+        try part?.truncate(to: 0)
+    }
+
+    /// Invariant 1: fsync the part, then store the offset.
+    private mutating func checkpoint(_ offset: Int64) throws {
+        guard let part else { return }
+        try part.sync()
+        record.durableOffset = offset
+        try environment.store.saveDurableOffset(offset, for: record.id)
+    }
+
+    /// After a stop: the bytes this run wrote are contiguous from the durable offset, so after an fsync they are
+    /// durable too, and the store gets the exact offset.
+    private mutating func flushAfterStop() {
+        guard let part, let written = currentActivity?.written, written > record.durableOffset, record.isPartVerified
+        else { return }
+        if (try? part.sync()) != nil {
+            record.durableOffset = written
+            try? environment.store.saveDurableOffset(written, for: record.id)
+        }
+    }
+
+    private func headers(for request: RangeRequest) -> [(name: String, value: String)] {
+        var headers: [(name: String, value: String)] = [
+            ("User-Agent", record.options.userAgent ?? environment.settings.userAgent),
+            ("Accept-Encoding", "identity"),
+            ("Accept", "*/*"),
+        ]
+        for header in record.options.headers {
+            headers.removeAll { $0.name.caseInsensitiveCompare(header.name) == .orderedSame }
+            headers.append((header.name, header.value))
+        }
+        // Haul owns these: a user header must not break the resume logic.
+        headers.removeAll { ["range", "if-range"].contains($0.name.lowercased()) }
+        headers.append(("Accept-Encoding", "identity"))
+        headers.removeAll { $0.name.lowercased() == "accept-encoding" && $0.value != "identity" }
+        if let range = request.rangeHeader { headers.append(("Range", range)) }
+        if let ifRange = request.ifRange { headers.append(("If-Range", ifRange)) }
+        var seen = Set<String>()
+        return headers.filter { seen.insert($0.name.lowercased()).inserted }
+    }
+
+    /// Picks the file name for a folder download from the first answer, never over a file Haul did not create.
+    private mutating func resolveDestination(response: TransportResponse) throws {
+        guard let directory = record.directory else {
+            throw DownloadError(.fileSystem, "download \(record.id) has neither a destination nor a folder")
+        }
+        let name = FileNameSanitizer.name(
+            contentDisposition: response.head.value("Content-Disposition"),
+            finalURLPath: response.finalURL.path
+        )
+        for number in 0..<1000 {
+            let candidate = (directory as NSString).appendingPathComponent(
+                number == 0 ? name : FileNameSanitizer.alternative(name, number: number)
+            )
+            if FileSystem.exists(candidate) || FileSystem.exists(candidate + ".part") { continue }
+            if try environment.store.isDestinationClaimed(candidate, excluding: record.id) { continue }
+            record.destination = candidate
+            try environment.store.save(record)
+            try openPart(destination: candidate)
+            environment.events.emit(.destinationResolved(id, path: candidate))
+            return
+        }
+        throw DownloadError(.destinationExists, "no free name for \(name) in \(directory)")
+    }
+
+    // MARK: Finalising
+
+    /// Verifies and moves the part file to its destination; nil when a fresh full fetch must be tried first.
+    private mutating func finalize() throws -> DownloadResult? {
+        guard let part, let destination = record.destination else {
+            throw DownloadError(.fileSystem, "nothing to finalise for \(record.url)")
+        }
+        let length = try part.length()
+        if let total = record.totalLength, length > total { try part.truncate(to: total) }
+        let size = min(length, record.totalLength ?? length)
+        var algorithms = Set<Checksum.Algorithm>()
+        if let checksum = record.options.checksum { algorithms.insert(checksum.algorithm) }
+        if record.options.computesSHA256 { algorithms.insert(.sha256) }
+        try part.sync()
+        let digests = algorithms.isEmpty ? [:] : try FileDigest.hexDigests(of: part.path, algorithms: algorithms)
+        if let checksum = record.options.checksum, digests[checksum.algorithm] != checksum.hex {
+            let got = digests[checksum.algorithm] ?? "nothing"
+            if (wasResumed || (resumedFrom ?? 0) > 0) && !freshFetchTried {
+                environment.logger.notice("\(record.url): checksum mismatch after a resumed download; fetching it whole")
+                freshFetchTried = true
+                wasResumed = false
+                try resetToZero()
+                forceWhole = true
+                return nil
+            }
+            FileSystem.remove(part.path)
+            record.durableOffset = 0
+            record.remoteFacts = nil
+            throw DownloadError(
+                .checksumMismatch,
+                "checksum mismatch for \(record.url): expected \(checksum), got \(checksum.algorithm.rawValue)=\(got); "
+                    + "the file was not kept"
+            )
+        }
+        let target = try moveIntoPlace(part.path, destination: destination)
+        FileSystem.syncDirectory(of: target)
+        self.part = nil
+        record.destination = target
+        record.state = .completed
+        record.durableOffset = size
+        record.totalLength = size
+        record.attempts = 0
+        record.lastError = nil
+        record.mayReplaceDestination = true
+        try environment.store.save(record)
+        let elapsed = environment.clock.now() - startedAt
+        return DownloadResult(
+            id: id,
+            url: record.url,
+            path: target,
+            bytes: size,
+            sha256: digests[.sha256],
+            seconds: Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18,
+            resumedFrom: resumedFrom ?? 0,
+            wasAlreadyComplete: false
+        )
+    }
+
+    /// Moves the verified part file to its destination. A folder download whose name was taken meanwhile takes the
+    /// next free `name (n).ext`; a file download stops rather than replace a file Haul did not create.
+    private func moveIntoPlace(_ partPath: String, destination: String) throws -> String {
+        let name = (destination as NSString).lastPathComponent
+        let folder = (destination as NSString).deletingLastPathComponent as NSString
+        for number in 0..<1000 {
+            let target = number == 0 ? destination : folder.appendingPathComponent(FileNameSanitizer.alternative(name, number: number))
+            let result = Result { () throws(DownloadError) in
+                try FileSystem.move(partPath, to: target, replacing: record.mayReplaceDestination)
+            }
+            switch result {
+            case .success: return target
+            case .failure(let error):
+                if error.code != .destinationExists || record.directory == nil { throw error }
+            }
+        }
+        throw DownloadError(.destinationExists, "no free name for \(name) in \(folder)")
+    }
+
+    // MARK: Idle timeout
+
+    /// Runs `body`, abandoning it when `activity` does not move for the idle timeout.
+    private func withIdleWatchdog<T: Sendable>(
+        _ activity: TransferActivity,
+        _ body: @escaping @Sendable () async throws -> T
+    ) async throws -> T {
+        let timeout = Duration.milliseconds(Int64(record.options.idleTimeoutSeconds * 1000))
+        let clock = environment.idleClock
+        let host = URL(string: record.url)?.host ?? record.url
+        return try await withThrowingTaskGroup(of: T?.self) { group in
+            group.addTask { try await body() }
+            group.addTask {
+                let step = max(timeout / 8, .milliseconds(10))
+                var lastTicks = activity.ticks
+                var quietSince = clock.now()
+                while true {
+                    try await clock.sleep(step)
+                    let ticks = activity.ticks
+                    if ticks != lastTicks {
+                        lastTicks = ticks
+                        quietSince = clock.now()
+                    } else if clock.now() - quietSince >= timeout {
+                        throw DownloadError(
+                            .idleTimeout,
+                            "no data from \(host) for \(record.options.idleTimeoutSeconds) s; abandoning the connection"
+                        )
+                    }
+                }
+            }
+            defer { group.cancelAll() }
+            while let result = try await group.next() {
+                if let value = result { return value }
+            }
+            throw CancellationError()
+        }
+    }
+}
+
+/// The streaming half of a request: compare the overlap, write the rest with positional writes, checkpoint, and
+/// report throttled progress.
+struct TransferContext: Sendable {
+    let id: DownloadID
+    let part: PartFile
+    let store: DownloadStore
+    let events: EventHub
+    let clock: EngineClock
+    let settings: DownloadManager.Configuration.Engine
+    let total: Int64?
+    let verifiedAlready: Bool
+
+    /// Streams `body` (whose first byte belongs at `start`) and returns the offset after the last byte written.
+    func stream(
+        _ body: any AsyncSequence<ByteBuffer, any Error> & Sendable,
+        start: Int64,
+        compareUntil: Int64,
+        expected: Int64?,
+        activity: TransferActivity
+    ) async throws -> Int64 {
+        var position = start
+        let end = expected.map { start + $0 }
+        var lastCheckpointOffset = compareUntil
+        var lastCheckpointTime = clock.now()
+        var lastProgressTime = Duration.zero - settings.progressInterval
+        var meter = SpeedMeter()
+        meter.record(bytes: compareUntil, at: lastCheckpointTime)
+        for try await chunk in body {
+            activity.touch()
+            var buffer = chunk
+            if let end, position + Int64(buffer.readableBytes) > end {
+                let keep = Int(end - position)
+                buffer = buffer.getSlice(at: buffer.readerIndex, length: max(0, keep)) ?? ByteBuffer()
+                if buffer.readableBytes > 0 { try write(&buffer, at: &position, compareUntil: compareUntil, activity: activity) }
+                throw DownloadError(
+                    .bodyTooLong,
+                    "server sent more than the \(expected ?? 0) bytes it announced; not saving the excess",
+                    isRetryable: true
+                )
+            }
+            try write(&buffer, at: &position, compareUntil: compareUntil, activity: activity)
+            let now = clock.now()
+            if position - lastCheckpointOffset >= settings.checkpointBytes
+                || (now - lastCheckpointTime >= settings.checkpointInterval && position > lastCheckpointOffset)
+            {
+                try part.sync()
+                try store.saveDurableOffset(position, for: id.rawValue)
+                lastCheckpointOffset = position
+                lastCheckpointTime = now
+            }
+            if now - lastProgressTime >= settings.progressInterval {
+                lastProgressTime = now
+                meter.record(bytes: position, at: now)
+                events.emit(
+                    .progress(
+                        DownloadProgress(
+                            id: id,
+                            receivedBytes: position,
+                            totalBytes: total,
+                            bytesPerSecond: meter.bytesPerSecond,
+                            secondsRemaining: meter.secondsRemaining(total: total)
+                        )
+                    )
+                )
+            }
+        }
+        if let end, position < end {
+            throw DownloadError(
+                .bodyTooShort,
+                "connection closed after \(position - start) of \(end - start) bytes",
+                isRetryable: true
+            )
+        }
+        return max(position, compareUntil)
+    }
+
+    private func write(_ buffer: inout ByteBuffer, at position: inout Int64, compareUntil: Int64, activity: TransferActivity) throws {
+        if position < compareUntil {
+            let count = Int(min(compareUntil - position, Int64(buffer.readableBytes)))
+            let held = try part.read(count: count, at: position)
+            guard let received = buffer.readBytes(length: count), held == received else { throw OverlapMismatch() }
+            position += Int64(count)
+            if buffer.readableBytes == 0 { return }
+        }
+        try part.write(buffer, at: position)
+        position += Int64(buffer.readableBytes)
+        activity.setWritten(position)
+    }
+}

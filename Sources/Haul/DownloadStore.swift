@@ -1,0 +1,153 @@
+import Foundation
+import GRDB
+import HaulCore
+
+/// The SQLite store of downloads (GRDB, WAL mode), safe to share between tasks.
+public struct DownloadStore: Sendable {
+    private let writer: any DatabaseWriter
+    /// Where the database lives; nil in memory.
+    public let path: String?
+
+    /// Opens (creating when needed) the store in `directory`, as `haul.sqlite`. Errors name the path and the cause
+    /// (locked by another process, unreadable, not a database).
+    public init(directory: String) throws(DownloadError) {
+        let path = (directory as NSString).appendingPathComponent("haul.sqlite")
+        do {
+            try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+            var configuration = Configuration()
+            configuration.busyMode = .timeout(5)
+            let pool = try DatabasePool(path: path, configuration: configuration)
+            try Self.migrator.migrate(pool)
+            writer = pool
+            self.path = path
+        } catch {
+            throw DownloadError(.store, "cannot open the state database \(path): \(Self.describe(error))", underlying: error)
+        }
+    }
+
+    /// An in-memory store, for tests and one-off use.
+    public init() throws(DownloadError) {
+        do {
+            let queue = try DatabaseQueue()
+            try Self.migrator.migrate(queue)
+            writer = queue
+            path = nil
+        } catch {
+            throw DownloadError(.store, "cannot create an in-memory database: \(error)", underlying: error)
+        }
+    }
+
+    private static func describe(_ error: any Error) -> String {
+        if let error = error as? DatabaseError {
+            switch error.resultCode {
+            case .SQLITE_BUSY, .SQLITE_LOCKED: return "it is locked by another process"
+            case .SQLITE_NOTADB, .SQLITE_CORRUPT: return "it is not a Haul database or is damaged"
+            case .SQLITE_CANTOPEN, .SQLITE_PERM, .SQLITE_READONLY: return "it cannot be opened for writing"
+            default: return error.message ?? String(describing: error)
+            }
+        }
+        return String(describing: error)
+    }
+
+    /// The schema's history; named, append-only, never edited once shipped.
+    static var migrator: DatabaseMigrator {
+        var migrator = DatabaseMigrator()
+        migrator.registerMigration("v1: downloads") { db in
+            try db.create(table: "download") { table in
+                table.primaryKey("id", .text)
+                table.column("url", .text).notNull()
+                table.column("finalURL", .text)
+                table.column("directory", .text)
+                table.column("destination", .text)
+                table.column("state", .text).notNull()
+                table.column("totalLength", .integer)
+                table.column("durableOffset", .integer).notNull()
+                table.column("etag", .text)
+                table.column("lastModified", .text)
+                table.column("isLastModifiedStrong", .boolean).notNull()
+                table.column("isResumable", .boolean)
+                table.column("isPartVerified", .boolean).notNull()
+                table.column("mayReplaceDestination", .boolean).notNull()
+                table.column("attempts", .integer).notNull()
+                table.column("lastError", .text)
+                table.column("options", .text).notNull()
+                table.column("priority", .integer).notNull()
+                table.column("createdAt", .datetime).notNull()
+                table.column("updatedAt", .datetime).notNull()
+            }
+            try db.create(index: "download_on_url", on: "download", columns: ["url"])
+        }
+        return migrator
+    }
+
+    private func write<T>(_ body: (Database) throws -> T) throws(DownloadError) -> T {
+        do { return try writer.write(body) } catch {
+            throw DownloadError(.store, "state database write failed: \(Self.describe(error))", underlying: error)
+        }
+    }
+
+    private func read<T>(_ body: (Database) throws -> T) throws(DownloadError) -> T {
+        do { return try writer.read(body) } catch {
+            throw DownloadError(.store, "state database read failed: \(Self.describe(error))", underlying: error)
+        }
+    }
+
+    /// Inserts or replaces a record, stamping `updatedAt`.
+    public func save(_ record: DownloadRecord) throws(DownloadError) {
+        var record = record
+        record.updatedAt = Date()
+        let stamped = record
+        try write { db in try stamped.save(db) }
+    }
+
+    /// Writes only the durable offset (the checkpoint's second half).
+    public func saveDurableOffset(_ offset: Int64, for id: String) throws(DownloadError) {
+        try write { db in
+            try db.execute(
+                sql: "UPDATE download SET durableOffset = ?, updatedAt = ? WHERE id = ?",
+                arguments: [offset, Date(), id]
+            )
+        }
+    }
+
+    /// The record with `id`.
+    public func record(id: String) throws(DownloadError) -> DownloadRecord? {
+        try read { db in try DownloadRecord.fetchOne(db, key: id) }
+    }
+
+    /// Every record, oldest first.
+    public func allRecords() throws(DownloadError) -> [DownloadRecord] {
+        try read { db in try DownloadRecord.order(DownloadRecord.Columns.createdAt).fetchAll(db) }
+    }
+
+    /// The record for `url` to the file `destination`, if any.
+    public func record(url: String, destination: String) throws(DownloadError) -> DownloadRecord? {
+        try read { db in
+            try DownloadRecord.filter(DownloadRecord.Columns.url == url && DownloadRecord.Columns.destination == destination)
+                .filter(DownloadRecord.Columns.directory == nil)
+                .order(DownloadRecord.Columns.createdAt.desc).fetchOne(db)
+        }
+    }
+
+    /// The record for `url` into the folder `directory` (server-chosen name), if any.
+    public func record(url: String, directory: String) throws(DownloadError) -> DownloadRecord? {
+        try read { db in
+            try DownloadRecord.filter(DownloadRecord.Columns.url == url && DownloadRecord.Columns.directory == directory)
+                .order(DownloadRecord.Columns.createdAt.desc).fetchOne(db)
+        }
+    }
+
+    /// Whether any record other than `excluding` uses `destination`.
+    public func isDestinationClaimed(_ destination: String, excluding id: String) throws(DownloadError) -> Bool {
+        try read { db in
+            try DownloadRecord.filter(DownloadRecord.Columns.destination == destination && DownloadRecord.Columns.id != id)
+                .filter(DownloadRecord.Columns.state != DownloadState.cancelled.rawValue)
+                .fetchCount(db) > 0
+        }
+    }
+
+    /// Forgets a record.
+    public func delete(id: String) throws(DownloadError) {
+        _ = try write { db in try DownloadRecord.deleteOne(db, key: id) }
+    }
+}

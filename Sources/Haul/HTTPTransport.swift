@@ -1,0 +1,47 @@
+import Foundation
+import HaulCore
+import NIOCore
+
+/// One GET as the engine sends it.
+public struct TransportRequest: Sendable {
+    /// Where to send it.
+    public var url: URL
+    /// Header fields, in order.
+    public var headers: [(name: String, value: String)]
+
+    /// Makes a request.
+    public init(url: URL, headers: [(name: String, value: String)]) {
+        self.url = url
+        self.headers = headers
+    }
+
+    /// The first value of a header, case-insensitively.
+    public func value(_ name: String) -> String? {
+        headers.first { $0.name.caseInsensitiveCompare(name) == .orderedSame }?.value
+    }
+}
+
+/// The answer: the head, the URL that answered after redirects, and the body as it arrives.
+public struct TransportResponse: Sendable {
+    /// Status and headers.
+    public var head: ResponseHead
+    /// The URL that produced this answer, after redirects.
+    public var finalURL: URL
+    /// The body chunks, in order; throws when the connection breaks.
+    public var body: any AsyncSequence<ByteBuffer, any Error> & Sendable
+
+    /// Makes a response.
+    public init(head: ResponseHead, finalURL: URL, body: any AsyncSequence<ByteBuffer, any Error> & Sendable) {
+        self.head = head
+        self.finalURL = finalURL
+        self.body = body
+    }
+}
+
+/// How the engine talks to the network: request head in, response head and body chunks out. Redirects are the
+/// transport's job; everything else (ranges, validation, retries) is the engine's.
+public protocol HTTPTransport: Sendable {
+    /// Sends `request` and returns once the final response head has arrived. Errors are `DownloadError`s
+    /// (`connectionFailed`, `connectionLost`, `tooManyRedirects`, `invalidURL`) or `CancellationError`.
+    func send(_ request: TransportRequest) async throws -> TransportResponse
+}

@@ -1,0 +1,93 @@
+import AsyncHTTPClient
+import Foundation
+import HaulCore
+import NIOCore
+import NIOHTTP1
+import NIOPosix
+
+/// The real transport: AsyncHTTPClient with decompression off and redirects followed here, so the `Range` header
+/// reaches the final target and the final URL is known (HOSTILE.md 16).
+public final class LiveTransport: HTTPTransport {
+    private let client: HTTPClient
+    /// The longest chain of redirects followed.
+    public let maximumRedirects: Int
+
+    /// A transport with its own HTTP client. Call `shutdown()` when done.
+    public init(connectTimeout: Duration = .seconds(10), maximumRedirects: Int = 10) {
+        var configuration = HTTPClient.Configuration(
+            redirectConfiguration: .disallow,
+            timeout: .init(connect: .nanoseconds(Int64(connectTimeout.components.seconds) * 1_000_000_000)),
+            decompression: .disabled
+        )
+        configuration.connectionPool = .init(idleTimeout: .seconds(60))
+        configuration.httpVersion = .http1Only
+        client = HTTPClient(eventLoopGroupProvider: .shared(MultiThreadedEventLoopGroup.singleton), configuration: configuration)
+        self.maximumRedirects = maximumRedirects
+    }
+
+    /// Closes the connections.
+    public func shutdown() async {
+        try? await client.shutdown()
+    }
+
+    public func send(_ request: TransportRequest) async throws -> TransportResponse {
+        var url = request.url
+        var headers = request.headers
+        for _ in 0...maximumRedirects {
+            let response = try await execute(url: url, headers: headers)
+            let status = Int(response.status.code)
+            guard [301, 302, 303, 307, 308].contains(status), let location = response.headers.first(name: "Location")
+            else {
+                let head = ResponseHead(
+                    status: status,
+                    headers: response.headers.map { (name: $0.name, value: $0.value) }
+                )
+                return TransportResponse(head: head, finalURL: url, body: response.body)
+            }
+            guard let next = URL(string: location, relativeTo: url)?.absoluteURL,
+                let scheme = next.scheme?.lowercased(), scheme == "http" || scheme == "https"
+            else {
+                throw DownloadError(.tooManyRedirects, "redirect to an unusable Location '\(location)'")
+            }
+            if next.host?.lowercased() != url.host?.lowercased() {
+                // Credentials are for the host they were given for, never for the one it redirects to.
+                headers.removeAll { ["authorization", "cookie"].contains($0.name.lowercased()) }
+            }
+            // The redirect's own body is not wanted; dropping the response closes or drains it.
+            url = next
+        }
+        throw DownloadError(.tooManyRedirects, "more than \(maximumRedirects) redirects from \(request.url)")
+    }
+
+    private func execute(url: URL, headers: [(name: String, value: String)]) async throws -> HTTPClientResponse {
+        var request = HTTPClientRequest(url: url.absoluteString)
+        request.method = .GET
+        for (name, value) in headers { request.headers.add(name: name, value: value) }
+        do {
+            return try await client.execute(request, timeout: .hours(24 * 365))
+        } catch {
+            throw Self.map(error, url: url)
+        }
+    }
+
+    /// Maps AsyncHTTPClient and NIO errors to `DownloadError`s: failures to connect are `connectionFailed`, anything
+    /// later is `connectionLost`.
+    static func map(_ error: any Error, url: URL) -> any Error {
+        if error is DownloadError || error is CancellationError { return error }
+        if let client = error as? HTTPClientError, client == .cancelled { return CancellationError() }
+        let text = String(describing: error)
+        let host = url.host ?? url.absoluteString
+        if error is NIOConnectionError || text.contains("connectTimeout") || text.contains("connect(descriptor")
+            || text.contains("Connection refused") || text.contains("connectionRefused")
+            || text.contains("No address") || text.contains("resolve")
+        {
+            return DownloadError(.connectionFailed, "could not connect to \(host)", underlying: error)
+        }
+        if let client = error as? HTTPClientError, client == .invalidURL || client == .emptyHost
+            || client == .unsupportedScheme(url.scheme ?? "")
+        {
+            return DownloadError(.invalidURL, "cannot fetch \(url.absoluteString)", underlying: error)
+        }
+        return DownloadError(.connectionLost, "connection to \(host) failed", underlying: error)
+    }
+}

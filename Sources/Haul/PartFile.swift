@@ -1,0 +1,156 @@
+import Foundation
+import HaulCore
+import NIOCore
+
+#if canImport(Glibc)
+    import Glibc
+#elseif canImport(Darwin)
+    import Darwin
+#endif
+
+/// The `NAME.part` file of one download: opened once, locked with `flock` so no other process writes it, written
+/// with positional writes of the received buffers.
+public final class PartFile: @unchecked Sendable {
+    /// The file's path.
+    public let path: String
+    private let descriptor: Int32
+
+    private init(path: String, descriptor: Int32) {
+        self.path = path
+        self.descriptor = descriptor
+    }
+
+    deinit { close(descriptor) }
+
+    /// Opens (creating when needed) and locks the part file. Throws `locked` when another process holds it.
+    public static func open(path: String) throws(DownloadError) -> PartFile {
+        let descriptor = Foundation.open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o644)
+        guard descriptor >= 0 else { throw fileError(errno, "cannot open \(path)") }
+        if flock(descriptor, LOCK_EX | LOCK_NB) != 0 {
+            let code = errno
+            close(descriptor)
+            if code == EWOULDBLOCK {
+                throw DownloadError(.locked, "another process is downloading to \(path)")
+            }
+            throw fileError(code, "cannot lock \(path)")
+        }
+        return PartFile(path: path, descriptor: descriptor)
+    }
+
+    /// The length of the file on disk.
+    public func length() throws(DownloadError) -> Int64 {
+        var info = stat()
+        guard fstat(descriptor, &info) == 0 else { throw Self.fileError(errno, "cannot stat \(path)") }
+        return Int64(info.st_size)
+    }
+
+    /// Writes the readable bytes of `buffer` at `offset`, without copying them.
+    public func write(_ buffer: ByteBuffer, at offset: Int64) throws(DownloadError) {
+        let result: Int32 = buffer.withUnsafeReadableBytes { bytes in
+            var written = 0
+            while written < bytes.count {
+                let count = pwrite(descriptor, bytes.baseAddress! + written, bytes.count - written, off_t(offset) + off_t(written))
+                if count < 0 {
+                    if errno == EINTR { continue }
+                    return errno
+                }
+                written += count
+            }
+            return 0
+        }
+        if result != 0 { throw Self.fileError(result, "cannot write \(path)") }
+    }
+
+    /// Reads `count` bytes at `offset` (fewer at the end of the file).
+    public func read(count: Int, at offset: Int64) throws(DownloadError) -> [UInt8] {
+        var bytes = [UInt8](repeating: 0, count: count)
+        var total = 0
+        while total < count {
+            let got = bytes.withUnsafeMutableBytes { pread(descriptor, $0.baseAddress! + total, count - total, off_t(offset) + off_t(total)) }
+            if got < 0 {
+                if errno == EINTR { continue }
+                throw Self.fileError(errno, "cannot read \(path)")
+            }
+            if got == 0 { break }
+            total += got
+        }
+        return Array(bytes.prefix(total))
+    }
+
+    /// Cuts the file to `length` bytes.
+    public func truncate(to length: Int64) throws(DownloadError) {
+        guard ftruncate(descriptor, off_t(length)) == 0 else { throw Self.fileError(errno, "cannot truncate \(path)") }
+    }
+
+    /// Flushes the file's data to the disk.
+    public func sync() throws(DownloadError) {
+        guard fsync(descriptor) == 0 else { throw Self.fileError(errno, "cannot sync \(path)") }
+    }
+
+    /// A file-system error naming the cause; ENOSPC becomes `diskFull`.
+    static func fileError(_ code: Int32, _ what: String) -> DownloadError {
+        let reason = String(cString: strerror(code))
+        if code == ENOSPC || code == EDQUOT {
+            return DownloadError(.diskFull, "\(what): the disk is full (\(reason))")
+        }
+        return DownloadError(.fileSystem, "\(what): \(reason)")
+    }
+}
+
+/// Small file-system helpers the engine needs around the part file.
+enum FileSystem {
+    static func exists(_ path: String) -> Bool {
+        var info = stat()
+        return lstat(path, &info) == 0
+    }
+
+    static func size(_ path: String) -> Int64? {
+        var info = stat()
+        return stat(path, &info) == 0 ? Int64(info.st_size) : nil
+    }
+
+    static func isWritableDirectory(_ path: String) -> Bool {
+        var info = stat()
+        guard stat(path, &info) == 0, (info.st_mode & S_IFMT) == S_IFDIR else { return false }
+        return access(path, W_OK | X_OK) == 0
+    }
+
+    static func remove(_ path: String) {
+        unlink(path)
+    }
+
+    /// Moves `source` to `destination`. Without `replacing`, fails with EEXIST rather than replace a file
+    /// (link + unlink: atomic no-replace on every POSIX file system that has hard links).
+    static func move(_ source: String, to destination: String, replacing: Bool) throws(DownloadError) {
+        if replacing {
+            guard rename(source, destination) == 0 else {
+                throw PartFile.fileError(errno, "cannot rename \(source) to \(destination)")
+            }
+            return
+        }
+        if link(source, destination) == 0 {
+            unlink(source)
+            return
+        }
+        let code = errno
+        if code == EEXIST {
+            throw DownloadError(.destinationExists, "\(destination) appeared while downloading; not overwriting it")
+        }
+        // File systems without hard links: check, then rename (a small race, but never over an existing file).
+        guard !exists(destination) else {
+            throw DownloadError(.destinationExists, "\(destination) appeared while downloading; not overwriting it")
+        }
+        guard rename(source, destination) == 0 else {
+            throw PartFile.fileError(errno, "cannot rename \(source) to \(destination)")
+        }
+    }
+
+    /// Flushes a directory entry change (a rename) to disk.
+    static func syncDirectory(of path: String) {
+        let directory = (path as NSString).deletingLastPathComponent
+        let descriptor = open(directory.isEmpty ? "." : directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        guard descriptor >= 0 else { return }
+        fsync(descriptor)
+        close(descriptor)
+    }
+}

@@ -1,0 +1,40 @@
+import ArgumentParser
+import Foundation
+import Haul
+import HaulCore
+
+/// The `haul` command: a resumable download manager.
+struct HaulCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "haul",
+        abstract: "A resumable download manager that never loses a byte it already has.",
+        discussion: """
+            Downloads go to NAME.part beside the destination; the destination name appears only when the file is \
+            complete and verified. Running the same command again resumes from what is on disk.
+            Live control of a running process (pause from another terminal) comes with the daemon later.
+            """,
+        version: HaulVersion.current,
+        subcommands: [Get.self]
+    )
+}
+
+@main
+enum Main {
+    static func main() async {
+        do {
+            var command = try HaulCommand.parseAsRoot()
+            if var asyncCommand = command as? any AsyncParsableCommand {
+                try await asyncCommand.run()
+            } else {
+                try command.run()
+            }
+        } catch {
+            // Bad usage exits 2, as the interface promises (ArgumentParser's own default is 64).
+            if HaulCommand.exitCode(for: error) == .validationFailure {
+                FileHandle.standardError.write(Data((HaulCommand.fullMessage(for: error) + "\n").utf8))
+                exit(2)
+            }
+            HaulCommand.exit(withError: error)
+        }
+    }
+}
