@@ -1,0 +1,436 @@
+import Foundation
+import HaulCore
+import NIOCore
+import NIOHTTP1
+import NIOPosix
+import Synchronization
+
+/// An in-process HTTP/1.1 server on a free loopback port whose answers can break HTTP on demand (HOSTILE.md 1–24).
+/// Responses are written as raw bytes, so framing can be as wrong as a real server's.
+public final class FaultServer: Sendable {
+    /// A file the server serves, and the faults it applies per request.
+    public struct Resource: Sendable {
+        /// The file's bytes.
+        public var body: [UInt8]
+        /// The ETag header, sent as is (nil: none).
+        public var etag: String?
+        /// The Last-Modified header (nil: none).
+        public var lastModified: String?
+        /// The Date header (nil: none).
+        public var date: String?
+        /// Whether ranges are honoured and `Accept-Ranges: bytes` is sent.
+        public var acceptsRanges: Bool
+        /// Sent as `Accept-Ranges: none` when true.
+        public var refusesRangesExplicitly: Bool
+        /// The Content-Disposition header (nil: none).
+        public var contentDisposition: String?
+        /// Send 206 for a Range request even when If-Range does not match (a broken server).
+        public var ignoresIfRange: Bool = false
+        /// Limit the body to about this many bytes a second on each connection (nil: as fast as possible).
+        public var bytesPerSecond: Int?
+        /// The fault for the n-th request (0-based) to this resource, nil for a correct answer.
+        public var fault: @Sendable (_ index: Int, _ request: RecordedRequest) -> Fault?
+
+        /// A resource with a strong ETag, a strong Last-Modified and ranges honoured.
+        public init(
+            body: [UInt8],
+            etag: String? = "\"v1\"",
+            lastModified: String? = "Mon, 01 Jan 2024 00:00:00 GMT",
+            date: String? = "Tue, 02 Jan 2024 00:00:00 GMT",
+            acceptsRanges: Bool = true,
+            refusesRangesExplicitly: Bool = false,
+            contentDisposition: String? = nil,
+            fault: @escaping @Sendable (_ index: Int, _ request: RecordedRequest) -> Fault? = { _, _ in nil }
+        ) {
+            self.body = body
+            self.etag = etag
+            self.lastModified = lastModified
+            self.date = date
+            self.acceptsRanges = acceptsRanges
+            self.refusesRangesExplicitly = refusesRangesExplicitly
+            self.contentDisposition = contentDisposition
+            self.fault = fault
+        }
+    }
+
+    /// A way to answer wrongly.
+    public enum Fault: Sendable, Equatable {
+        /// Answer a Range request with 200 and the whole body.
+        case ignoreRange
+        /// Answer 206 whose Content-Range starts `shift` bytes away from the requested start.
+        case wrongStart(shift: Int)
+        /// Answer 206 with this Content-Range value (nil: no Content-Range at all); the body is the requested range.
+        case partialWithContentRange(String?)
+        /// Answer 206 with a Content-Range whose total is `delta` off.
+        case wrongTotal(delta: Int)
+        /// Answer with `multipart/byteranges` (boundary text in the body).
+        case multipart
+        /// Answer 206 even to a request without Range.
+        case partialWithoutRange
+        /// Answer this status with these headers and a short text body.
+        case status(Int, headers: [String: String])
+        /// Answer 416 with this Content-Range (nil: none).
+        case rangeNotSatisfiable(contentRange: String?)
+        /// Send the head and this many body bytes, then close (Content-Length framing).
+        case cut(afterBytes: Int)
+        /// Use chunked framing, send this many body bytes, then close without the last chunk.
+        case cutChunked(afterBytes: Int)
+        /// Send the head and this many body bytes, then nothing, keeping the connection open.
+        case stall(afterBytes: Int)
+        /// Send the head, then nothing.
+        case stallBeforeHead
+        /// Mark the body `Content-Encoding: gzip` (the bytes are the file's, gzipped by nobody).
+        case gzipEncoding
+        /// Send both Content-Length and chunked framing (chunked is the truth).
+        case lengthAndChunked
+        /// Send two different Content-Length headers.
+        case conflictingLengths
+        /// Send a negative Content-Length.
+        case negativeLength
+        /// Use chunked framing and send `extra` bytes more than the Content-Range announces.
+        case longerThanAnnounced(extra: Int)
+        /// Redirect (302) to another path on this server.
+        case redirect(to: String)
+    }
+
+    /// One request as the server saw it, with the body bytes it sent back.
+    public struct RecordedRequest: Sendable {
+        /// The path.
+        public var path: String
+        /// The request headers, names lowercased.
+        public var headers: [String: String]
+        /// The status answered.
+        public var status: Int = 0
+        /// Body bytes sent in the answer.
+        public var bodyBytesSent: Int = 0
+        /// The fault applied, if any.
+        public var fault: Fault?
+
+        /// The Range header.
+        public var range: String? { headers["range"] }
+    }
+
+    private struct State {
+        var resources: [String: Resource] = [:]
+        var counts: [String: Int] = [:]
+        var log: [RecordedRequest] = []
+        var openChannels: [ObjectIdentifier: any Channel] = [:]
+    }
+
+    private let state = Mutex(State())
+    private let channel = Mutex<(any Channel)?>(nil)
+    /// The port the server listens on.
+    public let port: Int
+
+    private init(port: Int) { self.port = port }
+
+    /// Starts a server on 127.0.0.1 with a free port (or `port` when given, to restart on the same port).
+    public static func start(port: Int = 0) async throws -> FaultServer {
+        let holder = Mutex<FaultServer?>(nil)
+        let bootstrap = ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+            .serverChannelOption(.backlog, value: 256)
+            .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
+            .childChannelInitializer { child in
+                child.eventLoop.makeCompletedFuture {
+                    guard let server = holder.withLock({ $0 }) else { return }
+                    try child.pipeline.syncOperations.addHandler(
+                        ByteToMessageHandler(HTTPRequestDecoder(leftOverBytesStrategy: .dropBytes))
+                    )
+                    try child.pipeline.syncOperations.addHandler(FaultHandler(server: server))
+                }
+            }
+        let listener = try await bootstrap.bind(host: "127.0.0.1", port: port).get()
+        let server = FaultServer(port: listener.localAddress?.port ?? port)
+        holder.withLock { $0 = server }
+        server.channel.withLock { $0 = listener }
+        return server
+    }
+
+    /// Stops listening and closes every open connection.
+    public func stop() async {
+        let listener = channel.withLock { $0 }
+        try? await listener?.close()
+        let open = state.withLock { Array($0.openChannels.values) }
+        for channel in open { try? await channel.close() }
+    }
+
+    /// The URL of `path` on this server.
+    public func url(_ path: String) -> URL {
+        URL(string: "http://127.0.0.1:\(port)\(path.hasPrefix("/") ? path : "/" + path)")!
+    }
+
+    /// Serves `resource` at `path` (replacing what was there, as a changed file would).
+    public func serve(_ path: String, _ resource: Resource) {
+        state.withLock { $0.resources[path] = resource }
+    }
+
+    /// Every request so far, in order.
+    public var requests: [RecordedRequest] { state.withLock { $0.log } }
+
+    /// Requests to `path`.
+    public func requests(to path: String) -> [RecordedRequest] { requests.filter { $0.path == path } }
+
+    /// Body bytes sent for `path` in all answers.
+    public func bodyBytesSent(for path: String) -> Int { requests(to: path).reduce(0) { $0 + $1.bodyBytesSent } }
+
+    // MARK: Serving
+
+    fileprivate func register(_ channel: any Channel) {
+        state.withLock { $0.openChannels[ObjectIdentifier(channel)] = channel }
+    }
+
+    fileprivate func unregister(_ channel: any Channel) {
+        _ = state.withLock { $0.openChannels.removeValue(forKey: ObjectIdentifier(channel)) }
+    }
+
+    /// What to write for a request: the raw bytes and what to do after.
+    fileprivate struct Answer {
+        var bytes: [UInt8]
+        var after: After
+        var bytesPerSecond: Int?
+        enum After { case keepAlive, close, stall }
+    }
+
+    fileprivate func answer(path: String, headers: HTTPHeaders) -> Answer {
+        var recorded = RecordedRequest(
+            path: path,
+            headers: Dictionary(headers.map { ($0.name.lowercased(), $0.value) }, uniquingKeysWith: { first, _ in first })
+        )
+        let (resource, index) = state.withLock { state -> (Resource?, Int) in
+            let index = state.counts[path, default: 0]
+            state.counts[path] = index + 1
+            return (state.resources[path], index)
+        }
+        var answer: Answer
+        if let resource {
+            let fault = resource.fault(index, recorded)
+            recorded.fault = fault
+            answer = Self.build(resource, request: recorded, fault: fault, sent: &recorded)
+            answer.bytesPerSecond = resource.bytesPerSecond
+        } else {
+            answer = Self.raw(status: 404, reason: "Not Found", headers: [("Content-Length", "9")], body: Array("not found".utf8))
+            recorded.status = 404
+        }
+        let final = recorded
+        state.withLock { $0.log.append(final) }
+        return answer
+    }
+
+    private static func raw(status: Int, reason: String, headers: [(String, String)], body: [UInt8], after: Answer.After = .keepAlive) -> Answer {
+        var text = "HTTP/1.1 \(status) \(reason)\r\n"
+        for (name, value) in headers { text += "\(name): \(value)\r\n" }
+        text += "\r\n"
+        return Answer(bytes: Array(text.utf8) + body, after: after)
+    }
+
+    private static func chunked(_ body: ArraySlice<UInt8>, terminate: Bool) -> [UInt8] {
+        var out: [UInt8] = []
+        var index = body.startIndex
+        while index < body.endIndex {
+            let end = min(index + 16_384, body.endIndex)
+            out += Array(String(end - index, radix: 16).utf8) + [13, 10] + body[index..<end] + [13, 10]
+            index = end
+        }
+        if terminate { out += Array("0\r\n\r\n".utf8) }
+        return out
+    }
+
+    // swiftlint:disable:next function_body_length cyclomatic_complexity
+    private static func build(_ resource: Resource, request: RecordedRequest, fault: Fault?, sent: inout RecordedRequest) -> Answer {
+        let total = resource.body.count
+        var headers: [(String, String)] = [("Content-Type", "application/octet-stream")]
+        if let date = resource.date { headers.append(("Date", date)) }
+        if let etag = resource.etag { headers.append(("ETag", etag)) }
+        if let lastModified = resource.lastModified { headers.append(("Last-Modified", lastModified)) }
+        if resource.refusesRangesExplicitly {
+            headers.append(("Accept-Ranges", "none"))
+        } else if resource.acceptsRanges {
+            headers.append(("Accept-Ranges", "bytes"))
+        }
+        if let disposition = resource.contentDisposition { headers.append(("Content-Disposition", disposition)) }
+
+        // The requested range, honoured only when the resource accepts ranges and If-Range matches.
+        var range: ClosedRange<Int>?
+        var unsatisfiable = false
+        if resource.acceptsRanges, let header = request.range, header.hasPrefix("bytes=") {
+            let spec = header.dropFirst("bytes=".count).split(separator: "-", omittingEmptySubsequences: false)
+            let ifRange = request.headers["if-range"]
+            let matches = resource.ignoresIfRange || ifRange == nil || ifRange == resource.etag || (ifRange == resource.lastModified && resource.etag == nil)
+            if matches, spec.count == 2, let first = Int(spec[0]) {
+                let last = Int(spec[1]).map { min($0, total - 1) } ?? total - 1
+                if first >= total { unsatisfiable = true } else if first <= last { range = first...last }
+            }
+        }
+
+        switch fault {
+        case .status(let status, let extra):
+            sent.status = status
+            let body = Array("status \(status)".utf8)
+            return raw(status: status, reason: "Fault", headers: extra.map { ($0.key, $0.value) } + [("Content-Length", "\(body.count)")], body: body)
+        case .rangeNotSatisfiable(let contentRange):
+            sent.status = 416
+            var extra = headers
+            if let contentRange { extra.append(("Content-Range", contentRange)) }
+            return raw(status: 416, reason: "Range Not Satisfiable", headers: extra + [("Content-Length", "0")], body: [])
+        case .redirect(let target):
+            sent.status = 302
+            return raw(status: 302, reason: "Found", headers: [("Location", target), ("Content-Length", "0")], body: [])
+        case .stallBeforeHead:
+            return Answer(bytes: [], after: .stall)
+        default:
+            break
+        }
+
+        if unsatisfiable, fault == nil {
+            sent.status = 416
+            return raw(status: 416, reason: "Range Not Satisfiable", headers: headers + [("Content-Range", "bytes */\(total)"), ("Content-Length", "0")], body: [])
+        }
+
+        var status = 200
+        var slice = resource.body[...]
+        switch fault {
+        case .ignoreRange:
+            break
+        case .partialWithoutRange:
+            status = 206
+            headers.append(("Content-Range", "bytes 0-\(total - 1)/\(total)"))
+        case .wrongStart(let shift):
+            let requested = range ?? 0...(total - 1)
+            let first = max(0, min(total - 1, requested.lowerBound + shift))
+            status = 206
+            slice = resource.body[first...]
+            headers.append(("Content-Range", "bytes \(first)-\(total - 1)/\(total)"))
+        case .partialWithContentRange(let value):
+            let requested = range ?? 0...(total - 1)
+            status = 206
+            slice = resource.body[requested]
+            if let value { headers.append(("Content-Range", value)) }
+        case .wrongTotal(let delta):
+            let requested = range ?? 0...(total - 1)
+            status = 206
+            slice = resource.body[requested]
+            headers.append(("Content-Range", "bytes \(requested.lowerBound)-\(requested.upperBound)/\(total + delta)"))
+        case .multipart:
+            let requested = range ?? 0...(total - 1)
+            status = 206
+            let boundary = "HAUL_BOUNDARY"
+            let partHead = "--\(boundary)\r\nContent-Type: application/octet-stream\r\nContent-Range: bytes \(requested.lowerBound)-\(requested.upperBound)/\(total)\r\n\r\n"
+            let bodyBytes = Array(partHead.utf8) + resource.body[requested] + Array("\r\n--\(boundary)--\r\n".utf8)
+            headers.removeAll { $0.0 == "Content-Type" }
+            headers.append(("Content-Type", "multipart/byteranges; boundary=\(boundary)"))
+            sent.status = 206
+            sent.bodyBytesSent = bodyBytes.count
+            return raw(status: 206, reason: "Partial Content", headers: headers + [("Content-Length", "\(bodyBytes.count)")], body: bodyBytes)
+        default:
+            if let range {
+                status = 206
+                slice = resource.body[range]
+                headers.append(("Content-Range", "bytes \(range.lowerBound)-\(range.upperBound)/\(total)"))
+            }
+        }
+        sent.status = status
+        let reason = status == 206 ? "Partial Content" : "OK"
+        if fault == .gzipEncoding { headers.append(("Content-Encoding", "gzip")) }
+
+        switch fault {
+        case .cut(let count):
+            let sentBytes = slice.prefix(count)
+            sent.bodyBytesSent = sentBytes.count
+            return raw(status: status, reason: reason, headers: headers + [("Content-Length", "\(slice.count)")], body: Array(sentBytes), after: .close)
+        case .cutChunked(let count):
+            let sentBytes = slice.prefix(count)
+            sent.bodyBytesSent = sentBytes.count
+            return raw(status: status, reason: reason, headers: headers + [("Transfer-Encoding", "chunked")], body: chunked(sentBytes, terminate: false), after: .close)
+        case .stall(let count):
+            let sentBytes = slice.prefix(count)
+            sent.bodyBytesSent = sentBytes.count
+            return raw(status: status, reason: reason, headers: headers + [("Content-Length", "\(slice.count)")], body: Array(sentBytes), after: .stall)
+        case .lengthAndChunked:
+            sent.bodyBytesSent = slice.count
+            return raw(status: status, reason: reason, headers: headers + [("Content-Length", "\(slice.count / 2)"), ("Transfer-Encoding", "chunked")], body: chunked(slice, terminate: true))
+        case .conflictingLengths:
+            sent.bodyBytesSent = slice.count
+            return raw(status: status, reason: reason, headers: headers + [("Content-Length", "\(slice.count)"), ("Content-Length", "\(slice.count + 1)")], body: Array(slice), after: .close)
+        case .negativeLength:
+            sent.bodyBytesSent = slice.count
+            return raw(status: status, reason: reason, headers: headers + [("Content-Length", "-\(slice.count)")], body: Array(slice), after: .close)
+        case .longerThanAnnounced(let extra):
+            let bodyBytes = Array(slice) + [UInt8](repeating: 0x58, count: extra)
+            sent.bodyBytesSent = bodyBytes.count
+            return raw(status: status, reason: reason, headers: headers + [("Transfer-Encoding", "chunked")], body: chunked(bodyBytes[...], terminate: true))
+        default:
+            sent.bodyBytesSent = slice.count
+            return raw(status: status, reason: reason, headers: headers + [("Content-Length", "\(slice.count)")], body: Array(slice))
+        }
+    }
+}
+
+/// Reads requests and writes the server's raw answers.
+private final class FaultHandler: ChannelInboundHandler {
+    typealias InboundIn = HTTPServerRequestPart
+    typealias OutboundOut = ByteBuffer
+
+    private let server: FaultServer
+    private var head: HTTPRequestHead?
+    private var stalled = false
+
+    init(server: FaultServer) { self.server = server }
+
+    func channelActive(context: ChannelHandlerContext) {
+        server.register(context.channel)
+        context.fireChannelActive()
+    }
+
+    func channelInactive(context: ChannelHandlerContext) {
+        server.unregister(context.channel)
+        context.fireChannelInactive()
+    }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        switch unwrapInboundIn(data) {
+        case .head(let head): self.head = head
+        case .body: break
+        case .end:
+            guard let head, !stalled else { return }
+            self.head = nil
+            let path = String(head.uri.split(separator: "?", maxSplits: 1).first ?? "/")
+            let answer = server.answer(path: path, headers: head.headers)
+            let buffer = context.channel.allocator.buffer(bytes: answer.bytes)
+            if let rate = answer.bytesPerSecond, answer.after == .keepAlive {
+                stalled = true
+                writeThrottled(buffer, rate: rate, channel: context.channel)
+                return
+            }
+            switch answer.after {
+            case .keepAlive:
+                context.writeAndFlush(wrapOutboundOut(buffer), promise: nil)
+            case .close:
+                let channel = context.channel
+                context.writeAndFlush(wrapOutboundOut(buffer)).whenComplete { _ in channel.close(promise: nil) }
+            case .stall:
+                stalled = true
+                if !answer.bytes.isEmpty { context.writeAndFlush(wrapOutboundOut(buffer), promise: nil) }
+            }
+        }
+    }
+
+    /// Writes `buffer` in slices every 10 ms so that about `rate` bytes go out a second; one answer per connection.
+    private func writeThrottled(_ buffer: ByteBuffer, rate: Int, channel: any Channel) {
+        var remaining = buffer
+        let slice = max(1, rate / 100)
+        func next() {
+            guard channel.isActive, let piece = remaining.readSlice(length: min(slice, remaining.readableBytes)) else { return }
+            channel.writeAndFlush(piece, promise: nil)
+            if remaining.readableBytes == 0 {
+                channel.close(promise: nil)
+                return
+            }
+            channel.eventLoop.scheduleTask(in: .milliseconds(10)) { next() }
+        }
+        next()
+    }
+
+    func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        context.close(promise: nil)
+    }
+}
