@@ -82,7 +82,6 @@ public actor DownloadManager {
     private let configuration: Configuration
     private let store: DownloadStore
     private let transport: any HTTPTransport
-    private let ownedTransport: LiveTransport?
     private let hub = EventHub()
     private var tasks: [String: Task<Void, Never>] = [:]
     private var stopReasons: [String: StopReason] = [:]
@@ -103,7 +102,7 @@ public actor DownloadManager {
     }
 
     /// Opens the store and recovers from an earlier process: downloads it left running are queued again.
-    /// With `transport` nil the manager makes (and later shuts down) a live AsyncHTTPClient transport.
+    /// With `transport` nil the manager uses the live AsyncHTTPClient transport.
     public init(configuration: Configuration = Configuration(), transport: (any HTTPTransport)? = nil) throws(DownloadError) {
         self.configuration = configuration
         if let directory = configuration.stateDirectory {
@@ -111,14 +110,7 @@ public actor DownloadManager {
         } else {
             store = try DownloadStore()
         }
-        if let transport {
-            self.transport = transport
-            ownedTransport = nil
-        } else {
-            let live = LiveTransport()
-            self.transport = live
-            ownedTransport = live
-        }
+        self.transport = transport ?? LiveTransport()
         for var record in try store.allRecords() where record.state.isActive {
             record.state = .queued
             try store.save(record)
@@ -248,7 +240,7 @@ public actor DownloadManager {
         sessionIDs.remove(id.rawValue)
     }
 
-    /// Pauses every running download, waits until each has flushed its exact offset, and closes the transport.
+    /// Pauses every running download and waits until each has flushed its exact offset.
     /// The manager accepts no work afterwards.
     public func shutdown() async {
         isShutDown = true
@@ -261,7 +253,6 @@ public actor DownloadManager {
             finish(id, with: .failure(DownloadError(.cancelled, "download paused: the manager shut down")))
             errors[id] = nil
         }
-        if let ownedTransport { await ownedTransport.shutdown() }
         hub.finishAll()
     }
 

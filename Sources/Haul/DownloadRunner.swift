@@ -208,7 +208,9 @@ struct DownloadRunner {
             if activity.written > record.durableOffset, activity.written >= compareUntil {
                 try? checkpoint(activity.written)
             }
-            throw error
+            if error is DownloadError || error is CancellationError || Task.isCancelled { throw error }
+            let host = response.finalURL.host ?? record.url
+            throw DownloadError(.connectionLost, "connection to \(host) broke during the body", underlying: error)
         }
         if compareUntil > 0, !record.isPartVerified {
             record.isPartVerified = true

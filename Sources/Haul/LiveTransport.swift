@@ -12,22 +12,24 @@ public final class LiveTransport: HTTPTransport {
     /// The longest chain of redirects followed.
     public let maximumRedirects: Int
 
-    /// A transport with its own HTTP client. Call `shutdown()` when done.
-    public init(connectTimeout: Duration = .seconds(10), maximumRedirects: Int = 10) {
+    /// One client for the whole process, like `HTTPClient.shared`: it is never shut down, so a manager that is
+    /// dropped without `shutdown()` cannot trip AsyncHTTPClient's deinit check, and connections are pooled across
+    /// managers.
+    private static let sharedClient: HTTPClient = {
         var configuration = HTTPClient.Configuration(
             redirectConfiguration: .disallow,
-            timeout: .init(connect: .nanoseconds(Int64(connectTimeout.components.seconds) * 1_000_000_000)),
+            timeout: .init(connect: .seconds(10)),
             decompression: .disabled
         )
         configuration.connectionPool = .init(idleTimeout: .seconds(60))
         configuration.httpVersion = .http1Only
-        client = HTTPClient(eventLoopGroupProvider: .shared(MultiThreadedEventLoopGroup.singleton), configuration: configuration)
-        self.maximumRedirects = maximumRedirects
-    }
+        return HTTPClient(eventLoopGroupProvider: .shared(MultiThreadedEventLoopGroup.singleton), configuration: configuration)
+    }()
 
-    /// Closes the connections.
-    public func shutdown() async {
-        try? await client.shutdown()
+    /// A transport on the process-wide client.
+    public init(maximumRedirects: Int = 10) {
+        client = Self.sharedClient
+        self.maximumRedirects = maximumRedirects
     }
 
     public func send(_ request: TransportRequest) async throws -> TransportResponse {

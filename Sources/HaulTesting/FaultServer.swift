@@ -40,6 +40,8 @@ public final class FaultServer: Sendable {
             acceptsRanges: Bool = true,
             refusesRangesExplicitly: Bool = false,
             contentDisposition: String? = nil,
+            ignoresIfRange: Bool = false,
+            bytesPerSecond: Int? = nil,
             fault: @escaping @Sendable (_ index: Int, _ request: RecordedRequest) -> Fault? = { _, _ in nil }
         ) {
             self.body = body
@@ -49,6 +51,8 @@ public final class FaultServer: Sendable {
             self.acceptsRanges = acceptsRanges
             self.refusesRangesExplicitly = refusesRangesExplicitly
             self.contentDisposition = contentDisposition
+            self.ignoresIfRange = ignoresIfRange
+            self.bytesPerSecond = bytesPerSecond
             self.fault = fault
         }
     }

@@ -1,0 +1,80 @@
+import Foundation
+import Haul
+import HaulCore
+import HaulTesting
+import Testing
+
+/// Deterministic pseudo-random bytes.
+func testBytes(_ count: Int, seed: UInt64 = 1) -> [UInt8] {
+    var state = seed &* 0x9E37_79B9_7F4A_7C15 | 1
+    return (0..<count).map { _ in
+        state ^= state << 13
+        state ^= state >> 7
+        state ^= state << 17
+        return UInt8(truncatingIfNeeded: state)
+    }
+}
+
+/// A fault server, a temporary folder and a state directory for one test.
+struct Harness {
+    let server: FaultServer
+    let folder: String
+    let stateDirectory: String
+    let clock = RecordingClock()
+
+    static func make() async throws -> Harness {
+        let root = NSTemporaryDirectory() + "haul-tests-" + UUID().uuidString
+        try FileManager.default.createDirectory(atPath: root + "/files", withIntermediateDirectories: true)
+        return Harness(server: try await FaultServer.start(), folder: root + "/files", stateDirectory: root + "/state")
+    }
+
+    func path(_ name: String) -> String { folder + "/" + name }
+
+    func manager() throws -> DownloadManager {
+        var configuration = DownloadManager.Configuration(stateDirectory: stateDirectory)
+        configuration.clock = clock
+        configuration.startsStoredDownloads = false
+        configuration.engine.jitter = { 1 }
+        return try DownloadManager(configuration: configuration)
+    }
+
+    /// Downloads `path` of the server to `name` in the folder with a fresh manager on the shared store.
+    func fetch(_ path: String, to name: String = "file.bin", options: DownloadOptions = DownloadOptions()) async throws -> DownloadResult {
+        let manager = try manager()
+        do {
+            let id = try await manager.add(server.url(path), to: .file(self.path(name)), options: options)
+            let result = try await manager.result(of: id)
+            await manager.shutdown()
+            return result
+        } catch {
+            await manager.shutdown()
+            throw error
+        }
+    }
+
+    /// Like `fetch`, expecting failure; returns the error.
+    func fetchError(_ path: String, to name: String = "file.bin", options: DownloadOptions = DownloadOptions()) async -> DownloadError? {
+        do {
+            _ = try await fetch(path, to: name, options: options)
+            return nil
+        } catch {
+            return error as? DownloadError
+        }
+    }
+
+    func contents(_ name: String) -> [UInt8]? {
+        FileManager.default.contents(atPath: path(name)).map { [UInt8]($0) }
+    }
+
+    /// Whether the file `name` holds exactly `bytes` (a Bool, so a failure does not print megabytes).
+    func holds(_ name: String, _ bytes: [UInt8]) -> Bool {
+        contents(name) == bytes
+    }
+
+    func exists(_ name: String) -> Bool { FileManager.default.fileExists(atPath: path(name)) }
+
+    func stop() async {
+        await server.stop()
+        try? FileManager.default.removeItem(atPath: (folder as NSString).deletingLastPathComponent)
+    }
+}
