@@ -50,7 +50,10 @@ let package = Package(
             ]
         ),
         .testTarget(name: "HaulCoreTests", dependencies: ["HaulCore"]),
-        .testTarget(name: "HaulTests", dependencies: ["Haul", "HaulTesting"]),
+        .testTarget(
+            name: "HaulTests",
+            dependencies: ["Haul", "HaulTesting", .product(name: "Crypto", package: "swift-crypto")]
+        ),
         .testTarget(name: "HaulEndToEndTests", dependencies: ["Haul", "HaulTesting"]),
     ]
 )

@@ -79,6 +79,7 @@ public final class PartFile: @unchecked Sendable {
 
     /// Cuts the file to `length` bytes.
     public func truncate(to length: Int64) throws(DownloadError) {
+        if try self.length() == length { return }
         guard ftruncate(descriptor, off_t(length)) == 0 else { throw Self.fileError(errno, "cannot truncate \(path)") }
     }
 

@@ -78,3 +78,10 @@ struct Harness {
         try? FileManager.default.removeItem(atPath: (folder as NSString).deletingLastPathComponent)
     }
 }
+
+import Crypto
+
+/// Lowercase hex SHA-256.
+func sha256Hex(_ bytes: [UInt8]) -> String {
+    SHA256.hash(data: bytes).map { String(format: "%02x", $0) }.joined()
+}

@@ -1,0 +1,373 @@
+import Foundation
+import Haul
+import HaulCore
+import HaulTesting
+import Testing
+
+/// HOSTILE.md 28–35 for one download, checksums, and the destination rules.
+@Suite("Local state")
+struct LocalStateTests {
+    static let size = 300_000
+    static let cut = 120_000
+    let body = testBytes(size)
+
+    /// Leaves a failed download with exactly `cut` bytes durable in `file.bin.part`.
+    func leavePartial(_ h: Harness) async throws {
+        h.server.serve("/f", .init(body: body) { index, _ in index == 0 ? .stall(afterBytes: Self.cut) : nil })
+        var options = DownloadOptions(maximumAttemptsWithoutProgress: 1)
+        options.idleTimeoutSeconds = 0.25
+        let error = await h.fetchError("/f", options: options)
+        #expect(error?.code == .idleTimeout)
+        #expect(FileSystemProbe.size(h.path("file.bin.part")) == Int64(Self.cut))
+        #expect(!h.exists("file.bin"))
+    }
+
+    @Test("28: part file shorter than the stored offset: resume from its real length")
+    func partShorter() async throws {
+        let h = try await Harness.make()
+        defer { Task { await h.stop() } }
+        try await leavePartial(h)
+        try FileSystemProbe.truncate(h.path("file.bin.part"), to: 50_000)
+        _ = try await h.fetch("/f")
+        #expect(h.holds("file.bin", body))
+        #expect(h.server.requests(to: "/f").last?.range == "bytes=50000-")
+    }
+
+    @Test("29: part file longer than the stored offset: truncated to the offset")
+    func partLonger() async throws {
+        let h = try await Harness.make()
+        defer { Task { await h.stop() } }
+        try await leavePartial(h)
+        let handle = FileHandle(forWritingAtPath: h.path("file.bin.part"))!
+        handle.seekToEndOfFile()
+        handle.write(Data(repeating: 0xEE, count: 5000))
+        try handle.close()
+        _ = try await h.fetch("/f")
+        #expect(h.holds("file.bin", body))
+        #expect(h.server.requests(to: "/f").last?.range == "bytes=\(Self.cut)-")
+    }
+
+    @Test("30: part file deleted while the row holds an offset: start again")
+    func partDeleted() async throws {
+        let h = try await Harness.make()
+        defer { Task { await h.stop() } }
+        try await leavePartial(h)
+        try FileManager.default.removeItem(atPath: h.path("file.bin.part"))
+        _ = try await h.fetch("/f")
+        #expect(h.holds("file.bin", body))
+        #expect(h.server.requests(to: "/f").last?.range == nil)
+    }
+
+    @Test("31: part file with no store row: compared with the server before appending")
+    func partWithoutRecord() async throws {
+        for (bytes, restarts) in [(Array(body.prefix(Self.cut)), false), (testBytes(Self.cut, seed: 9), true)] {
+            let h = try await Harness.make()
+            h.server.serve("/f", .init(body: body))
+            _ = FileManager.default.createFile(atPath: h.path("file.bin.part"), contents: Data(bytes))
+            _ = try await h.fetch("/f")
+            #expect(h.holds("file.bin", body))
+            let requests = h.server.requests(to: "/f")
+            #expect(requests.first?.range == "bytes=\(Self.cut - 65_536)-")
+            #expect(requests.first?.headers["if-range"] == nil)
+            #expect(requests.count == (restarts ? 2 : 1))
+            await h.stop()
+        }
+    }
+
+    @Test("32: an unreadable state database gives a clear error naming it")
+    func unreadableStore() async throws {
+        let h = try await Harness.make()
+        defer { Task { await h.stop() } }
+        try FileManager.default.createDirectory(atPath: h.stateDirectory, withIntermediateDirectories: true)
+        let path = h.stateDirectory + "/haul.sqlite"
+        _ = FileManager.default.createFile(atPath: path, contents: Data(repeating: 0x42, count: 4096))
+        do {
+            _ = try h.manager()
+            Issue.record("expected an error")
+        } catch {
+            let error = error as? DownloadError
+            #expect(error?.code == .store)
+            #expect(error?.message.contains(path) == true)
+            #expect(error?.message.contains("not a Haul database") == true)
+        }
+        #expect(FileManager.default.contents(atPath: path) == Data(repeating: 0x42, count: 4096), "nothing lost")
+    }
+
+    @Test("33: disk full while writing: a clear error, resumable once space is free")
+    func diskFull() async throws {
+        let h = try await Harness.make()
+        defer { Task { await h.stop() } }
+        h.server.serve("/f", .init(body: body))
+        try FileManager.default.createSymbolicLink(atPath: h.path("file.bin.part"), withDestinationPath: "/dev/full")
+        let error = await h.fetchError("/f")
+        #expect(error?.code == .diskFull)
+        #expect(error?.message.contains("disk is full") == true)
+        #expect(!h.exists("file.bin"))
+        try FileManager.default.removeItem(atPath: h.path("file.bin.part"))
+        _ = try await h.fetch("/f")
+        #expect(h.holds("file.bin", body))
+    }
+
+    @Test("34: destination folder missing: a clear error before any byte is fetched")
+    func missingFolder() async throws {
+        let h = try await Harness.make()
+        defer { Task { await h.stop() } }
+        h.server.serve("/f", .init(body: body))
+        let error = await h.fetchError("/f", to: "missing/file.bin")
+        #expect(error?.code == .destinationNotWritable)
+        #expect(error?.message.contains("does not exist") == true)
+        #expect(h.server.requests.isEmpty)
+    }
+
+    @Test("35: one writer per part file: a second lock on it is refused")
+    func oneWriter() async throws {
+        let h = try await Harness.make()
+        defer { Task { await h.stop() } }
+        let first = try PartFile.open(path: h.path("x.part"))
+        #expect(throws: DownloadError.self) { try PartFile.open(path: h.path("x.part")) }
+        do {
+            _ = try PartFile.open(path: h.path("x.part"))
+        } catch {
+            #expect((error as DownloadError).code == .locked)
+        }
+        _ = first
+    }
+
+    @Test("35: two managers asked for the same destination: the second refuses, the file is written once")
+    func twoManagers() async throws {
+        let h = try await Harness.make()
+        defer { Task { await h.stop() } }
+        h.server.serve("/f", .init(body: body, bytesPerSecond: 1_000_000))
+        let first = try h.manager()
+        let firstID = try await first.add(h.server.url("/f"), to: .file(h.path("file.bin")))
+        for await event in first.events(for: firstID) {
+            if case .progress = event { break }
+        }
+        var configuration = DownloadManager.Configuration(stateDirectory: nil)
+        configuration.startsStoredDownloads = false
+        let second = try DownloadManager(configuration: configuration)
+        let secondID = try await second.add(h.server.url("/f"), to: .file(h.path("file.bin")))
+        await #expect(throws: DownloadError.self) { try await second.result(of: secondID) }
+        do {
+            _ = try await second.result(of: secondID)
+        } catch let error as DownloadError {
+            #expect(error.code == .locked)
+        }
+        _ = try await first.result(of: firstID)
+        await first.shutdown()
+        #expect(h.holds("file.bin", body))
+    }
+
+    // MARK: Checksums
+
+    @Test func checksumMatches() async throws {
+        let h = try await Harness.make()
+        defer { Task { await h.stop() } }
+        h.server.serve("/f", .init(body: body))
+        let sha = sha256Hex(body)
+        let result = try await h.fetch("/f", options: DownloadOptions(checksum: try Checksum(parsing: "sha256=\(sha)")))
+        #expect(result.sha256 == sha)
+        #expect(h.holds("file.bin", body))
+    }
+
+    @Test("37: checksum mismatch: the final name never holds the file")
+    func checksumMismatch() async throws {
+        let h = try await Harness.make()
+        defer { Task { await h.stop() } }
+        h.server.serve("/f", .init(body: body))
+        let wrong = try Checksum(parsing: "sha256=" + String(repeating: "0", count: 64))
+        let error = await h.fetchError("/f", options: DownloadOptions(checksum: wrong))
+        #expect(error?.code == .checksumMismatch)
+        #expect(error?.message.contains("expected sha256=0000") == true)
+        #expect(!h.exists("file.bin"))
+        #expect(!h.exists("file.bin.part"))
+        #expect(h.server.requests(to: "/f").count == 1, "a fresh download is not fetched twice")
+    }
+
+    @Test("37: after a resumed download, one fresh full fetch is tried before failing")
+    func checksumAfterResume() async throws {
+        let h = try await Harness.make()
+        defer { Task { await h.stop() } }
+        try await leavePartial(h)
+        // Damage a byte the planner cannot see: only the checksum can.
+        let handle = FileHandle(forUpdatingAtPath: h.path("file.bin.part"))!
+        handle.seek(toFileOffset: 1000)
+        handle.write(Data([body[1000] ^ 0xFF]))
+        try handle.close()
+        let options = DownloadOptions(checksum: try Checksum(parsing: "sha256=\(sha256Hex(body))"))
+        _ = try await h.fetch("/f", options: options)
+        #expect(h.holds("file.bin", body))
+        let requests = h.server.requests(to: "/f")
+        #expect(requests.suffix(2).map(\.range) == ["bytes=\(Self.cut)-", nil])
+    }
+
+    // MARK: Destinations
+
+    @Test("27: a file Haul did not create is never overwritten unless asked")
+    func existingFile() async throws {
+        let h = try await Harness.make()
+        defer { Task { await h.stop() } }
+        h.server.serve("/f", .init(body: body))
+        _ = FileManager.default.createFile(atPath: h.path("file.bin"), contents: Data("mine".utf8))
+        let error = await h.fetchError("/f")
+        #expect(error?.code == .destinationExists)
+        #expect(error?.message.contains("--overwrite") == true)
+        #expect(h.contents("file.bin") == Array("mine".utf8))
+        #expect(h.server.requests.isEmpty)
+        _ = try await h.fetch("/f", options: DownloadOptions(overwrite: true))
+        #expect(h.holds("file.bin", body))
+    }
+
+    @Test("-c adopts an existing file after comparing an overlap; a different file restarts")
+    func continueExisting() async throws {
+        for (bytes, matches) in [(Array(body.prefix(Self.cut)), true), (testBytes(Self.cut, seed: 7), false)] {
+            let h = try await Harness.make()
+            h.server.serve("/f", .init(body: body))
+            _ = FileManager.default.createFile(atPath: h.path("file.bin"), contents: Data(bytes))
+            let result = try await h.fetch("/f", options: DownloadOptions(continuePartial: true))
+            #expect(h.holds("file.bin", body))
+            #expect(h.server.requests(to: "/f").first?.range == "bytes=\(Self.cut - 65_536)-")
+            #expect(h.server.requests(to: "/f").count == (matches ? 1 : 2))
+            #expect(result.resumedFrom == Int64(Self.cut))
+            await h.stop()
+        }
+    }
+
+    @Test("25, 26, 27: folder downloads take the server's name, sanitised, never over an existing file")
+    func folderNames() async throws {
+        let h = try await Harness.make()
+        defer { Task { await h.stop() } }
+        h.server.serve("/a", .init(body: body, contentDisposition: "attachment; filename=\"plain.txt\"; filename*=UTF-8''%E2%82%AC%20rates.txt"))
+        h.server.serve("/b", .init(body: body, contentDisposition: "attachment; filename=\"../../etc/passwd\""))
+        h.server.serve("/dir/c%20d.iso", .init(body: body))
+        h.server.serve("/", .init(body: body))
+        _ = FileManager.default.createFile(atPath: h.path("c d.iso"), contents: Data("mine".utf8))
+        let manager = try h.manager()
+        var paths: [String] = []
+        for path in ["/a", "/b", "/dir/c%20d.iso", "/"] {
+            let id = try await manager.add(h.server.url(path), to: .directory(h.folder))
+            paths.append(try await manager.result(of: id).path)
+        }
+        await manager.shutdown()
+        #expect(paths == [h.path("€ rates.txt"), h.path("passwd"), h.path("c d (1).iso"), h.path("index.html")])
+        #expect(h.contents("c d.iso") == Array("mine".utf8))
+        for path in paths { #expect(FileManager.default.contents(atPath: path).map { [UInt8]($0) } == body) }
+    }
+
+    @Test("a completed download run again fetches no body")
+    func alreadyComplete() async throws {
+        let h = try await Harness.make()
+        defer { Task { await h.stop() } }
+        h.server.serve("/f", .init(body: body))
+        _ = try await h.fetch("/f")
+        let again = try await h.fetch("/f")
+        #expect(again.wasAlreadyComplete)
+        #expect(h.server.requests(to: "/f").count == 1)
+    }
+
+    // MARK: Control and events
+
+    @Test("pause flushes the exact offset; resume continues from it")
+    func pauseAndResume() async throws {
+        let h = try await Harness.make()
+        defer { Task { await h.stop() } }
+        h.server.serve("/f", .init(body: body, bytesPerSecond: 500_000))
+        let manager = try h.manager()
+        let id = try await manager.add(h.server.url("/f"), to: .file(h.path("file.bin")))
+        for await event in manager.events(for: id) {
+            if case .progress(let progress) = event, progress.receivedBytes > 0 { break }
+        }
+        try await manager.pause(id)
+        let snapshot = try await manager.snapshot(id)
+        #expect(snapshot.state == .paused)
+        let held = FileSystemProbe.size(h.path("file.bin.part"))
+        #expect(held == snapshot.receivedBytes, "the stored offset is the exact part length")
+        #expect((held ?? 0) > 0)
+        try await manager.resume(id)
+        _ = try await manager.result(of: id)
+        await manager.shutdown()
+        #expect(h.holds("file.bin", body))
+        #expect(h.server.requests(to: "/f").last?.range == "bytes=\(held ?? -1)-")
+        await #expect(throws: DownloadError.self) { try await manager.resume(id) }
+    }
+
+    @Test("cancel stops the download and deletes its part file")
+    func cancel() async throws {
+        let h = try await Harness.make()
+        defer { Task { await h.stop() } }
+        h.server.serve("/f", .init(body: body, bytesPerSecond: 500_000))
+        let manager = try h.manager()
+        let id = try await manager.add(h.server.url("/f"), to: .file(h.path("file.bin")))
+        for await event in manager.events(for: id) {
+            if case .progress = event { break }
+        }
+        try await manager.cancel(id)
+        #expect(try await manager.snapshot(id).state == .cancelled)
+        #expect(!h.exists("file.bin.part"))
+        #expect(!h.exists("file.bin"))
+        await manager.shutdown()
+    }
+
+    @Test("events(for:) delivers one download's events only")
+    func filteredEvents() async throws {
+        let h = try await Harness.make()
+        defer { Task { await h.stop() } }
+        h.server.serve("/a", .init(body: body))
+        h.server.serve("/b", .init(body: body))
+        let manager = try h.manager()
+        let a = try await manager.add(h.server.url("/a"), to: .file(h.path("a.bin")))
+        let stream = manager.events(for: a)
+        let b = try await manager.add(h.server.url("/b"), to: .file(h.path("b.bin")))
+        _ = try await manager.result(of: a)
+        _ = try await manager.result(of: b)
+        await manager.shutdown()
+        var ids = Set<DownloadID>()
+        var sawCompletion = false
+        for await event in stream {
+            ids.insert(event.id)
+            if case .completed = event { sawCompletion = true }
+        }
+        #expect(ids == [a])
+        #expect(sawCompletion)
+    }
+
+    @Test("adding the same URL to the same destination returns the same download")
+    func dedupe() async throws {
+        let h = try await Harness.make()
+        defer { Task { await h.stop() } }
+        h.server.serve("/f", .init(body: body, bytesPerSecond: 2_000_000))
+        let manager = try h.manager()
+        let first = try await manager.add(h.server.url("/f"), to: .file(h.path("file.bin")))
+        let second = try await manager.add(h.server.url("/f"), to: .file(h.path("file.bin")))
+        #expect(first == second)
+        _ = try await manager.result(of: first)
+        await manager.shutdown()
+        #expect(h.server.requests(to: "/f").count == 1)
+    }
+
+    @Test("bad URLs are refused with a message naming them")
+    func badURLs() async throws {
+        let manager = try DownloadManager(configuration: .init(stateDirectory: nil))
+        for text in ["ftp://example.com/x", "file:///etc/passwd", "http:///nohost"] {
+            do {
+                _ = try await manager.add(URL(string: text)!, to: .directory(NSTemporaryDirectory()))
+                Issue.record("accepted \(text)")
+            } catch {
+                #expect(error.code == .invalidURL)
+            }
+        }
+    }
+}
+
+/// Direct file-system checks for tests.
+enum FileSystemProbe {
+    static func size(_ path: String) -> Int64? {
+        (try? FileManager.default.attributesOfItem(atPath: path)[.size] as? NSNumber)?.int64Value
+    }
+
+    static func truncate(_ path: String, to length: Int64) throws {
+        let handle = FileHandle(forUpdatingAtPath: path)!
+        try handle.truncate(atOffset: UInt64(length))
+        try handle.close()
+    }
+}
