@@ -103,7 +103,9 @@ public actor DownloadManager {
 
     /// Opens the store and recovers from an earlier process: downloads it left running are queued again.
     /// With `transport` nil the manager uses the live AsyncHTTPClient transport.
-    public init(configuration: Configuration = Configuration(), transport: (any HTTPTransport)? = nil) throws(DownloadError) {
+    public init(configuration: Configuration = Configuration(), transport: (any HTTPTransport)? = nil)
+        throws(DownloadError)
+    {
         self.configuration = configuration
         if let directory = configuration.stateDirectory {
             store = try DownloadStore(directory: directory)
@@ -139,7 +141,8 @@ public actor DownloadManager {
         var newRecord = DownloadRecord(
             id: UUID().uuidString.lowercased(), url: urlText, finalURL: nil, directory: nil, destination: nil,
             state: .queued, totalLength: nil, durableOffset: 0, etag: nil, lastModified: nil,
-            isLastModifiedStrong: false, isResumable: nil, isPartVerified: true, mayReplaceDestination: options.overwrite,
+            isLastModifiedStrong: false, isResumable: nil, isPartVerified: true,
+            mayReplaceDestination: options.overwrite,
             attempts: 0, lastError: nil, options: options, priority: priority, createdAt: Date(), updatedAt: Date()
         )
         switch destination {
@@ -230,7 +233,8 @@ public actor DownloadManager {
     public func remove(_ id: DownloadID, deletingFile: Bool = false) throws(DownloadError) {
         let record = try require(id)
         guard tasks[id.rawValue] == nil else {
-            throw DownloadError(.illegalTransition, "cannot remove a download that is running; pause or cancel it first")
+            throw DownloadError(
+                .illegalTransition, "cannot remove a download that is running; pause or cancel it first")
         }
         if let part = record.partPath { FileSystem.remove(part) }
         if deletingFile, record.state == .completed, let destination = record.destination {
@@ -435,7 +439,8 @@ public actor DownloadManager {
         guard record.state == .completed, let path = record.destination, let size = FileSystem.size(path),
             size == record.totalLength
         else { return nil }
-        let digest = record.options.computesSHA256 ? try FileDigest.hexDigests(of: path, algorithms: [.sha256])[.sha256] : nil
+        let digest =
+            record.options.computesSHA256 ? try FileDigest.hexDigests(of: path, algorithms: [.sha256])[.sha256] : nil
         let result = DownloadResult(
             id: DownloadID(record.id), url: record.url, path: path, bytes: size, sha256: digest, seconds: 0,
             resumedFrom: size, wasAlreadyComplete: true
@@ -446,7 +451,9 @@ public actor DownloadManager {
 
     /// A file at the destination that Haul did not create is never overwritten unless asked; `continuePartial`
     /// adopts it as a part file whose bytes are compared with the server before anything is appended.
-    private func claimDestination(_ path: String, record: inout DownloadRecord, options: DownloadOptions) throws(DownloadError) {
+    private func claimDestination(_ path: String, record: inout DownloadRecord, options: DownloadOptions)
+        throws(DownloadError)
+    {
         let part = path + ".part"
         if FileSystem.exists(part) {
             // A part file with no record: never appended to blindly.
@@ -480,7 +487,9 @@ public actor DownloadManager {
 
     private static func absolute(_ path: String) -> String {
         let expanded = (path as NSString).expandingTildeInPath
-        let full = expanded.hasPrefix("/") ? expanded : (FileManager.default.currentDirectoryPath as NSString).appendingPathComponent(expanded)
+        let full =
+            expanded.hasPrefix("/")
+            ? expanded : (FileManager.default.currentDirectoryPath as NSString).appendingPathComponent(expanded)
         return (full as NSString).standardizingPath
     }
 

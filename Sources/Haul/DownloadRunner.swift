@@ -125,7 +125,8 @@ struct DownloadRunner {
 
     /// One request and, when the answer is usable, its body streamed to the part file.
     private mutating func attempt(_ request: RangeRequest) async throws {
-        let transportRequest = TransportRequest(url: URL(string: record.finalURL ?? record.url)!, headers: headers(for: request))
+        let transportRequest = TransportRequest(
+            url: URL(string: record.finalURL ?? record.url)!, headers: headers(for: request))
         let transport = environment.transport
         let activity = TransferActivity()
         currentActivity = activity
@@ -135,7 +136,8 @@ struct DownloadRunner {
             return response
         }
         let held = request.offset
-        let decision = validator.decide(request: request, head: response.head, known: record.remoteFacts, partLength: held)
+        let decision = validator.decide(
+            request: request, head: response.head, known: record.remoteFacts, partLength: held)
         let start: Int64
         let compareUntil: Int64
         let expected: Int64?
@@ -153,7 +155,9 @@ struct DownloadRunner {
             return
         case .rewrite(let length, let facts):
             if part == nil { try resolveDestination(response: response) }
-            if held > 0 { environment.logger.notice("\(record.url): whole body from 0 (range ignored or file changed)") }
+            if held > 0 {
+                environment.logger.notice("\(record.url): whole body from 0 (range ignored or file changed)")
+            }
             record.remoteFacts = facts
             record.finalURL = response.finalURL.absoluteString
             record.durableOffset = 0
@@ -191,7 +195,8 @@ struct DownloadRunner {
         let body = response.body
         do {
             let end = try await withIdleWatchdog(activity) {
-                try await context.stream(body, start: start, compareUntil: compareUntil, expected: expected, activity: activity)
+                try await context.stream(
+                    body, start: start, compareUntil: compareUntil, expected: expected, activity: activity)
             }
             try checkpoint(end)
             if record.totalLength == nil {
@@ -203,7 +208,8 @@ struct DownloadRunner {
             environment.logger.notice("\(record.url): the bytes held differ from the server's; restarting from 0")
             try resetToZero()
             forceWhole = true
-            throw DownloadError(.invalidResponse, "the part file does not match the server's bytes; restarting", isRetryable: true)
+            throw DownloadError(
+                .invalidResponse, "the part file does not match the server's bytes; restarting", isRetryable: true)
         } catch {
             if activity.written > record.durableOffset, activity.written >= compareUntil {
                 try? checkpoint(activity.written)
@@ -349,7 +355,8 @@ struct DownloadRunner {
         if let checksum = record.options.checksum, digests[checksum.algorithm] != checksum.hex {
             let got = digests[checksum.algorithm] ?? "nothing"
             if (wasResumed || (resumedFrom ?? 0) > 0) && !freshFetchTried {
-                environment.logger.notice("\(record.url): checksum mismatch after a resumed download; fetching it whole")
+                environment.logger.notice(
+                    "\(record.url): checksum mismatch after a resumed download; fetching it whole")
                 freshFetchTried = true
                 wasResumed = false
                 try resetToZero()
@@ -395,7 +402,9 @@ struct DownloadRunner {
         let name = (destination as NSString).lastPathComponent
         let folder = (destination as NSString).deletingLastPathComponent as NSString
         for number in 0..<1000 {
-            let target = number == 0 ? destination : folder.appendingPathComponent(FileNameSanitizer.alternative(name, number: number))
+            let target =
+                number == 0
+                ? destination : folder.appendingPathComponent(FileNameSanitizer.alternative(name, number: number))
             let result = Result { () throws(DownloadError) in
                 try FileSystem.move(partPath, to: target, replacing: record.mayReplaceDestination)
             }
@@ -480,7 +489,9 @@ struct TransferContext: Sendable {
             if let end, position + Int64(buffer.readableBytes) > end {
                 let keep = Int(end - position)
                 buffer = buffer.getSlice(at: buffer.readerIndex, length: max(0, keep)) ?? ByteBuffer()
-                if buffer.readableBytes > 0 { try write(&buffer, at: &position, compareUntil: compareUntil, activity: activity) }
+                if buffer.readableBytes > 0 {
+                    try write(&buffer, at: &position, compareUntil: compareUntil, activity: activity)
+                }
                 throw DownloadError(
                     .bodyTooLong,
                     "server sent more than the \(expected ?? 0) bytes it announced; not saving the excess",
@@ -523,7 +534,9 @@ struct TransferContext: Sendable {
         return max(position, compareUntil)
     }
 
-    private func write(_ buffer: inout ByteBuffer, at position: inout Int64, compareUntil: Int64, activity: TransferActivity) throws {
+    private func write(
+        _ buffer: inout ByteBuffer, at position: inout Int64, compareUntil: Int64, activity: TransferActivity
+    ) throws {
         if position < compareUntil {
             let count = Int(min(compareUntil - position, Int64(buffer.readableBytes)))
             let held = try part.read(count: count, at: position)

@@ -21,7 +21,8 @@ public struct DownloadStore: Sendable {
             writer = pool
             self.path = path
         } catch {
-            throw DownloadError(.store, "cannot open the state database \(path): \(Self.describe(error))", underlying: error)
+            throw DownloadError(
+                .store, "cannot open the state database \(path): \(Self.describe(error))", underlying: error)
         }
     }
 
@@ -123,26 +124,32 @@ public struct DownloadStore: Sendable {
     /// The record for `url` to the file `destination`, if any.
     public func record(url: String, destination: String) throws(DownloadError) -> DownloadRecord? {
         try read { db in
-            try DownloadRecord.filter(DownloadRecord.Columns.url == url && DownloadRecord.Columns.destination == destination)
-                .filter(DownloadRecord.Columns.directory == nil)
-                .order(DownloadRecord.Columns.createdAt.desc).fetchOne(db)
+            try DownloadRecord.filter(
+                DownloadRecord.Columns.url == url && DownloadRecord.Columns.destination == destination
+            )
+            .filter(DownloadRecord.Columns.directory == nil)
+            .order(DownloadRecord.Columns.createdAt.desc).fetchOne(db)
         }
     }
 
     /// The record for `url` into the folder `directory` (server-chosen name), if any.
     public func record(url: String, directory: String) throws(DownloadError) -> DownloadRecord? {
         try read { db in
-            try DownloadRecord.filter(DownloadRecord.Columns.url == url && DownloadRecord.Columns.directory == directory)
-                .order(DownloadRecord.Columns.createdAt.desc).fetchOne(db)
+            try DownloadRecord.filter(
+                DownloadRecord.Columns.url == url && DownloadRecord.Columns.directory == directory
+            )
+            .order(DownloadRecord.Columns.createdAt.desc).fetchOne(db)
         }
     }
 
     /// Whether any record other than `excluding` uses `destination`.
     public func isDestinationClaimed(_ destination: String, excluding id: String) throws(DownloadError) -> Bool {
         try read { db in
-            try DownloadRecord.filter(DownloadRecord.Columns.destination == destination && DownloadRecord.Columns.id != id)
-                .filter(DownloadRecord.Columns.state != DownloadState.cancelled.rawValue)
-                .fetchCount(db) > 0
+            try DownloadRecord.filter(
+                DownloadRecord.Columns.destination == destination && DownloadRecord.Columns.id != id
+            )
+            .filter(DownloadRecord.Columns.state != DownloadState.cancelled.rawValue)
+            .fetchCount(db) > 0
         }
     }
 

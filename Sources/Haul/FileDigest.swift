@@ -5,7 +5,9 @@ import HaulCore
 /// Digests of a file on disk, read in 1 MiB blocks so memory stays flat.
 enum FileDigest {
     /// Hex digests of the file at `path` for each algorithm asked for.
-    static func hexDigests(of path: String, algorithms: Set<Checksum.Algorithm>) throws(DownloadError) -> [Checksum.Algorithm: String] {
+    static func hexDigests(of path: String, algorithms: Set<Checksum.Algorithm>) throws(DownloadError) -> [Checksum
+        .Algorithm: String]
+    {
         guard let handle = FileHandle(forReadingAtPath: path) else {
             throw DownloadError(.fileSystem, "cannot read \(path) to compute its checksum")
         }

@@ -23,7 +23,8 @@ public final class LiveTransport: HTTPTransport {
         )
         configuration.connectionPool = .init(idleTimeout: .seconds(60))
         configuration.httpVersion = .http1Only
-        return HTTPClient(eventLoopGroupProvider: .shared(MultiThreadedEventLoopGroup.singleton), configuration: configuration)
+        return HTTPClient(
+            eventLoopGroupProvider: .shared(MultiThreadedEventLoopGroup.singleton), configuration: configuration)
     }()
 
     /// A transport on the process-wide client.
@@ -85,8 +86,9 @@ public final class LiveTransport: HTTPTransport {
         {
             return DownloadError(.connectionFailed, "could not connect to \(host)", underlying: error)
         }
-        if let client = error as? HTTPClientError, client == .invalidURL || client == .emptyHost
-            || client == .unsupportedScheme(url.scheme ?? "")
+        if let client = error as? HTTPClientError,
+            client == .invalidURL || client == .emptyHost
+                || client == .unsupportedScheme(url.scheme ?? "")
         {
             return DownloadError(.invalidURL, "cannot fetch \(url.absoluteString)", underlying: error)
         }

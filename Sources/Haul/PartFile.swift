@@ -49,7 +49,8 @@ public final class PartFile: @unchecked Sendable {
         let result: Int32 = buffer.withUnsafeReadableBytes { bytes in
             var written = 0
             while written < bytes.count {
-                let count = pwrite(descriptor, bytes.baseAddress! + written, bytes.count - written, off_t(offset) + off_t(written))
+                let count = pwrite(
+                    descriptor, bytes.baseAddress! + written, bytes.count - written, off_t(offset) + off_t(written))
                 if count < 0 {
                     if errno == EINTR { continue }
                     return errno
@@ -66,7 +67,9 @@ public final class PartFile: @unchecked Sendable {
         var bytes = [UInt8](repeating: 0, count: count)
         var total = 0
         while total < count {
-            let got = bytes.withUnsafeMutableBytes { pread(descriptor, $0.baseAddress! + total, count - total, off_t(offset) + off_t(total)) }
+            let got = bytes.withUnsafeMutableBytes {
+                pread(descriptor, $0.baseAddress! + total, count - total, off_t(offset) + off_t(total))
+            }
             if got < 0 {
                 if errno == EINTR { continue }
                 throw Self.fileError(errno, "cannot read \(path)")

@@ -64,7 +64,9 @@ public struct ResponseHead: Sendable, Equatable {
 
     /// Whether the server declared byte ranges (`Accept-Ranges: bytes`).
     public var acceptsByteRanges: Bool {
-        values("Accept-Ranges").contains { $0.lowercased().split(separator: ",").contains { $0.trimmingCharacters(in: .whitespaces) == "bytes" } }
+        values("Accept-Ranges").contains {
+            $0.lowercased().split(separator: ",").contains { $0.trimmingCharacters(in: .whitespaces) == "bytes" }
+        }
     }
 
     /// Whether the server said `Accept-Ranges: none`.

@@ -40,7 +40,9 @@ public struct ResponseValidator: Sendable {
             case .invalid(let why): return .fail(DownloadError(.invalidResponse, "invalid response: \(why)"))
             }
             if head.status == 200 {
-                let rangeIgnored = request.rangeStart != nil && !(known.map { validators.isChanged(comparedTo: $0.validators) } ?? false)
+                let rangeIgnored =
+                    request.rangeStart != nil
+                    && !(known.map { validators.isChanged(comparedTo: $0.validators) } ?? false)
                 let facts = RemoteFacts(
                     totalLength: announced,
                     validators: validators,

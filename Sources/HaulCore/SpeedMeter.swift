@@ -16,7 +16,8 @@ public struct SpeedMeter: Sendable {
     /// Bytes per second over the window; 0 until two samples exist.
     public var bytesPerSecond: Double {
         guard let first = samples.first, let last = samples.last, last.time > first.time else { return 0 }
-        let seconds = Double((last.time - first.time).components.seconds)
+        let seconds =
+            Double((last.time - first.time).components.seconds)
             + Double((last.time - first.time).components.attoseconds) / 1e18
         return Double(last.bytes - first.bytes) / seconds
     }

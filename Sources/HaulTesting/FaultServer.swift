@@ -198,7 +198,8 @@ public final class FaultServer: Sendable {
     fileprivate func answer(path: String, headers: HTTPHeaders) -> Answer {
         var recorded = RecordedRequest(
             path: path,
-            headers: Dictionary(headers.map { ($0.name.lowercased(), $0.value) }, uniquingKeysWith: { first, _ in first })
+            headers: Dictionary(
+                headers.map { ($0.name.lowercased(), $0.value) }, uniquingKeysWith: { first, _ in first })
         )
         let (resource, index) = state.withLock { state -> (Resource?, Int) in
             let index = state.counts[path, default: 0]
@@ -212,7 +213,8 @@ public final class FaultServer: Sendable {
             answer = Self.build(resource, request: recorded, fault: fault, sent: &recorded)
             answer.bytesPerSecond = resource.bytesPerSecond
         } else {
-            answer = Self.raw(status: 404, reason: "Not Found", headers: [("Content-Length", "9")], body: Array("not found".utf8))
+            answer = Self.raw(
+                status: 404, reason: "Not Found", headers: [("Content-Length", "9")], body: Array("not found".utf8))
             recorded.status = 404
         }
         let final = recorded
@@ -220,7 +222,9 @@ public final class FaultServer: Sendable {
         return answer
     }
 
-    private static func raw(status: Int, reason: String, headers: [(String, String)], body: [UInt8], after: Answer.After = .keepAlive) -> Answer {
+    private static func raw(
+        status: Int, reason: String, headers: [(String, String)], body: [UInt8], after: Answer.After = .keepAlive
+    ) -> Answer {
         var text = "HTTP/1.1 \(status) \(reason)\r\n"
         for (name, value) in headers { text += "\(name): \(value)\r\n" }
         text += "\r\n"
@@ -240,7 +244,9 @@ public final class FaultServer: Sendable {
     }
 
     // swiftlint:disable:next function_body_length cyclomatic_complexity
-    private static func build(_ resource: Resource, request: RecordedRequest, fault: Fault?, sent: inout RecordedRequest) -> Answer {
+    private static func build(
+        _ resource: Resource, request: RecordedRequest, fault: Fault?, sent: inout RecordedRequest
+    ) -> Answer {
         let total = resource.body.count
         var headers: [(String, String)] = [("Content-Type", "application/octet-stream")]
         if let date = resource.date { headers.append(("Date", date)) }
@@ -259,7 +265,9 @@ public final class FaultServer: Sendable {
         if resource.acceptsRanges, let header = request.range, header.hasPrefix("bytes=") {
             let spec = header.dropFirst("bytes=".count).split(separator: "-", omittingEmptySubsequences: false)
             let ifRange = request.headers["if-range"]
-            let matches = resource.ignoresIfRange || ifRange == nil || ifRange == resource.etag || (ifRange == resource.lastModified && resource.etag == nil)
+            let matches =
+                resource.ignoresIfRange || ifRange == nil || ifRange == resource.etag
+                || (ifRange == resource.lastModified && resource.etag == nil)
             if matches, spec.count == 2, let first = Int(spec[0]) {
                 let last = Int(spec[1]).map { min($0, total - 1) } ?? total - 1
                 if first >= total { unsatisfiable = true } else if first <= last { range = first...last }
@@ -270,15 +278,19 @@ public final class FaultServer: Sendable {
         case .status(let status, let extra):
             sent.status = status
             let body = Array("status \(status)".utf8)
-            return raw(status: status, reason: "Fault", headers: extra.map { ($0.key, $0.value) } + [("Content-Length", "\(body.count)")], body: body)
+            return raw(
+                status: status, reason: "Fault",
+                headers: extra.map { ($0.key, $0.value) } + [("Content-Length", "\(body.count)")], body: body)
         case .rangeNotSatisfiable(let contentRange):
             sent.status = 416
             var extra = headers
             if let contentRange { extra.append(("Content-Range", contentRange)) }
-            return raw(status: 416, reason: "Range Not Satisfiable", headers: extra + [("Content-Length", "0")], body: [])
+            return raw(
+                status: 416, reason: "Range Not Satisfiable", headers: extra + [("Content-Length", "0")], body: [])
         case .redirect(let target):
             sent.status = 302
-            return raw(status: 302, reason: "Found", headers: [("Location", target), ("Content-Length", "0")], body: [])
+            return raw(
+                status: 302, reason: "Found", headers: [("Location", target), ("Content-Length", "0")], body: [])
         case .stallBeforeHead:
             return Answer(bytes: [], after: .stall)
         default:
@@ -287,7 +299,9 @@ public final class FaultServer: Sendable {
 
         if unsatisfiable, fault == nil {
             sent.status = 416
-            return raw(status: 416, reason: "Range Not Satisfiable", headers: headers + [("Content-Range", "bytes */\(total)"), ("Content-Length", "0")], body: [])
+            return raw(
+                status: 416, reason: "Range Not Satisfiable",
+                headers: headers + [("Content-Range", "bytes */\(total)"), ("Content-Length", "0")], body: [])
         }
 
         var status = 200
@@ -318,13 +332,16 @@ public final class FaultServer: Sendable {
             let requested = range ?? 0...(total - 1)
             status = 206
             let boundary = "HAUL_BOUNDARY"
-            let partHead = "--\(boundary)\r\nContent-Type: application/octet-stream\r\nContent-Range: bytes \(requested.lowerBound)-\(requested.upperBound)/\(total)\r\n\r\n"
+            let partHead =
+                "--\(boundary)\r\nContent-Type: application/octet-stream\r\nContent-Range: bytes \(requested.lowerBound)-\(requested.upperBound)/\(total)\r\n\r\n"
             let bodyBytes = Array(partHead.utf8) + resource.body[requested] + Array("\r\n--\(boundary)--\r\n".utf8)
             headers.removeAll { $0.0 == "Content-Type" }
             headers.append(("Content-Type", "multipart/byteranges; boundary=\(boundary)"))
             sent.status = 206
             sent.bodyBytesSent = bodyBytes.count
-            return raw(status: 206, reason: "Partial Content", headers: headers + [("Content-Length", "\(bodyBytes.count)")], body: bodyBytes)
+            return raw(
+                status: 206, reason: "Partial Content", headers: headers + [("Content-Length", "\(bodyBytes.count)")],
+                body: bodyBytes)
         default:
             if let range {
                 status = 206
@@ -340,31 +357,49 @@ public final class FaultServer: Sendable {
         case .cut(let count):
             let sentBytes = slice.prefix(count)
             sent.bodyBytesSent = sentBytes.count
-            return raw(status: status, reason: reason, headers: headers + [("Content-Length", "\(slice.count)")], body: Array(sentBytes), after: .close)
+            return raw(
+                status: status, reason: reason, headers: headers + [("Content-Length", "\(slice.count)")],
+                body: Array(sentBytes), after: .close)
         case .cutChunked(let count):
             let sentBytes = slice.prefix(count)
             sent.bodyBytesSent = sentBytes.count
-            return raw(status: status, reason: reason, headers: headers + [("Transfer-Encoding", "chunked")], body: chunked(sentBytes, terminate: false), after: .close)
+            return raw(
+                status: status, reason: reason, headers: headers + [("Transfer-Encoding", "chunked")],
+                body: chunked(sentBytes, terminate: false), after: .close)
         case .stall(let count):
             let sentBytes = slice.prefix(count)
             sent.bodyBytesSent = sentBytes.count
-            return raw(status: status, reason: reason, headers: headers + [("Content-Length", "\(slice.count)")], body: Array(sentBytes), after: .stall)
+            return raw(
+                status: status, reason: reason, headers: headers + [("Content-Length", "\(slice.count)")],
+                body: Array(sentBytes), after: .stall)
         case .lengthAndChunked:
             sent.bodyBytesSent = slice.count
-            return raw(status: status, reason: reason, headers: headers + [("Content-Length", "\(slice.count / 2)"), ("Transfer-Encoding", "chunked")], body: chunked(slice, terminate: true))
+            return raw(
+                status: status, reason: reason,
+                headers: headers + [("Content-Length", "\(slice.count / 2)"), ("Transfer-Encoding", "chunked")],
+                body: chunked(slice, terminate: true))
         case .conflictingLengths:
             sent.bodyBytesSent = slice.count
-            return raw(status: status, reason: reason, headers: headers + [("Content-Length", "\(slice.count)"), ("Content-Length", "\(slice.count + 1)")], body: Array(slice), after: .close)
+            return raw(
+                status: status, reason: reason,
+                headers: headers + [("Content-Length", "\(slice.count)"), ("Content-Length", "\(slice.count + 1)")],
+                body: Array(slice), after: .close)
         case .negativeLength:
             sent.bodyBytesSent = slice.count
-            return raw(status: status, reason: reason, headers: headers + [("Content-Length", "-\(slice.count)")], body: Array(slice), after: .close)
+            return raw(
+                status: status, reason: reason, headers: headers + [("Content-Length", "-\(slice.count)")],
+                body: Array(slice), after: .close)
         case .longerThanAnnounced(let extra):
             let bodyBytes = Array(slice) + [UInt8](repeating: 0x58, count: extra)
             sent.bodyBytesSent = bodyBytes.count
-            return raw(status: status, reason: reason, headers: headers + [("Transfer-Encoding", "chunked")], body: chunked(bodyBytes[...], terminate: true))
+            return raw(
+                status: status, reason: reason, headers: headers + [("Transfer-Encoding", "chunked")],
+                body: chunked(bodyBytes[...], terminate: true))
         default:
             sent.bodyBytesSent = slice.count
-            return raw(status: status, reason: reason, headers: headers + [("Content-Length", "\(slice.count)")], body: Array(slice))
+            return raw(
+                status: status, reason: reason, headers: headers + [("Content-Length", "\(slice.count)")],
+                body: Array(slice))
         }
     }
 }
@@ -423,7 +458,9 @@ private final class FaultHandler: ChannelInboundHandler {
         var remaining = buffer
         let slice = max(1, rate / 100)
         func next() {
-            guard channel.isActive, let piece = remaining.readSlice(length: min(slice, remaining.readableBytes)) else { return }
+            guard channel.isActive, let piece = remaining.readSlice(length: min(slice, remaining.readableBytes)) else {
+                return
+            }
             channel.writeAndFlush(piece, promise: nil)
             if remaining.readableBytes == 0 {
                 channel.close(promise: nil)

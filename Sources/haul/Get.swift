@@ -22,10 +22,13 @@ extension HaulCommand {
         @Option(name: .shortAndLong, help: "Write to this path.")
         var output: String?
 
-        @Option(name: .shortAndLong, help: "Write into this folder under the server's name (default: the current folder).")
+        @Option(
+            name: .shortAndLong, help: "Write into this folder under the server's name (default: the current folder).")
         var directory: String?
 
-        @Flag(name: .shortAndLong, help: "Adopt a file already at -o PATH as a partial download (bytes are compared with the server first).")
+        @Flag(
+            name: .shortAndLong,
+            help: "Adopt a file already at -o PATH as a partial download (bytes are compared with the server first).")
         var `continue` = false
 
         @Flag(help: "Replace a file at the destination that Haul did not create.")
@@ -60,17 +63,28 @@ extension HaulCommand {
 
         func validate() throws {
             if output != nil, directory != nil { throw ValidationError("give -o PATH or -d DIR, not both") }
-            if !(timeout > 0) || !timeout.isFinite { throw ValidationError("--timeout must be a positive number of seconds") }
+            if !(timeout > 0) || !timeout.isFinite {
+                throw ValidationError("--timeout must be a positive number of seconds")
+            }
             if retries < 0 { throw ValidationError("--retries must be 0 or more") }
-            if `continue`, output == nil { throw ValidationError("-c/--continue needs -o PATH: it adopts the file at that path") }
-            guard let parsed = URL(string: url), let scheme = parsed.scheme?.lowercased(), ["http", "https"].contains(scheme),
+            if `continue`, output == nil {
+                throw ValidationError("-c/--continue needs -o PATH: it adopts the file at that path")
+            }
+            guard let parsed = URL(string: url), let scheme = parsed.scheme?.lowercased(),
+                ["http", "https"].contains(scheme),
                 parsed.host?.isEmpty == false
             else { throw ValidationError("'\(url)' is not an http or https URL") }
-            if let checksum, case .failure(let error) = Result(catching: { () throws(DownloadError) in try Checksum(parsing: checksum) }) {
+            if let checksum,
+                case .failure(let error) = Result(catching: { () throws(DownloadError) in
+                    try Checksum(parsing: checksum)
+                })
+            {
                 throw ValidationError(error.message)
             }
             for header in headers {
-                if case .failure(let error) = Result(catching: { () throws(DownloadError) in try DownloadOptions.Header(parsing: header) }) {
+                if case .failure(let error) = Result(catching: { () throws(DownloadError) in
+                    try DownloadOptions.Header(parsing: header)
+                }) {
                     throw ValidationError(error.message)
                 }
             }

@@ -22,7 +22,9 @@ struct Output: Sendable {
     func interrupted(_ signal: Int32) {
         guard !quiet else { return }
         if isTerminal { FileHandle.standardError.write(Data("\r\u{1B}[K".utf8)) }
-        line("haul: \(signal == SIGINT ? "interrupted" : "terminated"); paused with every byte kept. Run the same command to resume.")
+        line(
+            "haul: \(signal == SIGINT ? "interrupted" : "terminated"); paused with every byte kept. Run the same command to resume."
+        )
     }
 
     func finished(_ result: DownloadResult) {
@@ -32,7 +34,9 @@ struct Output: Sendable {
                 line("haul: \(result.path) is already complete (\(Format.bytes(result.bytes))); nothing fetched")
             } else {
                 let resumed = result.resumedFrom > 0 ? ", resumed from \(Format.bytes(result.resumedFrom))" : ""
-                line("haul: saved \(result.path) (\(Format.bytes(result.bytes)) in \(String(format: "%.1f", result.seconds)) s\(resumed))")
+                line(
+                    "haul: saved \(result.path) (\(Format.bytes(result.bytes)) in \(String(format: "%.1f", result.seconds)) s\(resumed))"
+                )
             }
         }
         if json {

@@ -97,8 +97,12 @@ struct ContentDispositionTests {
     @Test func nameFallsBackToTheURLThenIndex() {
         #expect(FileNameSanitizer.name(contentDisposition: nil, finalURLPath: "/files/my%20file.iso") == "my file.iso")
         #expect(FileNameSanitizer.name(contentDisposition: nil, finalURLPath: "/") == "index.html")
-        #expect(FileNameSanitizer.name(contentDisposition: "attachment; filename=\"../x.bin\"", finalURLPath: "/y") == "x.bin")
-        #expect(FileNameSanitizer.name(contentDisposition: "attachment; filename=\"..\"", finalURLPath: "/y.bin") == "y.bin")
+        #expect(
+            FileNameSanitizer.name(contentDisposition: "attachment; filename=\"../x.bin\"", finalURLPath: "/y")
+                == "x.bin")
+        #expect(
+            FileNameSanitizer.name(contentDisposition: "attachment; filename=\"..\"", finalURLPath: "/y.bin") == "y.bin"
+        )
     }
 }
 
@@ -121,9 +125,11 @@ struct ValidatorTests {
     }
 
     @Test func lastModifiedIsStrongOnlyAMinuteBeforeDate() {
-        let close = Validators(etag: nil, lastModified: "Mon, 01 Jan 2024 00:00:00 GMT", date: "Mon, 01 Jan 2024 00:00:59 GMT")
+        let close = Validators(
+            etag: nil, lastModified: "Mon, 01 Jan 2024 00:00:00 GMT", date: "Mon, 01 Jan 2024 00:00:59 GMT")
         #expect(close.ifRangeValue == nil)
-        let old = Validators(etag: nil, lastModified: "Mon, 01 Jan 2024 00:00:00 GMT", date: "Mon, 01 Jan 2024 00:01:00 GMT")
+        let old = Validators(
+            etag: nil, lastModified: "Mon, 01 Jan 2024 00:00:00 GMT", date: "Mon, 01 Jan 2024 00:01:00 GMT")
         #expect(old.ifRangeValue == "Mon, 01 Jan 2024 00:00:00 GMT")
         let noDate = Validators(etag: nil, lastModified: "Mon, 01 Jan 2024 00:00:00 GMT", date: nil)
         #expect(noDate.ifRangeValue == nil)
@@ -135,7 +141,8 @@ struct ValidatorTests {
         #expect(!v1.isChanged(comparedTo: Validators(etag: "W/\"1\"", lastModified: nil, date: nil)))
         #expect(!v1.isChanged(comparedTo: Validators()))
         let lm = Validators(etag: nil, lastModified: "Mon, 01 Jan 2024 00:00:00 GMT", date: nil)
-        #expect(lm.isChanged(comparedTo: Validators(etag: nil, lastModified: "Tue, 02 Jan 2024 00:00:00 GMT", date: nil)))
+        #expect(
+            lm.isChanged(comparedTo: Validators(etag: nil, lastModified: "Tue, 02 Jan 2024 00:00:00 GMT", date: nil)))
     }
 
     @Test(
@@ -186,8 +193,10 @@ struct RetryPolicyTests {
 
     @Test(
         "statuses",
-        arguments: [(408, true), (429, true), (500, true), (502, true), (503, true), (504, true), (400, false),
-            (401, false), (403, false), (404, false), (410, false), (501, false)]
+        arguments: [
+            (408, true), (429, true), (500, true), (502, true), (503, true), (504, true), (400, false),
+            (401, false), (403, false), (404, false), (410, false), (501, false),
+        ]
     )
     func statuses(status: Int, retryable: Bool) {
         #expect(DownloadError.httpStatus(status).isRetryable == retryable)
@@ -201,8 +210,12 @@ struct RetryPolicyTests {
 
     @Test func retryAfterParsing() {
         #expect(RetryPolicy.retryAfter("120", now: nil) == .seconds(120))
-        #expect(RetryPolicy.retryAfter("Mon, 01 Jan 2024 00:00:30 GMT", now: HTTPDate.parse("Mon, 01 Jan 2024 00:00:00 GMT")) == .seconds(30))
-        #expect(RetryPolicy.retryAfter("Mon, 01 Jan 2024 00:00:00 GMT", now: HTTPDate.parse("Mon, 01 Jan 2024 00:01:00 GMT")) == .zero)
+        #expect(
+            RetryPolicy.retryAfter(
+                "Mon, 01 Jan 2024 00:00:30 GMT", now: HTTPDate.parse("Mon, 01 Jan 2024 00:00:00 GMT")) == .seconds(30))
+        #expect(
+            RetryPolicy.retryAfter(
+                "Mon, 01 Jan 2024 00:00:00 GMT", now: HTTPDate.parse("Mon, 01 Jan 2024 00:01:00 GMT")) == .zero)
         #expect(RetryPolicy.retryAfter("soon", now: 0) == nil)
         #expect(RetryPolicy.retryAfter("-5", now: 0) == nil)
     }

@@ -47,19 +47,22 @@ struct ResumePlannerTests {
         ),
         Row(
             name: "not resumable: start again",
-            input: .init(partLength: 400, durableOffset: 400, hasRecord: true,
+            input: .init(
+                partLength: 400, durableOffset: 400, hasRecord: true,
                 remote: RemoteFacts(totalLength: 1000, validators: strong, isResumable: false)),
             plan: .request(.whole, truncateTo: 0)
         ),
         Row(
             name: "weak ETag only: no If-Range, overlap check",
-            input: .init(partLength: 100_000, durableOffset: 100_000, hasRecord: true,
+            input: .init(
+                partLength: 100_000, durableOffset: 100_000, hasRecord: true,
                 remote: RemoteFacts(totalLength: 200_000, validators: weak, isResumable: true)),
             plan: .request(RangeRequest(offset: 100_000, overlap: 65_536, ifRange: nil), truncateTo: nil)
         ),
         Row(
             name: "no validator and a short part: overlap is the whole part",
-            input: .init(partLength: 1000, durableOffset: 1000, hasRecord: true,
+            input: .init(
+                partLength: 1000, durableOffset: 1000, hasRecord: true,
                 remote: RemoteFacts(totalLength: nil, validators: Validators(), isResumable: true)),
             plan: .request(RangeRequest(offset: 1000, overlap: 1000, ifRange: nil), truncateTo: nil)
         ),
@@ -75,7 +78,8 @@ struct ResumePlannerTests {
         ),
         Row(
             name: "unknown total, strong validator: resume with If-Range",
-            input: .init(partLength: 600, durableOffset: 600, hasRecord: true,
+            input: .init(
+                partLength: 600, durableOffset: 600, hasRecord: true,
                 remote: RemoteFacts(totalLength: nil, validators: strong, isResumable: true)),
             plan: .request(RangeRequest(offset: 600, ifRange: "\"v1\""), truncateTo: nil)
         ),
@@ -96,7 +100,8 @@ struct ResumePlannerTests {
 @Suite("Response validator")
 struct ResponseValidatorTests {
     static let v1 = "\"v1\""
-    static let known = RemoteFacts(totalLength: 1000, validators: Validators(etag: v1, lastModified: nil, date: nil), isResumable: true)
+    static let known = RemoteFacts(
+        totalLength: 1000, validators: Validators(etag: v1, lastModified: nil, date: nil), isResumable: true)
     static let resume = RangeRequest(offset: 400, ifRange: v1)
 
     static func head(_ status: Int, _ headers: [(String, String)]) -> ResponseHead {
@@ -119,7 +124,8 @@ struct ResponseValidatorTests {
     }
 
     @Test func partialAtTheRightOffsetAppends() {
-        let decision = decide(Self.head(206, [("Content-Range", "bytes 400-999/1000"), ("Content-Length", "600"), ("ETag", Self.v1)]))
+        let decision = decide(
+            Self.head(206, [("Content-Range", "bytes 400-999/1000"), ("Content-Length", "600"), ("ETag", Self.v1)]))
         #expect(decision == .write(at: 400, overlap: 0, expectedLength: 600, facts: Self.known))
     }
 
@@ -134,7 +140,8 @@ struct ResponseValidatorTests {
     }
 
     @Test func fullBodyToARangeRequestIsRewrittenFromZeroAndNotResumable() {
-        let decision = decide(Self.head(200, [("Content-Length", "1000"), ("ETag", Self.v1), ("Accept-Ranges", "bytes")]))
+        let decision = decide(
+            Self.head(200, [("Content-Length", "1000"), ("ETag", Self.v1), ("Accept-Ranges", "bytes")]))
         guard case .rewrite(let expected, let facts) = decision else {
             Issue.record("expected rewrite, got \(decision)")
             return
@@ -144,7 +151,8 @@ struct ResponseValidatorTests {
     }
 
     @Test func fullBodyAfterAChangeIsRewrittenAndStaysResumable() {
-        let decision = decide(Self.head(200, [("Content-Length", "900"), ("ETag", "\"v2\""), ("Accept-Ranges", "bytes")]))
+        let decision = decide(
+            Self.head(200, [("Content-Length", "900"), ("ETag", "\"v2\""), ("Accept-Ranges", "bytes")]))
         guard case .rewrite(_, let facts) = decision else {
             Issue.record("expected rewrite, got \(decision)")
             return
@@ -205,7 +213,9 @@ struct ResponseValidatorTests {
         let request = RangeRequest(offset: 1000, ifRange: Self.v1)
         #expect(isRestart(decide(request, Self.head(416, [("Content-Range", "bytes */900")]), part: 1000)))
         #expect(isRestart(decide(request, Self.head(416, []), part: 1000)))
-        #expect(isRestart(decide(request, Self.head(416, [("Content-Range", "bytes */1000"), ("ETag", "\"v2\"")]), part: 1000)))
+        #expect(
+            isRestart(
+                decide(request, Self.head(416, [("Content-Range", "bytes */1000"), ("ETag", "\"v2\"")]), part: 1000)))
     }
 
     @Test func encodedBodiesFailClearly() {
@@ -232,12 +242,18 @@ struct ResponseValidatorTests {
     }
 
     @Test func chunkedWinsOverContentLength() {
-        let decision = decide(.whole, Self.head(200, [("Content-Length", "5"), ("Transfer-Encoding", "chunked")]), known: nil, part: 0)
-        #expect(decision == .rewrite(expectedLength: nil, facts: RemoteFacts(totalLength: nil, validators: Validators(), isResumable: false)))
+        let decision = decide(
+            .whole, Self.head(200, [("Content-Length", "5"), ("Transfer-Encoding", "chunked")]), known: nil, part: 0)
+        #expect(
+            decision
+                == .rewrite(
+                    expectedLength: nil,
+                    facts: RemoteFacts(totalLength: nil, validators: Validators(), isResumable: false)))
     }
 
     @Test func repeatedEqualLengthsAreFine() {
-        let decision = decide(.whole, Self.head(200, [("Content-Length", "10"), ("Content-Length", "10")]), known: nil, part: 0)
+        let decision = decide(
+            .whole, Self.head(200, [("Content-Length", "10"), ("Content-Length", "10")]), known: nil, part: 0)
         guard case .rewrite(let expected, _) = decision else {
             Issue.record("expected rewrite")
             return
@@ -247,7 +263,9 @@ struct ResponseValidatorTests {
 
     @Test(
         "statuses",
-        arguments: [(404, false), (401, false), (403, false), (410, false), (500, true), (503, true), (429, true), (408, true)]
+        arguments: [
+            (404, false), (401, false), (403, false), (410, false), (500, true), (503, true), (429, true), (408, true),
+        ]
     )
     func statuses(status: Int, retryable: Bool) {
         guard case .fail(let error) = decide(Self.head(status, [])) else {

@@ -1,3 +1,4 @@
+import Crypto
 import Foundation
 import Haul
 import HaulCore
@@ -39,7 +40,9 @@ struct Harness {
     }
 
     /// Downloads `path` of the server to `name` in the folder with a fresh manager on the shared store.
-    func fetch(_ path: String, to name: String = "file.bin", options: DownloadOptions = DownloadOptions()) async throws -> DownloadResult {
+    func fetch(_ path: String, to name: String = "file.bin", options: DownloadOptions = DownloadOptions()) async throws
+        -> DownloadResult
+    {
         let manager = try manager()
         do {
             let id = try await manager.add(server.url(path), to: .file(self.path(name)), options: options)
@@ -53,7 +56,9 @@ struct Harness {
     }
 
     /// Like `fetch`, expecting failure; returns the error.
-    func fetchError(_ path: String, to name: String = "file.bin", options: DownloadOptions = DownloadOptions()) async -> DownloadError? {
+    func fetchError(_ path: String, to name: String = "file.bin", options: DownloadOptions = DownloadOptions()) async
+        -> DownloadError?
+    {
         do {
             _ = try await fetch(path, to: name, options: options)
             return nil
@@ -78,8 +83,6 @@ struct Harness {
         try? FileManager.default.removeItem(atPath: (folder as NSString).deletingLastPathComponent)
     }
 }
-
-import Crypto
 
 /// Lowercase hex SHA-256.
 func sha256Hex(_ bytes: [UInt8]) -> String {

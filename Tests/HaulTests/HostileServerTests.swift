@@ -57,13 +57,15 @@ struct HostileServerTests {
     func bad416Restarts() async throws {
         for answer in ["bytes */\(Self.size - 10)", nil] {
             let h = try await Harness.make()
-            h.server.serve("/f", .init(body: body) { index, _ in
-                switch index {
-                case 0: .cutChunked(afterBytes: Self.size)
-                case 1: .rangeNotSatisfiable(contentRange: answer)
-                default: nil
-                }
-            })
+            h.server.serve(
+                "/f",
+                .init(body: body) { index, _ in
+                    switch index {
+                    case 0: .cutChunked(afterBytes: Self.size)
+                    case 1: .rangeNotSatisfiable(contentRange: answer)
+                    default: nil
+                    }
+                })
             _ = try await h.fetch("/f")
             #expect(h.holds("file.bin", body))
             let requests = h.server.requests(to: "/f")
@@ -77,9 +79,11 @@ struct HostileServerTests {
     func rangeIgnored() async throws {
         let h = try await Harness.make()
         defer { Task { await h.stop() } }
-        h.server.serve("/f", .init(body: body) { index, _ in
-            index == 0 ? .cut(afterBytes: Self.cut) : index == 1 ? .ignoreRange : nil
-        })
+        h.server.serve(
+            "/f",
+            .init(body: body) { index, _ in
+                index == 0 ? .cut(afterBytes: Self.cut) : index == 1 ? .ignoreRange : nil
+            })
         _ = try await h.fetch("/f")
         #expect(h.holds("file.bin", body))
         #expect(h.server.requests(to: "/f").count == 2)
@@ -90,7 +94,8 @@ struct HostileServerTests {
         arguments: [
             FaultServer.Fault.wrongStart(shift: -1000), .wrongStart(shift: 1000), .partialWithContentRange(nil),
             .partialWithContentRange("bytes */1024"), .partialWithContentRange("bytes 0-9/*"),
-            .partialWithContentRange("bytes 130000-120000/300000"), .partialWithContentRange("bytes 120000-300000/300000"),
+            .partialWithContentRange("bytes 130000-120000/300000"),
+            .partialWithContentRange("bytes 120000-300000/300000"),
             .partialWithContentRange("bytes 120000-99999999999999999999/99999999999999999999"),
             .partialWithContentRange("items 120000-299999/300000"), .wrongTotal(delta: 1), .multipart,
         ]
@@ -98,9 +103,11 @@ struct HostileServerTests {
     func unusablePartials(fault: FaultServer.Fault) async throws {
         let h = try await Harness.make()
         defer { Task { await h.stop() } }
-        h.server.serve("/f", .init(body: body) { index, _ in
-            index == 0 ? .cut(afterBytes: Self.cut) : index == 1 ? fault : nil
-        })
+        h.server.serve(
+            "/f",
+            .init(body: body) { index, _ in
+                index == 0 ? .cut(afterBytes: Self.cut) : index == 1 ? fault : nil
+            })
         _ = try await h.fetch("/f")
         #expect(h.holds("file.bin", body))
         let requests = h.server.requests(to: "/f")
@@ -123,9 +130,11 @@ struct HostileServerTests {
     func rangesRefused() async throws {
         let h = try await Harness.make()
         defer { Task { await h.stop() } }
-        h.server.serve("/f", .init(body: body, acceptsRanges: false, refusesRangesExplicitly: true) { index, _ in
-            index == 0 ? .cut(afterBytes: Self.cut) : nil
-        })
+        h.server.serve(
+            "/f",
+            .init(body: body, acceptsRanges: false, refusesRangesExplicitly: true) { index, _ in
+                index == 0 ? .cut(afterBytes: Self.cut) : nil
+            })
         let manager = try h.manager()
         let id = try await manager.add(h.server.url("/f"), to: .file(h.path("file.bin")))
         _ = try await manager.result(of: id)
@@ -143,13 +152,15 @@ struct HostileServerTests {
         defer { Task { await h.stop() } }
         let newBody = testBytes(250_000, seed: 2)
         let server = h.server
-        h.server.serve("/f", .init(body: body) { index, _ in
-            if index == 0 {
-                server.serve("/f", .init(body: newBody, etag: "\"v2\""))
-                return .cut(afterBytes: Self.cut)
-            }
-            return nil
-        })
+        h.server.serve(
+            "/f",
+            .init(body: body) { index, _ in
+                if index == 0 {
+                    server.serve("/f", .init(body: newBody, etag: "\"v2\""))
+                    return .cut(afterBytes: Self.cut)
+                }
+                return nil
+            })
         _ = try await h.fetch("/f")
         #expect(h.holds("file.bin", newBody))
     }
@@ -160,13 +171,15 @@ struct HostileServerTests {
         defer { Task { await h.stop() } }
         let newBody = testBytes(Self.size, seed: 3)
         let server = h.server
-        h.server.serve("/f", .init(body: body) { index, _ in
-            if index == 0 {
-                server.serve("/f", .init(body: newBody, etag: "\"v2\"", ignoresIfRange: true))
-                return .cut(afterBytes: Self.cut)
-            }
-            return nil
-        })
+        h.server.serve(
+            "/f",
+            .init(body: body) { index, _ in
+                if index == 0 {
+                    server.serve("/f", .init(body: newBody, etag: "\"v2\"", ignoresIfRange: true))
+                    return .cut(afterBytes: Self.cut)
+                }
+                return nil
+            })
         _ = try await h.fetch("/f")
         #expect(h.holds("file.bin", newBody))
     }
@@ -180,9 +193,11 @@ struct HostileServerTests {
         ]
         for (etag, lastModified, date) in variants {
             let h = try await Harness.make()
-            h.server.serve("/f", .init(body: body, etag: etag, lastModified: lastModified, date: date) { index, _ in
-                index == 0 ? .stall(afterBytes: Self.cut) : nil
-            })
+            h.server.serve(
+                "/f",
+                .init(body: body, etag: etag, lastModified: lastModified, date: date) { index, _ in
+                    index == 0 ? .stall(afterBytes: Self.cut) : nil
+                })
             _ = try await h.fetch("/f", options: Self.stallOptions)
             #expect(h.holds("file.bin", body))
             let requests = h.server.requests(to: "/f")
@@ -199,13 +214,15 @@ struct HostileServerTests {
         defer { Task { await h.stop() } }
         let newBody = testBytes(Self.size, seed: 4)
         let server = h.server
-        h.server.serve("/f", .init(body: body, etag: nil, lastModified: nil) { index, _ in
-            if index == 0 {
-                server.serve("/f", .init(body: newBody, etag: nil, lastModified: nil))
-                return .cut(afterBytes: Self.cut)
-            }
-            return nil
-        })
+        h.server.serve(
+            "/f",
+            .init(body: body, etag: nil, lastModified: nil) { index, _ in
+                if index == 0 {
+                    server.serve("/f", .init(body: newBody, etag: nil, lastModified: nil))
+                    return .cut(afterBytes: Self.cut)
+                }
+                return nil
+            })
         _ = try await h.fetch("/f")
         #expect(h.holds("file.bin", newBody))
         let requests = h.server.requests(to: "/f")
@@ -231,9 +248,11 @@ struct HostileServerTests {
         let h = try await Harness.make()
         defer { Task { await h.stop() } }
         h.server.serve("/start", .init(body: []) { _, _ in .redirect(to: "/target") })
-        h.server.serve("/target", .init(body: body) { index, _ in
-            index == 0 ? .cut(afterBytes: Self.cut) : .ignoreRange
-        })
+        h.server.serve(
+            "/target",
+            .init(body: body) { index, _ in
+                index == 0 ? .cut(afterBytes: Self.cut) : .ignoreRange
+            })
         _ = try await h.fetch("/start")
         #expect(h.holds("file.bin", body))
     }
@@ -261,9 +280,11 @@ struct HostileServerTests {
     func stalled() async throws {
         let h = try await Harness.make()
         defer { Task { await h.stop() } }
-        h.server.serve("/f", .init(body: body) { index, _ in
-            index == 0 ? .stall(afterBytes: Self.cut) : index == 1 ? .stallBeforeHead : nil
-        })
+        h.server.serve(
+            "/f",
+            .init(body: body) { index, _ in
+                index == 0 ? .stall(afterBytes: Self.cut) : index == 1 ? .stallBeforeHead : nil
+            })
         var options = DownloadOptions()
         options.idleTimeoutSeconds = 0.3
         _ = try await h.fetch("/f", options: options)
@@ -277,9 +298,13 @@ struct HostileServerTests {
     func retryAfter() async throws {
         for status in [503, 429] {
             let h = try await Harness.make()
-            h.server.serve("/f", .init(body: body) { index, _ in
-                index == 0 ? .stall(afterBytes: Self.cut) : index == 1 ? .status(status, headers: ["Retry-After": "7"]) : nil
-            })
+            h.server.serve(
+                "/f",
+                .init(body: body) { index, _ in
+                    index == 0
+                        ? .stall(afterBytes: Self.cut)
+                        : index == 1 ? .status(status, headers: ["Retry-After": "7"]) : nil
+                })
             _ = try await h.fetch("/f", options: Self.stallOptions)
             #expect(h.holds("file.bin", body))
             #expect(h.clock.sleeps.contains(.seconds(7)))
@@ -317,10 +342,12 @@ struct HostileServerTests {
     func progressResetsRetries() async throws {
         let h = try await Harness.make()
         defer { Task { await h.stop() } }
-        h.server.serve("/f", .init(body: body) { _, request in
-            let start = Int(request.range?.dropFirst(6).split(separator: "-").first ?? "0") ?? 0
-            return start + 40_000 >= Self.size ? nil : .stall(afterBytes: 40_000)
-        })
+        h.server.serve(
+            "/f",
+            .init(body: body) { _, request in
+                let start = Int(request.range?.dropFirst(6).split(separator: "-").first ?? "0") ?? 0
+                return start + 40_000 >= Self.size ? nil : .stall(afterBytes: 40_000)
+            })
         let error = await h.fetchError("/f", options: Self.stallOptions)
         #expect(error == nil, "\(h.server.requests(to: "/f").map { $0.range ?? "-" })")
         #expect(h.holds("file.bin", body))
@@ -341,7 +368,9 @@ struct HostileServerTests {
         }
     }
 
-    @Test("21: two different Content-Lengths, or a negative one, are rejected", arguments: [FaultServer.Fault.conflictingLengths, .negativeLength])
+    @Test(
+        "21: two different Content-Lengths, or a negative one, are rejected",
+        arguments: [FaultServer.Fault.conflictingLengths, .negativeLength])
     func badLengths(fault: FaultServer.Fault) async throws {
         let h = try await Harness.make()
         defer { Task { await h.stop() } }
@@ -367,9 +396,11 @@ struct HostileServerTests {
     func longerThanAnnounced() async throws {
         let h = try await Harness.make()
         defer { Task { await h.stop() } }
-        h.server.serve("/f", .init(body: body) { index, _ in
-            index == 0 ? .cut(afterBytes: Self.cut) : index == 1 ? .longerThanAnnounced(extra: 5000) : nil
-        })
+        h.server.serve(
+            "/f",
+            .init(body: body) { index, _ in
+                index == 0 ? .cut(afterBytes: Self.cut) : index == 1 ? .longerThanAnnounced(extra: 5000) : nil
+            })
         _ = try await h.fetch("/f")
         #expect(h.holds("file.bin", body))
     }

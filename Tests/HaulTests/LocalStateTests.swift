@@ -237,7 +237,11 @@ struct LocalStateTests {
     func folderNames() async throws {
         let h = try await Harness.make()
         defer { Task { await h.stop() } }
-        h.server.serve("/a", .init(body: body, contentDisposition: "attachment; filename=\"plain.txt\"; filename*=UTF-8''%E2%82%AC%20rates.txt"))
+        h.server.serve(
+            "/a",
+            .init(
+                body: body,
+                contentDisposition: "attachment; filename=\"plain.txt\"; filename*=UTF-8''%E2%82%AC%20rates.txt"))
         h.server.serve("/b", .init(body: body, contentDisposition: "attachment; filename=\"../../etc/passwd\""))
         h.server.serve("/dir/c%20d.iso", .init(body: body))
         h.server.serve("/", .init(body: body))
