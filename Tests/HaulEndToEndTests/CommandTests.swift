@@ -1,0 +1,169 @@
+import Foundation
+import Haul
+import HaulCore
+import HaulTesting
+import Testing
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// The built `haul` binary, run as a child process against the in-process fault server.
+@Suite("haul get, end to end")
+struct CommandTests {
+    let body = testBytes(3_000_000)
+
+    @Test("kill -9 at random moments, then a rerun: the bytes are identical to the source")
+    func killNine() async throws {
+        let workspace = try Workspace()
+        defer { workspace.remove() }
+        let server = try await FaultServer.start()
+        let rate = 1_500_000
+        server.serve("/big", .init(body: body, bytesPerSecond: rate))
+        var generator = SystemRandomNumberGenerator()
+        let kills = 4
+        let slice = body.count / (kills + 1)
+        for index in 0..<kills {
+            // Kill at a random moment within the next fifth of the file.
+            let target = Int64(slice * index + Int.random(in: slice / 4..<slice, using: &generator))
+            let haul = try HaulProcess([server.url("/big").absoluteString, "-o", "big.bin"].prepended("get"), in: workspace)
+            let reached = await waitUntil { (workspace.size("big.bin.part") ?? 0) >= target }
+            haul.signal(SIGKILL)
+            let outcome = await haul.finish()
+            #expect(reached)
+            #expect(outcome.status == SIGKILL || outcome.status == 9 || outcome.status == 0)
+        }
+        let final = try await HaulProcess.run(["get", server.url("/big").absoluteString, "-o", "big.bin"], in: workspace)
+        #expect(final.status == 0, "\(final.stderr)")
+        #expect(workspace.holds("big.bin", body))
+        #expect(workspace.size("big.bin.part") == nil)
+        // Each kill costs at most about one checkpoint interval (1 s) of re-download.
+        let sent = server.bodyBytesSent(for: "/big")
+        #expect(sent <= body.count + kills * (rate * 2), "sent \(sent) bytes for \(body.count)")
+        await server.stop()
+    }
+
+    @Test("SIGINT exits 130 with the exact offset saved; the rerun fetches only what was missing")
+    func interrupt() async throws {
+        for (signal, status) in [(SIGINT, Int32(130)), (SIGTERM, Int32(143))] {
+            let workspace = try Workspace()
+            let server = try await FaultServer.start()
+            server.serve("/big", .init(body: body, bytesPerSecond: 2_000_000))
+            let haul = try HaulProcess(["get", server.url("/big").absoluteString, "-o", "big.bin"], in: workspace)
+            #expect(await waitUntil { (workspace.size("big.bin.part") ?? 0) > 300_000 })
+            haul.signal(signal)
+            let outcome = await haul.finish()
+            #expect(outcome.status == status, "\(outcome.stderr)")
+            #expect(outcome.stderr.contains("paused"))
+            let held = try #require(workspace.size("big.bin.part"))
+            let store = try DownloadStore(directory: workspace.state)
+            let record = try #require(try store.allRecords().first)
+            #expect(record.durableOffset == held, "the stored offset is the exact part length")
+            #expect(record.state == .paused)
+            let rerun = try await HaulProcess.run(["get", server.url("/big").absoluteString, "-o", "big.bin"], in: workspace)
+            #expect(rerun.status == 0)
+            #expect(workspace.holds("big.bin", body))
+            let requests = server.requests(to: "/big")
+            #expect(requests.count == 2)
+            #expect(requests.last?.range == "bytes=\(held)-")
+            #expect(server.bodyBytesSent(for: "/big") - requests[0].bodyBytesSent <= body.count - Int(held))
+            await server.stop()
+            workspace.remove()
+        }
+    }
+
+    @Test("a completed rerun says the file is there and fetches no body; --json reports the result")
+    func completedRerun() async throws {
+        let workspace = try Workspace()
+        defer { workspace.remove() }
+        let server = try await FaultServer.start()
+        server.serve("/f", .init(body: body))
+        let first = try await HaulProcess.run(["get", server.url("/f").absoluteString, "-o", "f.bin", "--json"], in: workspace)
+        #expect(first.status == 0)
+        let json = try JSONSerialization.jsonObject(with: Data(first.stdout.utf8)) as? [String: Any]
+        #expect(json?["bytes"] as? Int == body.count)
+        #expect(json?["path"] as? String == workspace.path("f.bin"))
+        #expect((json?["sha256"] as? String)?.count == 64)
+        #expect(json?["resumed-from"] as? Int == 0)
+        #expect(json?["url"] as? String == server.url("/f").absoluteString)
+        let second = try await HaulProcess.run(["get", server.url("/f").absoluteString, "-o", "f.bin"], in: workspace)
+        #expect(second.status == 0)
+        #expect(second.stderr.contains("already complete"))
+        #expect(server.requests(to: "/f").count == 1)
+        await server.stop()
+    }
+
+    @Test("names: Content-Disposition, hostile names, existing files")
+    func names() async throws {
+        let workspace = try Workspace()
+        defer { workspace.remove() }
+        let server = try await FaultServer.start()
+        server.serve("/a", .init(body: body, contentDisposition: "attachment; filename=\"x.txt\"; filename*=UTF-8''na%C3%AFve.txt"))
+        server.serve("/b", .init(body: body, contentDisposition: "attachment; filename=\"../../../tmp/evil.sh\""))
+        server.serve("/c.bin", .init(body: body))
+        _ = FileManager.default.createFile(atPath: workspace.path("c.bin"), contents: Data("mine".utf8))
+        for path in ["/a", "/b", "/c.bin"] {
+            let outcome = try await HaulProcess.run(["get", server.url(path).absoluteString, "-d", workspace.files], in: workspace)
+            #expect(outcome.status == 0, "\(outcome.stderr)")
+        }
+        #expect(workspace.holds("naïve.txt", body))
+        #expect(workspace.holds("evil.sh", body))
+        #expect(workspace.holds("c (1).bin", body))
+        #expect(workspace.contents("c.bin") == Array("mine".utf8))
+        let refused = try await HaulProcess.run(["get", server.url("/c.bin").absoluteString, "-o", "c.bin"], in: workspace)
+        #expect(refused.status == 1)
+        #expect(refused.stderr.contains("--overwrite"))
+        #expect(workspace.contents("c.bin") == Array("mine".utf8))
+        let replaced = try await HaulProcess.run(
+            ["get", server.url("/c.bin").absoluteString, "-o", "c.bin", "--overwrite"], in: workspace)
+        #expect(replaced.status == 0)
+        #expect(workspace.holds("c.bin", body))
+        await server.stop()
+    }
+
+    @Test("exit statuses: failure 1 naming the status, bad usage 2, version and help 0")
+    func exitStatuses() async throws {
+        let workspace = try Workspace()
+        defer { workspace.remove() }
+        let server = try await FaultServer.start()
+        let missing = try await HaulProcess.run(["get", server.url("/nothing").absoluteString], in: workspace)
+        #expect(missing.status == 1)
+        #expect(missing.stderr.contains("404"))
+        for arguments in [["get", "not a url"], ["get", "ftp://x/y"], ["get"], ["get", "http://x/y", "--timeout", "0"],
+            ["get", "http://x/y", "--checksum", "sha256=12"], ["get", "http://x/y", "--header", "no colon"],
+            ["get", "http://x/y", "-o", "a", "-d", "b"], ["frobnicate"]]
+        {
+            let outcome = try await HaulProcess.run(arguments, in: workspace)
+            #expect(outcome.status == 2, "\(arguments): \(outcome.stderr)")
+            #expect(!outcome.stderr.isEmpty)
+        }
+        let version = try await HaulProcess.run(["--version"], in: workspace)
+        #expect(version.status == 0)
+        #expect(version.stdout.contains(HaulVersion.current))
+        let help = try await HaulProcess.run(["help", "get"], in: workspace)
+        #expect(help.status == 0)
+        #expect(help.stdout.contains("--checksum"))
+        await server.stop()
+    }
+
+    @Test("two processes for one destination: one refuses, the file is written once and whole")
+    func twoProcesses() async throws {
+        let workspace = try Workspace()
+        defer { workspace.remove() }
+        let server = try await FaultServer.start()
+        server.serve("/big", .init(body: body, bytesPerSecond: 3_000_000))
+        let first = try HaulProcess(["get", server.url("/big").absoluteString, "-o", "big.bin"], in: workspace)
+        #expect(await waitUntil { (workspace.size("big.bin.part") ?? 0) > 100_000 })
+        let second = try await HaulProcess.run(["get", server.url("/big").absoluteString, "-o", "big.bin"], in: workspace)
+        #expect(second.status == 1)
+        #expect(second.stderr.contains("another process"))
+        let outcome = await first.finish()
+        #expect(outcome.status == 0)
+        #expect(workspace.holds("big.bin", body))
+        await server.stop()
+    }
+}
+
+extension Array where Element == String {
+    func prepended(_ first: String) -> [String] { [first] + self }
+}

@@ -1,0 +1,118 @@
+import Foundation
+import Haul
+import HaulTesting
+import Testing
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// Deterministic pseudo-random bytes.
+func testBytes(_ count: Int, seed: UInt64 = 1) -> [UInt8] {
+    var state = seed &* 0x9E37_79B9_7F4A_7C15 | 1
+    return (0..<count).map { _ in
+        state ^= state << 13
+        state ^= state >> 7
+        state ^= state << 17
+        return UInt8(truncatingIfNeeded: state)
+    }
+}
+
+/// The `haul` binary built beside the test bundle.
+let haulBinary: String = {
+    let testBundle = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
+    var directory = testBundle
+    while directory.path != "/" {
+        let candidate = directory.appendingPathComponent("haul").path
+        if FileManager.default.isExecutableFile(atPath: candidate) { return candidate }
+        directory = directory.deletingLastPathComponent()
+    }
+    return testBundle.appendingPathComponent("haul").path
+}()
+
+/// A temporary folder with a state directory, removed at the end.
+struct Workspace {
+    let root: String
+    var files: String { root + "/files" }
+    var state: String { root + "/state" }
+
+    init() throws {
+        root = NSTemporaryDirectory() + "haul-e2e-" + UUID().uuidString
+        try FileManager.default.createDirectory(atPath: root + "/files", withIntermediateDirectories: true)
+    }
+
+    func path(_ name: String) -> String { files + "/" + name }
+
+    func contents(_ name: String) -> [UInt8]? { FileManager.default.contents(atPath: path(name)).map { [UInt8]($0) } }
+
+    func holds(_ name: String, _ bytes: [UInt8]) -> Bool { contents(name) == bytes }
+
+    func size(_ name: String) -> Int64? {
+        (try? FileManager.default.attributesOfItem(atPath: path(name))[.size] as? NSNumber)?.int64Value
+    }
+
+    func remove() { try? FileManager.default.removeItem(atPath: root) }
+}
+
+/// A running `haul` process.
+final class HaulProcess: @unchecked Sendable {
+    let process = Process()
+    private let out = Pipe()
+    private let err = Pipe()
+
+    init(_ arguments: [String], in workspace: Workspace) throws {
+        process.executableURL = URL(fileURLWithPath: haulBinary)
+        process.arguments = arguments.first == "get" ? arguments + ["--state-dir", workspace.state] : arguments
+        process.currentDirectoryURL = URL(fileURLWithPath: workspace.files)
+        process.standardOutput = out
+        process.standardError = err
+        process.standardInput = FileHandle.nullDevice
+        try process.run()
+    }
+
+    func signal(_ number: Int32) { kill(process.processIdentifier, number) }
+
+    /// Waits for the exit; returns status and output.
+    func finish() async -> (status: Int32, stdout: String, stderr: String) {
+        let stdout = out.fileHandleForReading.readDataToEndOfFile()
+        let stderr = err.fileHandleForReading.readDataToEndOfFile()
+        process.waitUntilExit()
+        return (process.terminationStatus, String(decoding: stdout, as: UTF8.self), String(decoding: stderr, as: UTF8.self))
+    }
+
+    static func run(_ arguments: [String], in workspace: Workspace) async throws -> (status: Int32, stdout: String, stderr: String) {
+        try await HaulProcess(arguments, in: workspace).finish()
+    }
+}
+
+/// Waits until `condition` holds, checking every 5 ms, for at most `seconds`; returns whether it held.
+func waitUntil(seconds: Double = 30, _ condition: () -> Bool) async -> Bool {
+    let deadline = ContinuousClock.now + .milliseconds(Int(seconds * 1000))
+    while ContinuousClock.now < deadline {
+        if condition() { return true }
+        try? await Task.sleep(for: .milliseconds(5))
+    }
+    return condition()
+}
+
+/// A free TCP port on 127.0.0.1.
+func freePort() -> Int {
+    let socket = Glibc.socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+    defer { close(socket) }
+    var address = sockaddr_in()
+    address.sin_family = sa_family_t(AF_INET)
+    address.sin_addr.s_addr = inet_addr("127.0.0.1")
+    address.sin_port = 0
+    var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+    _ = withUnsafePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(socket, $0, length) } }
+    _ = withUnsafeMutablePointer(to: &address) {
+        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(socket, $0, &length) }
+    }
+    return Int(UInt16(bigEndian: address.sin_port))
+}
+
+/// Finds an executable on PATH or in the usual system folders.
+func executable(_ name: String) -> String? {
+    let path = (ProcessInfo.processInfo.environment["PATH"] ?? "") + ":/usr/sbin:/sbin:/usr/bin:/bin"
+    return path.split(separator: ":").map { "\($0)/\(name)" }.first { FileManager.default.isExecutableFile(atPath: $0) }
+}
