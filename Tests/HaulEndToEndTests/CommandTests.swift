@@ -9,7 +9,7 @@ import Testing
 #endif
 
 /// The built `haul` binary, run as a child process against the in-process fault server.
-@Suite("haul get, end to end")
+@Suite("haul get, end to end", .serialized)
 struct CommandTests {
     let body = testBytes(3_000_000)
 
@@ -26,14 +26,16 @@ struct CommandTests {
         for index in 0..<kills {
             // Kill at a random moment within the next fifth of the file.
             let target = Int64(slice * index + Int.random(in: slice / 4..<slice, using: &generator))
-            let haul = try HaulProcess([server.url("/big").absoluteString, "-o", "big.bin"].prepended("get"), in: workspace)
+            let haul = try HaulProcess(
+                [server.url("/big").absoluteString, "-o", "big.bin"].prepended("get"), in: workspace)
             let reached = await waitUntil { (workspace.size("big.bin.part") ?? 0) >= target }
             haul.signal(SIGKILL)
             let outcome = await haul.finish()
             #expect(reached)
             #expect(outcome.status == SIGKILL || outcome.status == 9 || outcome.status == 0)
         }
-        let final = try await HaulProcess.run(["get", server.url("/big").absoluteString, "-o", "big.bin"], in: workspace)
+        let final = try await HaulProcess.run(
+            ["get", server.url("/big").absoluteString, "-o", "big.bin"], in: workspace)
         #expect(final.status == 0, "\(final.stderr)")
         #expect(workspace.holds("big.bin", body))
         #expect(workspace.size("big.bin.part") == nil)
@@ -60,7 +62,8 @@ struct CommandTests {
             let record = try #require(try store.allRecords().first)
             #expect(record.durableOffset == held, "the stored offset is the exact part length")
             #expect(record.state == .paused)
-            let rerun = try await HaulProcess.run(["get", server.url("/big").absoluteString, "-o", "big.bin"], in: workspace)
+            let rerun = try await HaulProcess.run(
+                ["get", server.url("/big").absoluteString, "-o", "big.bin"], in: workspace)
             #expect(rerun.status == 0)
             #expect(workspace.holds("big.bin", body))
             let requests = server.requests(to: "/big")
@@ -78,7 +81,8 @@ struct CommandTests {
         defer { workspace.remove() }
         let server = try await FaultServer.start()
         server.serve("/f", .init(body: body))
-        let first = try await HaulProcess.run(["get", server.url("/f").absoluteString, "-o", "f.bin", "--json"], in: workspace)
+        let first = try await HaulProcess.run(
+            ["get", server.url("/f").absoluteString, "-o", "f.bin", "--json"], in: workspace)
         #expect(first.status == 0)
         let json = try JSONSerialization.jsonObject(with: Data(first.stdout.utf8)) as? [String: Any]
         #expect(json?["bytes"] as? Int == body.count)
@@ -98,19 +102,23 @@ struct CommandTests {
         let workspace = try Workspace()
         defer { workspace.remove() }
         let server = try await FaultServer.start()
-        server.serve("/a", .init(body: body, contentDisposition: "attachment; filename=\"x.txt\"; filename*=UTF-8''na%C3%AFve.txt"))
+        server.serve(
+            "/a",
+            .init(body: body, contentDisposition: "attachment; filename=\"x.txt\"; filename*=UTF-8''na%C3%AFve.txt"))
         server.serve("/b", .init(body: body, contentDisposition: "attachment; filename=\"../../../tmp/evil.sh\""))
         server.serve("/c.bin", .init(body: body))
         _ = FileManager.default.createFile(atPath: workspace.path("c.bin"), contents: Data("mine".utf8))
         for path in ["/a", "/b", "/c.bin"] {
-            let outcome = try await HaulProcess.run(["get", server.url(path).absoluteString, "-d", workspace.files], in: workspace)
+            let outcome = try await HaulProcess.run(
+                ["get", server.url(path).absoluteString, "-d", workspace.files], in: workspace)
             #expect(outcome.status == 0, "\(outcome.stderr)")
         }
         #expect(workspace.holds("naïve.txt", body))
         #expect(workspace.holds("evil.sh", body))
         #expect(workspace.holds("c (1).bin", body))
         #expect(workspace.contents("c.bin") == Array("mine".utf8))
-        let refused = try await HaulProcess.run(["get", server.url("/c.bin").absoluteString, "-o", "c.bin"], in: workspace)
+        let refused = try await HaulProcess.run(
+            ["get", server.url("/c.bin").absoluteString, "-o", "c.bin"], in: workspace)
         #expect(refused.status == 1)
         #expect(refused.stderr.contains("--overwrite"))
         #expect(workspace.contents("c.bin") == Array("mine".utf8))
@@ -129,10 +137,11 @@ struct CommandTests {
         let missing = try await HaulProcess.run(["get", server.url("/nothing").absoluteString], in: workspace)
         #expect(missing.status == 1)
         #expect(missing.stderr.contains("404"))
-        for arguments in [["get", "not a url"], ["get", "ftp://x/y"], ["get"], ["get", "http://x/y", "--timeout", "0"],
+        for arguments in [
+            ["get", "not a url"], ["get", "ftp://x/y"], ["get"], ["get", "http://x/y", "--timeout", "0"],
             ["get", "http://x/y", "--checksum", "sha256=12"], ["get", "http://x/y", "--header", "no colon"],
-            ["get", "http://x/y", "-o", "a", "-d", "b"], ["frobnicate"]]
-        {
+            ["get", "http://x/y", "-o", "a", "-d", "b"], ["frobnicate"],
+        ] {
             let outcome = try await HaulProcess.run(arguments, in: workspace)
             #expect(outcome.status == 2, "\(arguments): \(outcome.stderr)")
             #expect(!outcome.stderr.isEmpty)
@@ -154,7 +163,8 @@ struct CommandTests {
         server.serve("/big", .init(body: body, bytesPerSecond: 3_000_000))
         let first = try HaulProcess(["get", server.url("/big").absoluteString, "-o", "big.bin"], in: workspace)
         #expect(await waitUntil { (workspace.size("big.bin.part") ?? 0) > 100_000 })
-        let second = try await HaulProcess.run(["get", server.url("/big").absoluteString, "-o", "big.bin"], in: workspace)
+        let second = try await HaulProcess.run(
+            ["get", server.url("/big").absoluteString, "-o", "big.bin"], in: workspace)
         #expect(second.status == 1)
         #expect(second.stderr.contains("another process"))
         let outcome = await first.finish()

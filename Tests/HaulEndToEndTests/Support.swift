@@ -1,3 +1,4 @@
+import Dispatch
 import Foundation
 import Haul
 import HaulTesting
@@ -73,14 +74,27 @@ final class HaulProcess: @unchecked Sendable {
     func signal(_ number: Int32) { kill(process.processIdentifier, number) }
 
     /// Waits for the exit; returns status and output.
+    /// The blocking reads and the wait run on a dispatch thread: the cooperative pool has only as many threads as
+    /// cores, and blocking one starves every other test.
     func finish() async -> (status: Int32, stdout: String, stderr: String) {
-        let stdout = out.fileHandleForReading.readDataToEndOfFile()
-        let stderr = err.fileHandleForReading.readDataToEndOfFile()
-        process.waitUntilExit()
-        return (process.terminationStatus, String(decoding: stdout, as: UTF8.self), String(decoding: stderr, as: UTF8.self))
+        await withCheckedContinuation { continuation in
+            DispatchQueue.global().async {
+                let stdout = self.out.fileHandleForReading.readDataToEndOfFile()
+                let stderr = self.err.fileHandleForReading.readDataToEndOfFile()
+                self.process.waitUntilExit()
+                let status = self.process.terminationStatus
+                continuation.resume(
+                    returning: (
+                        status, String(decoding: stdout, as: UTF8.self), String(decoding: stderr, as: UTF8.self)
+                    )
+                )
+            }
+        }
     }
 
-    static func run(_ arguments: [String], in workspace: Workspace) async throws -> (status: Int32, stdout: String, stderr: String) {
+    static func run(_ arguments: [String], in workspace: Workspace) async throws -> (
+        status: Int32, stdout: String, stderr: String
+    ) {
         try await HaulProcess(arguments, in: workspace).finish()
     }
 }
@@ -104,7 +118,9 @@ func freePort() -> Int {
     address.sin_addr.s_addr = inet_addr("127.0.0.1")
     address.sin_port = 0
     var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-    _ = withUnsafePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(socket, $0, length) } }
+    _ = withUnsafePointer(to: &address) {
+        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(socket, $0, length) }
+    }
     _ = withUnsafeMutablePointer(to: &address) {
         $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(socket, $0, &length) }
     }

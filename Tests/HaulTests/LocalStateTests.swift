@@ -15,7 +15,7 @@ struct LocalStateTests {
     func leavePartial(_ h: Harness) async throws {
         h.server.serve("/f", .init(body: body) { index, _ in index == 0 ? .stall(afterBytes: Self.cut) : nil })
         var options = DownloadOptions(maximumAttemptsWithoutProgress: 1)
-        options.idleTimeoutSeconds = 0.25
+        options.idleTimeoutSeconds = 1.0
         let error = await h.fetchError("/f", options: options)
         #expect(error?.code == .idleTimeout)
         #expect(FileSystemProbe.size(h.path("file.bin.part")) == Int64(Self.cut))
@@ -275,7 +275,7 @@ struct LocalStateTests {
     func pauseAndResume() async throws {
         let h = try await Harness.make()
         defer { Task { await h.stop() } }
-        h.server.serve("/f", .init(body: body, bytesPerSecond: 500_000))
+        h.server.serve("/f", .init(body: body, bytesPerSecond: 150_000))
         let manager = try h.manager()
         let id = try await manager.add(h.server.url("/f"), to: .file(h.path("file.bin")))
         for await event in manager.events(for: id) {

@@ -1,0 +1,150 @@
+import Foundation
+import Haul
+import HaulCore
+import Testing
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// A real server process on a free loopback port, stopped at the end of the test.
+final class ServerProcess: @unchecked Sendable {
+    let process = Process()
+    let port: Int
+
+    init(executable: String, arguments: [String], port: Int, directory: String) throws {
+        self.port = port
+        process.executableURL = URL(fileURLWithPath: executable)
+        process.arguments = arguments
+        process.currentDirectoryURL = URL(fileURLWithPath: directory)
+        process.standardOutput = FileHandle.nullDevice
+        process.standardError = FileHandle.nullDevice
+        try process.run()
+    }
+
+    /// Waits until the port accepts connections.
+    func ready() async -> Bool {
+        await waitUntil(seconds: 20) {
+            let socket = Glibc.socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+            defer { close(socket) }
+            var address = sockaddr_in()
+            address.sin_family = sa_family_t(AF_INET)
+            address.sin_addr.s_addr = inet_addr("127.0.0.1")
+            address.sin_port = in_port_t(UInt16(port).bigEndian)
+            return withUnsafePointer(to: &address) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                    connect(socket, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) == 0
+                }
+            }
+        }
+    }
+
+    /// SIGKILL: a server started from the test runner inherits its blocked signals and may ignore SIGTERM.
+    func stop() {
+        kill(process.processIdentifier, SIGKILL)
+        process.waitUntilExit()
+    }
+}
+
+/// Haul against real servers: nginx (ETag, 206) and python3 -m http.server (no ranges). Both are installed by
+/// `.ci/run`; a missing server fails these tests rather than skipping them.
+@Suite("Interop with real servers")
+struct InteropTests {
+    let body = testBytes(8_000_000, seed: 5)
+
+    func manager(_ workspace: Workspace) throws -> DownloadManager {
+        var configuration = DownloadManager.Configuration(stateDirectory: workspace.state)
+        configuration.startsStoredDownloads = false
+        return try DownloadManager(configuration: configuration)
+    }
+
+    /// Starts a download, pauses it after its first progress, resumes it, and returns its result.
+    func pauseAndResume(_ manager: DownloadManager, url: URL, to path: String) async throws -> (
+        DownloadResult, DownloadManager.Snapshot
+    ) {
+        let id = try await manager.add(url, to: .file(path))
+        for await event in manager.events(for: id) {
+            if case .progress(let progress) = event, progress.receivedBytes > 0 { break }
+        }
+        try await manager.pause(id)
+        let paused = try await manager.snapshot(id)
+        try await manager.resume(id)
+        return (try await manager.result(of: id), paused)
+    }
+
+    @Test("nginx: a paused download resumes with If-Range and nginx's ETag, and nginx answers 206")
+    func nginx() async throws {
+        let nginx = try #require(executable("nginx"), "nginx must be installed (.ci/run installs it)")
+        let workspace = try Workspace()
+        defer { workspace.remove() }
+        let root = workspace.root + "/www"
+        try FileManager.default.createDirectory(atPath: root, withIntermediateDirectories: true)
+        _ = FileManager.default.createFile(atPath: root + "/file.bin", contents: Data(body))
+        let port = freePort()
+        let log = workspace.root + "/access.log"
+        let configuration = """
+            daemon off;
+            master_process off;
+            worker_processes 1;
+            pid \(workspace.root)/nginx.pid;
+            error_log \(workspace.root)/error.log;
+            events { worker_connections 64; }
+            http {
+                log_format ranges '$status "$http_range" "$http_if_range" $body_bytes_sent $sent_http_etag';
+                access_log \(log) ranges;
+                client_body_temp_path \(workspace.root)/tmp-body;
+                proxy_temp_path \(workspace.root)/tmp-proxy;
+                fastcgi_temp_path \(workspace.root)/tmp-fastcgi;
+                uwsgi_temp_path \(workspace.root)/tmp-uwsgi;
+                scgi_temp_path \(workspace.root)/tmp-scgi;
+                server {
+                    listen 127.0.0.1:\(port);
+                    root \(root);
+                    limit_rate 4m;
+                }
+            }
+            """
+        try configuration.write(toFile: workspace.root + "/nginx.conf", atomically: true, encoding: .utf8)
+        let server = try ServerProcess(
+            executable: nginx, arguments: ["-c", workspace.root + "/nginx.conf", "-p", workspace.root], port: port,
+            directory: workspace.root)
+        defer { server.stop() }
+        #expect(await server.ready())
+        let manager = try manager(workspace)
+        let url = URL(string: "http://127.0.0.1:\(port)/file.bin")!
+        let (result, paused) = try await pauseAndResume(manager, url: url, to: workspace.path("file.bin"))
+        await manager.shutdown()
+        #expect(workspace.holds("file.bin", body))
+        #expect(paused.isResumable == true)
+        #expect(result.resumedFrom == paused.receivedBytes)
+        let lines = try String(contentsOfFile: log, encoding: .utf8).split(separator: "\n").map(String.init)
+        #expect(lines.count == 2)
+        let etag = lines.first?.split(separator: " ").last.map(String.init) ?? "?"
+        #expect(lines.last?.hasPrefix("206 \"bytes=\(paused.receivedBytes)-\" \"\(etag)\"") == true, "\(lines)")
+    }
+
+    @Test("python3 -m http.server (no ranges): a paused download restarts from 0 and still ends identical")
+    func pythonHTTPServer() async throws {
+        let python = try #require(executable("python3"), "python3 must be installed")
+        let workspace = try Workspace()
+        defer { workspace.remove() }
+        let root = workspace.root + "/www"
+        try FileManager.default.createDirectory(atPath: root, withIntermediateDirectories: true)
+        let big = testBytes(64_000_000, seed: 6)
+        _ = FileManager.default.createFile(atPath: root + "/file.bin", contents: Data(big))
+        let port = freePort()
+        let server = try ServerProcess(
+            executable: python,
+            arguments: ["-m", "http.server", "\(port)", "--bind", "127.0.0.1", "--directory", root],
+            port: port, directory: root)
+        defer { server.stop() }
+        #expect(await server.ready())
+        let manager = try manager(workspace)
+        let url = URL(string: "http://127.0.0.1:\(port)/file.bin")!
+        let (result, paused) = try await pauseAndResume(manager, url: url, to: workspace.path("file.bin"))
+        await manager.shutdown()
+        #expect(paused.isResumable == false, "python's server announces no ranges")
+        #expect(result.resumedFrom == 0)
+        #expect(workspace.holds("file.bin", big))
+    }
+}
