@@ -105,10 +105,7 @@ struct DownloadRunner {
                 try await handleRetryable(error)
                 continue
             }
-            let total = record.totalLength ?? record.durableOffset
-            if record.durableOffset >= total, record.totalLength != nil {
-                if let result = try finalize() { return result }
-            }
+            // The next plan finalises once every byte is durable, or asks for the rest.
         }
     }
 
@@ -277,7 +274,7 @@ struct DownloadRunner {
     /// Invariant 1: fsync the part, then store the offset.
     private mutating func checkpoint(_ offset: Int64) throws {
         guard let part else { return }
-        try part.sync()
+        try part.syncData()
         record.durableOffset = offset
         try environment.store.saveDurableOffset(offset, for: record.id)
     }
@@ -287,7 +284,7 @@ struct DownloadRunner {
     private mutating func flushAfterStop() {
         guard let part, let written = currentActivity?.written, written > record.durableOffset, record.isPartVerified
         else { return }
-        if (try? part.sync()) != nil {
+        if (try? part.syncData()) != nil {
             record.durableOffset = written
             try? environment.store.saveDurableOffset(written, for: record.id)
         }
@@ -483,47 +480,15 @@ struct TransferContext: Sendable {
         var lastProgressTime = Duration.zero - settings.progressInterval
         var meter = SpeedMeter()
         meter.record(bytes: compareUntil, at: lastCheckpointTime)
-        for try await chunk in body {
-            activity.touch()
-            var buffer = chunk
-            if let end, position + Int64(buffer.readableBytes) > end {
-                let keep = Int(end - position)
-                buffer = buffer.getSlice(at: buffer.readerIndex, length: max(0, keep)) ?? ByteBuffer()
-                if buffer.readableBytes > 0 {
-                    try write(&buffer, at: &position, compareUntil: compareUntil, activity: activity)
-                }
-                throw DownloadError(
-                    .bodyTooLong,
-                    "server sent more than the \(expected ?? 0) bytes it announced; not saving the excess",
-                    isRetryable: true
-                )
-            }
-            try write(&buffer, at: &position, compareUntil: compareUntil, activity: activity)
-            let now = clock.now()
-            if position - lastCheckpointOffset >= settings.checkpointBytes
-                || (now - lastCheckpointTime >= settings.checkpointInterval && position > lastCheckpointOffset)
-            {
-                try part.sync()
-                try store.saveDurableOffset(position, for: id.rawValue)
-                lastCheckpointOffset = position
-                lastCheckpointTime = now
-            }
-            if now - lastProgressTime >= settings.progressInterval {
-                lastProgressTime = now
-                meter.record(bytes: position, at: now)
-                events.emit(
-                    .progress(
-                        DownloadProgress(
-                            id: id,
-                            receivedBytes: position,
-                            totalBytes: total,
-                            bytesPerSecond: meter.bytesPerSecond,
-                            secondsRemaining: meter.secondsRemaining(total: total)
-                        )
-                    )
-                )
-            }
+        let checkpointer = Checkpointer(part: part, store: store, id: id.rawValue)
+        do {
+            try await streamChunks()
+        } catch {
+            // The original error wins; the checkpoint in flight only has to finish before the runner moves on.
+            try? await checkpointer.drain()
+            throw error
         }
+        try await checkpointer.drain()
         if let end, position < end {
             throw DownloadError(
                 .bodyTooShort,
@@ -532,6 +497,49 @@ struct TransferContext: Sendable {
             )
         }
         return max(position, compareUntil)
+
+        func streamChunks() async throws {
+            for try await chunk in body {
+                activity.touch()
+                var buffer = chunk
+                if let end, position + Int64(buffer.readableBytes) > end {
+                    let keep = Int(end - position)
+                    buffer = buffer.getSlice(at: buffer.readerIndex, length: max(0, keep)) ?? ByteBuffer()
+                    if buffer.readableBytes > 0 {
+                        try write(&buffer, at: &position, compareUntil: compareUntil, activity: activity)
+                    }
+                    throw DownloadError(
+                        .bodyTooLong,
+                        "server sent more than the \(expected ?? 0) bytes it announced; not saving the excess",
+                        isRetryable: true
+                    )
+                }
+                try write(&buffer, at: &position, compareUntil: compareUntil, activity: activity)
+                let now = clock.now()
+                if position - lastCheckpointOffset >= settings.checkpointBytes
+                    || (now - lastCheckpointTime >= settings.checkpointInterval && position > lastCheckpointOffset)
+                {
+                    try checkpointer.request(position)
+                    lastCheckpointOffset = position
+                    lastCheckpointTime = now
+                }
+                if now - lastProgressTime >= settings.progressInterval {
+                    lastProgressTime = now
+                    meter.record(bytes: position, at: now)
+                    events.emit(
+                        .progress(
+                            DownloadProgress(
+                                id: id,
+                                receivedBytes: position,
+                                totalBytes: total,
+                                bytesPerSecond: meter.bytesPerSecond,
+                                secondsRemaining: meter.secondsRemaining(total: total)
+                            )
+                        )
+                    )
+                }
+            }
+        }
     }
 
     private func write(

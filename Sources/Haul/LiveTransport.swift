@@ -23,6 +23,14 @@ public final class LiveTransport: HTTPTransport {
         )
         configuration.connectionPool = .init(idleTimeout: .seconds(60))
         configuration.httpVersion = .http1Only
+        // Larger socket reads mean fewer body chunks, and so fewer hops between the event loop and the writing task:
+        // a measured difference on fast links. The bound per read keeps memory flat.
+        configuration.http1_1ConnectionDebugInitializer = { channel in
+            channel.setOption(
+                ChannelOptions.recvAllocator,
+                value: AdaptiveRecvByteBufferAllocator(minimum: 64 * 1024, initial: 256 * 1024, maximum: 256 * 1024)
+            )
+        }
         return HTTPClient(
             eventLoopGroupProvider: .shared(MultiThreadedEventLoopGroup.singleton), configuration: configuration)
     }()

@@ -86,7 +86,13 @@ public final class PartFile: @unchecked Sendable {
         guard ftruncate(descriptor, off_t(length)) == 0 else { throw Self.fileError(errno, "cannot truncate \(path)") }
     }
 
-    /// Flushes the file's data to the disk.
+    /// Flushes the file's data and length to the disk, not its timestamps (`fdatasync`): enough for the bytes to
+    /// be there after a crash, and cheaper than `fsync`.
+    public func syncData() throws(DownloadError) {
+        guard fdatasync(descriptor) == 0 else { throw Self.fileError(errno, "cannot sync \(path)") }
+    }
+
+    /// Flushes the file's data and metadata to the disk.
     public func sync() throws(DownloadError) {
         guard fsync(descriptor) == 0 else { throw Self.fileError(errno, "cannot sync \(path)") }
     }

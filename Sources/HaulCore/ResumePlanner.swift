@@ -49,12 +49,14 @@ public struct ResumePlanner: Sendable {
             held = input.durableOffset
             truncateTo = input.durableOffset
         }
-        if let remote = input.remote, !remote.isResumable {
-            return .request(.whole, truncateTo: 0)
-        }
         if let total = input.remote?.totalLength {
             if held > total { return .request(.whole, truncateTo: 0) }
+            // Bytes Haul wrote and fsynced for this version, all of them: nothing left to fetch, even from a server
+            // that ignores ranges.
             if held == total, input.hasRecord { return .finalize(truncateTo: truncateTo) }
+        }
+        if let remote = input.remote, !remote.isResumable {
+            return .request(.whole, truncateTo: 0)
         }
         guard held > 0 else { return .request(.whole, truncateTo: truncateTo ?? 0) }
         if input.hasRecord, let validator = input.remote?.validators.ifRangeValue {

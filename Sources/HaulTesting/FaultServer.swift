@@ -81,6 +81,8 @@ public final class FaultServer: Sendable {
         case cutChunked(afterBytes: Int)
         /// Send the head and this many body bytes, then nothing, keeping the connection open.
         case stall(afterBytes: Int)
+        /// Use chunked framing, send this many body bytes, then nothing, keeping the connection open.
+        case stallChunked(afterBytes: Int)
         /// Send the head, then nothing.
         case stallBeforeHead
         /// Mark the body `Content-Encoding: gzip` (the bytes are the file's, gzipped by nobody).
@@ -366,6 +368,12 @@ public final class FaultServer: Sendable {
             return raw(
                 status: status, reason: reason, headers: headers + [("Transfer-Encoding", "chunked")],
                 body: chunked(sentBytes, terminate: false), after: .close)
+        case .stallChunked(let count):
+            let sentBytes = slice.prefix(count)
+            sent.bodyBytesSent = sentBytes.count
+            return raw(
+                status: status, reason: reason, headers: headers + [("Transfer-Encoding", "chunked")],
+                body: chunked(sentBytes, terminate: false), after: .stall)
         case .stall(let count):
             let sentBytes = slice.prefix(count)
             sent.bodyBytesSent = sentBytes.count

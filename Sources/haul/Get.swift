@@ -122,8 +122,14 @@ extension HaulCommand {
             let destination: DownloadManager.Destination =
                 self.output.map { .file($0) } ?? .directory(directory ?? FileManager.default.currentDirectoryPath)
             do {
+                // Subscribe before adding, so no event of this download is missed.
+                let events = manager.events()
                 let id = try await manager.add(URL(string: url)!, to: destination, options: options)
-                let renderer = Task { await output.render(manager.events(for: id), url: url) }
+                let snapshot = try await manager.snapshot(id)
+                if snapshot.state != .completed, let path = snapshot.destination {
+                    output.started(url: url, path: path)
+                }
+                let renderer = Task { await output.render(events, of: id, url: url) }
                 defer { renderer.cancel() }
                 let result = try await manager.result(of: id)
                 renderer.cancel()

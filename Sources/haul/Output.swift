@@ -50,19 +50,20 @@ struct Output: Sendable {
         }
     }
 
-    /// Draws progress until cancelled.
-    func render(_ events: AsyncStream<DownloadEvent>, url: String) async {
+    /// The start line when standard error is not a terminal (a terminal gets the progress bar instead).
+    func started(url: String, path: String) {
+        guard !quiet, !isTerminal else { return }
+        line("haul: \(url) -> \(path)")
+    }
+
+    /// Draws progress of download `id` until cancelled.
+    func render(_ events: AsyncStream<DownloadEvent>, of id: DownloadID, url: String) async {
         guard !quiet else { return }
-        var announced = false
         var lastDraw = ContinuousClock.now - .seconds(1)
-        for await event in events {
+        for await event in events where event.id == id {
             switch event {
-            case .destinationResolved(_, let path) where !isTerminal:
-                line("haul: \(url) -> \(path)")
-                announced = true
-            case .stateChanged(_, .running, _) where !isTerminal && !announced:
-                line("haul: downloading \(url)")
-                announced = true
+            case .destinationResolved(_, let path):
+                started(url: url, path: path)
             case .retrying(_, let error, let delay):
                 if isTerminal { FileHandle.standardError.write(Data("\r\u{1B}[K".utf8)) }
                 line("haul: \(error.message); retrying in \(Format.duration(delay))")

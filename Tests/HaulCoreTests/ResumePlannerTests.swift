@@ -53,6 +53,13 @@ struct ResumePlannerTests {
             plan: .request(.whole, truncateTo: 0)
         ),
         Row(
+            name: "not resumable but every byte held: finalise",
+            input: .init(
+                partLength: 1000, durableOffset: 1000, hasRecord: true,
+                remote: RemoteFacts(totalLength: 1000, validators: strong, isResumable: false)),
+            plan: .finalize(truncateTo: nil)
+        ),
+        Row(
             name: "weak ETag only: no If-Range, overlap check",
             input: .init(
                 partLength: 100_000, durableOffset: 100_000, hasRecord: true,

@@ -1,6 +1,7 @@
 import Foundation
 import Haul
 import HaulCore
+import HaulTesting
 import Testing
 
 #if canImport(Glibc)

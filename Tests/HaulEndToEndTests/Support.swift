@@ -8,17 +8,6 @@ import Testing
     import Glibc
 #endif
 
-/// Deterministic pseudo-random bytes.
-func testBytes(_ count: Int, seed: UInt64 = 1) -> [UInt8] {
-    var state = seed &* 0x9E37_79B9_7F4A_7C15 | 1
-    return (0..<count).map { _ in
-        state ^= state << 13
-        state ^= state >> 7
-        state ^= state << 17
-        return UInt8(truncatingIfNeeded: state)
-    }
-}
-
 /// The `haul` binary built beside the test bundle.
 let haulBinary: String = {
     let testBundle = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()

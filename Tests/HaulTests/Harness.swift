@@ -5,17 +5,6 @@ import HaulCore
 import HaulTesting
 import Testing
 
-/// Deterministic pseudo-random bytes.
-func testBytes(_ count: Int, seed: UInt64 = 1) -> [UInt8] {
-    var state = seed &* 0x9E37_79B9_7F4A_7C15 | 1
-    return (0..<count).map { _ in
-        state ^= state << 13
-        state ^= state >> 7
-        state ^= state << 17
-        return UInt8(truncatingIfNeeded: state)
-    }
-}
-
 /// A fault server, a temporary folder and a state directory for one test.
 struct Harness {
     let server: FaultServer

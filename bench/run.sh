@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# Benchmark: haul get (release build) against curl on a loopback nginx, interleaved, several rounds.
+# Reports medians of wall time, CPU time (user+sys) and peak memory (max RSS), and the haul/curl ratios.
+#
+#   bench/run.sh [ROUNDS]        (default 5; needs nginx, curl and GNU time: apt-get install nginx-light curl time)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PATH="/opt/swift/usr/bin:/usr/sbin:/sbin:$PATH"
+rounds=${1:-5}
+
+for tool in nginx curl /usr/bin/time python3; do
+    command -v "$tool" >/dev/null 2>&1 || { echo "bench: $tool is missing (apt-get install nginx-light curl time)" >&2; exit 2; }
+done
+
+swift build -c release --product haul >/dev/null
+haul="$(swift build -c release --show-bin-path)/haul"
+
+work=$(mktemp -d /tmp/haul-bench.XXXXXX)
+trap 'kill -9 "$nginx_pid" 2>/dev/null || true; rm -rf "$work"' EXIT
+mkdir -p "$work/www" "$work/out" "$work/state"
+head -c $((1024 * 1024 * 1024)) /dev/urandom > "$work/www/1g.bin"
+head -c $((256 * 1024 * 1024)) /dev/urandom > "$work/www/256m.bin"
+
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+cat > "$work/nginx.conf" <<CONF
+daemon off;
+master_process off;
+worker_processes 1;
+pid $work/nginx.pid;
+error_log $work/error.log;
+events { worker_connections 256; }
+http {
+    access_log off;
+    sendfile on;
+    client_body_temp_path $work/tmp-body;
+    proxy_temp_path $work/tmp-proxy;
+    fastcgi_temp_path $work/tmp-fastcgi;
+    uwsgi_temp_path $work/tmp-uwsgi;
+    scgi_temp_path $work/tmp-scgi;
+    server { listen 127.0.0.1:$port; root $work/www; }
+}
+CONF
+nginx -c "$work/nginx.conf" -p "$work" &
+nginx_pid=$!
+for _ in $(seq 100); do curl -s -o /dev/null "http://127.0.0.1:$port/" && break; sleep 0.05; done
+
+# One measured run: prints "wall cpu maxrss_kib".
+measure() {
+    local out=$1
+    shift
+    rm -f "$out" "$out.part"
+    # BENCH_SYNC=1 starts every run from a clean page cache (not timed). haul fsyncs its checkpoints and the
+    # finished file, curl does not, so with it curl's writeback is never measured while haul's is.
+    [ "${BENCH_SYNC:-0}" = 1 ] && sync
+    /usr/bin/time -f "%e %U %S %M" -o "$work/time.txt" "$@" >/dev/null 2>&1
+    awk '{ printf "%.3f %.3f %d\n", $1, $2 + $3, $4 }' "$work/time.txt"
+}
+
+median() { sort -n | awk '{ a[NR] = $1 } END { print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }
+
+echo "haul $("$haul" --version), curl $(curl --version | head -1 | cut -d' ' -f2), $(nproc) cores, $rounds rounds"
+printf "%-9s %-5s %10s %10s %12s\n" file tool "wall (s)" "cpu (s)" "peak (MiB)"
+for file in 1g.bin 256m.bin; do
+    : > "$work/haul.txt"
+    : > "$work/curl.txt"
+    for _ in $(seq "$rounds"); do
+        rm -rf "$work/state"
+        measure "$work/out/$file" "$haul" get "http://127.0.0.1:$port/$file" -o "$work/out/$file" --quiet \
+            --state-dir "$work/state" >> "$work/haul.txt"
+        cmp -s "$work/out/$file" "$work/www/$file" || { echo "bench: haul's $file differs from the source" >&2; exit 1; }
+        measure "$work/out/$file" curl -s -o "$work/out/$file" "http://127.0.0.1:$port/$file" >> "$work/curl.txt"
+    done
+    for tool in haul curl; do
+        wall=$(cut -d' ' -f1 "$work/$tool.txt" | median)
+        cpu=$(cut -d' ' -f2 "$work/$tool.txt" | median)
+        peak=$(cut -d' ' -f3 "$work/$tool.txt" | median)
+        printf "%-9s %-5s %10.3f %10.3f %12.1f\n" "$file" "$tool" "$wall" "$cpu" "$(awk "BEGIN { print $peak / 1024 }")"
+        eval "${tool}_wall=$wall ${tool}_cpu=$cpu"
+    done
+    printf "%-9s ratio haul/curl: wall %.2fx, cpu %.2fx\n" "$file" \
+        "$(awk "BEGIN { print $haul_wall / $curl_wall }")" "$(awk "BEGIN { print $haul_cpu / $curl_cpu }")"
+done
