@@ -10,7 +10,7 @@ public struct DownloadRecord: Codable, Sendable, Equatable, FetchableRecord, Per
     public var id: String
     /// The URL the user asked for.
     public var url: String
-    /// The URL that answered last, after redirects.
+    /// The URL that answered last, after redirects (for information; requests always start from `url`).
     public var finalURL: String?
     /// For downloads into a folder under a server-chosen name: the folder.
     public var directory: String?

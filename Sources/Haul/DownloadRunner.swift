@@ -122,8 +122,12 @@ struct DownloadRunner {
 
     /// One request and, when the answer is usable, its body streamed to the part file.
     private mutating func attempt(_ request: RangeRequest) async throws {
-        let transportRequest = TransportRequest(
-            url: URL(string: record.finalURL ?? record.url)!, headers: headers(for: request))
+        // Always the URL the user gave: redirect targets are often short-lived signed URLs. Haul follows redirects
+        // itself, so the Range still reaches the final target.
+        guard let url = URL(string: record.url) else {
+            throw DownloadError(.invalidURL, "the stored URL '\(record.url)' cannot be parsed")
+        }
+        let transportRequest = TransportRequest(url: url, headers: headers(for: request))
         let transport = environment.transport
         let activity = TransferActivity()
         currentActivity = activity
@@ -235,7 +239,8 @@ struct DownloadRunner {
         case .giveUp:
             var final = error
             final.isRetryable = false
-            final.message = "\(error.message) (gave up after \(failures) attempts without progress)"
+            final.message =
+                "\(error.message) (gave up after \(failures) attempt\(failures == 1 ? "" : "s") without progress)"
             throw final
         case .retry(let delay):
             record.attempts = failures

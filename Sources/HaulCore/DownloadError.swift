@@ -96,9 +96,6 @@ public struct DownloadError: Error, Sendable, Equatable, CustomStringConvertible
         }
     }
 
-    /// Whether this failure says the network (not the server) is away: refused, unreachable, unresolvable.
-    public var isConnectivityFailure: Bool { code == .connectionFailed }
-
     public var description: String {
         if let underlying, !message.contains(underlying) { return "\(message) (\(underlying))" }
         return message

@@ -241,6 +241,8 @@ struct HostileServerTests {
         let target = h.server.requests(to: "/target")
         #expect(target.count == 2)
         #expect(target[1].range == "bytes=\(Self.cut)-")
+        // The resume starts from the URL the user gave (redirect targets may be short-lived), Range and all.
+        #expect(h.server.requests(to: "/start").map(\.range) == [nil, "bytes=\(Self.cut)-"])
     }
 
     @Test("16: a redirect target that then refuses ranges restarts cleanly")
