@@ -181,12 +181,7 @@ public actor DownloadManager {
         var record = try require(id)
         var machine = DownloadStateMachine(state: record.state)
         _ = try machine.apply(.pauseRequested)
-        if let task = tasks[id.rawValue] {
-            stopReasons[id.rawValue] = .pause
-            task.cancel()
-            await task.value
-            return
-        }
+        if await stopRunning(id, because: .pause) { return }
         record.state = .paused
         try store.save(record)
         hub.emit(.stateChanged(id, .paused, error: nil))
@@ -214,19 +209,28 @@ public actor DownloadManager {
         var record = try require(id)
         var machine = DownloadStateMachine(state: record.state)
         _ = try machine.apply(.cancelRequested)
-        if let task = tasks[id.rawValue] {
-            stopReasons[id.rawValue] = .cancel
-            task.cancel()
-            await task.value
-            return
-        }
+        if await stopRunning(id, because: .cancel) { return }
+        try markCancelled(&record)
+    }
+
+    /// Cancels the running task of `id`, if any, and waits until its runner has flushed and `finished` has run.
+    private func stopRunning(_ id: DownloadID, because reason: StopReason) async -> Bool {
+        guard let task = tasks[id.rawValue] else { return false }
+        stopReasons[id.rawValue] = reason
+        task.cancel()
+        await task.value
+        return true
+    }
+
+    /// Deletes the part file and records the download as cancelled.
+    private func markCancelled(_ record: inout DownloadRecord) throws(DownloadError) {
         if let part = record.partPath { FileSystem.remove(part) }
         record.state = .cancelled
         record.durableOffset = 0
         record.remoteFacts = nil
         try store.save(record)
-        finish(id.rawValue, with: .failure(DownloadError(.cancelled, "download cancelled")))
-        hub.emit(.stateChanged(id, .cancelled, error: nil))
+        finish(record.id, with: .failure(DownloadError(.cancelled, "download cancelled")))
+        hub.emit(.stateChanged(DownloadID(record.id), .cancelled, error: nil))
     }
 
     /// Forgets a download that is not running; with `deletingFile` also deletes its completed file.
@@ -248,6 +252,7 @@ public actor DownloadManager {
     /// The manager accepts no work afterwards.
     public func shutdown() async {
         isShutDown = true
+        // Cancel all first, then wait: the runners flush in parallel.
         for (id, task) in tasks {
             stopReasons[id] = .pause
             task.cancel()
@@ -374,13 +379,7 @@ public actor DownloadManager {
             hub.emit(.failed(downloadID, error))
         case .stopped, .failed:
             if reason == .cancel {
-                if let part = record.partPath { FileSystem.remove(part) }
-                record.state = .cancelled
-                record.durableOffset = 0
-                record.remoteFacts = nil
-                try? store.save(record)
-                finish(id, with: .failure(DownloadError(.cancelled, "download cancelled")))
-                hub.emit(.stateChanged(downloadID, .cancelled, error: nil))
+                try? markCancelled(&record)
             } else {
                 record.state = .paused
                 try? store.save(record)
