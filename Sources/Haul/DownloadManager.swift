@@ -77,12 +77,14 @@ public actor DownloadManager {
         public var lastError: String?
     }
 
-    private enum StopReason { case pause, cancel }
+    private enum StopReason { case pause, cancel, exit }
 
     private let configuration: Configuration
     private let store: DownloadStore
     private let transport: any HTTPTransport
     private let hub = EventHub()
+    private var records: [String: DownloadRecord] = [:]
+    private var maxConcurrent: Int
     private var tasks: [String: Task<Void, Never>] = [:]
     private var stopReasons: [String: StopReason] = [:]
     private var sessionIDs: Set<String> = []
@@ -113,10 +115,17 @@ public actor DownloadManager {
             store = try DownloadStore()
         }
         self.transport = transport ?? LiveTransport()
-        for var record in try store.allRecords() where record.state.isActive {
-            record.state = .queued
-            try store.save(record)
+        maxConcurrent = max(1, configuration.maxConcurrentDownloads)
+        var recovered: [DownloadRecord] = []
+        for var record in try store.allRecords() {
+            if record.state.isActive {
+                // Running when the process died: queued again, in its old place.
+                record.state = .queued
+                recovered.append(record)
+            }
+            records[record.id] = record
         }
+        try store.save(recovered)
     }
 
     /// Starts the downloads the store holds as queued (when `startsStoredDownloads`). Call once after `init`.
@@ -133,9 +142,13 @@ public actor DownloadManager {
         _ url: URL,
         to destination: Destination,
         options: DownloadOptions = DownloadOptions(),
-        priority: Int = 0
+        priority: DownloadPriority = .normal,
+        after prerequisites: [DownloadID] = []
     ) throws(DownloadError) -> DownloadID {
         try Self.validate(url)
+        for prerequisite in prerequisites where records[prerequisite.rawValue] == nil {
+            throw DownloadError(.notFound, "no download with id \(prerequisite) to wait for")
+        }
         let urlText = url.absoluteString
         var existing: DownloadRecord?
         var newRecord = DownloadRecord(
@@ -143,7 +156,8 @@ public actor DownloadManager {
             state: .queued, totalLength: nil, durableOffset: 0, etag: nil, lastModified: nil,
             isLastModifiedStrong: false, isResumable: nil, isPartVerified: true,
             mayReplaceDestination: options.overwrite,
-            attempts: 0, lastError: nil, options: options, priority: priority, createdAt: Date(), updatedAt: Date()
+            attempts: 0, lastError: nil, options: options, priority: priority.rawValue, queuePosition: nextPosition(),
+            prerequisites: prerequisites.map(\.rawValue), rateLimit: nil, createdAt: Date(), updatedAt: Date()
         )
         switch destination {
         case .file(let rawPath):
@@ -152,12 +166,14 @@ public actor DownloadManager {
             if FileSystem.isWritableDirectory(path) || rawPath.hasSuffix("/") {
                 throw DownloadError(.invalidArgument, "\(path) is a folder; use a folder destination for it")
             }
-            existing = try store.record(url: urlText, destination: path)
+            existing = records.values.filter { $0.url == urlText && $0.destination == path && $0.directory == nil }
+                .max { $0.createdAt < $1.createdAt }
             newRecord.destination = path
         case .directory(let rawPath):
             let path = Self.absolute(rawPath)
             try Self.checkWritableFolder(path)
-            existing = try store.record(url: urlText, directory: path)
+            existing = records.values.filter { $0.url == urlText && $0.directory == path }
+                .max { $0.createdAt < $1.createdAt }
             newRecord.directory = path
         }
         if var record = existing {
@@ -169,7 +185,7 @@ public actor DownloadManager {
         if let path = newRecord.destination {
             try claimDestination(path, record: &newRecord, options: options)
         }
-        try store.save(newRecord)
+        try persist(newRecord)
         sessionIDs.insert(newRecord.id)
         hub.emit(.stateChanged(DownloadID(newRecord.id), .queued, error: nil))
         try schedule()
@@ -183,7 +199,7 @@ public actor DownloadManager {
         _ = try machine.apply(.pauseRequested)
         if await stopRunning(id, because: .pause) { return }
         record.state = .paused
-        try store.save(record)
+        try persist(record)
         hub.emit(.stateChanged(id, .paused, error: nil))
     }
 
@@ -198,7 +214,7 @@ public actor DownloadManager {
         }
         record.state = .queued
         record.attempts = 0
-        try store.save(record)
+        try persist(record)
         sessionIDs.insert(record.id)
         hub.emit(.stateChanged(id, .queued, error: nil))
         try schedule()
@@ -228,9 +244,47 @@ public actor DownloadManager {
         record.state = .cancelled
         record.durableOffset = 0
         record.remoteFacts = nil
-        try store.save(record)
+        try persist(record)
         finish(record.id, with: .failure(DownloadError(.cancelled, "download cancelled")))
         hub.emit(.stateChanged(DownloadID(record.id), .cancelled, error: nil))
+    }
+
+    /// Pauses every queued, running or waiting download.
+    public func pauseAll() async {
+        for record in queueOrder(records.values) where record.state == .queued || record.state.isActive {
+            try? await pause(DownloadID(record.id))
+        }
+    }
+
+    /// Queues every paused download again.
+    public func resumeAll() {
+        for record in queueOrder(records.values) where record.state == .paused {
+            try? resume(DownloadID(record.id))
+        }
+    }
+
+    /// Moves `id` in the queue to just before `other` (and takes `other`'s priority, so the move is what the queue
+    /// shows). Running downloads keep running; the order decides what starts next.
+    public func move(_ id: DownloadID, before other: DownloadID) throws(DownloadError) {
+        var record = try require(id)
+        let target = try require(other)
+        let ordered = queueOrder(records.values.filter { $0.priority == target.priority && $0.id != id.rawValue })
+        let index = ordered.firstIndex { $0.id == target.id } ?? 0
+        let previous = index > 0 ? ordered[index - 1].queuePosition : target.queuePosition - 1
+        record.priority = target.priority
+        record.queuePosition = (previous + target.queuePosition) / 2
+        try persist(record)
+        try schedule()
+    }
+
+    /// Changes how many downloads run at once. Raising it starts queued ones at once; lowering it lets running
+    /// downloads finish and starts no new one until fewer than the limit run.
+    public func setMaxConcurrentDownloads(_ limit: Int) throws(DownloadError) {
+        guard limit >= 1 else {
+            throw DownloadError(.invalidArgument, "the concurrency limit must be at least 1, not \(limit)")
+        }
+        maxConcurrent = limit
+        try schedule()
     }
 
     /// Forgets a download that is not running; with `deletingFile` also deletes its completed file.
@@ -245,16 +299,18 @@ public actor DownloadManager {
             FileSystem.remove(destination)
         }
         try store.delete(id: id.rawValue)
+        records[id.rawValue] = nil
         sessionIDs.remove(id.rawValue)
     }
 
-    /// Pauses every running download and waits until each has flushed its exact offset.
-    /// The manager accepts no work afterwards.
-    public func shutdown() async {
+    /// Stops every running download and waits until each has flushed its exact offset. By default they go back to
+    /// `queued` and resume by themselves when a manager on the same store starts again (as after a crash); with
+    /// `pausing` they become `paused`, as a user's pause would leave them. The manager accepts no work afterwards.
+    public func shutdown(pausing: Bool = false) async {
         isShutDown = true
         // Cancel all first, then wait: the runners flush in parallel.
         for (id, task) in tasks {
-            stopReasons[id] = .pause
+            stopReasons[id] = pausing ? .pause : .exit
             task.cancel()
         }
         for task in Array(tasks.values) { await task.value }
@@ -279,7 +335,7 @@ public actor DownloadManager {
 
     /// Every download in the store, oldest first.
     public func snapshots() throws(DownloadError) -> [Snapshot] {
-        try store.allRecords().map(Self.snapshot)
+        queueOrder(records.values).map(Self.snapshot)
     }
 
     /// Waits until the download completes (returning its result) or fails or is cancelled (throwing its error).
@@ -324,23 +380,76 @@ public actor DownloadManager {
 
     // MARK: Scheduling
 
+    /// Starts queued downloads while fewer than the limit run: higher priority first, then queue order, never before
+    /// their prerequisites have completed. A download whose prerequisite failed, was cancelled or was removed fails
+    /// with a reason that names it.
     private func schedule() throws(DownloadError) {
         guard !isShutDown else { return }
-        let limit = max(1, configuration.maxConcurrentDownloads)
-        guard tasks.count < limit else { return }
-        let queued = try store.allRecords()
-            .filter { $0.state == .queued && tasks[$0.id] == nil }
-            .filter { configuration.startsStoredDownloads || sessionIDs.contains($0.id) }
-            .sorted { ($0.priority, $1.createdAt) > ($1.priority, $0.createdAt) }
-        for record in queued.prefix(limit - tasks.count) {
-            try start(record)
+        let queued = queueOrder(
+            records.values.filter {
+                $0.state == .queued && tasks[$0.id] == nil
+                    && (configuration.startsStoredDownloads || sessionIDs.contains($0.id))
+            })
+        var failedAny = false
+        for record in queued {
+            guard tasks.count < maxConcurrent else { break }
+            switch prerequisiteStatus(of: record) {
+            case .ready: try start(record)
+            case .waiting: continue
+            case .failed(let reason):
+                failDependent(record, reason: reason)
+                failedAny = true
+            }
         }
+        // A failed dependent may fail its own dependents in turn.
+        if failedAny { try schedule() }
+    }
+
+    private enum PrerequisiteStatus { case ready, waiting, failed(String) }
+
+    private func prerequisiteStatus(of record: DownloadRecord) -> PrerequisiteStatus {
+        var waiting = false
+        for id in record.prerequisites {
+            guard let prerequisite = records[id] else { return .failed("download \(id) it waits for was removed") }
+            switch prerequisite.state {
+            case .completed: continue
+            case .failed: return .failed("download \(id) (\(prerequisite.url)) it waits for failed")
+            case .cancelled: return .failed("download \(id) (\(prerequisite.url)) it waits for was cancelled")
+            default: waiting = true
+            }
+        }
+        return waiting ? .waiting : .ready
+    }
+
+    private func failDependent(_ record: DownloadRecord, reason: String) {
+        var record = record
+        let error = DownloadError(.illegalTransition, "not started: \(reason)")
+        record.state = .failed
+        record.lastError = error.message
+        try? persist(record)
+        finish(record.id, with: .failure(error))
+        hub.emit(.stateChanged(DownloadID(record.id), .failed, error: error))
+        hub.emit(.failed(DownloadID(record.id), error))
+    }
+
+    /// Higher priority first, then queue position.
+    private func queueOrder<S: Sequence>(_ candidates: S) -> [DownloadRecord] where S.Element == DownloadRecord {
+        candidates.sorted { ($1.priority, $0.queuePosition) < ($0.priority, $1.queuePosition) }
+    }
+
+    private func nextPosition() -> Double {
+        (records.values.map(\.queuePosition).max() ?? 0) + 1
+    }
+
+    private func persist(_ record: DownloadRecord) throws(DownloadError) {
+        try store.save(record)
+        records[record.id] = record
     }
 
     private func start(_ record: DownloadRecord) throws(DownloadError) {
         var record = record
         record.state = .running
-        try store.save(record)
+        try persist(record)
         let id = record.id
         hub.emit(.stateChanged(DownloadID(id), .running, error: nil))
         let environment = RunnerEnvironment(
@@ -364,6 +473,7 @@ public actor DownloadManager {
         tasks[id] = nil
         let reason = stopReasons.removeValue(forKey: id)
         var record = (try? store.record(id: id)) ?? record
+        records[id] = record
         let downloadID = DownloadID(id)
         switch outcome {
         case .completed(let result):
@@ -373,16 +483,21 @@ public actor DownloadManager {
         case .failed(let error) where reason == nil:
             record.state = .failed
             record.lastError = error.message
-            try? store.save(record)
+            try? persist(record)
             finish(id, with: .failure(error))
             hub.emit(.stateChanged(downloadID, .failed, error: error))
             hub.emit(.failed(downloadID, error))
         case .stopped, .failed:
-            if reason == .cancel {
+            switch reason {
+            case .cancel:
                 try? markCancelled(&record)
-            } else {
+            case .exit:
+                record.state = .queued
+                try? persist(record)
+                hub.emit(.stateChanged(downloadID, .queued, error: nil))
+            default:
                 record.state = .paused
-                try? store.save(record)
+                try? persist(record)
                 hub.emit(.stateChanged(downloadID, .paused, error: nil))
             }
         }
@@ -402,7 +517,7 @@ public actor DownloadManager {
     // MARK: Helpers
 
     private func require(_ id: DownloadID) throws(DownloadError) -> DownloadRecord {
-        guard let record = try store.record(id: id.rawValue) else {
+        guard let record = records[id.rawValue] else {
             throw DownloadError(.notFound, "no download with id \(id)")
         }
         return record
@@ -428,7 +543,7 @@ public actor DownloadManager {
         record.state = .queued
         record.attempts = 0
         record.lastError = nil
-        try store.save(record)
+        try persist(record)
         hub.emit(.stateChanged(DownloadID(record.id), .queued, error: nil))
     }
 

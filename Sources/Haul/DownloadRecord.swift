@@ -41,8 +41,14 @@ public struct DownloadRecord: Codable, Sendable, Equatable, FetchableRecord, Per
     public var lastError: String?
     /// The options the download was added with (JSON).
     public var options: DownloadOptions
-    /// Queue order: higher first.
+    /// Queue order: higher priority first (`DownloadPriority` raw values).
     public var priority: Int
+    /// Queue order within a priority: lower first. New downloads go last; `move(_:before:)` places one between two.
+    public var queuePosition: Double
+    /// Downloads that must complete before this one starts.
+    public var prerequisites: [String]
+    /// This download's own rate limit in bytes a second, nil for none.
+    public var rateLimit: Int64?
     /// When it was added.
     public var createdAt: Date
     /// When it last changed.
@@ -57,6 +63,7 @@ public struct DownloadRecord: Codable, Sendable, Equatable, FetchableRecord, Per
         static let state = Column(CodingKeys.state)
         static let durableOffset = Column(CodingKeys.durableOffset)
         static let priority = Column(CodingKeys.priority)
+        static let queuePosition = Column(CodingKeys.queuePosition)
         static let createdAt = Column(CodingKeys.createdAt)
     }
 

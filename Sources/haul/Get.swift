@@ -118,7 +118,7 @@ extension HaulCommand {
                 output.error(error)
                 throw ExitCode(1)
             }
-            let signals = SignalWatcher { await manager.shutdown() }
+            let signals = SignalWatcher { await manager.shutdown(pausing: true) }
             let destination: DownloadManager.Destination =
                 self.output.map { .file($0) } ?? .directory(directory ?? FileManager.default.currentDirectoryPath)
             do {

@@ -1,0 +1,179 @@
+import Foundation
+import Haul
+import HaulCore
+import HaulTesting
+import Synchronization
+import Testing
+
+/// Collects the state changes of every download, in the order the manager emitted them.
+final class StateLog: Sendable {
+    private let entries = Mutex<[(DownloadID, DownloadState)]>([])
+
+    /// Starts collecting from `events` until the stream ends.
+    init(_ events: AsyncStream<DownloadEvent>) {
+        Task { [self] in
+            for await event in events {
+                if case .stateChanged(let id, let state, _) = event { entries.withLock { $0.append((id, state)) } }
+            }
+        }
+    }
+
+    var all: [(DownloadID, DownloadState)] { entries.withLock { $0 } }
+
+    /// Ids in the order they started running.
+    var starts: [DownloadID] { all.filter { $0.1 == .running }.map(\.0) }
+
+    /// The most downloads running at any moment.
+    var peakRunning: Int {
+        var running = Set<DownloadID>()
+        var peak = 0
+        for (id, state) in all {
+            if state == .running { running.insert(id) } else { running.remove(id) }
+            peak = max(peak, running.count)
+        }
+        return peak
+    }
+}
+
+@Suite("Scheduler")
+struct SchedulerTests {
+    let body = testBytes(100_000)
+
+    func manager(_ h: Harness, limit: Int) throws -> DownloadManager {
+        var configuration = DownloadManager.Configuration(stateDirectory: h.stateDirectory)
+        configuration.clock = h.clock
+        configuration.startsStoredDownloads = false
+        configuration.maxConcurrentDownloads = limit
+        return try DownloadManager(configuration: configuration)
+    }
+
+    /// Serves `/0` … `/n-1`, each slow enough to overlap with the others.
+    func serve(_ h: Harness, count: Int, bytesPerSecond: Int = 1_000_000) {
+        for index in 0..<count { h.server.serve("/\(index)", .init(body: body, bytesPerSecond: bytesPerSecond)) }
+    }
+
+    @Test("the concurrency limit holds at every moment, and is reached")
+    func concurrencyLimit() async throws {
+        let h = try await Harness.make()
+        defer { Task { await h.stop() } }
+        serve(h, count: 8)
+        let manager = try manager(h, limit: 3)
+        let log = StateLog(manager.events())
+        var ids: [DownloadID] = []
+        for index in 0..<8 {
+            ids.append(try await manager.add(h.server.url("/\(index)"), to: .file(h.path("\(index).bin"))))
+        }
+        for id in ids { _ = try await manager.result(of: id) }
+        await manager.shutdown()
+        #expect(log.peakRunning == 3)
+        #expect(log.starts == ids, "same priority: the order of adding")
+        for index in 0..<8 { #expect(h.holds("\(index).bin", body)) }
+    }
+
+    @Test("priority first, then the order of adding; move reorders")
+    func priorityAndMove() async throws {
+        let h = try await Harness.make()
+        defer { Task { await h.stop() } }
+        serve(h, count: 6)
+        let manager = try manager(h, limit: 1)
+        let log = StateLog(manager.events())
+        let first = try await manager.add(h.server.url("/0"), to: .file(h.path("0.bin")))
+        let low = try await manager.add(h.server.url("/1"), to: .file(h.path("1.bin")), priority: .low)
+        let normal = try await manager.add(h.server.url("/2"), to: .file(h.path("2.bin")))
+        let high = try await manager.add(h.server.url("/3"), to: .file(h.path("3.bin")), priority: .high)
+        let last = try await manager.add(h.server.url("/4"), to: .file(h.path("4.bin")))
+        try await manager.move(last, before: normal)
+        for id in [first, low, normal, high, last] { _ = try await manager.result(of: id) }
+        await manager.shutdown()
+        #expect(log.starts == [first, high, last, normal, low])
+    }
+
+    @Test("dependencies wait for completion; a failed prerequisite fails its dependents, naming it")
+    func dependencies() async throws {
+        let h = try await Harness.make()
+        defer { Task { await h.stop() } }
+        serve(h, count: 3)
+        h.server.serve("/missing", .init(body: []) { _, _ in .status(404, headers: [:]) })
+        let manager = try manager(h, limit: 3)
+        let log = StateLog(manager.events())
+        let a = try await manager.add(h.server.url("/0"), to: .file(h.path("0.bin")))
+        let b = try await manager.add(h.server.url("/1"), to: .file(h.path("1.bin")), after: [a])
+        let broken = try await manager.add(h.server.url("/missing"), to: .file(h.path("m.bin")))
+        let c = try await manager.add(h.server.url("/2"), to: .file(h.path("2.bin")), after: [broken])
+        let d = try await manager.add(h.server.url("/2"), to: .file(h.path("d.bin")), after: [c])
+        _ = try await manager.result(of: b)
+        for (id, upstream) in [(c, broken), (d, c)] {
+            do {
+                _ = try await manager.result(of: id)
+                Issue.record("\(id) should have failed")
+            } catch let error as DownloadError {
+                #expect(error.message.contains(upstream.rawValue))
+            }
+        }
+        await manager.shutdown()
+        let states = log.all
+        let aCompleted = try #require(states.firstIndex { $0.0 == a && $0.1 == .completed })
+        let bRunning = try #require(states.firstIndex { $0.0 == b && $0.1 == .running })
+        #expect(aCompleted < bRunning)
+        #expect(!log.starts.contains(c) && !log.starts.contains(d))
+        await #expect(throws: DownloadError.self) {
+            _ = try await manager.add(h.server.url("/0"), to: .file(h.path("x.bin")), after: [DownloadID("nope")])
+        }
+    }
+
+    @Test("when a running download pauses, the next queued one starts; raising the limit starts more")
+    func nextStartsAndLimitChanges() async throws {
+        let h = try await Harness.make()
+        defer { Task { await h.stop() } }
+        serve(h, count: 4, bytesPerSecond: 200_000)
+        let manager = try manager(h, limit: 1)
+        let log = StateLog(manager.events())
+        var ids: [DownloadID] = []
+        for index in 0..<4 {
+            ids.append(try await manager.add(h.server.url("/\(index)"), to: .file(h.path("\(index).bin"))))
+        }
+        #expect(try await manager.snapshot(ids[0]).state == .running)
+        #expect(try await manager.snapshot(ids[1]).state == .queued)
+        try await manager.pause(ids[0])
+        #expect(try await manager.snapshot(ids[1]).state == .running)
+        try await manager.setMaxConcurrentDownloads(3)
+        #expect(try await manager.snapshot(ids[2]).state == .running)
+        #expect(try await manager.snapshot(ids[3]).state == .running)
+        await manager.pauseAll()
+        #expect(try await manager.snapshots().allSatisfy { $0.state == .paused || $0.state == .completed })
+        await manager.resumeAll()
+        for id in ids { _ = try await manager.result(of: id) }
+        await manager.shutdown()
+        #expect(log.peakRunning == 3)
+        for index in 0..<4 { #expect(h.holds("\(index).bin", body)) }
+        await #expect(throws: DownloadError.self) { try await manager.setMaxConcurrentDownloads(0) }
+    }
+
+    @Test("restart: a new manager on the same store finishes the batch in its old order, nothing fetched twice")
+    func restart() async throws {
+        let h = try await Harness.make()
+        defer { Task { await h.stop() } }
+        serve(h, count: 5, bytesPerSecond: 400_000)
+        let first = try manager(h, limit: 2)
+        var ids: [DownloadID] = []
+        for index in 0..<5 {
+            ids.append(try await first.add(h.server.url("/\(index)"), to: .file(h.path("\(index).bin"))))
+        }
+        _ = try await first.result(of: ids[0])
+        try await first.pause(ids[4])
+        // Drop the first manager as a crash would: its store rows still say running.
+        await first.shutdown()
+        var configuration = DownloadManager.Configuration(stateDirectory: h.stateDirectory)
+        configuration.clock = h.clock
+        configuration.maxConcurrentDownloads = 2
+        let second = try DownloadManager(configuration: configuration)
+        let log = StateLog(second.events())
+        try await second.start()
+        for id in ids.prefix(4) { _ = try await second.result(of: id) }
+        #expect(try await second.snapshot(ids[4]).state == .paused, "paused stays paused")
+        await second.shutdown()
+        #expect(!log.starts.contains(ids[0]))
+        for index in 0..<4 { #expect(h.holds("\(index).bin", body)) }
+        #expect(h.server.requests(to: "/0").count == 1, "a completed file is not fetched again")
+    }
+}
