@@ -328,14 +328,18 @@ public actor DownloadManager {
         hub.subscribe(to: id)
     }
 
-    /// The download now.
+    /// The download now. Read from the store, which the runner keeps current (offsets, destination).
     public func snapshot(_ id: DownloadID) throws(DownloadError) -> Snapshot {
-        Self.snapshot(of: try require(id))
+        _ = try require(id)
+        guard let record = try store.record(id: id.rawValue) else {
+            throw DownloadError(.notFound, "no download with id \(id)")
+        }
+        return Self.snapshot(of: record)
     }
 
-    /// Every download in the store, oldest first.
+    /// Every download in the store, in queue order.
     public func snapshots() throws(DownloadError) -> [Snapshot] {
-        queueOrder(records.values).map(Self.snapshot)
+        queueOrder(try store.allRecords()).map(Self.snapshot)
     }
 
     /// Waits until the download completes (returning its result) or fails or is cancelled (throwing its error).

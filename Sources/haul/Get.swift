@@ -6,25 +6,37 @@ import HaulCore
 import Logging
 
 extension HaulCommand {
-    /// `haul get URL`: download one file, resuming whatever is on disk.
+    /// `haul get URL…`: download files, resuming whatever is on disk.
     struct Get: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
-            abstract: "Download a URL, resuming what is already on disk.",
+            abstract: "Download URLs, resuming what is already on disk.",
             discussion: """
-                Exit status: 0 done; 1 the download failed; 2 bad usage; 130 after SIGINT and 143 after SIGTERM \
-                (the download is paused with its exact offset saved; run the same command again to resume).
+                Several URLs (as arguments or with -i) run -j at a time; the same URL given twice is fetched once, \
+                and one failure does not stop the others. Exit status: 0 all done; 1 a download failed; 2 bad \
+                usage; 130 after SIGINT and 143 after SIGTERM (downloads are paused with their exact offsets \
+                saved; run the same command again to resume).
                 """
         )
 
-        @Argument(help: "The http or https URL to download.")
-        var url: String
+        @Argument(help: "The http or https URLs to download.")
+        var urls: [String] = []
 
-        @Option(name: .shortAndLong, help: "Write to this path.")
+        @Option(
+            name: [.customShort("i"), .customLong("input-file")],
+            help:
+                "Read URLs from this file, one a line ('-': standard input; blank lines and lines starting with # are skipped)."
+        )
+        var inputFile: String?
+
+        @Option(name: .shortAndLong, help: "Write to this path (one URL only).")
         var output: String?
 
         @Option(
-            name: .shortAndLong, help: "Write into this folder under the server's name (default: the current folder).")
+            name: .shortAndLong, help: "Write into this folder under the server's names (default: the current folder).")
         var directory: String?
+
+        @Option(name: .shortAndLong, help: "Downloads at once.")
+        var jobs: Int = 3
 
         @Flag(
             name: .shortAndLong,
@@ -63,6 +75,11 @@ extension HaulCommand {
 
         func validate() throws {
             if output != nil, directory != nil { throw ValidationError("give -o PATH or -d DIR, not both") }
+            if urls.isEmpty, inputFile == nil { throw ValidationError("give at least one URL, or -i FILE") }
+            if output != nil, urls.count + (inputFile == nil ? 0 : 2) > 1 {
+                throw ValidationError("-o PATH takes one URL; use -d DIR for several")
+            }
+            if jobs < 1 { throw ValidationError("-j must be at least 1") }
             if !(timeout > 0) || !timeout.isFinite {
                 throw ValidationError("--timeout must be a positive number of seconds")
             }
@@ -70,10 +87,7 @@ extension HaulCommand {
             if `continue`, output == nil {
                 throw ValidationError("-c/--continue needs -o PATH: it adopts the file at that path")
             }
-            guard let parsed = URL(string: url), let scheme = parsed.scheme?.lowercased(),
-                ["http", "https"].contains(scheme),
-                parsed.host?.isEmpty == false
-            else { throw ValidationError("'\(url)' is not an http or https URL") }
+            for url in urls { try Self.check(url) }
             if let checksum,
                 case .failure(let error) = Result(catching: { () throws(DownloadError) in
                     try Checksum(parsing: checksum)
@@ -90,11 +104,54 @@ extension HaulCommand {
             }
         }
 
+        static func check(_ url: String, line: Int? = nil) throws {
+            guard let parsed = URL(string: url), let scheme = parsed.scheme?.lowercased(),
+                ["http", "https"].contains(scheme),
+                parsed.host?.isEmpty == false
+            else {
+                let place = line.map { " (line \($0))" } ?? ""
+                throw ValidationError("'\(url)'\(place) is not an http or https URL")
+            }
+        }
+
+        /// The URLs to fetch: arguments, then the input file; each once, in first-seen order.
+        func allURLs() throws -> [String] {
+            var list = urls
+            if let inputFile {
+                let text: String
+                if inputFile == "-" {
+                    text = String(decoding: FileHandle.standardInput.readDataToEndOfFile(), as: UTF8.self)
+                } else {
+                    guard let data = FileManager.default.contents(atPath: inputFile) else {
+                        throw ValidationError("cannot read the input file \(inputFile)")
+                    }
+                    text = String(decoding: data, as: UTF8.self)
+                }
+                for (number, raw) in text.split(separator: "\n", omittingEmptySubsequences: false).enumerated() {
+                    let line = raw.trimmingCharacters(in: .whitespaces.union(.init(charactersIn: "\r")))
+                    if line.isEmpty || line.hasPrefix("#") { continue }
+                    try Self.check(line, line: number + 1)
+                    list.append(line)
+                }
+            }
+            var seen = Set<String>()
+            return list.filter { seen.insert($0).inserted }
+        }
+
         func run() async throws {
             LoggingSystem.bootstrap { label in
                 var handler = StreamLogHandler.standardError(label: label)
                 handler.logLevel = verbose ? .info : .warning
                 return handler
+            }
+            let list: [String]
+            do { list = try allURLs() } catch let error as ValidationError {
+                FileHandle.standardError.write(Data("Error: \(error.message)\n".utf8))
+                throw ExitCode(2)
+            }
+            if list.isEmpty {
+                FileHandle.standardError.write(Data("Error: no URL to download\n".utf8))
+                throw ExitCode(2)
             }
             let options = DownloadOptions(
                 headers: try headers.map { try DownloadOptions.Header(parsing: $0) },
@@ -110,6 +167,7 @@ extension HaulCommand {
                 stateDirectory: stateDir ?? DownloadManager.defaultStateDirectory()
             )
             configuration.startsStoredDownloads = false
+            configuration.maxConcurrentDownloads = jobs
             let output = Output(quiet: quiet, json: json)
             let manager: DownloadManager
             do {
@@ -121,30 +179,37 @@ extension HaulCommand {
             let signals = SignalWatcher { await manager.shutdown(pausing: true) }
             let destination: DownloadManager.Destination =
                 self.output.map { .file($0) } ?? .directory(directory ?? FileManager.default.currentDirectoryPath)
-            do {
-                // Subscribe before adding, so no event of this download is missed.
-                let events = manager.events()
-                let id = try await manager.add(URL(string: url)!, to: destination, options: options)
-                let snapshot = try await manager.snapshot(id)
-                if snapshot.state != .completed, let path = snapshot.destination {
-                    output.started(url: url, path: path)
-                }
-                let renderer = Task { await output.render(events, of: id, url: url) }
-                defer { renderer.cancel() }
-                let result = try await manager.result(of: id)
-                renderer.cancel()
-                await renderer.value
-                output.finished(result)
-                await manager.shutdown()
-            } catch {
-                if let signal = signals.received {
-                    output.interrupted(signal)
-                    throw ExitCode(128 + signal)
-                }
-                await manager.shutdown()
-                output.error(error)
-                throw ExitCode(1)
+            // Subscribe before adding, so no event is missed; the board is the only writer while downloads run.
+            let board = Task { [events = manager.events()] in
+                await output.render(events, manager: manager, single: list.count == 1)
             }
+            var outcomes: [(url: String, outcome: Result<DownloadResult, any Error>)] = []
+            var ids: [(String, DownloadID)] = []
+            for url in list {
+                do {
+                    ids.append((url, try await manager.add(URL(string: url)!, to: destination, options: options)))
+                } catch {
+                    outcomes.append((url, .failure(error)))
+                    output.failedToAdd(url: url, error)
+                }
+            }
+            for (url, id) in ids {
+                do {
+                    outcomes.append((url, .success(try await manager.result(of: id))))
+                } catch {
+                    if signals.received != nil { break }
+                    outcomes.append((url, .failure(error)))
+                }
+            }
+            await manager.shutdown(pausing: true)
+            await board.value
+            if let signal = signals.received {
+                output.interrupted(signal)
+                throw ExitCode(128 + signal)
+            }
+            for case (_, .success(let result)) in outcomes where result.wasAlreadyComplete { output.finished(result) }
+            if list.count > 1 { output.summary(outcomes) }
+            if outcomes.contains(where: { if case .failure = $0.outcome { true } else { false } }) { throw ExitCode(1) }
         }
     }
 }

@@ -2,8 +2,8 @@ import Foundation
 import Haul
 import HaulCore
 
-/// What `haul` prints: a progress bar on a terminal, a line at start and end otherwise, errors always, JSON on
-/// request. Messages go to standard error; JSON results to standard output.
+/// What `haul` prints: progress on a terminal, a line at start and end otherwise, errors always, JSON on request.
+/// Messages go to standard error; JSON results to standard output.
 struct Output: Sendable {
     let quiet: Bool
     let json: Bool
@@ -14,29 +14,33 @@ struct Output: Sendable {
     }
 
     func error(_ error: any Error) {
-        let message = (error as? DownloadError)?.description ?? String(describing: error)
-        if isTerminal && !quiet { FileHandle.standardError.write(Data("\r\u{1B}[K".utf8)) }
-        line("haul: error: \(message)")
+        line("haul: error: \(Self.message(error))")
+    }
+
+    static func message(_ error: any Error) -> String {
+        (error as? DownloadError)?.description ?? String(describing: error)
+    }
+
+    func failedToAdd(url: String, _ error: any Error) {
+        line("haul: error: \(url): \(Self.message(error))")
     }
 
     func interrupted(_ signal: Int32) {
         guard !quiet else { return }
-        if isTerminal { FileHandle.standardError.write(Data("\r\u{1B}[K".utf8)) }
         line(
-            "haul: \(signal == SIGINT ? "interrupted" : "terminated"); paused with every byte kept. Run the same command to resume."
-        )
+            "haul: \(signal == SIGINT ? "interrupted" : "terminated"); paused with every byte kept. "
+                + "Run the same command to resume.")
     }
 
+    /// The end line (and JSON) of one download.
     func finished(_ result: DownloadResult) {
         if !quiet {
-            if isTerminal { FileHandle.standardError.write(Data("\r\u{1B}[K".utf8)) }
             if result.wasAlreadyComplete {
                 line("haul: \(result.path) is already complete (\(Format.bytes(result.bytes))); nothing fetched")
             } else {
                 let resumed = result.resumedFrom > 0 ? ", resumed from \(Format.bytes(result.resumedFrom))" : ""
-                line(
-                    "haul: saved \(result.path) (\(Format.bytes(result.bytes)) in \(String(format: "%.1f", result.seconds)) s\(resumed))"
-                )
+                let seconds = String(format: "%.1f", result.seconds)
+                line("haul: saved \(result.path) (\(Format.bytes(result.bytes)) in \(seconds) s\(resumed))")
             }
         }
         if json {
@@ -50,32 +54,101 @@ struct Output: Sendable {
         }
     }
 
-    /// The start line when standard error is not a terminal (a terminal gets the progress bar instead).
-    func started(url: String, path: String) {
-        guard !quiet, !isTerminal else { return }
-        line("haul: \(url) -> \(path)")
+    /// Every download with its result, after a batch.
+    func summary(_ outcomes: [(url: String, outcome: Result<DownloadResult, any Error>)]) {
+        let failed = outcomes.filter { if case .failure = $0.outcome { true } else { false } }.count
+        if quiet && failed == 0 { return }
+        line("haul: \(outcomes.count - failed) done, \(failed) failed")
+        for (url, outcome) in outcomes {
+            switch outcome {
+            case .success(let result) where !quiet: line("  ok      \(result.path) (\(Format.bytes(result.bytes)))")
+            case .success: break
+            case .failure(let error): line("  failed  \(url): \(Self.message(error))")
+            }
+        }
     }
 
-    /// Draws progress of download `id` until cancelled.
-    func render(_ events: AsyncStream<DownloadEvent>, of id: DownloadID, url: String) async {
-        guard !quiet else { return }
+    /// Draws the downloads' progress (one line each and a total line on a terminal; start and end lines otherwise)
+    /// until the event stream ends. The only writer to standard error while downloads run.
+    func render(_ events: AsyncStream<DownloadEvent>, manager: DownloadManager, single: Bool) async {
+        var board = Board(single: single)
+        var announced = Set<DownloadID>()
         var lastDraw = ContinuousClock.now - .seconds(1)
-        for await event in events where event.id == id {
+        func say(_ text: String) {
+            if isTerminal { board.clear() }
+            line(text)
+            if isTerminal && !quiet { board.draw() }
+        }
+        for await event in events {
             switch event {
-            case .destinationResolved(_, let path):
-                started(url: url, path: path)
-            case .retrying(_, let error, let delay):
-                if isTerminal { FileHandle.standardError.write(Data("\r\u{1B}[K".utf8)) }
-                line("haul: \(error.message); retrying in \(Format.duration(delay))")
-            case .progress(let progress) where isTerminal:
+            case .stateChanged(let id, .running, _), .destinationResolved(let id, _):
+                guard let snapshot = try? await manager.snapshot(id), let path = snapshot.destination else { continue }
+                board.names[id] = (path as NSString).lastPathComponent
+                if !isTerminal && !quiet && announced.insert(id).inserted { line("haul: \(snapshot.url) -> \(path)") }
+            case .stateChanged(let id, _, _):
+                board.progress[id] = nil
+            case .progress(let progress) where isTerminal && !quiet:
+                board.progress[progress.id] = progress
                 let now = ContinuousClock.now
                 guard now - lastDraw >= .milliseconds(100) else { continue }
                 lastDraw = now
-                FileHandle.standardError.write(Data(("\r\u{1B}[K" + Format.bar(progress)).utf8))
-            default:
+                board.clear()
+                board.draw()
+            case .progress:
                 break
+            case .retrying(_, let error, let delay):
+                if !quiet { say("haul: \(error.message); retrying in \(Format.duration(delay))") }
+            case .completed(let result):
+                board.progress[result.id] = nil
+                board.done += 1
+                board.doneBytes += result.bytes
+                if isTerminal { board.clear() }
+                finished(result)
+                if isTerminal && !quiet { board.draw() }
+            case .failed(let id, let error):
+                board.progress[id] = nil
+                board.failed += 1
+                let url = single ? nil : try? await manager.snapshot(id).url
+                say("haul: error: \(url.map { "\($0): " } ?? "")\(Self.message(error))")
             }
         }
+        if isTerminal { board.clear() }
+    }
+}
+
+/// The lines drawn on a terminal: one per running download and, for batches, a total.
+struct Board {
+    let single: Bool
+    var names: [DownloadID: String] = [:]
+    var progress: [DownloadID: DownloadProgress] = [:]
+    var done = 0
+    var failed = 0
+    var doneBytes: Int64 = 0
+    private var drawn = 0
+
+    init(single: Bool) { self.single = single }
+
+    mutating func clear() {
+        guard drawn > 0 else { return }
+        FileHandle.standardError.write(Data("\u{1B}[\(drawn)A\r\u{1B}[J".utf8))
+        drawn = 0
+    }
+
+    mutating func draw() {
+        let running = progress.values.sorted { $0.id.rawValue < $1.id.rawValue }
+        var lines = running.map { progress in
+            single ? Format.bar(progress) : Format.fit(names[progress.id] ?? "", 24) + " " + Format.bar(progress)
+        }
+        if !single {
+            let bytes = doneBytes + running.reduce(0) { $0 + $1.receivedBytes }
+            let speed = running.reduce(0) { $0 + $1.bytesPerSecond }
+            lines.append(
+                "total \(Format.bytes(bytes))  \(Format.bytes(Int64(speed)))/s  "
+                    + "done \(done)  failed \(failed)  running \(running.count)")
+        }
+        guard !lines.isEmpty else { return }
+        FileHandle.standardError.write(Data(lines.map { $0 + "\n" }.joined().utf8))
+        drawn = lines.count
     }
 }
 
@@ -90,6 +163,12 @@ enum Format {
             unit += 1
         }
         return unit == 0 ? "\(count) B" : String(format: "%.1f %@", value, units[unit])
+    }
+
+    /// `text` cut or padded to `width` characters.
+    static func fit(_ text: String, _ width: Int) -> String {
+        text.count > width
+            ? String(text.prefix(width - 1)) + "…" : text.padding(toLength: width, withPad: " ", startingAt: 0)
     }
 
     static func duration(_ duration: Duration) -> String {
