@@ -14,7 +14,7 @@ struct HaulCommand: AsyncParsableCommand {
             Live control of a running process (pause from another terminal) comes with the daemon later.
             """,
         version: HaulVersion.current,
-        subcommands: [Get.self]
+        subcommands: [Get.self, List.self, Remove.self, Clean.self]
     )
 }
 

@@ -1,0 +1,138 @@
+import Foundation
+import Haul
+import HaulCore
+import HaulTesting
+import Testing
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// `haul get` with many URLs, `-i`, and the store commands, run as child processes.
+@Suite("haul batches and the store commands, end to end", .serialized)
+struct BatchCommandTests {
+    let body = testBytes(200_000, seed: 11)
+
+    @Test("many URLs and -i FILE: each URL once, one failure does not stop the others, a summary, exit 1")
+    func batch() async throws {
+        let workspace = try Workspace()
+        defer { workspace.remove() }
+        let server = try await FaultServer.start()
+        for name in ["a", "b", "c"] { server.serve("/\(name).bin", .init(body: body)) }
+        let list = """
+            # a comment, then a blank line
+
+            \(server.url("/b.bin"))
+            \(server.url("/missing"))
+            \(server.url("/a.bin"))
+            """
+        try list.write(toFile: workspace.root + "/list.txt", atomically: true, encoding: .utf8)
+        let outcome = try await HaulProcess.run(
+            [
+                "get", server.url("/a.bin").absoluteString, "-i", workspace.root + "/list.txt", "-j", "2",
+                server.url("/c.bin").absoluteString,
+            ], in: workspace)
+        #expect(outcome.status == 1)
+        for name in ["a", "b", "c"] { #expect(workspace.holds("\(name).bin", body)) }
+        #expect(server.requests(to: "/a.bin").count == 1, "the same URL given twice is fetched once")
+        #expect(outcome.stderr.contains("3 done, 1 failed"))
+        #expect(outcome.stderr.contains("failed  \(server.url("/missing")): server answered HTTP 404"))
+        await server.stop()
+    }
+
+    @Test("-i - reads standard input; bad lines are usage errors naming the line")
+    func standardInputAndBadLines() async throws {
+        let workspace = try Workspace()
+        defer { workspace.remove() }
+        let server = try await FaultServer.start()
+        server.serve("/a.bin", .init(body: body))
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: haulBinary)
+        process.arguments = ["get", "-i", "-", "--state-dir", workspace.state, "-d", workspace.files]
+        let input = Pipe()
+        process.standardInput = input
+        process.standardError = FileHandle.nullDevice
+        try process.run()
+        input.fileHandleForWriting.write(Data("\(server.url("/a.bin"))\n".utf8))
+        try input.fileHandleForWriting.close()
+        await withCheckedContinuation { continuation in
+            DispatchQueue.global().async {
+                process.waitUntilExit()
+                continuation.resume()
+            }
+        }
+        #expect(process.terminationStatus == 0)
+        #expect(workspace.holds("a.bin", body))
+        try "http://ok.example/x\nnot a url\n".write(
+            toFile: workspace.root + "/bad.txt", atomically: true, encoding: .utf8)
+        let bad = try await HaulProcess.run(["get", "-i", workspace.root + "/bad.txt"], in: workspace)
+        #expect(bad.status == 2)
+        #expect(bad.stderr.contains("line 2"))
+        await server.stop()
+    }
+
+    @Test("kill -9 during a batch, then the same command: completed files are not fetched again, partial ones resume")
+    func killBatch() async throws {
+        let workspace = try Workspace()
+        defer { workspace.remove() }
+        let server = try await FaultServer.start()
+        let big = testBytes(2_000_000, seed: 12)
+        server.serve("/small.bin", .init(body: body))
+        server.serve("/big1.bin", .init(body: big, bytesPerSecond: 1_000_000))
+        server.serve("/big2.bin", .init(body: big, bytesPerSecond: 1_000_000))
+        let arguments =
+            ["get", "-j", "3"] + ["/small.bin", "/big1.bin", "/big2.bin"].map { server.url($0).absoluteString }
+        let first = try HaulProcess(arguments, in: workspace)
+        #expect(
+            await waitUntil { workspace.holds("small.bin", body) && (workspace.size("big1.bin.part") ?? 0) > 1_400_000 }
+        )
+        first.signal(SIGKILL)
+        _ = await first.finish()
+        let rerun = try await HaulProcess.run(arguments, in: workspace)
+        #expect(rerun.status == 0, "\(rerun.stderr)")
+        #expect(workspace.holds("small.bin", body))
+        #expect(workspace.holds("big1.bin", big))
+        #expect(workspace.holds("big2.bin", big))
+        #expect(server.requests(to: "/small.bin").count == 1)
+        // More than a checkpoint interval (1 s at 1 MB/s) had passed: the rerun resumes from a checkpoint.
+        #expect(server.requests(to: "/big1.bin").last?.range != nil, "the partial download resumed")
+        await server.stop()
+    }
+
+    @Test("haul ls, rm and clean")
+    func storeCommands() async throws {
+        let workspace = try Workspace()
+        defer { workspace.remove() }
+        let server = try await FaultServer.start()
+        server.serve("/a.bin", .init(body: body))
+        server.serve("/b.bin", .init(body: body))
+        _ = try await HaulProcess.run(
+            ["get", server.url("/a.bin").absoluteString, server.url("/nope").absoluteString], in: workspace)
+        _ = try await HaulProcess.run(["get", server.url("/b.bin").absoluteString], in: workspace)
+        let state = ["--state-dir", workspace.state]
+        let listed = try await HaulProcess.run(["ls", "--json"] + state, in: workspace)
+        #expect(listed.status == 0)
+        let rows = try #require(try JSONSerialization.jsonObject(with: Data(listed.stdout.utf8)) as? [[String: Any]])
+        #expect(rows.count == 3)
+        let states = Dictionary(uniqueKeysWithValues: rows.map { ($0["url"] as! String, $0["state"] as! String) })
+        #expect(states[server.url("/a.bin").absoluteString] == "completed")
+        #expect(states[server.url("/nope").absoluteString] == "failed")
+        let plain = try await HaulProcess.run(["ls"] + state, in: workspace)
+        #expect(plain.stdout.split(separator: "\n").count == 3)
+        #expect(plain.stdout.contains(workspace.path("a.bin")))
+        let bID = try #require(
+            rows.first { ($0["url"] as? String) == server.url("/b.bin").absoluteString }?["id"] as? String)
+        let removed = try await HaulProcess.run(["rm", String(bID.prefix(8)), "--delete-file"] + state, in: workspace)
+        #expect(removed.status == 0, "\(removed.stderr)")
+        #expect(!FileManager.default.fileExists(atPath: workspace.path("b.bin")))
+        let unknown = try await HaulProcess.run(["rm", "zzzz"] + state, in: workspace)
+        #expect(unknown.status == 2)
+        let cleaned = try await HaulProcess.run(["clean"] + state, in: workspace)
+        #expect(cleaned.stdout.contains("forgot 1 download"))
+        #expect(workspace.holds("a.bin", body), "clean keeps the files")
+        let after = try await HaulProcess.run(["ls", "--json"] + state, in: workspace)
+        let remaining = try JSONSerialization.jsonObject(with: Data(after.stdout.utf8)) as? [[String: Any]]
+        #expect(remaining?.map { $0["state"] as? String } == ["failed"])
+        await server.stop()
+    }
+}
