@@ -31,6 +31,8 @@ public actor DownloadManager {
         public var stateDirectory: String?
         /// Downloads running at once.
         public var maxConcurrentDownloads = 3
+        /// A limit on all downloads together, in bytes a second (nil: none). `setRateLimit(_:)` changes it later.
+        public var rateLimit: Int64?
         /// Whether downloads left queued in the store by an earlier process start by themselves. The `haul get`
         /// command turns this off so that it only runs what it was given.
         public var startsStoredDownloads = true
@@ -86,6 +88,8 @@ public actor DownloadManager {
     private var records: [String: DownloadRecord] = [:]
     private var maxConcurrent: Int
     private var tasks: [String: Task<Void, Never>] = [:]
+    private let globalLimiter: RateLimiter
+    private var downloadLimiters: [String: RateLimiter] = [:]
     private var stopReasons: [String: StopReason] = [:]
     private var sessionIDs: Set<String> = []
     private var results: [String: DownloadResult] = [:]
@@ -116,6 +120,7 @@ public actor DownloadManager {
         }
         self.transport = transport ?? LiveTransport()
         maxConcurrent = max(1, configuration.maxConcurrentDownloads)
+        globalLimiter = RateLimiter(bytesPerSecond: configuration.rateLimit)
         var recovered: [DownloadRecord] = []
         for var record in try store.allRecords() {
             if record.state.isActive {
@@ -287,6 +292,28 @@ public actor DownloadManager {
         try schedule()
     }
 
+    /// Limits all downloads together to `bytesPerSecond` (nil: no limit), at once for running downloads too.
+    public func setRateLimit(_ bytesPerSecond: Int64?) throws(DownloadError) {
+        try Self.checkRate(bytesPerSecond)
+        globalLimiter.setRate(bytesPerSecond)
+    }
+
+    /// Limits one download (all its connections) to `bytesPerSecond` (nil: no limit of its own), at once if it runs,
+    /// and for every later run.
+    public func setRateLimit(_ bytesPerSecond: Int64?, for id: DownloadID) throws(DownloadError) {
+        try Self.checkRate(bytesPerSecond)
+        var record = try require(id)
+        record.rateLimit = bytesPerSecond
+        try persist(record)
+        downloadLimiters[id.rawValue]?.setRate(bytesPerSecond)
+    }
+
+    private static func checkRate(_ bytesPerSecond: Int64?) throws(DownloadError) {
+        if let bytesPerSecond, bytesPerSecond <= 0 {
+            throw DownloadError(.invalidArgument, "a rate limit must be positive, not \(bytesPerSecond) bytes a second")
+        }
+    }
+
     /// Forgets a download that is not running; with `deletingFile` also deletes its completed file.
     public func remove(_ id: DownloadID, deletingFile: Bool = false) throws(DownloadError) {
         let record = try require(id)
@@ -456,6 +483,8 @@ public actor DownloadManager {
         try persist(record)
         let id = record.id
         hub.emit(.stateChanged(DownloadID(id), .running, error: nil))
+        let ownLimiter = RateLimiter(bytesPerSecond: record.rateLimit)
+        downloadLimiters[id] = ownLimiter
         let environment = RunnerEnvironment(
             store: store,
             transport: transport,
@@ -463,7 +492,8 @@ public actor DownloadManager {
             idleClock: EngineClock(configuration.idleClock),
             events: hub,
             settings: configuration.engine,
-            logger: configuration.logger
+            logger: configuration.logger,
+            limiters: [globalLimiter, ownLimiter]
         )
         let started = record
         tasks[id] = Task {
@@ -475,6 +505,7 @@ public actor DownloadManager {
 
     private func finished(_ id: String, outcome: RunOutcome, record: DownloadRecord) {
         tasks[id] = nil
+        downloadLimiters[id] = nil
         let reason = stopReasons.removeValue(forKey: id)
         var record = (try? store.record(id: id)) ?? record
         records[id] = record

@@ -13,6 +13,8 @@ struct RunnerEnvironment: Sendable {
     let events: EventHub
     let settings: DownloadManager.Configuration.Engine
     let logger: Logger
+    /// The limits this download's bytes count against (all downloads', its own).
+    let limiters: [RateLimiter]
 }
 
 /// How a run ended.
@@ -191,7 +193,8 @@ struct DownloadRunner {
             clock: environment.clock,
             settings: environment.settings,
             total: record.totalLength,
-            verifiedAlready: record.isPartVerified
+            verifiedAlready: record.isPartVerified,
+            limiters: environment.limiters
         )
         let body = response.body
         do {
@@ -469,6 +472,7 @@ struct TransferContext: Sendable {
     let settings: DownloadManager.Configuration.Engine
     let total: Int64?
     let verifiedAlready: Bool
+    let limiters: [RateLimiter]
 
     /// Streams `body` (whose first byte belongs at `start`) and returns the offset after the last byte written.
     func stream(
@@ -519,7 +523,9 @@ struct TransferContext: Sendable {
                         isRetryable: true
                     )
                 }
+                let received = buffer.readableBytes
                 try write(&buffer, at: &position, compareUntil: compareUntil, activity: activity)
+                for limiter in limiters { try await limiter.acquire(received, clock: clock, activity: activity) }
                 let now = clock.now()
                 if position - lastCheckpointOffset >= settings.checkpointBytes
                     || (now - lastCheckpointTime >= settings.checkpointInterval && position > lastCheckpointOffset)

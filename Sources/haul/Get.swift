@@ -38,6 +38,10 @@ extension HaulCommand {
         @Option(name: .shortAndLong, help: "Downloads at once.")
         var jobs: Int = 3
 
+        @Option(
+            help: "Limit all downloads together to RATE bytes a second (e.g. 500K, 2M; K, M, G are powers of 1024).")
+        var limitRate: String?
+
         @Flag(
             name: .shortAndLong,
             help: "Adopt a file already at -o PATH as a partial download (bytes are compared with the server first).")
@@ -80,6 +84,9 @@ extension HaulCommand {
                 throw ValidationError("-o PATH takes one URL; use -d DIR for several")
             }
             if jobs < 1 { throw ValidationError("-j must be at least 1") }
+            if let limitRate, TokenBucket.parseRate(limitRate) == nil {
+                throw ValidationError("--limit-rate '\(limitRate)' is not a positive rate such as 500K or 2M")
+            }
             if !(timeout > 0) || !timeout.isFinite {
                 throw ValidationError("--timeout must be a positive number of seconds")
             }
@@ -168,6 +175,7 @@ extension HaulCommand {
             )
             configuration.startsStoredDownloads = false
             configuration.maxConcurrentDownloads = jobs
+            configuration.rateLimit = limitRate.flatMap(TokenBucket.parseRate)
             let output = Output(quiet: quiet, json: json)
             let manager: DownloadManager
             do {
