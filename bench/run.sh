@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
-# Benchmark: haul get (release build) against curl on a loopback nginx, interleaved, several rounds.
-# Reports medians of wall time, CPU time (user+sys) and peak memory (max RSS), and the haul/curl ratios.
+# Benchmark on a loopback nginx, interleaved, several rounds; medians of wall time, CPU time (user+sys) and peak
+# memory (max RSS), and ratios:
+#   1. one large file (1 GiB, 256 MiB): haul get against curl;
+#   2. 1000 files of 64 KiB: haul get -j 16 -i list against aria2c -j16 -i list and curl --parallel-max 16.
 #
-#   bench/run.sh [ROUNDS]        (default 5; needs nginx, curl and GNU time: apt-get install nginx-light curl time)
+#   bench/run.sh [ROUNDS]    (default 5; needs nginx, curl, aria2 and GNU time: apt-get install nginx-light curl aria2 time)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="/opt/swift/usr/bin:/usr/sbin:/sbin:$PATH"
 rounds=${1:-5}
 
-for tool in nginx curl /usr/bin/time python3; do
-    command -v "$tool" >/dev/null 2>&1 || { echo "bench: $tool is missing (apt-get install nginx-light curl time)" >&2; exit 2; }
+for tool in nginx curl aria2c /usr/bin/time python3; do
+    command -v "$tool" >/dev/null 2>&1 || { echo "bench: $tool is missing (apt-get install nginx-light curl aria2 time)" >&2; exit 2; }
 done
 
 swift build -c release --product haul >/dev/null
@@ -20,6 +22,13 @@ trap 'kill -9 "$nginx_pid" 2>/dev/null || true; rm -rf "$work"' EXIT
 mkdir -p "$work/www" "$work/out" "$work/state"
 head -c $((1024 * 1024 * 1024)) /dev/urandom > "$work/www/1g.bin"
 head -c $((256 * 1024 * 1024)) /dev/urandom > "$work/www/256m.bin"
+mkdir -p "$work/www/small"
+python3 - "$work/www/small" <<'PY'
+import os, sys
+for i in range(1000):
+    with open(os.path.join(sys.argv[1], f"f{i:04}.bin"), "wb") as f:
+        f.write(os.urandom(64 * 1024))
+PY
 
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 cat > "$work/nginx.conf" <<CONF
@@ -43,6 +52,10 @@ CONF
 nginx -c "$work/nginx.conf" -p "$work" &
 nginx_pid=$!
 for _ in $(seq 100); do curl -s -o /dev/null "http://127.0.0.1:$port/" && break; sleep 0.05; done
+
+for i in $(seq -f "%04g" 0 999); do echo "http://127.0.0.1:$port/small/f$i.bin"; done > "$work/list.txt"
+awk -v out="$work/out/small" '{ n = split($0, p, "/"); print "url = \"" $0 "\""; print "output = \"" out "/" p[n] "\"" }' \
+    "$work/list.txt" > "$work/curl.cfg"
 
 # One measured run: prints "wall cpu maxrss_kib".
 measure() {
@@ -80,3 +93,33 @@ for file in 1g.bin 256m.bin; do
     printf "%-9s ratio haul/curl: wall %.2fx, cpu %.2fx\n" "$file" \
         "$(awk "BEGIN { print $haul_wall / $curl_wall }")" "$(awk "BEGIN { print $haul_cpu / $curl_cpu }")"
 done
+
+# Many small files: a fresh folder and state for every run.
+small() {
+    rm -rf "$work/out/small" "$work/state"
+    mkdir -p "$work/out/small"
+    [ "${BENCH_SYNC:-0}" = 1 ] && sync
+    /usr/bin/time -f "%e %U %S %M" -o "$work/time.txt" "$@" >/dev/null 2>&1
+    [ "$(ls "$work/out/small" | wc -l)" = 1000 ] || { echo "bench: $1 did not fetch 1000 files" >&2; exit 1; }
+    awk '{ printf "%.3f %.3f %d\n", $1, $2 + $3, $4 }' "$work/time.txt"
+}
+: > "$work/haul.txt"
+: > "$work/aria2c.txt"
+: > "$work/curl.txt"
+for _ in $(seq "$rounds"); do
+    small "$haul" get -j 16 -i "$work/list.txt" -d "$work/out/small" --quiet --state-dir "$work/state" >> "$work/haul.txt"
+    small aria2c -j16 -i "$work/list.txt" -d "$work/out/small" -q --allow-overwrite=true --auto-file-renaming=false \
+        >> "$work/aria2c.txt"
+    small curl -s --parallel --parallel-max 16 -K "$work/curl.cfg" >> "$work/curl.txt"
+done
+echo
+printf "%-9s %-6s %10s %10s %12s\n" "1000x64K" tool "wall (s)" "cpu (s)" "peak (MiB)"
+for tool in haul aria2c curl; do
+    wall=$(cut -d' ' -f1 "$work/$tool.txt" | median)
+    cpu=$(cut -d' ' -f2 "$work/$tool.txt" | median)
+    peak=$(cut -d' ' -f3 "$work/$tool.txt" | median)
+    printf "%-9s %-6s %10.3f %10.3f %12.1f\n" "1000x64K" "$tool" "$wall" "$cpu" "$(awk "BEGIN { print $peak / 1024 }")"
+    eval "${tool}_wall=$wall"
+done
+printf "1000x64K  ratio haul/aria2c: wall %.2fx; haul/curl: wall %.2fx\n" \
+    "$(awk "BEGIN { print $haul_wall / $aria2c_wall }")" "$(awk "BEGIN { print $haul_wall / $curl_wall }")"

@@ -507,7 +507,9 @@ public actor DownloadManager {
         tasks[id] = nil
         downloadLimiters[id] = nil
         let reason = stopReasons.removeValue(forKey: id)
-        var record = (try? store.record(id: id)) ?? record
+        // The runner's record is current: it saved every change it made. Its offset may trail one the checkpoint
+        // queue stored; writing it back can only lower the stored offset, which is always safe.
+        var record = record
         records[id] = record
         let downloadID = DownloadID(id)
         switch outcome {

@@ -101,8 +101,9 @@ struct DownloadRunner {
             }
             if resumedFrom == nil { resumedFrom = request.offset }
             do {
-                try await attempt(request)
+                let isComplete = try await attempt(request)
                 failures = 0
+                if isComplete, let result = try finalize() { return result }
             } catch let error as DownloadError where error.isRetryable {
                 try await handleRetryable(error)
                 continue
@@ -122,8 +123,9 @@ struct DownloadRunner {
         return planner.plan(input)
     }
 
-    /// One request and, when the answer is usable, its body streamed to the part file.
-    private mutating func attempt(_ request: RangeRequest) async throws {
+    /// One request and, when the answer is usable, its body streamed to the part file. Returns whether the part file
+    /// now holds the whole file (finalising syncs it, so no checkpoint is taken for it first).
+    private mutating func attempt(_ request: RangeRequest) async throws -> Bool {
         // Always the URL the user gave: redirect targets are often short-lived signed URLs. Haul follows redirects
         // itself, so the Range still reaches the final target.
         guard let url = URL(string: record.url) else {
@@ -155,7 +157,7 @@ struct DownloadRunner {
         case .complete(let facts):
             record.remoteFacts = facts
             try environment.store.save(record)
-            return
+            return false
         case .rewrite(let length, let facts):
             if part == nil { try resolveDestination(response: response) }
             if held > 0 {
@@ -202,12 +204,16 @@ struct DownloadRunner {
                 try await context.stream(
                     body, start: start, compareUntil: compareUntil, expected: expected, activity: activity)
             }
-            try checkpoint(end)
-            if record.totalLength == nil {
-                // No length was announced and the body ended cleanly: that end is the file's end.
-                record.totalLength = end
-                try environment.store.save(record)
+            if compareUntil > 0, !record.isPartVerified { record.isPartVerified = true }
+            // No length announced and a clean end: that end is the file's end.
+            let total = record.totalLength ?? end
+            if end >= total {
+                record.totalLength = total
+                return true
             }
+            try checkpoint(end)
+            try environment.store.save(record)
+            return false
         } catch is OverlapMismatch {
             environment.logger.notice("\(record.url): the bytes held differ from the server's; restarting from 0")
             try resetToZero()
@@ -221,10 +227,6 @@ struct DownloadRunner {
             if error is DownloadError || error is CancellationError || Task.isCancelled { throw error }
             let host = response.finalURL.host ?? record.url
             throw DownloadError(.connectionLost, "connection to \(host) broke during the body", underlying: error)
-        }
-        if compareUntil > 0, !record.isPartVerified {
-            record.isPartVerified = true
-            try environment.store.save(record)
         }
     }
 

@@ -80,6 +80,14 @@ struct Output: Sendable {
             if isTerminal && !quiet { board.draw() }
         }
         for await event in events {
+            if quiet {
+                // Errors only: nothing to draw, and no store reads for names.
+                if case .failed(let id, let error) = event {
+                    let url = single ? nil : try? await manager.snapshot(id).url
+                    line("haul: error: \(url.map { "\($0): " } ?? "")\(Self.message(error))")
+                }
+                continue
+            }
             switch event {
             case .stateChanged(let id, .running, _), .destinationResolved(let id, _):
                 guard let snapshot = try? await manager.snapshot(id), let path = snapshot.destination else { continue }
