@@ -190,7 +190,8 @@ public actor DownloadManager {
         if let path = newRecord.destination {
             try claimDestination(path, record: &newRecord, options: options)
         }
-        try persist(newRecord)
+        try store.insert(newRecord)
+        records[newRecord.id] = newRecord
         sessionIDs.insert(newRecord.id)
         hub.emit(.stateChanged(DownloadID(newRecord.id), .queued, error: nil))
         try schedule()
@@ -480,7 +481,8 @@ public actor DownloadManager {
     private func start(_ record: DownloadRecord) throws(DownloadError) {
         var record = record
         record.state = .running
-        try persist(record)
+        try store.saveState(.running, for: record.id)
+        records[record.id] = record
         let id = record.id
         hub.emit(.stateChanged(DownloadID(id), .running, error: nil))
         let ownLimiter = RateLimiter(bytesPerSecond: record.rateLimit)

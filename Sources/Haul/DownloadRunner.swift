@@ -335,9 +335,16 @@ struct DownloadRunner {
             )
             if FileSystem.exists(candidate) || FileSystem.exists(candidate + ".part") { continue }
             if try environment.store.isDestinationClaimed(candidate, excluding: record.id) { continue }
+            // Creating the part file exclusively claims the name against folder downloads running beside this one.
+            switch Result(catching: { () throws(DownloadError) in
+                try PartFile.open(path: candidate + ".part", exclusive: true)
+            }) {
+            case .success(let claimed): part = claimed
+            case .failure(let error) where error.code == .destinationExists: continue
+            case .failure(let error): throw error
+            }
+            // Stored with the rest of the first answer's facts, before any byte is written.
             record.destination = candidate
-            try environment.store.save(record)
-            try openPart(destination: candidate)
             environment.events.emit(.destinationResolved(id, path: candidate))
             return
         }

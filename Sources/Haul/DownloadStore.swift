@@ -124,6 +124,21 @@ public struct DownloadStore: Sendable {
         }
     }
 
+    /// Inserts a new record.
+    public func insert(_ record: DownloadRecord) throws(DownloadError) {
+        try write { db in try record.insert(db) }
+    }
+
+    /// Writes only the state (no record encoding: the cheap write for a download starting).
+    public func saveState(_ state: DownloadState, for id: String) throws(DownloadError) {
+        try write { db in
+            try db.execute(
+                sql: "UPDATE download SET state = ?, updatedAt = ? WHERE id = ?",
+                arguments: [state.rawValue, Date(), id]
+            )
+        }
+    }
+
     /// Writes only the durable offset (the checkpoint's second half).
     public func saveDurableOffset(_ offset: Int64, for id: String) throws(DownloadError) {
         try write { db in

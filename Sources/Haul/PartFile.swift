@@ -22,10 +22,14 @@ public final class PartFile: @unchecked Sendable {
 
     deinit { close(descriptor) }
 
-    /// Opens (creating when needed) and locks the part file. Throws `locked` when another process holds it.
-    public static func open(path: String) throws(DownloadError) -> PartFile {
-        let descriptor = Foundation.open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o644)
-        guard descriptor >= 0 else { throw fileError(errno, "cannot open \(path)") }
+    /// Opens (creating when needed) and locks the part file. Throws `locked` when another process holds it. With
+    /// `exclusive`, the file must not exist yet (an atomic claim of a name) and `destinationExists` says it did.
+    public static func open(path: String, exclusive: Bool = false) throws(DownloadError) -> PartFile {
+        let descriptor = Foundation.open(path, O_RDWR | O_CREAT | O_CLOEXEC | (exclusive ? O_EXCL : 0), 0o644)
+        guard descriptor >= 0 else {
+            if errno == EEXIST { throw DownloadError(.destinationExists, "\(path) already exists") }
+            throw fileError(errno, "cannot open \(path)")
+        }
         if flock(descriptor, LOCK_EX | LOCK_NB) != 0 {
             let code = errno
             close(descriptor)

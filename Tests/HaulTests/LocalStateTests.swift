@@ -258,6 +258,23 @@ struct LocalStateTests {
         for path in paths { #expect(FileManager.default.contents(atPath: path).map { [UInt8]($0) } == body) }
     }
 
+    @Test("two folder downloads with the same server name at once get two names")
+    func sameNameAtOnce() async throws {
+        let h = try await Harness.make()
+        defer { Task { await h.stop() } }
+        let other = testBytes(Self.size, seed: 31)
+        h.server.serve("/x/data.bin", .init(body: body, bytesPerSecond: 2_000_000))
+        h.server.serve("/y/data.bin", .init(body: other, bytesPerSecond: 2_000_000))
+        let manager = try h.manager()
+        let x = try await manager.add(h.server.url("/x/data.bin"), to: .directory(h.folder))
+        let y = try await manager.add(h.server.url("/y/data.bin"), to: .directory(h.folder))
+        let paths = [try await manager.result(of: x).path, try await manager.result(of: y).path]
+        await manager.shutdown()
+        #expect(Set(paths) == [h.path("data.bin"), h.path("data (1).bin")])
+        #expect(FileManager.default.contents(atPath: paths[0]).map { [UInt8]($0) } == body)
+        #expect(FileManager.default.contents(atPath: paths[1]).map { [UInt8]($0) } == other)
+    }
+
     @Test("a completed download run again fetches no body")
     func alreadyComplete() async throws {
         let h = try await Harness.make()
