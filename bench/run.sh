@@ -57,6 +57,9 @@ for i in $(seq -f "%04g" 0 999); do echo "http://127.0.0.1:$port/small/f$i.bin";
 awk -v out="$work/out/small" '{ n = split($0, p, "/"); print "url = \"" $0 "\""; print "output = \"" out "/" p[n] "\"" }' \
     "$work/list.txt" > "$work/curl.cfg"
 
+# The test files were just written: flush them before timing anything, so no run pays for the setup's writeback.
+sync
+
 # One measured run: prints "wall cpu maxrss_kib".
 measure() {
     local out=$1
