@@ -54,6 +54,7 @@ struct DownloadRunner {
     private var wasResumed = false
     private var resumedFrom: Int64?
     private var currentActivity: TransferActivity?
+    private var networkWaits = 0
     private let startedAt: Duration
     private let planner = ResumePlanner()
     private let validator = ResponseValidator()
@@ -139,6 +140,11 @@ struct DownloadRunner {
             let response = try await transport.send(transportRequest)
             activity.touch()
             return response
+        }
+        if networkWaits > 0 {
+            networkWaits = 0
+            try environment.store.saveState(.running, for: record.id)
+            environment.events.emit(.stateChanged(id, .running, error: nil))
         }
         let held = request.offset
         let decision = validator.decide(
@@ -231,6 +237,20 @@ struct DownloadRunner {
     }
 
     private mutating func handleRetryable(_ error: DownloadError) async throws {
+        // The server answered before and now cannot be reached: the network is away. Wait for it, probing with
+        // backoff, without spending the retries (a host that never answered still fails after them).
+        if error.code == .connectionFailed, record.remoteFacts != nil {
+            networkWaits += 1
+            if networkWaits == 1 {
+                try environment.store.saveState(.waitingForNetwork, for: record.id)
+                environment.events.emit(.stateChanged(id, .waitingForNetwork, error: error))
+            }
+            let delay = environment.settings.retryPolicy.backoff(
+                failures: networkWaits, jitter: environment.settings.jitter())
+            environment.logger.info("\(record.url): \(error.message); waiting for the network, next try in \(delay)")
+            try await environment.clock.sleep(delay)
+            return
+        }
         if record.durableOffset > durableAtLastFailure, durableAtLastFailure >= 0 { failures = 0 }
         durableAtLastFailure = record.durableOffset
         failures += 1

@@ -22,6 +22,8 @@ public final class LiveTransport: HTTPTransport {
             decompression: .disabled
         )
         configuration.connectionPool = .init(idleTimeout: .seconds(60))
+        // A refused connection fails at once; Haul's retry policy (and its wait for the network) owns the backoff.
+        configuration.connectionPool.retryConnectionEstablishment = false
         configuration.httpVersion = .http1Only
         // Larger socket reads mean fewer body chunks, and so fewer hops between the event loop and the writing task:
         // a measured difference on fast links. The bound per read keeps memory flat.

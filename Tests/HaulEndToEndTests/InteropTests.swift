@@ -42,9 +42,12 @@ final class ServerProcess: @unchecked Sendable {
 
     /// SIGKILL: a server started from the test runner inherits its blocked signals and may ignore SIGTERM.
     func stop() {
+        guard process.isRunning else { return }
         kill(process.processIdentifier, SIGKILL)
         process.waitUntilExit()
     }
+
+    var isRunning: Bool { process.isRunning }
 }
 
 /// Haul against real servers: nginx (ETag, 206) and python3 -m http.server (no ranges). Both are installed by
@@ -73,16 +76,10 @@ struct InteropTests {
         return (try await manager.result(of: id), paused)
     }
 
-    @Test("nginx: a paused download resumes with If-Range and nginx's ETag, and nginx answers 206")
-    func nginx() async throws {
+    /// Writes an nginx configuration serving `root` on `port` (at `rate` per connection) and starts nginx.
+    func startNginx(_ workspace: Workspace, root: String, port: Int, rate: String, log: String) throws -> ServerProcess
+    {
         let nginx = try #require(executable("nginx"), "nginx must be installed (.ci/run installs it)")
-        let workspace = try Workspace()
-        defer { workspace.remove() }
-        let root = workspace.root + "/www"
-        try FileManager.default.createDirectory(atPath: root, withIntermediateDirectories: true)
-        _ = FileManager.default.createFile(atPath: root + "/file.bin", contents: Data(body))
-        let port = freePort()
-        let log = workspace.root + "/access.log"
         let configuration = """
             daemon off;
             master_process off;
@@ -101,14 +98,31 @@ struct InteropTests {
                 server {
                     listen 127.0.0.1:\(port);
                     root \(root);
-                    limit_rate 4m;
+                    limit_rate \(rate);
                 }
             }
             """
         try configuration.write(toFile: workspace.root + "/nginx.conf", atomically: true, encoding: .utf8)
-        let server = try ServerProcess(
+        return try ServerProcess(
             executable: nginx, arguments: ["-c", workspace.root + "/nginx.conf", "-p", workspace.root], port: port,
             directory: workspace.root)
+    }
+
+    func serveBody(_ workspace: Workspace) throws -> String {
+        let root = workspace.root + "/www"
+        try FileManager.default.createDirectory(atPath: root, withIntermediateDirectories: true)
+        _ = FileManager.default.createFile(atPath: root + "/file.bin", contents: Data(body))
+        return root
+    }
+
+    @Test("nginx: a paused download resumes with If-Range and nginx's ETag, and nginx answers 206")
+    func nginx() async throws {
+        let workspace = try Workspace()
+        defer { workspace.remove() }
+        let root = try serveBody(workspace)
+        let port = freePort()
+        let log = workspace.root + "/access.log"
+        let server = try startNginx(workspace, root: root, port: port, rate: "4m", log: log)
         defer { server.stop() }
         #expect(await server.ready())
         let manager = try manager(workspace)
@@ -122,6 +136,47 @@ struct InteropTests {
         #expect(lines.count == 2)
         let etag = lines.first?.split(separator: " ").last.map(String.init) ?? "?"
         #expect(lines.last?.hasPrefix("206 \"bytes=\(paused.receivedBytes)-\" \"\(etag)\"") == true, "\(lines)")
+    }
+
+    @Test(
+        "the network goes away (nginx killed mid-download) and comes back on the same port: the download waits, then resumes"
+    )
+    func networkComesBack() async throws {
+        let workspace = try Workspace()
+        defer { workspace.remove() }
+        let root = try serveBody(workspace)
+        let port = freePort()
+        let log = workspace.root + "/access.log"
+        var server = try startNginx(workspace, root: root, port: port, rate: "2m", log: log)
+        #expect(await server.ready())
+        var configuration = DownloadManager.Configuration(stateDirectory: workspace.state)
+        configuration.startsStoredDownloads = false
+        configuration.engine.retryPolicy = RetryPolicy(
+            initialDelay: .milliseconds(50), maximumDelay: .milliseconds(400))
+        let manager = try DownloadManager(configuration: configuration)
+        let events = manager.events()
+        let id = try await manager.add(
+            URL(string: "http://127.0.0.1:\(port)/file.bin")!, to: .file(workspace.path("file.bin")))
+        var sawWaiting = false
+        for await event in events {
+            if case .progress(let progress) = event, progress.receivedBytes > 1_000_000, !sawWaiting, server.isRunning {
+                server.stop()
+            }
+            if case .stateChanged(_, .waitingForNetwork, _) = event {
+                sawWaiting = true
+                #expect(try await manager.snapshot(id).state == .waitingForNetwork)
+                server = try startNginx(workspace, root: root, port: port, rate: "2m", log: log)
+                #expect(await server.ready())
+            }
+            if case .completed = event { break }
+        }
+        _ = try await manager.result(of: id)
+        await manager.shutdown()
+        server.stop()
+        #expect(sawWaiting)
+        #expect(workspace.holds("file.bin", body))
+        let lines = try String(contentsOfFile: log, encoding: .utf8).split(separator: "\n")
+        #expect(lines.last?.hasPrefix("206") == true, "resumed with a range after the network came back: \(lines)")
     }
 
     @Test("python3 -m http.server (no ranges): a paused download restarts from 0 and still ends identical")
