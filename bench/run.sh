@@ -74,8 +74,18 @@ measure() {
 
 median() { sort -n | awk '{ a[NR] = $1 } END { print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }
 
+# One table row from $work/TOOL.txt: the medians, printed, and kept in TOOL_wall and TOOL_cpu for the ratios.
+row() {
+    local label=$1 tool=$2 wall cpu peak
+    wall=$(cut -d' ' -f1 "$work/$tool.txt" | median)
+    cpu=$(cut -d' ' -f2 "$work/$tool.txt" | median)
+    peak=$(cut -d' ' -f3 "$work/$tool.txt" | median)
+    printf "%-9s %-6s %10.3f %10.3f %12.1f\n" "$label" "$tool" "$wall" "$cpu" "$(awk "BEGIN { print $peak / 1024 }")"
+    eval "${tool}_wall=$wall ${tool}_cpu=$cpu"
+}
+
 echo "haul $("$haul" --version), curl $(curl --version | head -1 | cut -d' ' -f2), $(nproc) cores, $rounds rounds"
-printf "%-9s %-5s %10s %10s %12s\n" file tool "wall (s)" "cpu (s)" "peak (MiB)"
+printf "%-9s %-6s %10s %10s %12s\n" file tool "wall (s)" "cpu (s)" "peak (MiB)"
 for file in 1g.bin 256m.bin; do
     : > "$work/haul.txt"
     : > "$work/curl.txt"
@@ -86,13 +96,7 @@ for file in 1g.bin 256m.bin; do
         cmp -s "$work/out/$file" "$work/www/$file" || { echo "bench: haul's $file differs from the source" >&2; exit 1; }
         measure "$work/out/$file" curl -s -o "$work/out/$file" "http://127.0.0.1:$port/$file" >> "$work/curl.txt"
     done
-    for tool in haul curl; do
-        wall=$(cut -d' ' -f1 "$work/$tool.txt" | median)
-        cpu=$(cut -d' ' -f2 "$work/$tool.txt" | median)
-        peak=$(cut -d' ' -f3 "$work/$tool.txt" | median)
-        printf "%-9s %-5s %10.3f %10.3f %12.1f\n" "$file" "$tool" "$wall" "$cpu" "$(awk "BEGIN { print $peak / 1024 }")"
-        eval "${tool}_wall=$wall ${tool}_cpu=$cpu"
-    done
+    for tool in haul curl; do row "$file" "$tool"; done
     printf "%-9s ratio haul/curl: wall %.2fx, cpu %.2fx\n" "$file" \
         "$(awk "BEGIN { print $haul_wall / $curl_wall }")" "$(awk "BEGIN { print $haul_cpu / $curl_cpu }")"
 done
@@ -117,12 +121,6 @@ for _ in $(seq "$rounds"); do
 done
 echo
 printf "%-9s %-6s %10s %10s %12s\n" "1000x64K" tool "wall (s)" "cpu (s)" "peak (MiB)"
-for tool in haul aria2c curl; do
-    wall=$(cut -d' ' -f1 "$work/$tool.txt" | median)
-    cpu=$(cut -d' ' -f2 "$work/$tool.txt" | median)
-    peak=$(cut -d' ' -f3 "$work/$tool.txt" | median)
-    printf "%-9s %-6s %10.3f %10.3f %12.1f\n" "1000x64K" "$tool" "$wall" "$cpu" "$(awk "BEGIN { print $peak / 1024 }")"
-    eval "${tool}_wall=$wall"
-done
+for tool in haul aria2c curl; do row 1000x64K "$tool"; done
 printf "1000x64K  ratio haul/aria2c: wall %.2fx; haul/curl: wall %.2fx\n" \
     "$(awk "BEGIN { print $haul_wall / $aria2c_wall }")" "$(awk "BEGIN { print $haul_wall / $curl_wall }")"

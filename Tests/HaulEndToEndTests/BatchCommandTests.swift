@@ -9,7 +9,7 @@ import Testing
 #endif
 
 /// `haul get` with many URLs, `-i`, and the store commands, run as child processes.
-@Suite("haul batches and the store commands, end to end", .serialized)
+@Suite("haul batches and the store commands, end to end", .serialized, .timeLimit(.minutes(2)))
 struct BatchCommandTests {
     let body = testBytes(200_000, seed: 11)
 
@@ -46,15 +46,16 @@ struct BatchCommandTests {
         defer { workspace.remove() }
         let server = try await FaultServer.start()
         server.serve("/a.bin", .init(body: body))
+        // Standard input from a file, not a pipe whose write end another test's child could inherit.
+        let inputPath = workspace.root + "/stdin.txt"
+        try "\(server.url("/a.bin"))\n".write(toFile: inputPath, atomically: true, encoding: .utf8)
         let process = Process()
         process.executableURL = URL(fileURLWithPath: haulBinary)
         process.arguments = ["get", "-i", "-", "--state-dir", workspace.state, "-d", workspace.files]
-        let input = Pipe()
-        process.standardInput = input
+        process.standardInput = FileHandle(forReadingAtPath: inputPath)
+        process.standardOutput = FileHandle.nullDevice
         process.standardError = FileHandle.nullDevice
         try process.run()
-        input.fileHandleForWriting.write(Data("\(server.url("/a.bin"))\n".utf8))
-        try input.fileHandleForWriting.close()
         await withCheckedContinuation { continuation in
             DispatchQueue.global().async {
                 process.waitUntilExit()

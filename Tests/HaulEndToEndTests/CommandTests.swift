@@ -9,7 +9,7 @@ import Testing
 #endif
 
 /// The built `haul` binary, run as a child process against the in-process fault server.
-@Suite("haul get, end to end", .serialized)
+@Suite("haul get, end to end", .serialized, .timeLimit(.minutes(2)))
 struct CommandTests {
     let body = testBytes(3_000_000)
 

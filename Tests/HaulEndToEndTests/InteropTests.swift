@@ -52,7 +52,7 @@ final class ServerProcess: @unchecked Sendable {
 
 /// Haul against real servers: nginx (ETag, 206) and python3 -m http.server (no ranges). Both are installed by
 /// `.ci/run`; a missing server fails these tests rather than skipping them.
-@Suite("Interop with real servers")
+@Suite("Interop with real servers", .timeLimit(.minutes(2)))
 struct InteropTests {
     let body = testBytes(8_000_000, seed: 5)
 
@@ -169,6 +169,10 @@ struct InteropTests {
                 #expect(await server.ready())
             }
             if case .completed = event { break }
+            if case .failed(_, let error) = event {
+                Issue.record("the download failed: \(error)")
+                break
+            }
         }
         _ = try await manager.result(of: id)
         await manager.shutdown()

@@ -44,41 +44,44 @@ struct Workspace {
     func remove() { try? FileManager.default.removeItem(atPath: root) }
 }
 
-/// A running `haul` process.
+/// A running `haul` process. Its output goes to files, not pipes: a pipe's write end can be inherited by another
+/// child that a parallel test spawns at the same moment, and reading to end-of-file would then wait for that child.
 final class HaulProcess: @unchecked Sendable {
     let process = Process()
-    private let out = Pipe()
-    private let err = Pipe()
+    private let outPath: String
+    private let errPath: String
 
     init(_ arguments: [String], in workspace: Workspace) throws {
+        let stamp = UUID().uuidString
+        outPath = workspace.root + "/haul-\(stamp).out"
+        errPath = workspace.root + "/haul-\(stamp).err"
+        _ = FileManager.default.createFile(atPath: outPath, contents: nil)
+        _ = FileManager.default.createFile(atPath: errPath, contents: nil)
         process.executableURL = URL(fileURLWithPath: haulBinary)
         process.arguments = arguments.first == "get" ? arguments + ["--state-dir", workspace.state] : arguments
         process.currentDirectoryURL = URL(fileURLWithPath: workspace.files)
-        process.standardOutput = out
-        process.standardError = err
+        process.standardOutput = FileHandle(forWritingAtPath: outPath)
+        process.standardError = FileHandle(forWritingAtPath: errPath)
         process.standardInput = FileHandle.nullDevice
         try process.run()
     }
 
     func signal(_ number: Int32) { kill(process.processIdentifier, number) }
 
-    /// Waits for the exit; returns status and output.
-    /// The blocking reads and the wait run on a dispatch thread: the cooperative pool has only as many threads as
-    /// cores, and blocking one starves every other test.
+    /// Waits for the exit (on a dispatch thread: the cooperative pool has only as many threads as cores) and returns
+    /// the status and the output.
     func finish() async -> (status: Int32, stdout: String, stderr: String) {
         await withCheckedContinuation { continuation in
             DispatchQueue.global().async {
-                let stdout = self.out.fileHandleForReading.readDataToEndOfFile()
-                let stderr = self.err.fileHandleForReading.readDataToEndOfFile()
                 self.process.waitUntilExit()
-                let status = self.process.terminationStatus
-                continuation.resume(
-                    returning: (
-                        status, String(decoding: stdout, as: UTF8.self), String(decoding: stderr, as: UTF8.self)
-                    )
-                )
+                continuation.resume()
             }
         }
+        let stdout = FileManager.default.contents(atPath: outPath) ?? Data()
+        let stderr = FileManager.default.contents(atPath: errPath) ?? Data()
+        return (
+            process.terminationStatus, String(decoding: stdout, as: UTF8.self), String(decoding: stderr, as: UTF8.self)
+        )
     }
 
     static func run(_ arguments: [String], in workspace: Workspace) async throws -> (

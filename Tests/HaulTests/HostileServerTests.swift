@@ -5,7 +5,7 @@ import HaulTesting
 import Testing
 
 /// The engine against every server behaviour of HOSTILE.md 1–24, through the fault server.
-@Suite("Hostile servers")
+@Suite("Hostile servers", .timeLimit(.minutes(2)))
 struct HostileServerTests {
     static let size = 300_000
     static let cut = 120_000

@@ -5,7 +5,7 @@ import HaulTesting
 import Testing
 
 /// HOSTILE.md 28–35 for one download, checksums, and the destination rules.
-@Suite("Local state")
+@Suite("Local state", .timeLimit(.minutes(2)))
 struct LocalStateTests {
     static let size = 300_000
     static let cut = 120_000

@@ -6,7 +6,7 @@ import Testing
 
 /// Bandwidth limits, measured through the injected clock: the transfer itself takes no clock time, so the clock's
 /// advance is exactly the throttling.
-@Suite("Rate limits")
+@Suite("Rate limits", .timeLimit(.minutes(2)))
 struct RateLimitTests {
     let body = testBytes(1_000_000, seed: 21)
 

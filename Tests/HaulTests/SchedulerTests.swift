@@ -35,7 +35,7 @@ final class StateLog: Sendable {
     }
 }
 
-@Suite("Scheduler")
+@Suite("Scheduler", .timeLimit(.minutes(2)))
 struct SchedulerTests {
     let body = testBytes(100_000)
 
