@@ -73,11 +73,11 @@ struct DownloadRunner {
             return .completed(try await runLoop())
         } catch {
             if error is CancellationError || Task.isCancelled || (error as? DownloadError)?.code == .cancelled {
-                flushAfterStop()
+                await flushAfterStop()
                 return .stopped
             }
             let failure = (error as? DownloadError) ?? DownloadError(.fileSystem, String(describing: error))
-            flushAfterStop()
+            await flushAfterStop()
             return .failed(failure)
         }
     }
@@ -94,7 +94,7 @@ struct DownloadRunner {
             case .finalize(let truncateTo):
                 if let truncateTo { try truncate(to: truncateTo) }
                 if resumedFrom == nil { resumedFrom = record.durableOffset }
-                if let result = try finalize() { return result }
+                if let result = try await finalize() { return result }
                 continue
             case .request(let planned, let truncateTo):
                 if let truncateTo { try truncate(to: truncateTo) }
@@ -104,7 +104,7 @@ struct DownloadRunner {
             do {
                 let isComplete = try await attempt(request)
                 failures = 0
-                if isComplete, let result = try finalize() { return result }
+                if isComplete, let result = try await finalize() { return result }
             } catch let error as DownloadError where error.isRetryable {
                 try await handleRetryable(error)
                 continue
@@ -217,7 +217,7 @@ struct DownloadRunner {
                 record.totalLength = total
                 return true
             }
-            try checkpoint(end)
+            try await checkpoint(end)
             try environment.store.save(record)
             return false
         } catch is OverlapMismatch {
@@ -228,7 +228,7 @@ struct DownloadRunner {
                 .invalidResponse, "the part file does not match the server's bytes; restarting", isRetryable: true)
         } catch {
             if activity.written > record.durableOffset, activity.written >= compareUntil {
-                try? checkpoint(activity.written)
+                try? await checkpoint(activity.written)
             }
             if error is DownloadError || error is CancellationError || Task.isCancelled { throw error }
             let host = response.finalURL.host ?? record.url
@@ -302,19 +302,19 @@ struct DownloadRunner {
     }
 
     /// Invariant 1: fsync the part, then store the offset.
-    private mutating func checkpoint(_ offset: Int64) throws {
+    private mutating func checkpoint(_ offset: Int64) async throws {
         guard let part else { return }
-        try part.syncData()
+        try await Blocking.run { try part.syncData() }
         record.durableOffset = offset
         try environment.store.saveDurableOffset(offset, for: record.id)
     }
 
     /// After a stop: the bytes this run wrote are contiguous from the durable offset, so after an fsync they are
     /// durable too, and the store gets the exact offset.
-    private mutating func flushAfterStop() {
+    private mutating func flushAfterStop() async {
         guard let part, let written = currentActivity?.written, written > record.durableOffset, record.isPartVerified
         else { return }
-        if (try? part.syncData()) != nil {
+        if (try? await Blocking.run({ try part.syncData() })) != nil {
             record.durableOffset = written
             try? environment.store.saveDurableOffset(written, for: record.id)
         }
@@ -374,7 +374,7 @@ struct DownloadRunner {
     // MARK: Finalising
 
     /// Verifies and moves the part file to its destination; nil when a fresh full fetch must be tried first.
-    private mutating func finalize() throws -> DownloadResult? {
+    private mutating func finalize() async throws -> DownloadResult? {
         guard let part, let destination = record.destination else {
             throw DownloadError(.fileSystem, "nothing to finalise for \(record.url)")
         }
@@ -384,8 +384,10 @@ struct DownloadRunner {
         var algorithms = Set<Checksum.Algorithm>()
         if let checksum = record.options.checksum { algorithms.insert(checksum.algorithm) }
         if record.options.computesSHA256 { algorithms.insert(.sha256) }
-        try part.sync()
-        let digests = algorithms.isEmpty ? [:] : try FileDigest.hexDigests(of: part.path, algorithms: algorithms)
+        let digests = try await Blocking.run { [algorithms] in
+            try part.sync()
+            return algorithms.isEmpty ? [:] : try FileDigest.hexDigests(of: part.path, algorithms: algorithms)
+        }
         if let checksum = record.options.checksum, digests[checksum.algorithm] != checksum.hex {
             let got = digests[checksum.algorithm] ?? "nothing"
             if (wasResumed || (resumedFrom ?? 0) > 0) && !freshFetchTried {
@@ -406,8 +408,14 @@ struct DownloadRunner {
                     + "the file was not kept"
             )
         }
-        let target = try moveIntoPlace(part.path, destination: destination)
-        FileSystem.syncDirectory(of: target)
+        let replacing = record.mayReplaceDestination
+        let isFolderDownload = record.directory != nil
+        let target = try await Blocking.run {
+            let target = try Self.moveIntoPlace(
+                part.path, destination: destination, replacing: replacing, isFolderDownload: isFolderDownload)
+            FileSystem.syncDirectory(of: target)
+            return target
+        }
         self.part = nil
         record.destination = target
         record.state = .completed
@@ -432,7 +440,9 @@ struct DownloadRunner {
 
     /// Moves the verified part file to its destination. A folder download whose name was taken meanwhile takes the
     /// next free `name (n).ext`; a file download stops rather than replace a file Haul did not create.
-    private func moveIntoPlace(_ partPath: String, destination: String) throws -> String {
+    private static func moveIntoPlace(_ partPath: String, destination: String, replacing: Bool, isFolderDownload: Bool)
+        throws -> String
+    {
         let name = (destination as NSString).lastPathComponent
         let folder = (destination as NSString).deletingLastPathComponent as NSString
         for number in 0..<1000 {
@@ -440,12 +450,12 @@ struct DownloadRunner {
                 number == 0
                 ? destination : folder.appendingPathComponent(FileNameSanitizer.alternative(name, number: number))
             let result = Result { () throws(DownloadError) in
-                try FileSystem.move(partPath, to: target, replacing: record.mayReplaceDestination)
+                try FileSystem.move(partPath, to: target, replacing: replacing)
             }
             switch result {
             case .success: return target
             case .failure(let error):
-                if error.code != .destinationExists || record.directory == nil { throw error }
+                if error.code != .destinationExists || !isFolderDownload { throw error }
             }
         }
         throw DownloadError(.destinationExists, "no free name for \(name) in \(folder)")

@@ -25,7 +25,7 @@ final class ServerProcess: @unchecked Sendable {
 
     /// Waits until the port accepts connections.
     func ready() async -> Bool {
-        await waitUntil(seconds: 20) {
+        await waitUntil(seconds: 20) { [port] in
             let socket = Glibc.socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
             defer { close(socket) }
             var address = sockaddr_in()

@@ -91,14 +91,22 @@ final class HaulProcess: @unchecked Sendable {
     }
 }
 
-/// Waits until `condition` holds, checking every 5 ms, for at most `seconds`; returns whether it held.
-func waitUntil(seconds: Double = 30, _ condition: () -> Bool) async -> Bool {
-    let deadline = ContinuousClock.now + .milliseconds(Int(seconds * 1000))
-    while ContinuousClock.now < deadline {
-        if condition() { return true }
-        try? await Task.sleep(for: .milliseconds(5))
+/// Waits until `condition` holds, checking every 5 ms, for at most `seconds`; returns whether it held. Polls on a
+/// dispatch thread, so a busy cooperative pool cannot make it miss the moment it waits for.
+func waitUntil(seconds: Double = 30, _ condition: @escaping @Sendable () -> Bool) async -> Bool {
+    await withCheckedContinuation { continuation in
+        DispatchQueue.global().async {
+            let deadline = Date().addingTimeInterval(seconds)
+            while Date() < deadline {
+                if condition() {
+                    continuation.resume(returning: true)
+                    return
+                }
+                usleep(5000)
+            }
+            continuation.resume(returning: condition())
+        }
     }
-    return condition()
 }
 
 /// A free TCP port on 127.0.0.1.

@@ -329,6 +329,31 @@ struct LocalStateTests {
         await manager.shutdown()
     }
 
+    @Test("remove forgets a download; with deletingFile it also deletes the completed file; a running one is refused")
+    func remove() async throws {
+        let h = try await Harness.make()
+        defer { Task { await h.stop() } }
+        h.server.serve("/a", .init(body: body))
+        h.server.serve("/b", .init(body: body))
+        h.server.serve("/slow", .init(body: body, bytesPerSecond: 100_000))
+        let manager = try h.manager()
+        let a = try await manager.add(h.server.url("/a"), to: .file(h.path("a.bin")))
+        let b = try await manager.add(h.server.url("/b"), to: .file(h.path("b.bin")))
+        _ = try await manager.result(of: a)
+        _ = try await manager.result(of: b)
+        try await manager.remove(a)
+        try await manager.remove(b, deletingFile: true)
+        #expect(h.holds("a.bin", body))
+        #expect(!h.exists("b.bin"))
+        await #expect(throws: DownloadError.self) { try await manager.snapshot(a) }
+        let slow = try await manager.add(h.server.url("/slow"), to: .file(h.path("slow.bin")))
+        await #expect(throws: DownloadError.self) { try await manager.remove(slow) }
+        try await manager.cancel(slow)
+        try await manager.remove(slow)
+        await manager.shutdown()
+        #expect(try await manager.snapshots().isEmpty)
+    }
+
     @Test("events(for:) delivers one download's events only")
     func filteredEvents() async throws {
         let h = try await Harness.make()

@@ -173,6 +173,10 @@ struct SchedulerTests {
         #expect(try await second.snapshot(ids[4]).state == .paused, "paused stays paused")
         await second.shutdown()
         #expect(!log.starts.contains(ids[0]))
+        // Whatever the first manager left unfinished starts again in its old order.
+        let order = { (id: DownloadID) in ids.firstIndex(of: id) ?? -1 }
+        #expect(log.starts == log.starts.sorted { order($0) < order($1) })
+        #expect(!log.starts.isEmpty)
         for index in 0..<4 { #expect(h.holds("\(index).bin", body)) }
         #expect(h.server.requests(to: "/0").count == 1, "a completed file is not fetched again")
     }
