@@ -1,11 +1,28 @@
-import Dispatch
+import HaulCore
+import NIOPosix
 
-/// Runs blocking file-system work (fsync, hashing, renames) on a dispatch thread, off Swift's cooperative pool, which
-/// has only as many threads as cores: an fsync that takes seconds on a busy disk must not stall every other task.
+/// Runs blocking file-system work (fsync, hashing, renames) on threads of its own, off Swift's cooperative pool,
+/// which has only as many threads as cores: an fsync that takes seconds on a busy disk must not stall every other
+/// task. Dispatch's global queues are as wide as the core count too, so a fixed NIO thread pool is used instead.
 enum Blocking {
+    private static let pool: NIOThreadPool = {
+        let pool = NIOThreadPool(numberOfThreads: 8)
+        pool.start()
+        return pool
+    }()
+
+    /// Runs `work` to the end even when the calling task is cancelled: the flush after a pause runs in a cancelled
+    /// task and must still happen.
     static func run<T: Sendable>(_ work: @escaping @Sendable () throws -> T) async throws -> T {
         try await withCheckedThrowingContinuation { continuation in
-            DispatchQueue.global().async { continuation.resume(with: Result { try work() }) }
+            pool.submit { state in
+                guard case .active = state else {
+                    continuation.resume(
+                        throwing: DownloadError(.fileSystem, "the file-system thread pool is not running"))
+                    return
+                }
+                continuation.resume(with: Result { try work() })
+            }
         }
     }
 }

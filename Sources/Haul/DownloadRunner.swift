@@ -85,6 +85,7 @@ struct DownloadRunner {
     // MARK: The loop
 
     private mutating func runLoop() async throws -> DownloadResult {
+        if let result = try await recognizeFinishedFile() { return result }
         if let destination = record.destination { try openPart(destination: destination) }
         while true {
             try Task.checkCancellation()
@@ -373,6 +374,28 @@ struct DownloadRunner {
 
     // MARK: Finalising
 
+    /// A run that finds no part file, and at the destination a file of exactly the length its record durably held in
+    /// full, is looking at its own finished file: the previous process died between the rename and the completed state.
+    private mutating func recognizeFinishedFile() async throws -> DownloadResult? {
+        guard let destination = record.destination, let total = record.totalLength, record.durableOffset == total,
+            record.isPartVerified, !FileSystem.exists(destination + ".part"), FileSystem.size(destination) == total
+        else { return nil }
+        let digests = try await Blocking.run {
+            [computesSHA256 = record.options.computesSHA256, checksum = record.options.checksum] in
+            var algorithms = Set<Checksum.Algorithm>()
+            if let checksum { algorithms.insert(checksum.algorithm) }
+            if computesSHA256 { algorithms.insert(.sha256) }
+            return algorithms.isEmpty ? [:] : try FileDigest.hexDigests(of: destination, algorithms: algorithms)
+        }
+        if let checksum = record.options.checksum, digests[checksum.algorithm] != checksum.hex { return nil }
+        record.state = .completed
+        record.mayReplaceDestination = true
+        try environment.store.save(record)
+        return DownloadResult(
+            id: id, url: record.url, path: destination, bytes: total, sha256: digests[.sha256], seconds: 0,
+            resumedFrom: total, wasAlreadyComplete: true)
+    }
+
     /// Verifies and moves the part file to its destination; nil when a fresh full fetch must be tried first.
     private mutating func finalize() async throws -> DownloadResult? {
         guard let part, let destination = record.destination else {
@@ -408,6 +431,11 @@ struct DownloadRunner {
                     + "the file was not kept"
             )
         }
+        // Stored before the rename: if the process dies between the rename and the completed state, the next run
+        // recognises the whole file at the destination as its own (`recognizeFinishedFile`).
+        record.durableOffset = size
+        record.totalLength = size
+        try environment.store.save(record)
         let replacing = record.mayReplaceDestination
         let isFolderDownload = record.directory != nil
         let target = try await Blocking.run {

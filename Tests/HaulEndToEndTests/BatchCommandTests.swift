@@ -56,12 +56,7 @@ struct BatchCommandTests {
         process.standardOutput = FileHandle.nullDevice
         process.standardError = FileHandle.nullDevice
         try process.run()
-        await withCheckedContinuation { continuation in
-            DispatchQueue.global().async {
-                process.waitUntilExit()
-                continuation.resume()
-            }
-        }
+        await onOwnThread { process.waitUntilExit() }
         #expect(process.terminationStatus == 0)
         #expect(workspace.holds("a.bin", body))
         try "http://ok.example/x\nnot a url\n".write(

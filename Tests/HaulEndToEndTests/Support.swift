@@ -71,12 +71,7 @@ final class HaulProcess: @unchecked Sendable {
     /// Waits for the exit (on a dispatch thread: the cooperative pool has only as many threads as cores) and returns
     /// the status and the output.
     func finish() async -> (status: Int32, stdout: String, stderr: String) {
-        await withCheckedContinuation { continuation in
-            DispatchQueue.global().async {
-                self.process.waitUntilExit()
-                continuation.resume()
-            }
-        }
+        await onOwnThread { self.process.waitUntilExit() }
         let stdout = FileManager.default.contents(atPath: outPath) ?? Data()
         let stderr = FileManager.default.contents(atPath: errPath) ?? Data()
         return (
@@ -92,20 +87,24 @@ final class HaulProcess: @unchecked Sendable {
 }
 
 /// Waits until `condition` holds, checking every 5 ms, for at most `seconds`; returns whether it held. Polls on a
-/// dispatch thread, so a busy cooperative pool cannot make it miss the moment it waits for.
+/// thread of its own, so a busy pool cannot make it miss the moment it waits for.
 func waitUntil(seconds: Double = 30, _ condition: @escaping @Sendable () -> Bool) async -> Bool {
-    await withCheckedContinuation { continuation in
-        DispatchQueue.global().async {
-            let deadline = Date().addingTimeInterval(seconds)
-            while Date() < deadline {
-                if condition() {
-                    continuation.resume(returning: true)
-                    return
-                }
-                usleep(5000)
-            }
-            continuation.resume(returning: condition())
+    await onOwnThread {
+        let deadline = Date().addingTimeInterval(seconds)
+        while Date() < deadline {
+            if condition() { return true }
+            usleep(5000)
         }
+        return condition()
+    }
+}
+
+/// Runs `work` on a thread of its own and returns its result: the tests' waits (for processes, for conditions) block
+/// threads, and neither the cooperative pool nor Dispatch's core-wide global queues may be starved by them.
+func onOwnThread<T: Sendable>(_ work: @escaping @Sendable () -> T) async -> T {
+    await withCheckedContinuation { continuation in
+        let thread = Thread { continuation.resume(returning: work()) }
+        thread.start()
     }
 }
 

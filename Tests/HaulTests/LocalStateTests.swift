@@ -275,6 +275,24 @@ struct LocalStateTests {
         #expect(FileManager.default.contents(atPath: paths[1]).map { [UInt8]($0) } == other)
     }
 
+    @Test("killed between the final rename and the completed state: the next run recognises its own file")
+    func killedAfterRename() async throws {
+        let h = try await Harness.make()
+        defer { Task { await h.stop() } }
+        h.server.serve("/f", .init(body: body))
+        _ = try await h.fetch("/f")
+        // The row as the dying process left it: the full offset stored, the completed state not yet.
+        let store = try DownloadStore(directory: h.stateDirectory)
+        var record = try #require(try store.allRecords().first)
+        record.state = .running
+        record.mayReplaceDestination = false
+        try store.save(record)
+        let again = try await h.fetch("/f")
+        #expect(again.wasAlreadyComplete)
+        #expect(h.holds("file.bin", body))
+        #expect(h.server.requests(to: "/f").count == 1, "nothing fetched again")
+    }
+
     @Test("a completed download run again fetches no body")
     func alreadyComplete() async throws {
         let h = try await Harness.make()
@@ -316,7 +334,7 @@ struct LocalStateTests {
     func cancel() async throws {
         let h = try await Harness.make()
         defer { Task { await h.stop() } }
-        h.server.serve("/f", .init(body: body, bytesPerSecond: 500_000))
+        h.server.serve("/f", .init(body: body, bytesPerSecond: 100_000))
         let manager = try h.manager()
         let id = try await manager.add(h.server.url("/f"), to: .file(h.path("file.bin")))
         for await event in manager.events(for: id) {
