@@ -27,16 +27,20 @@ struct CommandTests {
         for index in 0..<kills {
             // Kill at a random moment within the next fifth of the file.
             let target = Int64(slice * index + Int.random(in: slice / 4..<slice, using: &generator))
+            let requestsBefore = server.requests(to: "/big").count
             let haul = try HaulProcess(
                 [server.url("/big").absoluteString, "-o", "big.bin"].prepended("get"), in: workspace)
+            // This process's own request must have arrived: the part file may already be past the target from the
+            // run before, and a kill before any request would measure nothing.
             let reached = await waitUntil {
-                (workspace.size("big.bin.part") ?? 0) >= target || !haul.process.isRunning
+                (server.requests(to: "/big").count > requestsBefore
+                    && (workspace.size("big.bin.part") ?? 0) >= target) || !haul.process.isRunning
             }
-            let held = workspace.size("big.bin.part")
             haul.signal(SIGKILL)
-            // The part file can only have grown a little between the look and the kill.
-            heldAtKill.append(held ?? 0)
             let outcome = await haul.finish()
+            // Measured once the process is dead: everything it wrote is in the file.
+            let held = workspace.size("big.bin.part")
+            heldAtKill.append(held ?? 0)
             #expect(
                 reached && held.map { $0 >= target } == true,
                 "kill \(index): part \(String(describing: held)) of target \(target); haul exited \(outcome.status): \(outcome.stderr)"
