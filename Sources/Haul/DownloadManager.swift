@@ -389,14 +389,16 @@ public actor DownloadManager {
         }
     }
 
-    /// Downloads `url` to `path` with a manager of its own (state in the default directory, so a second call resumes
-    /// what the first left), and returns when the file is complete.
+    /// Downloads `url` to `path` with a manager of its own and returns when the file is complete. The state lives in
+    /// `configuration.stateDirectory` (the default directory unless given), so a second call resumes what the first
+    /// left; only this download runs, whatever else the store holds.
     public static func download(
         _ url: URL,
         to path: String,
-        options: DownloadOptions = DownloadOptions()
+        options: DownloadOptions = DownloadOptions(),
+        configuration: Configuration = Configuration()
     ) async throws -> DownloadResult {
-        var configuration = Configuration()
+        var configuration = configuration
         configuration.startsStoredDownloads = false
         let manager = try DownloadManager(configuration: configuration)
         do {

@@ -29,19 +29,14 @@ struct Harness {
     }
 
     /// Downloads `path` of the server to `name` in the folder with a fresh manager on the shared store.
-    func fetch(_ path: String, to name: String = "file.bin", options: DownloadOptions = DownloadOptions()) async throws
-        -> DownloadResult
+    func fetch(_ path: String, to name: String = "file.bin", options: DownloadOptions = DownloadOptions())
+        async throws -> DownloadResult
     {
-        let manager = try manager()
-        do {
-            let id = try await manager.add(server.url(path), to: .file(self.path(name)), options: options)
-            let result = try await manager.result(of: id)
-            await manager.shutdown()
-            return result
-        } catch {
-            await manager.shutdown()
-            throw error
-        }
+        var configuration = DownloadManager.Configuration(stateDirectory: stateDirectory)
+        configuration.clock = clock
+        configuration.engine.jitter = { 1 }
+        return try await DownloadManager.download(
+            server.url(path), to: self.path(name), options: options, configuration: configuration)
     }
 
     /// Like `fetch`, expecting failure; returns the error.
