@@ -202,7 +202,6 @@ struct DownloadRunner {
             clock: environment.clock,
             settings: environment.settings,
             total: record.totalLength,
-            verifiedAlready: record.isPartVerified,
             limiters: environment.limiters
         )
         let body = response.body
@@ -538,7 +537,6 @@ struct TransferContext: Sendable {
     let clock: EngineClock
     let settings: DownloadManager.Configuration.Engine
     let total: Int64?
-    let verifiedAlready: Bool
     let limiters: [RateLimiter]
 
     /// Streams `body` (whose first byte belongs at `start`) and returns the offset after the last byte written.

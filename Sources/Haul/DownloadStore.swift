@@ -159,27 +159,6 @@ public struct DownloadStore: Sendable {
         try read { db in try DownloadRecord.order(DownloadRecord.Columns.createdAt).fetchAll(db) }
     }
 
-    /// The record for `url` to the file `destination`, if any.
-    public func record(url: String, destination: String) throws(DownloadError) -> DownloadRecord? {
-        try read { db in
-            try DownloadRecord.filter(
-                DownloadRecord.Columns.url == url && DownloadRecord.Columns.destination == destination
-            )
-            .filter(DownloadRecord.Columns.directory == nil)
-            .order(DownloadRecord.Columns.createdAt.desc).fetchOne(db)
-        }
-    }
-
-    /// The record for `url` into the folder `directory` (server-chosen name), if any.
-    public func record(url: String, directory: String) throws(DownloadError) -> DownloadRecord? {
-        try read { db in
-            try DownloadRecord.filter(
-                DownloadRecord.Columns.url == url && DownloadRecord.Columns.directory == directory
-            )
-            .order(DownloadRecord.Columns.createdAt.desc).fetchOne(db)
-        }
-    }
-
     /// Whether any record other than `excluding` uses `destination`.
     public func isDestinationClaimed(_ destination: String, excluding id: String) throws(DownloadError) -> Bool {
         try read { db in
