@@ -2,25 +2,24 @@ import Dispatch
 import HaulCore
 import Synchronization
 
-/// Checkpoints off the hot path: `fdatasync` the part file, then store the offset, on a serial queue, while the
-/// transfer keeps writing. The offset handed in was fully written before the sync starts, so the stored offset never
-/// exceeds what is on disk (invariant 1). At most one checkpoint is in flight; a request while one runs is skipped,
-/// the next one catches up.
-final class Checkpointer: Sendable {
+/// Checkpoints off the hot path: `fdatasync` the part file, then store the mark (an offset, or a segment map), on a
+/// serial queue, while the transfer keeps writing. The mark handed in describes bytes fully written before the sync
+/// starts, so what is stored never claims more than is on disk (invariant 1). At most one checkpoint is in flight; a
+/// request while one runs is skipped, the next one catches up.
+final class Checkpointer<Mark: Sendable>: Sendable {
     private let part: PartFile
-    private let store: DownloadStore
-    private let id: String
+    private let persist: @Sendable (Mark) throws(DownloadError) -> Void
     private let queue = DispatchQueue(label: "haul.checkpoint")
     private let state = Mutex<(inFlight: Bool, error: DownloadError?)>((false, nil))
 
-    init(part: PartFile, store: DownloadStore, id: String) {
+    /// A checkpointer that syncs `part`, then calls `persist` with the mark.
+    init(part: PartFile, persist: @escaping @Sendable (Mark) throws(DownloadError) -> Void) {
         self.part = part
-        self.store = store
-        self.id = id
+        self.persist = persist
     }
 
-    /// Starts a checkpoint at `offset` unless one is running. Throws the error of an earlier checkpoint, if any.
-    func request(_ offset: Int64) throws(DownloadError) {
+    /// Starts a checkpoint of `mark` unless one is running. Throws the error of an earlier checkpoint, if any.
+    func request(_ mark: Mark) throws(DownloadError) {
         let (start, failure) = state.withLock { state -> (Bool, DownloadError?) in
             if let error = state.error { return (false, error) }
             if state.inFlight { return (false, nil) }
@@ -33,7 +32,7 @@ final class Checkpointer: Sendable {
             var failure: DownloadError?
             do throws(DownloadError) {
                 try part.syncData()
-                try store.saveDurableOffset(offset, for: id)
+                try persist(mark)
             } catch {
                 failure = error
             }

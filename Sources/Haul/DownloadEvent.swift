@@ -25,6 +25,8 @@ public struct DownloadProgress: Sendable, Equatable {
     public var bytesPerSecond: Double
     /// Time left at the current speed, when the length is known.
     public var secondsRemaining: Double?
+    /// Connections open for this download right now.
+    public var connections: Int = 1
 }
 
 /// What a finished download produced.

@@ -20,6 +20,8 @@ public actor DownloadManager {
             public var progressInterval: Duration = .milliseconds(100)
             /// The User-Agent when a download sets none.
             public var userAgent = "haul/\(HaulVersion.current)"
+            /// How long the connection ramp measures throughput before it judges an added connection.
+            public var connectionRampWindow: Duration = .milliseconds(200)
             /// Jitter in 0...1 for the backoff; injectable for tests.
             public var jitter: @Sendable () -> Double = { Double.random(in: 0...1) }
 
@@ -77,6 +79,8 @@ public actor DownloadManager {
         public var isResumable: Bool?
         /// The last error's message.
         public var lastError: String?
+        /// Connections open right now (0 when not running).
+        public var connections: Int
     }
 
     private enum StopReason { case pause, cancel, exit }
@@ -126,6 +130,7 @@ public actor DownloadManager {
             if record.state.isActive {
                 // Running when the process died: queued again, in its old place.
                 record.state = .queued
+                record.activeConnections = 0
                 recovered.append(record)
             }
             records[record.id] = record
@@ -162,7 +167,8 @@ public actor DownloadManager {
             isLastModifiedStrong: false, isResumable: nil, isPartVerified: true,
             mayReplaceDestination: options.overwrite,
             attempts: 0, lastError: nil, options: options, priority: priority.rawValue, queuePosition: nextPosition(),
-            prerequisites: prerequisites.map(\.rawValue), rateLimit: nil, createdAt: Date(), updatedAt: Date()
+            prerequisites: prerequisites.map(\.rawValue), rateLimit: nil, segments: nil, activeConnections: 0,
+            createdAt: Date(), updatedAt: Date()
         )
         switch destination {
         case .file(let rawPath):
@@ -249,6 +255,7 @@ public actor DownloadManager {
         if let part = record.partPath { FileSystem.remove(part) }
         record.state = .cancelled
         record.durableOffset = 0
+        record.segments = nil
         record.remoteFacts = nil
         try persist(record)
         finish(record.id, with: .failure(DownloadError(.cancelled, "download cancelled")))
@@ -574,6 +581,7 @@ public actor DownloadManager {
             if try alreadyComplete(record) != nil { return }
             // The file is gone: fetch it again.
             record.durableOffset = 0
+            record.segments = nil
             record.remoteFacts = nil
             results[record.id] = nil
         case .paused, .failed, .cancelled:
@@ -659,7 +667,7 @@ public actor DownloadManager {
         Snapshot(
             id: DownloadID(record.id), url: record.url, destination: record.destination, state: record.state,
             receivedBytes: record.durableOffset, totalBytes: record.totalLength, isResumable: record.isResumable,
-            lastError: record.lastError
+            lastError: record.lastError, connections: record.activeConnections
         )
     }
 }

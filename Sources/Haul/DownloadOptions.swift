@@ -51,6 +51,18 @@ public struct DownloadOptions: Codable, Sendable, Equatable {
     public var maximumAttemptsWithoutProgress: Int
     /// Whether to compute the SHA-256 of the finished file for the result (also done whenever a checksum is given).
     public var computesSHA256: Bool
+    /// The most connections one download opens (1...16). Haul begins with one and adds more only while they make
+    /// the download faster; 1 means exactly one.
+    public var maxConnectionsPerDownload: Int
+    /// No segment smaller than this many bytes is started by splitting (at least 1 MiB for the command line).
+    public var minimumSplitSize: Int64
+
+    /// The default of `maxConnectionsPerDownload`.
+    public static let defaultMaxConnections = 4
+    /// The upper bound of `maxConnectionsPerDownload`.
+    public static let connectionLimit = 16
+    /// The default of `minimumSplitSize`: 4 MiB.
+    public static let defaultMinimumSplitSize: Int64 = 4 << 20
 
     /// Options with the defaults of the `haul get` command.
     public init(
@@ -61,7 +73,9 @@ public struct DownloadOptions: Codable, Sendable, Equatable {
         continuePartial: Bool = false,
         idleTimeoutSeconds: Double = 30,
         maximumAttemptsWithoutProgress: Int = 5,
-        computesSHA256: Bool = false
+        computesSHA256: Bool = false,
+        maxConnectionsPerDownload: Int = DownloadOptions.defaultMaxConnections,
+        minimumSplitSize: Int64 = DownloadOptions.defaultMinimumSplitSize
     ) {
         self.headers = headers
         self.userAgent = userAgent
@@ -71,5 +85,32 @@ public struct DownloadOptions: Codable, Sendable, Equatable {
         self.idleTimeoutSeconds = idleTimeoutSeconds
         self.maximumAttemptsWithoutProgress = maximumAttemptsWithoutProgress
         self.computesSHA256 = computesSHA256
+        self.maxConnectionsPerDownload = min(max(1, maxConnectionsPerDownload), Self.connectionLimit)
+        self.minimumSplitSize = max(1, minimumSplitSize)
+    }
+
+    private enum CodingKeys: String, CodingKey {
+        case headers, userAgent, checksum, overwrite, continuePartial, idleTimeoutSeconds
+        case maximumAttemptsWithoutProgress, computesSHA256, maxConnectionsPerDownload, minimumSplitSize
+    }
+
+    /// Decodes stored options; fields added after a record was written take their defaults.
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        self.init(
+            headers: try container.decodeIfPresent([Header].self, forKey: .headers) ?? [],
+            userAgent: try container.decodeIfPresent(String.self, forKey: .userAgent),
+            checksum: try container.decodeIfPresent(Checksum.self, forKey: .checksum),
+            overwrite: try container.decodeIfPresent(Bool.self, forKey: .overwrite) ?? false,
+            continuePartial: try container.decodeIfPresent(Bool.self, forKey: .continuePartial) ?? false,
+            idleTimeoutSeconds: try container.decodeIfPresent(Double.self, forKey: .idleTimeoutSeconds) ?? 30,
+            maximumAttemptsWithoutProgress: try container.decodeIfPresent(
+                Int.self, forKey: .maximumAttemptsWithoutProgress) ?? 5,
+            computesSHA256: try container.decodeIfPresent(Bool.self, forKey: .computesSHA256) ?? false,
+            maxConnectionsPerDownload: try container.decodeIfPresent(Int.self, forKey: .maxConnectionsPerDownload)
+                ?? Self.defaultMaxConnections,
+            minimumSplitSize: try container.decodeIfPresent(Int64.self, forKey: .minimumSplitSize)
+                ?? Self.defaultMinimumSplitSize
+        )
     }
 }

@@ -49,6 +49,11 @@ public struct DownloadRecord: Codable, Sendable, Equatable, FetchableRecord, Per
     public var prerequisites: [String]
     /// This download's own rate limit in bytes a second, nil for none.
     public var rateLimit: Int64?
+    /// For a download fetched over several connections: its segments, each with its durable offset (fsynced before
+    /// this was written). Nil for one connection, where `durableOffset` alone says what is held.
+    public var segments: [Segment]?
+    /// Connections open right now (0 when not running), for `haul ls`.
+    public var activeConnections: Int
     /// When it was added.
     public var createdAt: Date
     /// When it last changed.

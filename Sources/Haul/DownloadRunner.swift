@@ -55,6 +55,8 @@ struct DownloadRunner {
     private var resumedFrom: Int64?
     private var currentActivity: TransferActivity?
     private var networkWaits = 0
+    /// Set when a server mishandled a segment's range: the rest of this run uses one connection.
+    private var segmentationDisabled = false
     private let startedAt: Duration
     private let planner = ResumePlanner()
     private let validator = ResponseValidator()
@@ -89,6 +91,14 @@ struct DownloadRunner {
         if let destination = record.destination { try openPart(destination: destination) }
         while true {
             try Task.checkCancellation()
+            if let stored = record.segments {
+                do {
+                    if try await resumeSegments(stored), let result = try await finalize() { return result }
+                } catch let error as DownloadError where error.isRetryable {
+                    try await handleRetryable(error)
+                }
+                continue
+            }
             let plan = try currentPlan()
             let request: RangeRequest
             switch plan {
@@ -193,6 +203,15 @@ struct DownloadRunner {
             if offset > 0 { wasResumed = true }
         }
         guard let part else { throw DownloadError(.fileSystem, "no part file for \(record.url)") }
+        if let expected, shouldSplit(start: start, compareUntil: compareUntil, expected: expected) {
+            // This answer becomes the first connection of a segmented transfer.
+            currentActivity = nil
+            let total = start + expected
+            let map = SegmentMap(total: total, minimumSize: record.options.minimumSplitSize, fetched: start)
+            let first = OpenedBody(body: response.body, start: start, end: total, activity: activity)
+            try await runSegments(map: map, first: first)
+            return true
+        }
         activity.setWritten(compareUntil)
         let context = TransferContext(
             id: id,
@@ -233,6 +252,88 @@ struct DownloadRunner {
             if error is DownloadError || error is CancellationError || Task.isCancelled { throw error }
             let host = response.finalURL.host ?? record.url
             throw DownloadError(.connectionLost, "connection to \(host) broke during the body", underlying: error)
+        }
+    }
+
+    // MARK: Several connections
+
+    /// Whether the answer just validated may be split over several connections: more than one allowed, the file's
+    /// length and a strong validator known (so every segment's answer can be checked to be the same version), ranges
+    /// honoured, no overlap being compared, and enough left for two segments of the minimum size.
+    private func shouldSplit(start: Int64, compareUntil: Int64, expected: Int64) -> Bool {
+        guard !segmentationDisabled, record.options.maxConnectionsPerDownload > 1, record.isPartVerified,
+            compareUntil == start, let facts = record.remoteFacts, facts.isResumable,
+            facts.validators.ifRangeValue != nil, let total = facts.totalLength, start + expected == total
+        else { return false }
+        return expected >= 2 * record.options.minimumSplitSize
+    }
+
+    /// Continues a segmented download from its stored map. Returns true when every byte is durable.
+    private mutating func resumeSegments(_ stored: [Segment]) async throws -> Bool {
+        let partLength = try part?.length() ?? 0
+        // Bytes past the part file's end are gone, whatever the map says.
+        let clamped = stored.map { segment in
+            var segment = segment
+            segment.offset = min(segment.offset, max(segment.start, partLength))
+            return segment
+        }
+        guard part != nil, record.isPartVerified, let facts = record.remoteFacts, facts.validators.isStrong,
+            let total = facts.totalLength,
+            let map = SegmentMap(restoring: clamped, total: total, minimumSize: record.options.minimumSplitSize)
+        else {
+            environment.logger.notice("\(record.url): the stored segment map is unusable; starting over")
+            try resetToZero()
+            return false
+        }
+        if resumedFrom == nil { resumedFrom = map.fetchedBytes }
+        if map.fetchedBytes > 0 { wasResumed = true }
+        if map.isComplete { return true }
+        if networkWaits > 0 {
+            networkWaits = 0
+            try environment.store.saveState(.running, for: record.id)
+            environment.events.emit(.stateChanged(id, .running, error: nil))
+        }
+        try await runSegments(map: map, first: nil)
+        return true
+    }
+
+    /// Runs a segmented transfer over `map`, then takes over what it stored. A server that changed the file or
+    /// mishandled a range sends the download back to one connection from 0.
+    private mutating func runSegments(map: SegmentMap, first: OpenedBody?) async throws {
+        guard let part, let facts = record.remoteFacts, let validator = facts.validators.ifRangeValue,
+            let url = URL(string: record.url)
+        else { throw DownloadError(.fileSystem, "cannot split \(record.url): its facts are incomplete") }
+        let options = record.options
+        let userAgent = environment.settings.userAgent
+        let transfer = SegmentedTransfer(
+            id: id, url: url, part: part, facts: facts, validator: validator, map: map, options: options,
+            environment: environment
+        ) { range, ifRange in
+            Self.headers(options: options, defaultUserAgent: userAgent, range: range, ifRange: ifRange)
+        }
+        defer {
+            if let stored = transfer.storedSegments {
+                record.segments = stored.segments
+                record.durableOffset = stored.bytes
+            }
+            record.activeConnections = 0
+        }
+        do {
+            try await transfer.run(first: first)
+        } catch let fallback as SegmentFallback {
+            let reason: String
+            switch fallback {
+            case .versionChanged(let why):
+                reason = why
+            case .oneConnection(let why):
+                reason = why
+                segmentationDisabled = true
+            }
+            environment.logger.notice("\(record.url): \(reason); restarting from 0 with one connection")
+            if let stored = transfer.storedSegments { record.segments = stored.segments }
+            try resetToZero()
+            forceWhole = true
+            throw DownloadError(.invalidResponse, "restarting from 0: \(reason)", isRetryable: true)
         }
     }
 
@@ -295,6 +396,7 @@ struct DownloadRunner {
     /// Forgets the bytes and what was known of the remote version.
     private mutating func resetToZero() throws {
         record.durableOffset = 0
+        record.segments = nil
         record.remoteFacts = nil
         record.isPartVerified = true
         try environment.store.save(record)
@@ -321,12 +423,21 @@ struct DownloadRunner {
     }
 
     private func headers(for request: RangeRequest) -> [(name: String, value: String)] {
+        Self.headers(
+            options: record.options, defaultUserAgent: environment.settings.userAgent, range: request.rangeHeader,
+            ifRange: request.ifRange)
+    }
+
+    /// The request headers: the user's, with Haul's own `Range`, `If-Range` and `Accept-Encoding: identity`.
+    private static func headers(options: DownloadOptions, defaultUserAgent: String, range: String?, ifRange: String?)
+        -> [(name: String, value: String)]
+    {
         var headers: [(name: String, value: String)] = [
-            ("User-Agent", record.options.userAgent ?? environment.settings.userAgent),
+            ("User-Agent", options.userAgent ?? defaultUserAgent),
             ("Accept-Encoding", "identity"),
             ("Accept", "*/*"),
         ]
-        for header in record.options.headers {
+        for header in options.headers {
             headers.removeAll { $0.name.caseInsensitiveCompare(header.name) == .orderedSame }
             headers.append((header.name, header.value))
         }
@@ -334,8 +445,8 @@ struct DownloadRunner {
         headers.removeAll { ["range", "if-range"].contains($0.name.lowercased()) }
         headers.append(("Accept-Encoding", "identity"))
         headers.removeAll { $0.name.lowercased() == "accept-encoding" && $0.value != "identity" }
-        if let range = request.rangeHeader { headers.append(("Range", range)) }
-        if let ifRange = request.ifRange { headers.append(("If-Range", ifRange)) }
+        if let range { headers.append(("Range", range)) }
+        if let ifRange { headers.append(("If-Range", ifRange)) }
         var seen = Set<String>()
         return headers.filter { seen.insert($0.name.lowercased()).inserted }
     }
@@ -434,6 +545,7 @@ struct DownloadRunner {
         // recognises the whole file at the destination as its own (`recognizeFinishedFile`).
         record.durableOffset = size
         record.totalLength = size
+        record.segments = nil
         try environment.store.save(record)
         let replacing = record.mayReplaceDestination
         let isFolderDownload = record.directory != nil
@@ -495,35 +607,9 @@ struct DownloadRunner {
         _ activity: TransferActivity,
         _ body: @escaping @Sendable () async throws -> T
     ) async throws -> T {
-        let timeout = Duration.milliseconds(Int64(record.options.idleTimeoutSeconds * 1000))
-        let clock = environment.idleClock
-        let host = URL(string: record.url)?.host ?? record.url
-        return try await withThrowingTaskGroup(of: T?.self) { group in
-            group.addTask { try await body() }
-            group.addTask {
-                let step = max(timeout / 8, .milliseconds(10))
-                var lastTicks = activity.ticks
-                var quietSince = clock.now()
-                while true {
-                    try await clock.sleep(step)
-                    let ticks = activity.ticks
-                    if ticks != lastTicks {
-                        lastTicks = ticks
-                        quietSince = clock.now()
-                    } else if clock.now() - quietSince >= timeout {
-                        throw DownloadError(
-                            .idleTimeout,
-                            "no data from \(host) for \(record.options.idleTimeoutSeconds) s; abandoning the connection"
-                        )
-                    }
-                }
-            }
-            defer { group.cancelAll() }
-            while let result = try await group.next() {
-                if let value = result { return value }
-            }
-            throw CancellationError()
-        }
+        try await Haul.withIdleWatchdog(
+            activity, seconds: record.options.idleTimeoutSeconds, clock: environment.idleClock,
+            host: URL(string: record.url)?.host ?? record.url, body)
     }
 }
 
@@ -554,7 +640,9 @@ struct TransferContext: Sendable {
         var lastProgressTime = Duration.zero - settings.progressInterval
         var meter = SpeedMeter()
         meter.record(bytes: compareUntil, at: lastCheckpointTime)
-        let checkpointer = Checkpointer(part: part, store: store, id: id.rawValue)
+        let checkpointer = Checkpointer<Int64>(part: part) { [store, id] offset throws(DownloadError) in
+            try store.saveDurableOffset(offset, for: id.rawValue)
+        }
         do {
             try await streamChunks()
         } catch {

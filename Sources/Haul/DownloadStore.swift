@@ -90,6 +90,12 @@ public struct DownloadStore: Sendable {
             }
             try db.execute(sql: "UPDATE download SET queuePosition = rowid")
         }
+        migrator.registerMigration("v3: segments and connections") { db in
+            try db.alter(table: "download") { table in
+                table.add(column: "segments", .text)
+                table.add(column: "activeConnections", .integer).notNull().defaults(to: 0)
+            }
+        }
         return migrator
     }
 
@@ -146,6 +152,28 @@ public struct DownloadStore: Sendable {
                 sql: "UPDATE download SET durableOffset = ?, updatedAt = ? WHERE id = ?",
                 arguments: [offset, Date(), id]
             )
+        }
+    }
+
+    /// Writes a segmented download's checkpoint: its segments with their durable offsets, and their sum.
+    public func saveSegments(_ segments: [Segment]?, durableBytes: Int64, for id: String) throws(DownloadError) {
+        let text = try segments.map { segments throws(DownloadError) -> String in
+            do { return String(decoding: try JSONEncoder().encode(segments), as: UTF8.self) } catch {
+                throw DownloadError(.store, "cannot encode the segment map: \(error)", underlying: error)
+            }
+        }
+        try write { db in
+            try db.execute(
+                sql: "UPDATE download SET segments = ?, durableOffset = ?, updatedAt = ? WHERE id = ?",
+                arguments: [text, durableBytes, Date(), id]
+            )
+        }
+    }
+
+    /// Writes only the number of open connections.
+    public func saveActiveConnections(_ count: Int, for id: String) throws(DownloadError) {
+        try write { db in
+            try db.execute(sql: "UPDATE download SET activeConnections = ? WHERE id = ?", arguments: [count, id])
         }
     }
 

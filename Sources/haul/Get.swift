@@ -42,6 +42,16 @@ extension HaulCommand {
             help: "Limit all downloads together to RATE bytes a second (e.g. 500K, 2M; K, M, G are powers of 1024).")
         var limitRate: String?
 
+        @Option(
+            name: [.customShort("x"), .customLong("connections")],
+            help: "The most connections per download, 1 to 16 (Haul adds them one at a time while they make it faster)."
+        )
+        var connections: Int = DownloadOptions.defaultMaxConnections
+
+        @Option(
+            help: "Start no segment smaller than SIZE when splitting a file over connections (e.g. 4M; at least 1M).")
+        var minSplitSize: String = "4M"
+
         @Flag(
             name: .shortAndLong,
             help: "Adopt a file already at -o PATH as a partial download (bytes are compared with the server first).")
@@ -91,6 +101,13 @@ extension HaulCommand {
                 throw ValidationError("--timeout must be a positive number of seconds")
             }
             if retries < 0 { throw ValidationError("--retries must be 0 or more") }
+            if !(1...DownloadOptions.connectionLimit).contains(connections) {
+                throw ValidationError("-x/--connections must be between 1 and \(DownloadOptions.connectionLimit)")
+            }
+            guard let split = TokenBucket.parseRate(minSplitSize), split >= 1 << 20 else {
+                throw ValidationError("--min-split-size '\(minSplitSize)' is not a size of at least 1M (e.g. 4M)")
+            }
+            _ = split
             if `continue`, output == nil {
                 throw ValidationError("-c/--continue needs -o PATH: it adopts the file at that path")
             }
@@ -168,7 +185,9 @@ extension HaulCommand {
                 continuePartial: `continue`,
                 idleTimeoutSeconds: timeout,
                 maximumAttemptsWithoutProgress: retries,
-                computesSHA256: json
+                computesSHA256: json,
+                maxConnectionsPerDownload: connections,
+                minimumSplitSize: TokenBucket.parseRate(minSplitSize) ?? DownloadOptions.defaultMinimumSplitSize
             )
             var configuration = DownloadManager.Configuration(
                 stateDirectory: stateDir ?? DownloadManager.defaultStateDirectory()

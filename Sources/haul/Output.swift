@@ -185,7 +185,9 @@ enum Format {
     }
 
     static func bar(_ progress: DownloadProgress) -> String {
-        let speed = bytes(Int64(progress.bytesPerSecond)) + "/s"
+        let speed =
+            bytes(Int64(progress.bytesPerSecond)) + "/s"
+            + (progress.connections > 1 ? " x\(progress.connections)" : "")
         guard let total = progress.totalBytes, total > 0 else {
             return "\(bytes(progress.receivedBytes))  \(speed)"
         }

@@ -36,7 +36,8 @@ extension HaulCommand {
     /// `haul ls`: the downloads in the store.
     struct List: ParsableCommand {
         static let configuration = CommandConfiguration(
-            commandName: "ls", abstract: "List the downloads in the store: id, state, progress, size, destination.")
+            commandName: "ls",
+            abstract: "List the downloads in the store: id, state, progress, size, open connections, destination.")
 
         @OptionGroup var state: StateOptions
 
@@ -51,6 +52,7 @@ extension HaulCommand {
                         "id": record.id, "url": record.url, "state": record.state.rawValue,
                         "destination": record.destination ?? NSNull(), "bytes": record.durableOffset,
                         "total": record.totalLength ?? NSNull(), "error": record.lastError ?? NSNull(),
+                        "connections": record.state == .running ? record.activeConnections : 0,
                     ]
                 }
                 let data = try JSONSerialization.data(withJSONObject: objects, options: [.sortedKeys])
@@ -61,10 +63,11 @@ extension HaulCommand {
                 let progress = record.totalLength.map { $0 > 0 ? "\(record.durableOffset * 100 / $0)%" : "100%" } ?? "-"
                 let size = record.totalLength.map(Format.bytes) ?? "?"
                 let place = record.destination ?? record.directory.map { $0 + "/" } ?? "?"
+                let connections = record.state == .running ? "\(record.activeConnections)" : "-"
                 print(
                     [
                         String(record.id.prefix(8)), Format.fit(record.state.rawValue, 17), Format.fit(progress, 5),
-                        Format.fit(size, 10), place,
+                        Format.fit(size, 10), Format.fit(connections, 3), place,
                     ].joined(separator: " "))
             }
         }

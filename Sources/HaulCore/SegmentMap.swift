@@ -1,0 +1,142 @@
+/// One piece of a file fetched by one connection at a time: bytes `start..<end`, of which `start..<offset` are
+/// fetched.
+public struct Segment: Codable, Hashable, Sendable {
+    /// The first byte.
+    public var start: Int64
+    /// One past the last byte.
+    public var end: Int64
+    /// One past the last byte fetched (`start` when none is).
+    public var offset: Int64
+
+    /// Makes a segment.
+    public init(start: Int64, end: Int64, offset: Int64) {
+        self.start = start
+        self.end = end
+        self.offset = offset
+    }
+
+    /// Bytes still to fetch.
+    public var remaining: Int64 { end - offset }
+    /// Whether every byte is fetched.
+    public var isComplete: Bool { offset >= end }
+}
+
+/// The segments of one download and which of them a connection holds: the planner behind several connections per
+/// file, as a value.
+///
+/// The segments always tile `0..<total` with no gap and no overlap. A segment's bytes before its `offset` are never
+/// handed out again, so in normal operation no byte is fetched twice. A connection that needs work takes the free
+/// unfinished segment with the most bytes left; when none is free it takes the second half of what remains of the
+/// largest held segment (work stealing), so all connections finish together. A split happens only when both halves
+/// keep at least `minimumSize` bytes. Segment indices are stable: a split appends the new segment.
+public struct SegmentMap: Hashable, Sendable {
+    /// The segments, in the order they were made (not necessarily by position).
+    public private(set) var segments: [Segment]
+    /// Whether a connection holds segment `i`.
+    public private(set) var isHeld: [Bool]
+    /// The file's length.
+    public let total: Int64
+    /// The smallest segment a split may start.
+    public let minimumSize: Int64
+
+    /// A map of one free segment covering the file, whose first `fetched` bytes are already held.
+    public init(total: Int64, minimumSize: Int64, fetched: Int64 = 0) {
+        self.total = total
+        self.minimumSize = max(1, minimumSize)
+        let held = min(max(0, fetched), total)
+        segments =
+            held > 0 && held < total
+            ? [Segment(start: 0, end: held, offset: held), Segment(start: held, end: total, offset: held)]
+            : [Segment(start: 0, end: total, offset: held)]
+        isHeld = Array(repeating: false, count: segments.count)
+    }
+
+    /// A map restored from stored segments, all free; nil when they do not tile `0..<total` exactly or an offset lies
+    /// outside its segment (a damaged record: the download starts over).
+    public init?(restoring stored: [Segment], total: Int64, minimumSize: Int64) {
+        guard total > 0, !stored.isEmpty else { return nil }
+        var position: Int64 = 0
+        for segment in stored.sorted(by: { $0.start < $1.start }) {
+            guard segment.start == position, segment.end > segment.start, segment.offset >= segment.start,
+                segment.offset <= segment.end
+            else { return nil }
+            position = segment.end
+        }
+        guard position == total else { return nil }
+        self.total = total
+        self.minimumSize = max(1, minimumSize)
+        segments = stored
+        isHeld = Array(repeating: false, count: stored.count)
+    }
+
+    /// Whether every byte is fetched.
+    public var isComplete: Bool { segments.allSatisfy(\.isComplete) }
+    /// Bytes fetched over all segments.
+    public var fetchedBytes: Int64 { segments.reduce(0) { $0 + ($1.offset - $1.start) } }
+    /// How many segments a connection holds.
+    public var heldCount: Int { isHeld.filter { $0 }.count }
+
+    /// Gives a connection work and marks it held: the free unfinished segment with the most bytes left, else a new
+    /// segment split off the largest held one. Nil when there is nothing to take.
+    public mutating func take() -> Int? {
+        let free = segments.indices.filter { !isHeld[$0] && !segments[$0].isComplete }
+        if let index = free.max(by: { segments[$0].remaining < segments[$1].remaining }) {
+            isHeld[index] = true
+            return index
+        }
+        guard let victim = splitCandidate() else { return nil }
+        let segment = segments[victim]
+        let middle = segment.offset + segment.remaining / 2
+        segments[victim].end = middle
+        segments.append(Segment(start: middle, end: segment.end, offset: middle))
+        isHeld.append(true)
+        return segments.count - 1
+    }
+
+    /// Whether `take()` would find work for one more connection.
+    public var hasWorkToTake: Bool {
+        segments.indices.contains { !isHeld[$0] && !segments[$0].isComplete } || splitCandidate() != nil
+    }
+
+    /// The held segment with the most bytes left, when it can be halved with both halves at least `minimumSize`.
+    private func splitCandidate() -> Int? {
+        let held = segments.indices.filter { isHeld[$0] && segments[$0].remaining >= 2 * minimumSize }
+        return held.max { segments[$0].remaining < segments[$1].remaining }
+    }
+
+    /// Records that segment `index` is fetched up to `offset` (clamped to the segment).
+    public mutating func advance(_ index: Int, to offset: Int64) {
+        let segment = segments[index]
+        segments[index].offset = min(max(offset, segment.offset), segment.end)
+    }
+
+    /// How many of `count` bytes arriving at `position` for segment `index` belong to it (the rest lie past its end,
+    /// which a split may have moved), and advances it past them. Returns 0 when `position` is not the segment's
+    /// offset.
+    public mutating func claim(_ index: Int, at position: Int64, count: Int64) -> Int64 {
+        let segment = segments[index]
+        guard position == segment.offset else { return 0 }
+        let granted = max(0, min(count, segment.end - position))
+        segments[index].offset += granted
+        return granted
+    }
+
+    /// The connection on segment `index` is gone; its bytes from `offset` on are not fetched after all (they were
+    /// claimed but not written), and the segment is free for another connection.
+    public mutating func release(_ index: Int, keepingUpTo offset: Int64? = nil) {
+        if let offset {
+            let segment = segments[index]
+            segments[index].offset = min(max(offset, segment.start), segment.offset)
+        }
+        isHeld[index] = false
+    }
+
+    /// The segments with each offset replaced by `offsets[i]` (for storing what is durable rather than claimed).
+    public func segments(withOffsets offsets: [Int64]) -> [Segment] {
+        segments.indices.map { index in
+            var segment = segments[index]
+            segment.offset = min(max(offsets[index], segment.start), segment.end)
+            return segment
+        }
+    }
+}
