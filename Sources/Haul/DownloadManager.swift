@@ -21,7 +21,8 @@ public actor DownloadManager {
             /// The User-Agent when a download sets none.
             public var userAgent = "haul/\(HaulVersion.current)"
             /// How long the connection ramp measures throughput before it judges an added connection.
-            public var connectionRampWindow: Duration = .milliseconds(200)
+            public var connectionRampWindow: Duration = .milliseconds(
+                ProcessInfo.processInfo.environment["HAUL_RAMP_MS"].flatMap { Int64($0) } ?? 100)
             /// Jitter in 0...1 for the backoff; injectable for tests.
             public var jitter: @Sendable () -> Double = { Double.random(in: 0...1) }
 

@@ -226,7 +226,7 @@ final class SegmentedTransfer: Sendable {
     ) async throws {
         let (signals, continuation) = AsyncStream<Signal>.makeStream()
         let settings = environment.settings
-        let tickLength = max(.milliseconds(5), min(settings.progressInterval, settings.connectionRampWindow / 4))
+        let tickLength = max(.milliseconds(5), min(settings.progressInterval, settings.connectionRampWindow / 20))
         try await withThrowingTaskGroup(of: Void.self) { group in
             defer {
                 group.cancelAll()
@@ -259,6 +259,7 @@ final class SegmentedTransfer: Sendable {
                 switch signal {
                 case .ended(let failure):
                     open -= 1
+                    environment.logger.debug("\(url): a connection closed, \(open) open")
                     if let failure { throw failure }
                     if board.isComplete {
                         if open == 0 { return }
@@ -281,9 +282,13 @@ final class SegmentedTransfer: Sendable {
                         flowing: counts.flowing, canAdd: board.hasWorkToTake)
                     {
                     case .add:
+                        environment.logger.info(
+                            "\(url): adding connection \(counts.connections + 1) at \(written) bytes")
                         spawn(nil)
                         open += 1
                     case .drop:
+                        environment.logger.info(
+                            "\(url): connection \(counts.connections) did not make it faster; closing one")
                         board.requestRetire()
                     case .hold:
                         break

@@ -1,11 +1,16 @@
 /// Decides how many connections one download uses, from the throughput it measures: begin with one, add one at a time
-/// while each addition makes the download faster, stop (and give back the last one) when it does not, and drop one
-/// when the server says it is overloaded (429 or 503).
+/// while each addition makes the download faster, stop (and close the last one) when it does not, and drop one when
+/// the server says it is overloaded (429 or 503).
 ///
-/// An addition counts as making the download faster when, over a window that starts once the new connection is
-/// receiving bytes, the total rate beats the rate before the addition by at least half of one connection's average
-/// share (`1 + gain / connections`). A window that falls short is measured once more, twice as long, before the
-/// ramp settles, so one unlucky window does not stop it.
+/// Throughput is the total rate over a sliding `window`. After a connection is added and receives bytes, the ramp
+/// waits for that rate to beat the rate before the addition by `gain` of one connection's average share (half by
+/// default); as soon as it does, the next connection is added, and judged against the rate the connections before it
+/// should reach with every one of them at its average share. When it has not after two windows, the addition did
+/// not help: the ramp settles and closes one connection. A settled ramp measures again after `reprobeAfter` windows
+/// (conditions change, and one unlucky window must not pin a download to one connection); after a 429 or 503 it
+/// never adds again. Connections that each have their own speed cap raise the
+/// rate within about half a window each, so the ramp reaches its maximum quickly; a link that one connection already
+/// fills never shows the rise.
 public struct ConnectionRamp: Hashable, Sendable {
     /// What to do now.
     public enum Action: Hashable, Sendable {
@@ -13,108 +18,133 @@ public struct ConnectionRamp: Hashable, Sendable {
         case add
         /// Keep the connections as they are.
         case hold
-        /// Close the newest connection; the ramp has settled.
+        /// Close one connection; the ramp has settled.
         case drop
     }
 
     private enum Phase: Hashable, Sendable {
-        /// Measuring the connections there are, since `since` when `bytes` were fetched.
-        case measuring(since: Duration, bytes: Int64)
-        /// A connection was added; waiting until `connections` receive bytes to start its window.
+        /// Measuring the connections there are, all receiving bytes since `since`.
+        case measuring(since: Duration)
+        /// A connection was added; waiting until `connections` receive bytes.
         case waitingForNewConnection(baseline: Double, connections: Int)
-        /// Measuring the window after an addition.
-        case judging(baseline: Double, connections: Int, since: Duration, bytes: Int64, isSecondTry: Bool)
-        /// Done adding.
-        case settled
+        /// Waiting for the rate to rise after an addition.
+        case judging(baseline: Double, connections: Int, since: Duration)
+        /// Done adding for now; after `reprobeAfter` windows the ramp measures again (never after 429 or 503).
+        case settled(since: Duration)
+        /// Done adding for good (the server said it is overloaded).
+        case stopped
+    }
+
+    private struct Sample: Hashable, Sendable {
+        var time: Duration
+        var bytes: Int64
     }
 
     /// The most connections to use.
     public private(set) var maximum: Int
-    /// The length of one measurement.
+    /// The length of the sliding measurement window.
     public let window: Duration
     /// The share of one connection's average rate an addition must add.
     public let gain: Double
+    /// Windows after settling before the ramp tries one more connection again.
+    public let reprobeAfter: Int
     private var phase: Phase?
+    private var samples: [Sample] = []
 
     /// A ramp up to `maximum` connections measuring over `window`.
-    public init(maximum: Int, window: Duration, gain: Double = 0.5) {
+    public init(maximum: Int, window: Duration, gain: Double = 0.5, reprobeAfter: Int = 20) {
         self.maximum = max(1, maximum)
         self.window = window
         self.gain = gain
+        self.reprobeAfter = max(1, reprobeAfter)
     }
 
     /// Whether the ramp has stopped adding.
-    public var isSettled: Bool { phase == .settled || maximum <= 1 }
+    public var isSettled: Bool {
+        switch phase {
+        case .settled, .stopped: true
+        default: maximum <= 1
+        }
+    }
 
     /// The decision at time `now`, with `bytes` fetched so far by all connections, `connections` open, `flowing` of
     /// them receiving bytes, and whether the segment map has work for another connection.
     public mutating func decide(now: Duration, bytes: Int64, connections: Int, flowing: Int, canAdd: Bool) -> Action {
+        record(now: now, bytes: bytes)
         guard let current = phase else {
-            phase = .measuring(since: now, bytes: bytes)
+            phase = .measuring(since: now)
             return .hold
         }
         switch current {
-        case .settled:
+        case .stopped:
             return .hold
-        case .measuring(let since, let start):
+        case .settled(let since):
+            if now - since >= window * reprobeAfter, connections < maximum, canAdd {
+                phase = .measuring(since: now)
+            }
+            return .hold
+        case .measuring(let since):
             if flowing < connections {
-                // A window counts only while every connection receives bytes.
-                phase = .measuring(since: now, bytes: bytes)
+                // The baseline counts only while every connection receives bytes.
+                phase = .measuring(since: now)
                 return .hold
             }
-            guard now - since >= window else { return .hold }
-            let rate = Self.rate(bytes - start, over: now - since)
-            return addIfPossible(baseline: rate, connections: connections, canAdd: canAdd, now: now, bytes: bytes)
+            guard now - since >= window, let rate = rate(at: now) else { return .hold }
+            return addIfPossible(baseline: rate, connections: connections, canAdd: canAdd, now: now)
         case .waitingForNewConnection(let baseline, let expected):
             if connections < expected {
                 // The new connection is gone already (its segment ended or it failed): measure afresh.
-                phase = .measuring(since: now, bytes: bytes)
+                phase = .measuring(since: now)
                 return .hold
             }
             guard flowing >= expected else { return .hold }
-            phase = .judging(baseline: baseline, connections: expected, since: now, bytes: bytes, isSecondTry: false)
+            phase = .judging(baseline: baseline, connections: expected, since: now)
             return .hold
-        case .judging(let baseline, let expected, let since, let start, let isSecondTry):
-            let length = isSecondTry ? window * 2 : window
-            guard now - since >= length else { return .hold }
-            let rate = Self.rate(bytes - start, over: now - since)
+        case .judging(let baseline, let expected, let since):
             let before = Double(max(1, expected - 1))
-            if rate >= baseline * (1 + gain / before) {
-                return addIfPossible(baseline: rate, connections: connections, canAdd: canAdd, now: now, bytes: bytes)
+            if let rate = rate(at: now), rate >= baseline * (1 + gain / before) {
+                // The sliding window lags behind the new connection's full share; assume it will add as much as
+                // the others (or what the window shows, if more), so that the next addition is judged against it.
+                let next = max(rate, baseline * Double(expected) / before)
+                return addIfPossible(baseline: next, connections: connections, canAdd: canAdd, now: now)
             }
-            if !isSecondTry {
-                phase = .judging(baseline: baseline, connections: expected, since: now, bytes: bytes, isSecondTry: true)
-                return .hold
-            }
-            phase = .settled
+            guard now - since >= window * 2 else { return .hold }
+            phase = .settled(since: now)
             return connections > 1 ? .drop : .hold
         }
     }
 
     /// The server answered 429 or 503 on one connection: settle, and allow one connection fewer than `connections`.
     public mutating func serverOverloaded(connections: Int) {
-        phase = .settled
+        phase = .stopped
         maximum = max(1, min(maximum, connections - 1))
     }
 
-    private mutating func addIfPossible(baseline: Double, connections: Int, canAdd: Bool, now: Duration, bytes: Int64)
-        -> Action
-    {
+    private mutating func addIfPossible(baseline: Double, connections: Int, canAdd: Bool, now: Duration) -> Action {
         guard connections < maximum else {
-            phase = .settled
+            phase = .settled(since: now)
             return .hold
         }
         guard canAdd else {
             // Nothing to split now; look again after another window.
-            phase = .measuring(since: now, bytes: bytes)
+            phase = .measuring(since: now)
             return .hold
         }
         phase = .waitingForNewConnection(baseline: baseline, connections: connections + 1)
         return .add
     }
 
-    private static func rate(_ bytes: Int64, over duration: Duration) -> Double {
-        let seconds = Double(duration.components.seconds) + Double(duration.components.attoseconds) / 1e18
-        return seconds > 0 ? Double(bytes) / seconds : 0
+    private mutating func record(now: Duration, bytes: Int64) {
+        samples.append(Sample(time: now, bytes: bytes))
+        // Keep one sample at or before the window's start, and nothing older.
+        while samples.count > 2, now - samples[1].time >= window { samples.removeFirst() }
+    }
+
+    /// The rate over the window ending at `now`, nil before a whole window of samples.
+    private func rate(at now: Duration) -> Double? {
+        guard let first = samples.first, let last = samples.last, now - first.time >= window else { return nil }
+        let elapsed = last.time - first.time
+        let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
+        return seconds > 0 ? Double(last.bytes - first.bytes) / seconds : nil
     }
 }

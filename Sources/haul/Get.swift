@@ -165,7 +165,8 @@ extension HaulCommand {
         func run() async throws {
             LoggingSystem.bootstrap { label in
                 var handler = StreamLogHandler.standardError(label: label)
-                handler.logLevel = verbose ? .info : .warning
+                handler.logLevel =
+                    ProcessInfo.processInfo.environment["HAUL_DEBUG"] != nil ? .debug : verbose ? .info : .warning
                 return handler
             }
             let list: [String]

@@ -1,0 +1,96 @@
+import HaulCore
+import Testing
+
+@Suite("Connection ramp")
+struct ConnectionRampTests {
+    /// A simulated download: `perConnection` bytes a second on each connection, all together at most `link`, sampled
+    /// every 10 ms for `seconds`. Returns the connections open at the end and every action taken.
+    static func simulate(
+        perConnection: Double, link: Double, maximum: Int, seconds: Double = 3, canAdd: Bool = true,
+        ramp: ConnectionRamp? = nil
+    ) -> (connections: Int, actions: [ConnectionRamp.Action], ramp: ConnectionRamp) {
+        var ramp = ramp ?? ConnectionRamp(maximum: maximum, window: .milliseconds(100))
+        var connections = 1
+        var bytes: Double = 0
+        var actions: [ConnectionRamp.Action] = []
+        let step = Duration.milliseconds(10)
+        var now = Duration.zero
+        for _ in 0..<Int(seconds * 100) {
+            now += step
+            bytes += min(perConnection * Double(connections), link) * 0.01
+            let action = ramp.decide(
+                now: now, bytes: Int64(bytes), connections: connections, flowing: connections, canAdd: canAdd)
+            switch action {
+            case .add: connections += 1
+            case .drop: connections -= 1
+            case .hold: break
+            }
+            if action != .hold { actions.append(action) }
+        }
+        return (connections, actions, ramp)
+    }
+
+    @Test(
+        "how many connections it settles on",
+        arguments: [
+            // (per connection, link, maximum) -> connections
+            (1_000_000.0, 100_000_000.0, 8, 8),  // capped connections, wide link: all of them
+            (1_000_000.0, 100_000_000.0, 4, 4),
+            (1_000_000.0, 3_000_000.0, 8, 3),  // the link fills at three: the fourth is closed again
+            (10_000_000.0, 10_000_000.0, 8, 1),  // one connection fills the link: back to one
+            (1_000_000.0, 100_000_000.0, 1, 1),  // -x 1: exactly one
+        ])
+    func settlesOn(perConnection: Double, link: Double, maximum: Int, expected: Int) {
+        let result = Self.simulate(perConnection: perConnection, link: link, maximum: maximum, seconds: 1.5)
+        #expect(result.connections == expected)
+        #expect(result.ramp.isSettled)
+    }
+
+    @Test func addsOneAtATime() {
+        let result = Self.simulate(perConnection: 1_000_000, link: 100_000_000, maximum: 8)
+        #expect(result.actions == Array(repeating: .add, count: 7))
+    }
+
+    @Test func nothingToSplitMeansNoNewConnection() {
+        let result = Self.simulate(perConnection: 1_000_000, link: 100_000_000, maximum: 8, canAdd: false)
+        #expect(result.connections == 1)
+        #expect(result.actions.isEmpty)
+    }
+
+    @Test func anOverloadedServerLowersTheMaximumForGood() {
+        var ramp = ConnectionRamp(maximum: 8, window: .milliseconds(100))
+        ramp.serverOverloaded(connections: 4)
+        #expect(ramp.maximum == 3)
+        #expect(ramp.isSettled)
+        let result = Self.simulate(perConnection: 1_000_000, link: 100_000_000, maximum: 8, seconds: 5, ramp: ramp)
+        #expect(result.actions.isEmpty)
+    }
+
+    @Test func aSettledRampTriesAgainLater() {
+        // One connection fills the link, so the ramp settles on one; it tries a second one again after
+        // `reprobeAfter` windows, and closes it again.
+        let result = Self.simulate(perConnection: 10_000_000, link: 10_000_000, maximum: 8, seconds: 6)
+        #expect(result.connections == 1)
+        #expect(result.actions.filter { $0 == .add }.count >= 2)
+        #expect(result.actions.filter { $0 == .add }.count == result.actions.filter { $0 == .drop }.count)
+    }
+
+    @Test func waitsForTheNewConnectionToReceiveBytes() {
+        var ramp = ConnectionRamp(maximum: 4, window: .milliseconds(100))
+        var bytes: Int64 = 0
+        var now = Duration.zero
+        var action = ConnectionRamp.Action.hold
+        while action != .add {
+            now += .milliseconds(10)
+            bytes += 10_000
+            action = ramp.decide(now: now, bytes: bytes, connections: 1, flowing: 1, canAdd: true)
+        }
+        // The new connection is slow to answer: however long it takes, it is not judged yet.
+        for _ in 0..<100 {
+            now += .milliseconds(10)
+            bytes += 10_000
+            #expect(ramp.decide(now: now, bytes: bytes, connections: 2, flowing: 1, canAdd: true) == .hold)
+        }
+        #expect(!ramp.isSettled)
+    }
+}
