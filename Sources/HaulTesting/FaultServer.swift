@@ -121,6 +121,7 @@ public final class FaultServer: Sendable {
         var counts: [String: Int] = [:]
         var log: [RecordedRequest] = []
         var openChannels: [ObjectIdentifier: any Channel] = [:]
+        var peakOpen = 0
     }
 
     private let state = Mutex(State())
@@ -182,7 +183,18 @@ public final class FaultServer: Sendable {
     // MARK: Serving
 
     fileprivate func register(_ channel: any Channel) {
-        state.withLock { $0.openChannels[ObjectIdentifier(channel)] = channel }
+        state.withLock { state in
+            state.openChannels[ObjectIdentifier(channel)] = channel
+            state.peakOpen = max(state.peakOpen, state.openChannels.count)
+        }
+    }
+
+    /// The most connections open at once since the server started (or since `resetPeakConnections`).
+    public var peakConnections: Int { state.withLock { $0.peakOpen } }
+
+    /// Starts counting the peak of open connections afresh.
+    public func resetPeakConnections() {
+        state.withLock { $0.peakOpen = $0.openChannels.count }
     }
 
     fileprivate func unregister(_ channel: any Channel) {

@@ -29,22 +29,25 @@ struct Harness {
     }
 
     /// Downloads `path` of the server to `name` in the folder with a fresh manager on the shared store.
-    func fetch(_ path: String, to name: String = "file.bin", options: DownloadOptions = DownloadOptions())
-        async throws -> DownloadResult
-    {
+    func fetch(
+        _ path: String, to name: String = "file.bin", options: DownloadOptions = DownloadOptions(),
+        configure: (inout DownloadManager.Configuration) -> Void = { _ in }
+    ) async throws -> DownloadResult {
         var configuration = DownloadManager.Configuration(stateDirectory: stateDirectory)
         configuration.clock = clock
         configuration.engine.jitter = { 1 }
+        configure(&configuration)
         return try await DownloadManager.download(
             server.url(path), to: self.path(name), options: options, configuration: configuration)
     }
 
     /// Like `fetch`, expecting failure; returns the error.
-    func fetchError(_ path: String, to name: String = "file.bin", options: DownloadOptions = DownloadOptions()) async
-        -> DownloadError?
-    {
+    func fetchError(
+        _ path: String, to name: String = "file.bin", options: DownloadOptions = DownloadOptions(),
+        configure: (inout DownloadManager.Configuration) -> Void = { _ in }
+    ) async -> DownloadError? {
         do {
-            _ = try await fetch(path, to: name, options: options)
+            _ = try await fetch(path, to: name, options: options, configure: configure)
             return nil
         } catch {
             return error as? DownloadError

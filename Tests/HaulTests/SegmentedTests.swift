@@ -1,0 +1,244 @@
+import Foundation
+import Haul
+import HaulCore
+import HaulTesting
+import Synchronization
+import Testing
+
+/// A counter the fault server's closures can share.
+final class Counter: Sendable {
+    private let value = Atomic<Int>(0)
+    /// Adds one and returns the new count.
+    func next() -> Int { value.add(1, ordering: .relaxed).newValue }
+    var count: Int { value.load(ordering: .relaxed) }
+}
+
+/// Several connections per file, against the fault server with a speed cap on each connection.
+@Suite("Several connections per file", .serialized, .timeLimit(.minutes(2)))
+struct SegmentedTests {
+    static let size = 2 << 20
+    static let rate = 1 << 20
+    let body = testBytes(size, seed: 41)
+
+    static func options(connections: Int = 4) -> DownloadOptions {
+        var options = DownloadOptions()
+        options.maxConnectionsPerDownload = connections
+        options.minimumSplitSize = 128 << 10
+        options.idleTimeoutSeconds = 2
+        return options
+    }
+
+    static func configure(_ configuration: inout DownloadManager.Configuration) {
+        configuration.engine.connectionRampWindow = .milliseconds(50)
+    }
+
+    /// Whether a request asks for a segment (a range with an end).
+    static func isSegmentRequest(_ request: FaultServer.RecordedRequest) -> Bool {
+        guard let range = request.range else { return false }
+        return range.split(separator: "-", omittingEmptySubsequences: false).last?.isEmpty == false
+    }
+
+    func timed(_ work: () async throws -> Void) async rethrows -> Double {
+        let start = ContinuousClock.now
+        try await work()
+        let elapsed = ContinuousClock.now - start
+        return Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
+    }
+
+    @Test("-x 4 is about four times faster than -x 1 when each connection is capped")
+    func fourConnectionsAreFaster() async throws {
+        let h = try await Harness.make()
+        defer { Task { await h.stop() } }
+        h.server.serve("/f", .init(body: body, bytesPerSecond: Self.rate))
+        let one = try await timed {
+            _ = try await h.fetch("/f", to: "one.bin", options: Self.options(connections: 1), configure: Self.configure)
+        }
+        #expect(h.server.peakConnections == 1)
+        #expect(!h.server.requests(to: "/f").contains(where: Self.isSegmentRequest), "-x 1 means exactly one")
+        h.server.resetPeakConnections()
+        let four = try await timed {
+            _ = try await h.fetch("/f", to: "four.bin", options: Self.options(), configure: Self.configure)
+        }
+        #expect(h.holds("one.bin", body))
+        #expect(h.holds("four.bin", body))
+        #expect(h.server.peakConnections == 4)
+        // Measured here: about 2.16 s against 0.62 s (3.5 times). The ramp's first window and its steps cost a little.
+        #expect(one / four >= 2.5, "-x 1 took \(one) s, -x 4 took \(four) s")
+        let segments = h.server.requests(to: "/f").filter(Self.isSegmentRequest)
+        #expect(segments.allSatisfy { $0.headers["if-range"] == "\"v1\"" && $0.status == 206 })
+    }
+
+    @Test("a pause stores the exact segment map; the resume asks for exactly what is missing of each segment")
+    func pauseAndResume() async throws {
+        let h = try await Harness.make()
+        defer { Task { await h.stop() } }
+        h.server.serve("/f", .init(body: body, bytesPerSecond: Self.rate))
+        var configuration = DownloadManager.Configuration(stateDirectory: h.stateDirectory)
+        configuration.startsStoredDownloads = false
+        Self.configure(&configuration)
+        let manager = try DownloadManager(configuration: configuration)
+        let events = manager.events()
+        let id = try await manager.add(h.server.url("/f"), to: .file(h.path("f.bin")), options: Self.options())
+        for await event in events {
+            if case .progress(let progress) = event, progress.connections >= 3,
+                progress.receivedBytes > Int64(Self.size) / 3
+            {
+                break
+            }
+        }
+        try await manager.pause(id)
+        let requestsBefore = h.server.requests(to: "/f").count
+        let store = try DownloadStore(directory: h.stateDirectory)
+        let record = try #require(try store.record(id: id.rawValue))
+        let segments = try #require(record.segments)
+        #expect(segments.count >= 3)
+        #expect(record.durableOffset == segments.reduce(0) { $0 + $1.offset - $1.start })
+        // Every byte the map says is held is the source's.
+        let part = try #require(FileManager.default.contents(atPath: h.path("f.bin.part")).map { [UInt8]($0) })
+        for segment in segments where segment.offset > segment.start {
+            #expect(
+                part[Int(segment.start)..<Int(segment.offset)] == body[Int(segment.start)..<Int(segment.offset)],
+                "segment \(segment)")
+        }
+        try await manager.resume(id)
+        _ = try await manager.result(of: id)
+        await manager.shutdown()
+        #expect(h.holds("f.bin", body))
+        // The first request after the resume continues the largest unfinished segment, exactly at its offset.
+        let after = h.server.requests(to: "/f").dropFirst(requestsBefore)
+        let unfinished = segments.filter { !$0.isComplete }.max { $0.remaining < $1.remaining }!
+        #expect(after.first?.range == "bytes=\(unfinished.offset)-\(unfinished.end - 1)")
+        #expect(after.allSatisfy { $0.headers["if-range"] == "\"v1\"" })
+        #expect(try store.record(id: id.rawValue)?.segments == nil)
+    }
+
+    @Test("a server that ignores the range of a segment request: never written there, one connection, identical")
+    func ignoredRange() async throws {
+        let h = try await Harness.make()
+        defer { Task { await h.stop() } }
+        h.server.serve(
+            "/f",
+            .init(body: body, bytesPerSecond: Self.rate) { _, request in
+                Self.isSegmentRequest(request) ? .ignoreRange : nil
+            })
+        _ = try await h.fetch("/f", options: Self.options(), configure: Self.configure)
+        #expect(h.holds("file.bin", body))
+        let requests = h.server.requests(to: "/f")
+        let firstIgnored = try #require(requests.firstIndex(where: Self.isSegmentRequest))
+        #expect(requests[firstIgnored].status == 200)
+        // After the fallback: one request for the whole file, and no more segments.
+        let after = requests[(firstIgnored + 1)...].filter { $0.status != 200 || $0.range != nil }
+        #expect(after.filter(Self.isSegmentRequest).isEmpty)
+        #expect(requests.last?.range == nil)
+    }
+
+    @Test("connections cut in the middle of their segments: retried on their own, identical")
+    func cutConnections() async throws {
+        let h = try await Harness.make()
+        defer { Task { await h.stop() } }
+        let cuts = Counter()
+        h.server.serve(
+            "/f",
+            .init(body: body, bytesPerSecond: Self.rate) { _, request in
+                guard Self.isSegmentRequest(request), cuts.next() <= 3 else { return nil }
+                return .cut(afterBytes: 40_000)
+            })
+        _ = try await h.fetch("/f", options: Self.options(), configure: Self.configure)
+        #expect(h.holds("file.bin", body))
+        #expect(h.server.requests(to: "/f").filter { $0.fault != nil }.count == 3)
+    }
+
+    @Test("one segment answered with the wrong start: nothing of it written, the download ends identical")
+    func wrongStart() async throws {
+        let h = try await Harness.make()
+        defer { Task { await h.stop() } }
+        let faults = Counter()
+        h.server.serve(
+            "/f",
+            .init(body: body, bytesPerSecond: Self.rate) { _, request in
+                guard Self.isSegmentRequest(request), faults.next() == 1 else {
+                    return nil
+                }
+                return .wrongStart(shift: -1000)
+            })
+        _ = try await h.fetch("/f", options: Self.options(), configure: Self.configure)
+        #expect(h.holds("file.bin", body))
+        // After the wrong answer the download starts again from 0 without ranges.
+        let requests = h.server.requests(to: "/f")
+        let wrong = try #require(requests.firstIndex { $0.fault != nil })
+        #expect(requests[(wrong + 1)...].contains { $0.range == nil })
+    }
+
+    @Test("the file changes during a segmented download: it ends identical to the new file, never mixed")
+    func changedMidDownload() async throws {
+        let h = try await Harness.make()
+        defer { Task { await h.stop() } }
+        let newBody = testBytes(Self.size, seed: 42)
+        let server = h.server
+        let swapped = Counter()
+        h.server.serve(
+            "/f",
+            .init(body: body, bytesPerSecond: Self.rate) { index, _ in
+                // The third request (a segment) finds a new version in place.
+                if index == 2, swapped.next() == 1 {
+                    server.serve("/f", .init(body: newBody, etag: "\"v2\"", bytesPerSecond: Self.rate))
+                }
+                return nil
+            })
+        _ = try await h.fetch("/f", options: Self.options(), configure: Self.configure)
+        #expect(swapped.count >= 1)
+        #expect(h.holds("file.bin", newBody))
+    }
+
+    @Test("503 on one segment while others run: that connection closes, the download completes")
+    func overloadedServer() async throws {
+        let h = try await Harness.make()
+        defer { Task { await h.stop() } }
+        let refused = Counter()
+        h.server.serve(
+            "/f",
+            .init(body: body, bytesPerSecond: Self.rate) { _, request in
+                guard Self.isSegmentRequest(request), refused.next() == 2 else {
+                    return nil
+                }
+                return .status(503, headers: ["Retry-After": "1"])
+            })
+        let result = try await h.fetch("/f", options: Self.options(), configure: Self.configure)
+        #expect(h.holds("file.bin", body))
+        #expect(result.bytes == Int64(Self.size))
+        #expect(h.server.requests(to: "/f").contains { $0.status == 503 })
+    }
+
+    @Test("a download's rate limit covers all its connections")
+    func rateLimitCoversAllConnections() async throws {
+        let h = try await Harness.make()
+        defer { Task { await h.stop() } }
+        h.server.serve("/f", .init(body: body, bytesPerSecond: Self.rate))
+        var configuration = DownloadManager.Configuration(stateDirectory: h.stateDirectory)
+        configuration.startsStoredDownloads = false
+        Self.configure(&configuration)
+        let manager = try DownloadManager(configuration: configuration)
+        let events = manager.events()
+        let id = try await manager.add(h.server.url("/f"), to: .file(h.path("f.bin")), options: Self.options())
+        var held: Int64 = 0
+        for await event in events {
+            if case .progress(let progress) = event, progress.connections == 4 {
+                held = progress.receivedBytes
+                break
+            }
+        }
+        // Four connections at 1 MiB/s each, limited to 512 KiB/s together from here on.
+        let limit: Int64 = 512 << 10
+        try await manager.setRateLimit(limit, for: id)
+        let start = ContinuousClock.now
+        _ = try await manager.result(of: id)
+        let elapsed = ContinuousClock.now - start
+        await manager.shutdown()
+        #expect(h.holds("f.bin", body))
+        let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
+        // The bucket lets a tenth of a second through at once; the rest waits for the rate. Only a lower bound is
+        // asserted: a slow machine can only make it slower.
+        let allowed = Double(Int64(Self.size) - held - limit / 10 - 4 * (256 << 10)) / Double(limit)
+        #expect(seconds >= allowed, "took \(seconds) s for \(Int64(Self.size) - held) bytes")
+    }
+}
