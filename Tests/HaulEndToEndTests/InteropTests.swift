@@ -138,6 +138,48 @@ struct InteropTests {
         #expect(lines.last?.hasPrefix("206 \"bytes=\(paused.receivedBytes)-\" \"\(etag)\"") == true, "\(lines)")
     }
 
+    @Test("nginx with limit_rate per connection: several ranged connections with nginx's ETag, paused and resumed")
+    func nginxSeveralConnections() async throws {
+        let workspace = try Workspace()
+        defer { workspace.remove() }
+        let root = workspace.root + "/www"
+        try FileManager.default.createDirectory(atPath: root, withIntermediateDirectories: true)
+        let big = testBytes(16 << 20, seed: 7)
+        _ = FileManager.default.createFile(atPath: root + "/file.bin", contents: Data(big))
+        let port = freePort()
+        let log = workspace.root + "/access.log"
+        let server = try startNginx(workspace, root: root, port: port, rate: "2m", log: log)
+        defer { server.stop() }
+        #expect(await server.ready())
+        let manager = try manager(workspace)
+        var options = DownloadOptions()
+        options.minimumSplitSize = 1 << 20
+        let start = ContinuousClock.now
+        let id = try await manager.add(
+            URL(string: "http://127.0.0.1:\(port)/file.bin")!, to: .file(workspace.path("file.bin")), options: options)
+        var most = 0
+        for await event in manager.events(for: id) {
+            if case .progress(let progress) = event {
+                most = max(most, progress.connections)
+                if progress.connections >= 3 && progress.receivedBytes > 4 << 20 { break }
+            }
+        }
+        try await manager.pause(id)
+        try await manager.resume(id)
+        _ = try await manager.result(of: id)
+        let elapsed = ContinuousClock.now - start
+        await manager.shutdown()
+        #expect(workspace.holds("file.bin", big))
+        #expect(most >= 3)
+        let lines = try String(contentsOfFile: log, encoding: .utf8).split(separator: "\n").map(String.init)
+        let etag = lines.first?.split(separator: " ").last.map(String.init) ?? "?"
+        let ranged = lines.dropFirst().filter { $0.hasPrefix("206 \"bytes=") && $0.contains("\" \"\(etag)\" ") }
+        #expect(ranged.count >= 4, "\(lines)")
+        #expect(lines.dropFirst().allSatisfy { $0.hasPrefix("206") }, "every later answer is a range: \(lines)")
+        // One connection at 2 MiB/s needs 8 s for 16 MiB; four need about a quarter of that.
+        #expect(elapsed < .seconds(6), "took \(elapsed)")
+    }
+
     @Test(
         "the network goes away (nginx killed mid-download) and comes back on the same port: the download waits, then resumes"
     )
