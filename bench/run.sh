@@ -2,7 +2,8 @@
 # Benchmark on a loopback nginx, interleaved, several rounds; medians of wall time, CPU time (user+sys) and peak
 # memory (max RSS), and ratios:
 #   1. one large file (1 GiB, 256 MiB): haul get against curl;
-#   2. 1000 files of 64 KiB: haul get -j 16 -i list against aria2c -j16 -i list and curl --parallel-max 16.
+#   2. 256 MiB served at 20 MiB/s per connection (nginx limit_rate 20m): haul get -x 8 against aria2c -x8 -s8 -k1M;
+#   3. 1000 files of 64 KiB: haul get -j 16 -i list against aria2c -j16 -i list and curl --parallel-max 16.
 #
 #   bench/run.sh [ROUNDS]    (default 5; needs nginx, curl, aria2 and GNU time: apt-get install nginx-light curl aria2 time)
 set -euo pipefail
@@ -46,7 +47,11 @@ http {
     fastcgi_temp_path $work/tmp-fastcgi;
     uwsgi_temp_path $work/tmp-uwsgi;
     scgi_temp_path $work/tmp-scgi;
-    server { listen 127.0.0.1:$port; root $work/www; }
+    server {
+        listen 127.0.0.1:$port;
+        root $work/www;
+        location /slow/ { alias $work/www/; limit_rate 20m; }
+    }
 }
 CONF
 nginx -c "$work/nginx.conf" -p "$work" &
@@ -65,9 +70,10 @@ measure() {
     local out=$1
     shift
     rm -f "$out" "$out.part"
-    # BENCH_SYNC=1 starts every run from a clean page cache (not timed). haul fsyncs its checkpoints and the
-    # finished file, curl does not, so with it curl's writeback is never measured while haul's is.
-    [ "${BENCH_SYNC:-0}" = 1 ] && sync
+    # Every run starts with no writeback left over from the run before (a `sync`, not timed): haul fsyncs its
+    # checkpoints and the finished file, curl and aria2c do not, so without it the next run (often haul's) would wait
+    # for the disk to write the previous tool's bytes. BENCH_SYNC=0 skips it.
+    [ "${BENCH_SYNC:-1}" = 1 ] && sync
     /usr/bin/time -f "%e %U %S %M" -o "$work/time.txt" "$@" >/dev/null 2>&1
     awk '{ printf "%.3f %.3f %d\n", $1, $2 + $3, $4 }' "$work/time.txt"
 }
@@ -101,11 +107,28 @@ for file in 1g.bin 256m.bin; do
         "$(awk "BEGIN { print $haul_wall / $curl_wall }")" "$(awk "BEGIN { print $haul_cpu / $curl_cpu }")"
 done
 
+# One file at 20 MiB/s per connection: several connections against aria2c's.
+: > "$work/haul.txt"
+: > "$work/aria2c.txt"
+for _ in $(seq "$rounds"); do
+    rm -rf "$work/state"
+    measure "$work/out/256m.bin" "$haul" get -x 8 "http://127.0.0.1:$port/slow/256m.bin" -o "$work/out/256m.bin" \
+        --quiet --state-dir "$work/state" >> "$work/haul.txt"
+    cmp -s "$work/out/256m.bin" "$work/www/256m.bin" || { echo "bench: haul -x 8 got a different file" >&2; exit 1; }
+    measure "$work/out/256m.bin" aria2c -x8 -s8 -k1M -q --allow-overwrite=true --auto-file-renaming=false \
+        -d "$work/out" -o 256m.bin "http://127.0.0.1:$port/slow/256m.bin" >> "$work/aria2c.txt"
+    cmp -s "$work/out/256m.bin" "$work/www/256m.bin" || { echo "bench: aria2c got a different file" >&2; exit 1; }
+done
+echo
+printf "%-9s %-6s %10s %10s %12s\n" "256m@20m" tool "wall (s)" "cpu (s)" "peak (MiB)"
+for tool in haul aria2c; do row 256m@20m "$tool"; done
+printf "256m@20m  ratio haul -x 8 / aria2c -x8 -s8 -k1M: wall %.2fx\n" "$(awk "BEGIN { print $haul_wall / $aria2c_wall }")"
+
 # Many small files: a fresh folder and state for every run.
 small() {
     rm -rf "$work/out/small" "$work/state"
     mkdir -p "$work/out/small"
-    [ "${BENCH_SYNC:-0}" = 1 ] && sync
+    [ "${BENCH_SYNC:-1}" = 1 ] && sync
     /usr/bin/time -f "%e %U %S %M" -o "$work/time.txt" "$@" >/dev/null 2>&1
     [ "$(ls "$work/out/small" | wc -l)" = 1000 ] || { echo "bench: $1 did not fetch 1000 files" >&2; exit 1; }
     awk '{ printf "%.3f %.3f %d\n", $1, $2 + $3, $4 }' "$work/time.txt"

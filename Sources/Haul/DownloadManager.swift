@@ -91,6 +91,9 @@ public actor DownloadManager {
     private let transport: any HTTPTransport
     private let hub = EventHub()
     private var records: [String: DownloadRecord] = [:]
+    /// The queue order of the records in state `queued` (kept beside `records` by `keep(_:)`), so scheduling a batch
+    /// of thousands of downloads does not copy every record each time one finishes.
+    private var queuedOrder: [String: (priority: Int, position: Double)] = [:]
     private var maxConcurrent: Int
     private var tasks: [String: Task<Void, Never>] = [:]
     private let globalLimiter: RateLimiter
@@ -135,6 +138,7 @@ public actor DownloadManager {
                 recovered.append(record)
             }
             records[record.id] = record
+            if record.state == .queued { queuedOrder[record.id] = (record.priority, record.queuePosition) }
         }
         try store.save(recovered)
     }
@@ -198,7 +202,7 @@ public actor DownloadManager {
             try claimDestination(path, record: &newRecord, options: options)
         }
         try store.insert(newRecord)
-        records[newRecord.id] = newRecord
+        keep(newRecord)
         sessionIDs.insert(newRecord.id)
         hub.emit(.stateChanged(DownloadID(newRecord.id), .queued, error: nil))
         try schedule()
@@ -336,6 +340,7 @@ public actor DownloadManager {
         }
         try store.delete(id: id.rawValue)
         records[id.rawValue] = nil
+        queuedOrder[id.rawValue] = nil
         sessionIDs.remove(id.rawValue)
     }
 
@@ -427,14 +432,16 @@ public actor DownloadManager {
     /// with a reason that names it.
     private func schedule() throws(DownloadError) {
         guard !isShutDown else { return }
-        let queued = queueOrder(
-            records.values.filter {
-                $0.state == .queued && tasks[$0.id] == nil
-                    && (configuration.startsStoredDownloads || sessionIDs.contains($0.id))
-            })
+        guard tasks.count < maxConcurrent else { return }
+        let queued = queuedOrder.filter { id, _ in
+            tasks[id] == nil && (configuration.startsStoredDownloads || sessionIDs.contains(id))
+        }
+        .sorted { ($1.value.priority, $0.value.position) < ($0.value.priority, $1.value.position) }
+        .map(\.key)
         var failedAny = false
-        for record in queued {
+        for id in queued {
             guard tasks.count < maxConcurrent else { break }
+            guard let record = records[id] else { continue }
             switch prerequisiteStatus(of: record) {
             case .ready: try start(record)
             case .waiting: continue
@@ -485,14 +492,20 @@ public actor DownloadManager {
 
     private func persist(_ record: DownloadRecord) throws(DownloadError) {
         try store.save(record)
+        keep(record)
+    }
+
+    /// Keeps `record` in memory, with its place in the queue when it is queued.
+    private func keep(_ record: DownloadRecord) {
         records[record.id] = record
+        queuedOrder[record.id] = record.state == .queued ? (record.priority, record.queuePosition) : nil
     }
 
     private func start(_ record: DownloadRecord) throws(DownloadError) {
         var record = record
         record.state = .running
         try store.saveState(.running, for: record.id)
-        records[record.id] = record
+        keep(record)
         let id = record.id
         hub.emit(.stateChanged(DownloadID(id), .running, error: nil))
         let ownLimiter = RateLimiter(bytesPerSecond: record.rateLimit)
@@ -522,7 +535,7 @@ public actor DownloadManager {
         // The runner's record is current: it saved every change it made. Its offset may trail one the checkpoint
         // queue stored; writing it back can only lower the stored offset, which is always safe.
         var record = record
-        records[id] = record
+        keep(record)
         let downloadID = DownloadID(id)
         switch outcome {
         case .completed(let result):

@@ -311,15 +311,10 @@ struct DownloadRunner {
         ) { range, ifRange in
             Self.headers(options: options, defaultUserAgent: userAgent, range: range, ifRange: ifRange)
         }
-        defer {
-            if let stored = transfer.storedSegments {
-                record.segments = stored.segments
-                record.durableOffset = stored.bytes
-            }
-            record.activeConnections = 0
-        }
+        currentActivity = nil
         do {
             try await transfer.run(first: first)
+            adoptCheckpoint(of: transfer)
         } catch let fallback as SegmentFallback {
             let reason: String
             switch fallback {
@@ -330,11 +325,22 @@ struct DownloadRunner {
                 segmentationDisabled = true
             }
             environment.logger.notice("\(record.url): \(reason); restarting from 0 with one connection")
-            if let stored = transfer.storedSegments { record.segments = stored.segments }
             try resetToZero()
             forceWhole = true
             throw DownloadError(.invalidResponse, "restarting from 0: \(reason)", isRetryable: true)
+        } catch {
+            adoptCheckpoint(of: transfer)
+            throw error
         }
+    }
+
+    /// Takes over what a segmented transfer last stored, so the record stays what the store holds.
+    private mutating func adoptCheckpoint(of transfer: SegmentedTransfer) {
+        if let stored = transfer.storedSegments {
+            record.segments = stored.segments
+            record.durableOffset = stored.bytes
+        }
+        record.activeConnections = 0
     }
 
     private mutating func handleRetryable(_ error: DownloadError) async throws {

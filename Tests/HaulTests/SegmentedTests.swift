@@ -29,7 +29,7 @@ struct SegmentedTests {
     }
 
     static func configure(_ configuration: inout DownloadManager.Configuration) {
-        configuration.engine.connectionRampWindow = .milliseconds(50)
+        configuration.engine.connectionRampWindow = .milliseconds(100)
     }
 
     /// Whether a request asks for a segment (a range with an end).
