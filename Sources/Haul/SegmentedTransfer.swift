@@ -286,10 +286,10 @@ final class SegmentedTransfer: Sendable {
                             "\(url): adding connection \(counts.connections + 1) at \(written) bytes")
                         spawn(nil)
                         open += 1
-                    case .drop:
+                    case .drop(let count):
                         environment.logger.info(
-                            "\(url): connection \(counts.connections) did not make it faster; closing one")
-                        board.requestRetire()
+                            "\(url): connection \(counts.connections) did not make it faster; closing \(count)")
+                        for _ in 0..<count { board.requestRetire() }
                     case .hold:
                         break
                     }

@@ -18,8 +18,8 @@ public struct ConnectionRamp: Hashable, Sendable {
         case add
         /// Keep the connections as they are.
         case hold
-        /// Close one connection; the ramp has settled.
-        case drop
+        /// Close this many connections; the ramp has settled.
+        case drop(Int)
     }
 
     private enum Phase: Hashable, Sendable {
@@ -89,7 +89,7 @@ public struct ConnectionRamp: Hashable, Sendable {
                 phase = .measuring(since: now)
                 return .hold
             }
-            guard now - since >= window, let rate = rate(at: now) else { return .hold }
+            guard now - since >= window, let rate = rate(at: now, over: window) else { return .hold }
             return addIfPossible(baseline: rate, connections: connections, canAdd: canAdd, now: now)
         case .waitingForNewConnection(let baseline, let expected):
             if connections < expected {
@@ -98,20 +98,30 @@ public struct ConnectionRamp: Hashable, Sendable {
                 return .hold
             }
             guard flowing >= expected else { return .hold }
+            // Judged at once: a connection that arrives with a burst of bytes shows its share right away.
             phase = .judging(baseline: baseline, connections: expected, since: now)
-            return .hold
+            return judge(
+                baseline: baseline, expected: expected, since: now, now: now, connections: connections, canAdd: canAdd)
         case .judging(let baseline, let expected, let since):
-            let before = Double(max(1, expected - 1))
-            if let rate = rate(at: now), rate >= baseline * (1 + gain / before) {
-                // The sliding window lags behind the new connection's full share; assume it will add as much as
-                // the others (or what the window shows, if more), so that the next addition is judged against it.
-                let next = max(rate, baseline * Double(expected) / before)
-                return addIfPossible(baseline: next, connections: connections, canAdd: canAdd, now: now)
-            }
-            guard now - since >= window * 2 else { return .hold }
-            phase = .settled(since: now)
-            return connections > 1 ? .drop : .hold
+            return judge(
+                baseline: baseline, expected: expected, since: since, now: now, connections: connections, canAdd: canAdd
+            )
         }
+    }
+
+    private mutating func judge(
+        baseline: Double, expected: Int, since: Duration, now: Duration, connections: Int, canAdd: Bool
+    ) -> Action {
+        let before = Double(max(1, expected - 1))
+        if let rate = rate(at: now, over: window), rate >= baseline * (1 + gain / before) {
+            // The sliding window lags behind the new connection's full share; assume it will add as much as the
+            // others (or what the window shows, if more), so that the next addition is judged against it.
+            let next = max(rate, baseline * Double(expected) / before)
+            return addIfPossible(baseline: next, connections: connections, canAdd: canAdd, now: now)
+        }
+        guard now - since >= window * 2 else { return .hold }
+        phase = .settled(since: now)
+        return connections > 1 ? .drop(1) : .hold
     }
 
     /// The server answered 429 or 503 on one connection: settle, and allow one connection fewer than `connections`.
@@ -140,9 +150,9 @@ public struct ConnectionRamp: Hashable, Sendable {
         while samples.count > 2, now - samples[1].time >= window { samples.removeFirst() }
     }
 
-    /// The rate over the window ending at `now`, nil before a whole window of samples.
-    private func rate(at now: Duration) -> Double? {
-        guard let first = samples.first, let last = samples.last, now - first.time >= window else { return nil }
+    /// The rate over the `length` ending at `now`, nil before that much time has samples.
+    private func rate(at now: Duration, over length: Duration) -> Double? {
+        guard let last = samples.last, let first = samples.last(where: { now - $0.time >= length }) else { return nil }
         let elapsed = last.time - first.time
         let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
         return seconds > 0 ? Double(last.bytes - first.bytes) / seconds : nil

@@ -22,7 +22,7 @@ struct ConnectionRampTests {
                 now: now, bytes: Int64(bytes), connections: connections, flowing: connections, canAdd: canAdd)
             switch action {
             case .add: connections += 1
-            case .drop: connections -= 1
+            case .drop(let count): connections -= count
             case .hold: break
             }
             if action != .hold { actions.append(action) }
@@ -72,7 +72,11 @@ struct ConnectionRampTests {
         let result = Self.simulate(perConnection: 10_000_000, link: 10_000_000, maximum: 8, seconds: 6)
         #expect(result.connections == 1)
         #expect(result.actions.filter { $0 == .add }.count >= 2)
-        #expect(result.actions.filter { $0 == .add }.count == result.actions.filter { $0 == .drop }.count)
+        let dropped = result.actions.reduce(0) { total, action in
+            if case .drop(let count) = action { return total + count }
+            return total
+        }
+        #expect(result.actions.filter { $0 == .add }.count == dropped)
     }
 
     @Test func waitsForTheNewConnectionToReceiveBytes() {
