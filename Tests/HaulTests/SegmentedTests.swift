@@ -209,6 +209,41 @@ struct SegmentedTests {
         #expect(h.server.requests(to: "/f").contains { $0.status == 503 })
     }
 
+    @Test("one connection stalls mid-segment: its own idle timeout abandons it, and it resumes where it was")
+    func stalledConnection() async throws {
+        let h = try await Harness.make()
+        defer { Task { await h.stop() } }
+        let stalls = Counter()
+        h.server.serve(
+            "/f",
+            .init(body: body, bytesPerSecond: Self.rate) { _, request in
+                guard Self.isSegmentRequest(request), stalls.next() == 1 else { return nil }
+                return .stall(afterBytes: 50_000)
+            })
+        var options = Self.options()
+        options.idleTimeoutSeconds = 0.5
+        _ = try await h.fetch("/f", options: options, configure: Self.configure)
+        #expect(h.holds("file.bin", body))
+        let requests = h.server.requests(to: "/f")
+        let stalled = try #require(requests.first { $0.fault != nil })
+        let start = try #require(stalled.range.flatMap { Int($0.dropFirst(6).split(separator: "-")[0]) })
+        // Some later request continues that segment exactly after the 50 000 bytes it got.
+        #expect(
+            requests.contains { $0.range?.hasPrefix("bytes=\(start + 50_000)-") == true }, "\(requests.map(\.range))")
+    }
+
+    @Test("a server without Accept-Ranges gets exactly one connection and no Range")
+    func noRanges() async throws {
+        let h = try await Harness.make()
+        defer { Task { await h.stop() } }
+        h.server.serve("/f", .init(body: body, acceptsRanges: false, bytesPerSecond: Self.rate * 4))
+        _ = try await h.fetch("/f", options: Self.options(), configure: Self.configure)
+        #expect(h.holds("file.bin", body))
+        #expect(h.server.requests(to: "/f").count == 1)
+        #expect(h.server.requests(to: "/f").allSatisfy { $0.range == nil })
+        #expect(h.server.peakConnections == 1)
+    }
+
     @Test("a download's rate limit covers all its connections")
     func rateLimitCoversAllConnections() async throws {
         let h = try await Harness.make()
