@@ -184,7 +184,7 @@ struct DownloadRunner {
             record.finalURL = response.finalURL.absoluteString
             record.durableOffset = 0
             record.isPartVerified = true
-            try environment.store.save(record)
+            try environment.store.saveTransfer(record)
             try part?.truncate(to: 0)
             forceWhole = false
             start = 0
@@ -196,7 +196,7 @@ struct DownloadRunner {
             }
             record.remoteFacts = facts
             record.finalURL = response.finalURL.absoluteString
-            try environment.store.save(record)
+            try environment.store.saveTransfer(record)
             start = offset - overlap
             compareUntil = offset
             expected = length
@@ -237,7 +237,7 @@ struct DownloadRunner {
                 return true
             }
             try await checkpoint(end)
-            try environment.store.save(record)
+            try environment.store.saveTransfer(record)
             return false
         } catch is OverlapMismatch {
             environment.logger.notice("\(record.url): the bytes held differ from the server's; restarting from 0")
@@ -405,7 +405,7 @@ struct DownloadRunner {
         record.segments = nil
         record.remoteFacts = nil
         record.isPartVerified = true
-        try environment.store.save(record)
+        try environment.store.saveTransfer(record)
         try part?.truncate(to: 0)
     }
 
@@ -552,7 +552,7 @@ struct DownloadRunner {
         record.durableOffset = size
         record.totalLength = size
         record.segments = nil
-        try environment.store.save(record)
+        try environment.store.saveTransfer(record)
         let replacing = record.mayReplaceDestination
         let isFolderDownload = record.directory != nil
         let target = try await Blocking.run {
@@ -569,7 +569,7 @@ struct DownloadRunner {
         record.attempts = 0
         record.lastError = nil
         record.mayReplaceDestination = true
-        try environment.store.save(record)
+        try environment.store.saveCompletion(record)
         let elapsed = environment.clock.now() - startedAt
         return DownloadResult(
             id: id,

@@ -135,6 +135,49 @@ public struct DownloadStore: Sendable {
         try write { db in try record.insert(db) }
     }
 
+    /// Writes what a response and the transfer change (final URL, destination, remote facts, offsets), without
+    /// encoding the rest of the record: the common write, once or twice for every download.
+    public func saveTransfer(_ record: DownloadRecord) throws(DownloadError) {
+        try update(
+            record.id,
+            [
+                ("finalURL", record.finalURL), ("destination", record.destination),
+                ("totalLength", record.totalLength), ("durableOffset", record.durableOffset), ("etag", record.etag),
+                ("lastModified", record.lastModified), ("isLastModifiedStrong", record.isLastModifiedStrong),
+                ("isResumable", record.isResumable), ("isPartVerified", record.isPartVerified),
+                ("segments", try Self.json(record.segments)),
+            ])
+    }
+
+    /// Writes a finished download: its place, state and counters, with what `saveTransfer` writes.
+    public func saveCompletion(_ record: DownloadRecord) throws(DownloadError) {
+        try update(
+            record.id,
+            [
+                ("destination", record.destination), ("state", record.state.rawValue),
+                ("totalLength", record.totalLength), ("durableOffset", record.durableOffset),
+                ("attempts", record.attempts), ("lastError", record.lastError),
+                ("mayReplaceDestination", record.mayReplaceDestination), ("segments", try Self.json(record.segments)),
+                ("activeConnections", record.activeConnections),
+            ])
+    }
+
+    private func update(_ id: String, _ columns: [(String, (any DatabaseValueConvertible)?)]) throws(DownloadError) {
+        let assignments = (columns.map { "\($0.0) = ?" } + ["updatedAt = ?"]).joined(separator: ", ")
+        let values: [(any DatabaseValueConvertible)?] = columns.map(\.1) + [Date(), id]
+        try write { db in
+            try db.execute(
+                sql: "UPDATE download SET \(assignments) WHERE id = ?", arguments: StatementArguments(values))
+        }
+    }
+
+    private static func json(_ segments: [Segment]?) throws(DownloadError) -> String? {
+        guard let segments else { return nil }
+        do { return String(decoding: try JSONEncoder().encode(segments), as: UTF8.self) } catch {
+            throw DownloadError(.store, "cannot encode the segment map: \(error)", underlying: error)
+        }
+    }
+
     /// Writes only the state (no record encoding: the cheap write for a download starting).
     public func saveState(_ state: DownloadState, for id: String) throws(DownloadError) {
         try write { db in
@@ -157,11 +200,7 @@ public struct DownloadStore: Sendable {
 
     /// Writes a segmented download's checkpoint: its segments with their durable offsets, and their sum.
     public func saveSegments(_ segments: [Segment]?, durableBytes: Int64, for id: String) throws(DownloadError) {
-        let text = try segments.map { segments throws(DownloadError) -> String in
-            do { return String(decoding: try JSONEncoder().encode(segments), as: UTF8.self) } catch {
-                throw DownloadError(.store, "cannot encode the segment map: \(error)", underlying: error)
-            }
-        }
+        let text = try Self.json(segments)
         try write { db in
             try db.execute(
                 sql: "UPDATE download SET segments = ?, durableOffset = ?, updatedAt = ? WHERE id = ?",
