@@ -21,7 +21,9 @@ public final class LiveTransport: HTTPTransport {
             timeout: .init(connect: .seconds(10)),
             decompression: .disabled
         )
-        configuration.connectionPool = .init(idleTimeout: .seconds(60))
+        // Up to 16 connections per download and several downloads per host: AsyncHTTPClient's default of 8 per host
+        // would queue a new segment's request until another segment ends.
+        configuration.connectionPool = .init(idleTimeout: .seconds(60), concurrentHTTP1ConnectionsPerHostSoftLimit: 64)
         // A refused connection fails at once; Haul's retry policy (and its wait for the network) owns the backoff.
         configuration.connectionPool.retryConnectionEstablishment = false
         configuration.httpVersion = .http1Only
