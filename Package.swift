@@ -3,7 +3,7 @@ import PackageDescription
 
 let package = Package(
     name: "Haul",
-    platforms: [.macOS(.v14)],
+    platforms: [.macOS(.v15)],
     products: [
         .library(name: "HaulCore", targets: ["HaulCore"]),
         .library(name: "Haul", targets: ["Haul"]),
