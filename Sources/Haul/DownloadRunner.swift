@@ -17,6 +17,18 @@ struct RunnerEnvironment: Sendable {
     let limiters: [RateLimiter]
 }
 
+extension RunnerEnvironment {
+    /// The manager's backoff with the download's own limit of attempts without progress.
+    func retryPolicy(for options: DownloadOptions) -> RetryPolicy {
+        RetryPolicy(
+            maximumAttemptsWithoutProgress: options.maximumAttemptsWithoutProgress,
+            initialDelay: settings.retryPolicy.initialDelay,
+            maximumDelay: settings.retryPolicy.maximumDelay,
+            maximumRetryAfter: settings.retryPolicy.maximumRetryAfter
+        )
+    }
+}
+
 /// How a run ended.
 enum RunOutcome: Sendable {
     case completed(DownloadResult)
@@ -71,6 +83,8 @@ struct DownloadRunner {
 
     /// Runs to the end; never throws.
     mutating func run() async -> RunOutcome {
+        // Every write of this run has been awaited by the time it returns; the lock goes with it.
+        defer { part?.unlock() }
         do {
             return .completed(try await runLoop())
         } catch {
@@ -361,13 +375,9 @@ struct DownloadRunner {
         if record.durableOffset > durableAtLastFailure, durableAtLastFailure >= 0 { failures = 0 }
         durableAtLastFailure = record.durableOffset
         failures += 1
-        let policy = RetryPolicy(
-            maximumAttemptsWithoutProgress: record.options.maximumAttemptsWithoutProgress,
-            initialDelay: environment.settings.retryPolicy.initialDelay,
-            maximumDelay: environment.settings.retryPolicy.maximumDelay,
-            maximumRetryAfter: environment.settings.retryPolicy.maximumRetryAfter
-        )
-        switch policy.decide(failures: failures, error: error, jitter: environment.settings.jitter()) {
+        switch environment.retryPolicy(for: record.options).decide(
+            failures: failures, error: error, jitter: environment.settings.jitter())
+        {
         case .giveUp:
             var final = error
             final.isRetryable = false

@@ -41,6 +41,12 @@ public final class PartFile: @unchecked Sendable {
         return PartFile(path: path, descriptor: descriptor)
     }
 
+    /// Gives up the lock while the descriptor stays open: called when the writer is done, so the next run (in this
+    /// process, right after a pause) can take it even if something still holds this object for a moment.
+    public func unlock() {
+        flock(descriptor, LOCK_UN)
+    }
+
     /// The length of the file on disk.
     public func length() throws(DownloadError) -> Int64 {
         var info = stat()

@@ -368,13 +368,9 @@ final class SegmentedTransfer: Sendable {
                     throw error
                 }
                 failures += 1
-                let policy = RetryPolicy(
-                    maximumAttemptsWithoutProgress: options.maximumAttemptsWithoutProgress,
-                    initialDelay: environment.settings.retryPolicy.initialDelay,
-                    maximumDelay: environment.settings.retryPolicy.maximumDelay,
-                    maximumRetryAfter: environment.settings.retryPolicy.maximumRetryAfter
-                )
-                switch policy.decide(failures: failures, error: error, jitter: environment.settings.jitter()) {
+                switch environment.retryPolicy(for: options).decide(
+                    failures: failures, error: error, jitter: environment.settings.jitter())
+                {
                 case .giveUp:
                     var final = error
                     final.isRetryable = false

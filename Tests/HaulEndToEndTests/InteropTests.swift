@@ -108,10 +108,11 @@ struct InteropTests {
             directory: workspace.root)
     }
 
-    func serveBody(_ workspace: Workspace) throws -> String {
+    /// Writes `bytes` (the suite's body unless given) as `www/file.bin` and returns the `www` folder.
+    func serveBody(_ workspace: Workspace, _ bytes: [UInt8]? = nil) throws -> String {
         let root = workspace.root + "/www"
         try FileManager.default.createDirectory(atPath: root, withIntermediateDirectories: true)
-        _ = FileManager.default.createFile(atPath: root + "/file.bin", contents: Data(body))
+        _ = FileManager.default.createFile(atPath: root + "/file.bin", contents: Data(bytes ?? body))
         return root
     }
 
@@ -142,10 +143,8 @@ struct InteropTests {
     func nginxSeveralConnections() async throws {
         let workspace = try Workspace()
         defer { workspace.remove() }
-        let root = workspace.root + "/www"
-        try FileManager.default.createDirectory(atPath: root, withIntermediateDirectories: true)
         let big = testBytes(16 << 20, seed: 7)
-        _ = FileManager.default.createFile(atPath: root + "/file.bin", contents: Data(big))
+        let root = try serveBody(workspace, big)
         let port = freePort()
         let log = workspace.root + "/access.log"
         let server = try startNginx(workspace, root: root, port: port, rate: "2m", log: log)

@@ -32,6 +32,17 @@ struct SegmentedTests {
         configuration.engine.connectionRampWindow = .milliseconds(100)
     }
 
+    /// A manager on the harness's store (real clock) with `/f` added to `f.bin`, and its events.
+    static func start(_ h: Harness) async throws -> (DownloadManager, AsyncStream<DownloadEvent>, DownloadID) {
+        var configuration = DownloadManager.Configuration(stateDirectory: h.stateDirectory)
+        configuration.startsStoredDownloads = false
+        configure(&configuration)
+        let manager = try DownloadManager(configuration: configuration)
+        let events = manager.events()
+        let id = try await manager.add(h.server.url("/f"), to: .file(h.path("f.bin")), options: options())
+        return (manager, events, id)
+    }
+
     /// Whether a request asks for a segment (a range with an end).
     static func isSegmentRequest(_ request: FaultServer.RecordedRequest) -> Bool {
         guard let range = request.range else { return false }
@@ -73,12 +84,7 @@ struct SegmentedTests {
         let h = try await Harness.make()
         defer { Task { await h.stop() } }
         h.server.serve("/f", .init(body: body, bytesPerSecond: Self.rate))
-        var configuration = DownloadManager.Configuration(stateDirectory: h.stateDirectory)
-        configuration.startsStoredDownloads = false
-        Self.configure(&configuration)
-        let manager = try DownloadManager(configuration: configuration)
-        let events = manager.events()
-        let id = try await manager.add(h.server.url("/f"), to: .file(h.path("f.bin")), options: Self.options())
+        let (manager, events, id) = try await Self.start(h)
         for await event in events {
             if case .progress(let progress) = event, progress.connections >= 3,
                 progress.receivedBytes > Int64(Self.size) / 3
@@ -249,12 +255,7 @@ struct SegmentedTests {
         let h = try await Harness.make()
         defer { Task { await h.stop() } }
         h.server.serve("/f", .init(body: body, bytesPerSecond: Self.rate))
-        var configuration = DownloadManager.Configuration(stateDirectory: h.stateDirectory)
-        configuration.startsStoredDownloads = false
-        Self.configure(&configuration)
-        let manager = try DownloadManager(configuration: configuration)
-        let events = manager.events()
-        let id = try await manager.add(h.server.url("/f"), to: .file(h.path("f.bin")), options: Self.options())
+        let (manager, events, id) = try await Self.start(h)
         var held: Int64 = 0
         for await event in events {
             if case .progress(let progress) = event, progress.connections == 4 {
