@@ -185,8 +185,8 @@ struct InteropTests {
         #expect(lines.filter { $0.hasPrefix("200 \"-\"") }.count == 1, "\(lines)")
         let ranged = lines.filter { $0.hasPrefix("206 \"bytes=") && $0.contains("\" \"\(etag)\" ") }
         #expect(ranged.count >= 3 && ranged.count == lines.count - 1, "\(lines)")
-        // One connection at 2 MiB/s needs 8 s for 16 MiB; four need about a quarter of that.
-        #expect(elapsed < .seconds(6), "took \(elapsed)")
+        // One connection at 2 MiB/s needs 8 s for 16 MiB, so anything faster took several; four take about 2.3 s.
+        #expect(elapsed < .milliseconds(7500), "took \(elapsed)")
     }
 
     @Test(

@@ -292,9 +292,7 @@ struct HostileServerTests {
             .init(body: body) { index, _ in
                 index == 0 ? .stall(afterBytes: Self.cut) : index == 1 ? .stallBeforeHead : nil
             })
-        var options = DownloadOptions()
-        options.idleTimeoutSeconds = 0.3
-        _ = try await h.fetch("/f", options: options)
+        _ = try await h.fetch("/f", options: Self.stallOptions)
         #expect(h.holds("file.bin", body))
         let requests = h.server.requests(to: "/f")
         #expect(requests.count == 3)
