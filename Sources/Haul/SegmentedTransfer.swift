@@ -259,7 +259,6 @@ final class SegmentedTransfer: Sendable {
                 switch signal {
                 case .ended(let failure):
                     open -= 1
-                    environment.logger.debug("\(url): a connection closed, \(open) open")
                     if let failure { throw failure }
                     if board.isComplete {
                         if open == 0 { return }

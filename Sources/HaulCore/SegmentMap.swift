@@ -73,9 +73,6 @@ public struct SegmentMap: Hashable, Sendable {
     public var isComplete: Bool { segments.allSatisfy(\.isComplete) }
     /// Bytes fetched over all segments.
     public var fetchedBytes: Int64 { segments.reduce(0) { $0 + ($1.offset - $1.start) } }
-    /// How many segments a connection holds.
-    public var heldCount: Int { isHeld.filter { $0 }.count }
-
     /// Gives a connection work and marks it held: the free unfinished segment with the most bytes left, else a new
     /// segment split off the largest held one. Nil when there is nothing to take.
     public mutating func take() -> Int? {
@@ -102,12 +99,6 @@ public struct SegmentMap: Hashable, Sendable {
     private func splitCandidate() -> Int? {
         let held = segments.indices.filter { isHeld[$0] && segments[$0].remaining >= 2 * minimumSize }
         return held.max { segments[$0].remaining < segments[$1].remaining }
-    }
-
-    /// Records that segment `index` is fetched up to `offset` (clamped to the segment).
-    public mutating func advance(_ index: Int, to offset: Int64) {
-        let segment = segments[index]
-        segments[index].offset = min(max(offset, segment.offset), segment.end)
     }
 
     /// How many of `count` bytes arriving at `position` for segment `index` belong to it (the rest lie past its end,

@@ -165,8 +165,7 @@ extension HaulCommand {
         func run() async throws {
             LoggingSystem.bootstrap { label in
                 var handler = StreamLogHandler.standardError(label: label)
-                handler.logLevel =
-                    ProcessInfo.processInfo.environment["HAUL_DEBUG"] != nil ? .debug : verbose ? .info : .warning
+                handler.logLevel = verbose ? .info : .warning
                 return handler
             }
             let list: [String]
