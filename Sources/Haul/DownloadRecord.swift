@@ -136,7 +136,7 @@ extension DownloadRecord {
         container["queuePosition"] = queuePosition
         container["prerequisites"] = String(decoding: try JSONEncoder().encode(prerequisites), as: UTF8.self)
         container["rateLimit"] = rateLimit
-        container["segments"] = try segments.map { String(decoding: try JSONEncoder().encode($0), as: UTF8.self) }
+        container["segments"] = try DownloadStore.json(segments)
         container["activeConnections"] = activeConnections
         container["createdAt"] = createdAt
         container["updatedAt"] = updatedAt

@@ -171,7 +171,8 @@ public struct DownloadStore: Sendable {
         }
     }
 
-    private static func json(_ segments: [Segment]?) throws(DownloadError) -> String? {
+    /// The segment map as the `segments` column holds it (JSON text), nil for none.
+    static func json(_ segments: [Segment]?) throws(DownloadError) -> String? {
         guard let segments else { return nil }
         do { return String(decoding: try JSONEncoder().encode(segments), as: UTF8.self) } catch {
             throw DownloadError(.store, "cannot encode the segment map: \(error)", underlying: error)
