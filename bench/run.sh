@@ -6,6 +6,9 @@
 #   3. 1000 files of 64 KiB: haul get -j 16 -i list against aria2c -j16 -i list and curl --parallel-max 16.
 #
 #   bench/run.sh [ROUNDS]    (default 5; needs nginx, curl, aria2 and GNU time: apt-get install nginx-light curl aria2 time)
+#
+# Each comparison starts with one untimed warm-up round of every tool (BENCH_WARMUP=0 skips it): on this VM the first
+# large write after the test files are made often takes twice as long or more, whichever tool comes first.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="/opt/swift/usr/bin:/usr/sbin:/sbin:$PATH"
@@ -58,6 +61,10 @@ nginx -c "$work/nginx.conf" -p "$work" &
 nginx_pid=$!
 for _ in $(seq 100); do curl -s -o /dev/null "http://127.0.0.1:$port/" && break; sleep 0.05; done
 
+# Where a round's figures go: round 0 is the warm-up, kept apart and not counted.
+into() { if [ "$1" = 0 ]; then echo "$work/warmup.txt"; else echo "$work/$2.txt"; fi; }
+first_round=$([ "${BENCH_WARMUP:-1}" = 1 ] && echo 0 || echo 1)
+
 for i in $(seq -f "%04g" 0 999); do echo "http://127.0.0.1:$port/small/f$i.bin"; done > "$work/list.txt"
 awk -v out="$work/out/small" '{ n = split($0, p, "/"); print "url = \"" $0 "\""; print "output = \"" out "/" p[n] "\"" }' \
     "$work/list.txt" > "$work/curl.cfg"
@@ -86,21 +93,22 @@ row() {
     wall=$(cut -d' ' -f1 "$work/$tool.txt" | median)
     cpu=$(cut -d' ' -f2 "$work/$tool.txt" | median)
     peak=$(cut -d' ' -f3 "$work/$tool.txt" | median)
-    printf "%-9s %-6s %10.3f %10.3f %12.1f\n" "$label" "$tool" "$wall" "$cpu" "$(awk "BEGIN { print $peak / 1024 }")"
+    printf "%-9s %-6s %10.3f %10.3f %12.1f   %s\n" "$label" "$tool" "$wall" "$cpu" "$(awk "BEGIN { print $peak / 1024 }")" \
+        "$(cut -d' ' -f1 "$work/$tool.txt" | sort -n | tr '\n' ' ')"
     eval "${tool}_wall=$wall ${tool}_cpu=$cpu"
 }
 
 echo "haul $("$haul" --version), curl $(curl --version | head -1 | cut -d' ' -f2), $(nproc) cores, $rounds rounds"
-printf "%-9s %-6s %10s %10s %12s\n" file tool "wall (s)" "cpu (s)" "peak (MiB)"
+printf "%-9s %-6s %10s %10s %12s %s\n" file tool "wall (s)" "cpu (s)" "peak (MiB)" "  every round's wall (s)"
 for file in 1g.bin 256m.bin; do
     : > "$work/haul.txt"
     : > "$work/curl.txt"
-    for _ in $(seq "$rounds"); do
+    for round in $(seq "$first_round" "$rounds"); do
         rm -rf "$work/state"
         measure "$work/out/$file" "$haul" get "http://127.0.0.1:$port/$file" -o "$work/out/$file" --quiet \
-            --state-dir "$work/state" >> "$work/haul.txt"
+            --state-dir "$work/state" >> "$(into "$round" haul)"
         cmp -s "$work/out/$file" "$work/www/$file" || { echo "bench: haul's $file differs from the source" >&2; exit 1; }
-        measure "$work/out/$file" curl -s -o "$work/out/$file" "http://127.0.0.1:$port/$file" >> "$work/curl.txt"
+        measure "$work/out/$file" curl -s -o "$work/out/$file" "http://127.0.0.1:$port/$file" >> "$(into "$round" curl)"
     done
     for tool in haul curl; do row "$file" "$tool"; done
     printf "%-9s ratio haul/curl: wall %.2fx, cpu %.2fx\n" "$file" \
@@ -110,17 +118,17 @@ done
 # One file at 20 MiB/s per connection: several connections against aria2c's.
 : > "$work/haul.txt"
 : > "$work/aria2c.txt"
-for _ in $(seq "$rounds"); do
+for round in $(seq "$first_round" "$rounds"); do
     rm -rf "$work/state"
     measure "$work/out/256m.bin" "$haul" get -x 8 "http://127.0.0.1:$port/slow/256m.bin" -o "$work/out/256m.bin" \
-        --quiet --state-dir "$work/state" >> "$work/haul.txt"
+        --quiet --state-dir "$work/state" >> "$(into "$round" haul)"
     cmp -s "$work/out/256m.bin" "$work/www/256m.bin" || { echo "bench: haul -x 8 got a different file" >&2; exit 1; }
     measure "$work/out/256m.bin" aria2c -x8 -s8 -k1M -q --allow-overwrite=true --auto-file-renaming=false \
-        -d "$work/out" -o 256m.bin "http://127.0.0.1:$port/slow/256m.bin" >> "$work/aria2c.txt"
+        -d "$work/out" -o 256m.bin "http://127.0.0.1:$port/slow/256m.bin" >> "$(into "$round" aria2c)"
     cmp -s "$work/out/256m.bin" "$work/www/256m.bin" || { echo "bench: aria2c got a different file" >&2; exit 1; }
 done
 echo
-printf "%-9s %-6s %10s %10s %12s\n" "256m@20m" tool "wall (s)" "cpu (s)" "peak (MiB)"
+printf "%-9s %-6s %10s %10s %12s %s\n" "256m@20m" tool "wall (s)" "cpu (s)" "peak (MiB)" "  every round's wall (s)"
 for tool in haul aria2c; do row 256m@20m "$tool"; done
 printf "256m@20m  ratio haul -x 8 / aria2c -x8 -s8 -k1M: wall %.2fx\n" "$(awk "BEGIN { print $haul_wall / $aria2c_wall }")"
 
@@ -136,14 +144,15 @@ small() {
 : > "$work/haul.txt"
 : > "$work/aria2c.txt"
 : > "$work/curl.txt"
-for _ in $(seq "$rounds"); do
-    small "$haul" get -j 16 -i "$work/list.txt" -d "$work/out/small" --quiet --state-dir "$work/state" >> "$work/haul.txt"
+for round in $(seq "$first_round" "$rounds"); do
+    small "$haul" get -j 16 -i "$work/list.txt" -d "$work/out/small" --quiet --state-dir "$work/state" \
+        >> "$(into "$round" haul)"
     small aria2c -j16 -i "$work/list.txt" -d "$work/out/small" -q --allow-overwrite=true --auto-file-renaming=false \
-        >> "$work/aria2c.txt"
-    small curl -s --parallel --parallel-max 16 -K "$work/curl.cfg" >> "$work/curl.txt"
+        >> "$(into "$round" aria2c)"
+    small curl -s --parallel --parallel-max 16 -K "$work/curl.cfg" >> "$(into "$round" curl)"
 done
 echo
-printf "%-9s %-6s %10s %10s %12s\n" "1000x64K" tool "wall (s)" "cpu (s)" "peak (MiB)"
+printf "%-9s %-6s %10s %10s %12s %s\n" "1000x64K" tool "wall (s)" "cpu (s)" "peak (MiB)" "  every round's wall (s)"
 for tool in haul aria2c curl; do row 1000x64K "$tool"; done
 printf "1000x64K  ratio haul/aria2c: wall %.2fx; haul/curl: wall %.2fx\n" \
     "$(awk "BEGIN { print $haul_wall / $aria2c_wall }")" "$(awk "BEGIN { print $haul_wall / $curl_wall }")"

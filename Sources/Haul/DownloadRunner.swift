@@ -655,6 +655,7 @@ struct TransferContext: Sendable {
         var lastCheckpointTime = clock.now()
         var lastProgressTime = Duration.zero - settings.progressInterval
         var meter = SpeedMeter()
+        var writeback = WritebackStarter(part: part, from: max(start, compareUntil))
         meter.record(bytes: compareUntil, at: lastCheckpointTime)
         let checkpointer = Checkpointer<Int64>(part: part) { [store, id] offset throws(DownloadError) in
             try store.saveDurableOffset(offset, for: id.rawValue)
@@ -694,6 +695,7 @@ struct TransferContext: Sendable {
                 }
                 let received = buffer.readableBytes
                 try write(&buffer, at: &position, compareUntil: compareUntil, activity: activity)
+                writeback.wrote(upTo: position)
                 for limiter in limiters { try await limiter.acquire(received, clock: clock, activity: activity) }
                 let now = clock.now()
                 if position - lastCheckpointOffset >= settings.checkpointBytes

@@ -419,6 +419,7 @@ final class SegmentedTransfer: Sendable {
     /// Returns whether the connection was asked to close.
     private func stream(_ opened: OpenedBody, segment index: Int) async throws -> Bool {
         var position = opened.start
+        var writeback = WritebackStarter(part: part, from: position)
         let limiters = environment.limiters
         let clock = environment.clock
         var isFlowing = false
@@ -437,6 +438,7 @@ final class SegmentedTransfer: Sendable {
                     try part.write(slice, at: position)
                     position += granted
                     board.wrote(index, upTo: position)
+                    writeback.wrote(upTo: position)
                 }
                 for limiter in limiters {
                     try await limiter.acquire(Int(count), clock: clock, activity: opened.activity)
