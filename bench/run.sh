@@ -93,13 +93,13 @@ row() {
     wall=$(cut -d' ' -f1 "$work/$tool.txt" | median)
     cpu=$(cut -d' ' -f2 "$work/$tool.txt" | median)
     peak=$(cut -d' ' -f3 "$work/$tool.txt" | median)
-    printf "%-9s %-6s %10.3f %10.3f %12.1f   %s\n" "$label" "$tool" "$wall" "$cpu" "$(awk "BEGIN { print $peak / 1024 }")" \
+    printf "%-9s %-7s %10.3f %10.3f %12.1f   %s\n" "$label" "$tool" "$wall" "$cpu" "$(awk "BEGIN { print $peak / 1024 }")" \
         "$(cut -d' ' -f1 "$work/$tool.txt" | sort -n | tr '\n' ' ')"
     eval "${tool}_wall=$wall ${tool}_cpu=$cpu"
 }
 
 echo "haul $("$haul" --version), curl $(curl --version | head -1 | cut -d' ' -f2), $(nproc) cores, $rounds rounds"
-printf "%-9s %-6s %10s %10s %12s %s\n" file tool "wall (s)" "cpu (s)" "peak (MiB)" "  every round's wall (s)"
+printf "%-9s %-7s %10s %10s %12s %s\n" file tool "wall (s)" "cpu (s)" "peak (MiB)" "  every round's wall (s)"
 for file in 1g.bin 256m.bin; do
     : > "$work/haul.txt"
     : > "$work/curl.txt"
@@ -115,22 +115,30 @@ for file in 1g.bin 256m.bin; do
         "$(awk "BEGIN { print $haul_wall / $curl_wall }")" "$(awk "BEGIN { print $haul_cpu / $curl_cpu }")"
 done
 
-# One file at 20 MiB/s per connection: several connections against aria2c's.
+# One file at 20 MiB/s per connection: several connections against aria2c's. `haul1m` is haul with the same minimum
+# split as aria2c's -k1M (haul's default is 4 MiB), to show what that setting alone is worth.
 : > "$work/haul.txt"
+: > "$work/haul1m.txt"
 : > "$work/aria2c.txt"
 for round in $(seq "$first_round" "$rounds"); do
     rm -rf "$work/state"
     measure "$work/out/256m.bin" "$haul" get -x 8 "http://127.0.0.1:$port/slow/256m.bin" -o "$work/out/256m.bin" \
         --quiet --state-dir "$work/state" >> "$(into "$round" haul)"
     cmp -s "$work/out/256m.bin" "$work/www/256m.bin" || { echo "bench: haul -x 8 got a different file" >&2; exit 1; }
+    rm -rf "$work/state"
+    measure "$work/out/256m.bin" "$haul" get -x 8 --min-split-size 1M "http://127.0.0.1:$port/slow/256m.bin" \
+        -o "$work/out/256m.bin" --quiet --state-dir "$work/state" >> "$(into "$round" haul1m)"
+    cmp -s "$work/out/256m.bin" "$work/www/256m.bin" ||
+        { echo "bench: haul -x 8 --min-split-size 1M got a different file" >&2; exit 1; }
     measure "$work/out/256m.bin" aria2c -x8 -s8 -k1M -q --allow-overwrite=true --auto-file-renaming=false \
         -d "$work/out" -o 256m.bin "http://127.0.0.1:$port/slow/256m.bin" >> "$(into "$round" aria2c)"
     cmp -s "$work/out/256m.bin" "$work/www/256m.bin" || { echo "bench: aria2c got a different file" >&2; exit 1; }
 done
 echo
-printf "%-9s %-6s %10s %10s %12s %s\n" "256m@20m" tool "wall (s)" "cpu (s)" "peak (MiB)" "  every round's wall (s)"
-for tool in haul aria2c; do row 256m@20m "$tool"; done
-printf "256m@20m  ratio haul -x 8 / aria2c -x8 -s8 -k1M: wall %.2fx\n" "$(awk "BEGIN { print $haul_wall / $aria2c_wall }")"
+printf "%-9s %-7s %10s %10s %12s %s\n" "256m@20m" tool "wall (s)" "cpu (s)" "peak (MiB)" "  every round's wall (s)"
+for tool in haul haul1m aria2c; do row 256m@20m "$tool"; done
+printf "256m@20m  ratio haul -x 8 / aria2c -x8 -s8 -k1M: wall %.2fx; with --min-split-size 1M: %.2fx\n" \
+    "$(awk "BEGIN { print $haul_wall / $aria2c_wall }")" "$(awk "BEGIN { print $haul1m_wall / $aria2c_wall }")"
 
 # Many small files: a fresh folder and state for every run.
 small() {
@@ -152,7 +160,7 @@ for round in $(seq "$first_round" "$rounds"); do
     small curl -s --parallel --parallel-max 16 -K "$work/curl.cfg" >> "$(into "$round" curl)"
 done
 echo
-printf "%-9s %-6s %10s %10s %12s %s\n" "1000x64K" tool "wall (s)" "cpu (s)" "peak (MiB)" "  every round's wall (s)"
+printf "%-9s %-7s %10s %10s %12s %s\n" "1000x64K" tool "wall (s)" "cpu (s)" "peak (MiB)" "  every round's wall (s)"
 for tool in haul aria2c curl; do row 1000x64K "$tool"; done
 printf "1000x64K  ratio haul/aria2c: wall %.2fx; haul/curl: wall %.2fx\n" \
     "$(awk "BEGIN { print $haul_wall / $aria2c_wall }")" "$(awk "BEGIN { print $haul_wall / $curl_wall }")"
