@@ -6,11 +6,14 @@
 /// waits for that rate to beat the rate before the addition by `gain` of one connection's average share (half by
 /// default); as soon as it does, the next connection is added, and judged against the rate the connections before it
 /// should reach with every one of them at its average share. When it has not after two windows, the addition did
-/// not help: the ramp settles and closes one connection. A settled ramp measures again after `reprobeAfter` windows
-/// (conditions change, and one unlucky window must not pin a download to one connection); after a 429 or 503 it
-/// never adds again. Connections that each have their own speed cap raise the
-/// rate within about half a window each, so the ramp reaches its maximum quickly; a link that one connection already
-/// fills never shows the rise.
+/// not help: the ramp settles and closes one connection. A settled ramp measures again later, since conditions change
+/// and one unlucky measurement must not pin a download to one connection: a window caught at the wrong moment of a
+/// server's bursts (nginx's `limit_rate` paces each connection in bursts, and a new connection's first burst comes at
+/// once) can show twice the real rate, and the next connection then seems not to help. So the first retry comes after
+/// `firstReprobeAfter` windows, and each failed retry in a row doubles the wait, up to `reprobeAfter` windows; an
+/// addition that helps starts the count again. After a 429 or 503 it never adds again. Connections that each have
+/// their own speed cap raise the rate within about half a window each, so the ramp reaches its maximum quickly; a
+/// link that one connection already fills never shows the rise.
 public struct ConnectionRamp: Hashable, Sendable {
     /// What to do now.
     public enum Action: Hashable, Sendable {
@@ -29,8 +32,8 @@ public struct ConnectionRamp: Hashable, Sendable {
         case waitingForNewConnection(baseline: Double, connections: Int)
         /// Waiting for the rate to rise after an addition.
         case judging(baseline: Double, connections: Int, since: Duration)
-        /// Done adding for now; after `reprobeAfter` windows the ramp measures again (never after 429 or 503).
-        case settled(since: Duration)
+        /// Done adding for now; after `windows` windows the ramp measures again (never after 429 or 503).
+        case settled(since: Duration, windows: Int)
         /// Done adding for good (the server said it is overloaded).
         case stopped
     }
@@ -46,17 +49,23 @@ public struct ConnectionRamp: Hashable, Sendable {
     public let window: Duration
     /// The share of one connection's average rate an addition must add.
     public let gain: Double
-    /// Windows after settling before the ramp tries one more connection again.
+    /// The most windows a settled ramp waits before it tries one more connection again.
     public let reprobeAfter: Int
+    /// The windows a settled ramp waits before its first retry; doubled after each failed retry in a row.
+    public let firstReprobeAfter: Int
+    /// Failed additions in a row.
+    private var failures = 0
     private var phase: Phase?
     private var samples: [Sample] = []
 
     /// A ramp up to `maximum` connections measuring over `window`.
-    public init(maximum: Int, window: Duration, gain: Double = 0.5, reprobeAfter: Int = 20) {
+    public init(maximum: Int, window: Duration, gain: Double = 0.5, firstReprobeAfter: Int = 3, reprobeAfter: Int = 20)
+    {
         self.maximum = max(1, maximum)
         self.window = window
         self.gain = gain
         self.reprobeAfter = max(1, reprobeAfter)
+        self.firstReprobeAfter = min(max(1, firstReprobeAfter), self.reprobeAfter)
     }
 
     /// Whether the ramp has stopped adding.
@@ -78,8 +87,8 @@ public struct ConnectionRamp: Hashable, Sendable {
         switch current {
         case .stopped:
             return .hold
-        case .settled(let since):
-            if now - since >= window * reprobeAfter, connections < maximum, canAdd {
+        case .settled(let since, let windows):
+            if now - since >= window * windows, connections < maximum, canAdd {
                 phase = .measuring(since: now)
             }
             return .hold
@@ -117,10 +126,12 @@ public struct ConnectionRamp: Hashable, Sendable {
             // The sliding window lags behind the new connection's full share; assume it will add as much as the
             // others (or what the window shows, if more), so that the next addition is judged against it.
             let next = max(rate, baseline * Double(expected) / before)
+            failures = 0
             return addIfPossible(baseline: next, connections: connections, canAdd: canAdd, now: now)
         }
         guard now - since >= window * 2 else { return .hold }
-        phase = .settled(since: now)
+        failures += 1
+        settle(now: now)
         return connections > 1 ? .drop(1) : .hold
     }
 
@@ -132,7 +143,7 @@ public struct ConnectionRamp: Hashable, Sendable {
 
     private mutating func addIfPossible(baseline: Double, connections: Int, canAdd: Bool, now: Duration) -> Action {
         guard connections < maximum else {
-            phase = .settled(since: now)
+            settle(now: now)
             return .hold
         }
         guard canAdd else {
@@ -142,6 +153,13 @@ public struct ConnectionRamp: Hashable, Sendable {
         }
         phase = .waitingForNewConnection(baseline: baseline, connections: connections + 1)
         return .add
+    }
+
+    /// Stops adding until the wait for the failures so far has passed.
+    private mutating func settle(now: Duration) {
+        let doublings = max(0, failures - 1)
+        let windows = doublings >= 8 ? reprobeAfter : min(reprobeAfter, firstReprobeAfter << doublings)
+        phase = .settled(since: now, windows: windows)
     }
 
     private mutating func record(now: Duration, bytes: Int64) {

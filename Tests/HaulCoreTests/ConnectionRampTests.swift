@@ -4,20 +4,22 @@ import Testing
 @Suite("Connection ramp")
 struct ConnectionRampTests {
     /// A simulated download: `perConnection` bytes a second on each connection, all together at most `link`, sampled
-    /// every 10 ms for `seconds`. Returns the connections open at the end and every action taken.
+    /// every 10 ms for `seconds`; `extra` bytes arrive on top at the moments it names. Returns the connections open at
+    /// the end, every action taken, and when.
     static func simulate(
         perConnection: Double, link: Double, maximum: Int, seconds: Double = 3, canAdd: Bool = true,
-        ramp: ConnectionRamp? = nil
-    ) -> (connections: Int, actions: [ConnectionRamp.Action], ramp: ConnectionRamp) {
+        ramp: ConnectionRamp? = nil, extra: [Duration: Double] = [:]
+    ) -> (connections: Int, actions: [ConnectionRamp.Action], ramp: ConnectionRamp, times: [Duration]) {
         var ramp = ramp ?? ConnectionRamp(maximum: maximum, window: .milliseconds(100))
         var connections = 1
         var bytes: Double = 0
         var actions: [ConnectionRamp.Action] = []
+        var times: [Duration] = []
         let step = Duration.milliseconds(10)
         var now = Duration.zero
         for _ in 0..<Int(seconds * 100) {
             now += step
-            bytes += min(perConnection * Double(connections), link) * 0.01
+            bytes += min(perConnection * Double(connections), link) * 0.01 + (extra[now] ?? 0)
             let action = ramp.decide(
                 now: now, bytes: Int64(bytes), connections: connections, flowing: connections, canAdd: canAdd)
             switch action {
@@ -25,9 +27,12 @@ struct ConnectionRampTests {
             case .drop(let count): connections -= count
             case .hold: break
             }
-            if action != .hold { actions.append(action) }
+            if action != .hold {
+                actions.append(action)
+                times.append(now)
+            }
         }
-        return (connections, actions, ramp)
+        return (connections, actions, ramp, times)
     }
 
     @Test(
@@ -77,6 +82,36 @@ struct ConnectionRampTests {
             return total
         }
         #expect(result.actions.filter { $0 == .add }.count == dropped)
+    }
+
+    @Test func retriesSoonThenLessOften() {
+        // One connection fills the link: every retry fails. The waits after a failure, from the drop to the next
+        // addition (the settled wait plus one window of measuring), double from three windows up to twenty.
+        let result = Self.simulate(perConnection: 10_000_000, link: 10_000_000, maximum: 8, seconds: 12)
+        let drops = zip(result.actions, result.times).filter { $0.0 == .drop(1) }.map(\.1)
+        let adds = zip(result.actions, result.times).filter { $0.0 == .add }.map(\.1)
+        let waits = zip(drops, adds.dropFirst()).map { ($1 - $0) / .milliseconds(100) }
+        #expect(waits.count >= 5)
+        let expected: [Double] = [4, 7, 13, 21, 21]
+        for (wait, windows) in zip(waits, expected) {
+            #expect(abs(wait - windows) <= 0.11)
+        }
+    }
+
+    @Test func aMisjudgedFirstAdditionIsRetriedSoon() {
+        // Capped connections, but a burst lands just as the first window closes, so the first baseline is twice the
+        // real rate and the second connection seems not to help. The ramp retries after three windows and reaches
+        // the maximum within one and a half seconds; waiting twenty windows, it would still be on one connection.
+        let burst: [Duration: Double] = [.milliseconds(110): 100_000]
+        let result = Self.simulate(
+            perConnection: 1_000_000, link: 100_000_000, maximum: 8, seconds: 1.5, extra: burst)
+        #expect(result.actions.prefix(2) == [.add, .drop(1)])
+        #expect(result.connections == 8)
+        let patient = Self.simulate(
+            perConnection: 1_000_000, link: 100_000_000, maximum: 8, seconds: 1.5,
+            ramp: ConnectionRamp(maximum: 8, window: .milliseconds(100), firstReprobeAfter: 20), extra: burst)
+        #expect(patient.actions == [.add, .drop(1)])
+        #expect(patient.connections == 1)
     }
 
     @Test func waitsForTheNewConnectionToReceiveBytes() {
