@@ -221,7 +221,9 @@ struct DownloadRunner {
             // This answer becomes the first connection of a segmented transfer.
             currentActivity = nil
             let total = start + expected
-            let map = SegmentMap(total: total, minimumSize: record.options.minimumSplitSize, fetched: start)
+            let map = SegmentMap(
+                total: total, minimumSize: record.options.minimumSplitSize, fetched: start,
+                pieces: record.options.maxConnectionsPerDownload)
             let first = OpenedBody(body: response.body, start: start, end: total, activity: activity)
             try await runSegments(map: map, first: first)
             return true
@@ -293,7 +295,9 @@ struct DownloadRunner {
         }
         guard part != nil, record.isPartVerified, let facts = record.remoteFacts, facts.validators.isStrong,
             let total = facts.totalLength,
-            let map = SegmentMap(restoring: clamped, total: total, minimumSize: record.options.minimumSplitSize)
+            let map = SegmentMap(
+                restoring: clamped, total: total, minimumSize: record.options.minimumSplitSize,
+                pieces: record.options.maxConnectionsPerDownload)
         else {
             environment.logger.notice("\(record.url): the stored segment map is unusable; starting over")
             try resetToZero()

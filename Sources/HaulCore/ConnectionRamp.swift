@@ -68,6 +68,15 @@ public struct ConnectionRamp: Hashable, Sendable {
         self.firstReprobeAfter = min(max(1, firstReprobeAfter), self.reprobeAfter)
     }
 
+    /// Whether the ramp waits for an added connection to show its share: the moment to look often, since the next
+    /// addition follows as soon as it does.
+    public var isJudging: Bool {
+        switch phase {
+        case .waitingForNewConnection, .judging: true
+        default: false
+        }
+    }
+
     /// Whether the ramp has stopped adding.
     public var isSettled: Bool {
         switch phase {

@@ -29,6 +29,13 @@ public struct Segment: Codable, Hashable, Sendable {
 /// unfinished segment with the most bytes left; when none is free it takes the second half of what remains of the
 /// largest held segment (work stealing), so all connections finish together. A split happens only when both halves
 /// keep at least `minimumSize` bytes. Segment indices are stable: a split appends the new segment.
+///
+/// The first split of a download is planned, like aria2's: while one held segment is all the work left, a second
+/// connection cuts that segment into `pieces` equal parts (fewer when a part would be under `minimumSize`) instead of
+/// halving what is left of it. The holder keeps the first part, the taker gets the second, and the rest wait for the
+/// connections added later. So every connection's share is the same part of the file however long the first one ran
+/// alone: halving what is left would give the first connection its head start on top of an equal share, and it would
+/// finish last. When the holder has already fetched into the second part, the split halves instead.
 public struct SegmentMap: Hashable, Sendable {
     /// The segments, in the order they were made (not necessarily by position).
     public private(set) var segments: [Segment]
@@ -38,11 +45,15 @@ public struct SegmentMap: Hashable, Sendable {
     public let total: Int64
     /// The smallest segment a split may start.
     public let minimumSize: Int64
+    /// The parts the first split cuts the work into (the most connections the download may use); 1 halves.
+    public let pieces: Int
 
-    /// A map of one free segment covering the file, whose first `fetched` bytes are already held.
-    public init(total: Int64, minimumSize: Int64, fetched: Int64 = 0) {
+    /// A map of one free segment covering the file, whose first `fetched` bytes are already held; its first split
+    /// cuts the work into `pieces` parts.
+    public init(total: Int64, minimumSize: Int64, fetched: Int64 = 0, pieces: Int = 1) {
         self.total = total
         self.minimumSize = max(1, minimumSize)
+        self.pieces = max(1, pieces)
         let held = min(max(0, fetched), total)
         segments =
             held > 0 && held < total
@@ -53,7 +64,7 @@ public struct SegmentMap: Hashable, Sendable {
 
     /// A map restored from stored segments, all free; nil when they do not tile `0..<total` exactly or an offset lies
     /// outside its segment (a damaged record: the download starts over).
-    public init?(restoring stored: [Segment], total: Int64, minimumSize: Int64) {
+    public init?(restoring stored: [Segment], total: Int64, minimumSize: Int64, pieces: Int = 1) {
         guard total > 0, !stored.isEmpty else { return nil }
         var position: Int64 = 0
         for segment in stored.sorted(by: { $0.start < $1.start }) {
@@ -65,6 +76,7 @@ public struct SegmentMap: Hashable, Sendable {
         guard position == total else { return nil }
         self.total = total
         self.minimumSize = max(1, minimumSize)
+        self.pieces = max(1, pieces)
         segments = stored
         isHeld = Array(repeating: false, count: stored.count)
     }
@@ -83,11 +95,35 @@ public struct SegmentMap: Hashable, Sendable {
         }
         guard let victim = splitCandidate() else { return nil }
         let segment = segments[victim]
+        if let cuts = plannedCuts(victim) {
+            segments[victim].end = cuts[0]
+            for (start, end) in zip(cuts, cuts.dropFirst() + [segment.end]) {
+                segments.append(Segment(start: start, end: end, offset: start))
+                isHeld.append(false)
+            }
+            let taken = segments.count - cuts.count
+            isHeld[taken] = true
+            return taken
+        }
         let middle = segment.offset + segment.remaining / 2
         segments[victim].end = middle
         segments.append(Segment(start: middle, end: segment.end, offset: middle))
         isHeld.append(true)
         return segments.count - 1
+    }
+
+    /// Where the first split cuts segment `victim` into equal parts: nil unless it is the only unfinished segment,
+    /// more than one part fits, and its holder has at least `minimumSize` bytes left before the first cut.
+    private func plannedCuts(_ victim: Int) -> [Int64]? {
+        guard pieces > 1, segments.indices.allSatisfy({ $0 == victim || segments[$0].isComplete }) else { return nil }
+        let segment = segments[victim]
+        let span = segment.end - segment.start
+        let parts = Int64(min(pieces, Int(min(span / minimumSize, Int64(Int.max)))))
+        guard parts > 1 else { return nil }
+        // start + span * i / parts, without overflow.
+        let cuts = (1..<parts).map { i in segment.start + span / parts * i + span % parts * i / parts }
+        guard cuts[0] - segment.offset >= minimumSize else { return nil }
+        return cuts
     }
 
     /// Whether `take()` would find work for one more connection.

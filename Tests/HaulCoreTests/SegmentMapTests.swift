@@ -52,6 +52,63 @@ struct SegmentMapTests {
         }
     }
 
+    @Test func theFirstSplitCutsTheFileIntoEqualPartsAndLaterConnectionsTakeThem() {
+        var map = SegmentMap(total: 800, minimumSize: 10, pieces: 4)
+        let first = map.take()!
+        _ = map.claim(first, at: 0, count: 30)  // the first connection ran alone for a while
+        let second = map.take()!
+        // Cut at 200, 400 and 600 of the file, not of what is left: the first connection keeps 0..<200.
+        #expect(map.segments.map { [$0.start, $0.end] } == [[0, 200], [200, 400], [400, 600], [600, 800]])
+        #expect(map.segments[second].start == 200)
+        #expect(map.isHeld == [true, true, false, false])
+        // The next connections take the waiting parts; nothing is halved while one is free.
+        #expect(map.take() == 2)
+        #expect(map.take() == 3)
+        #expect(map.segments.count == 4)
+        Self.expectTiling(map)
+    }
+
+    @Test func aFirstConnectionAlreadyInTheSecondPartIsHalvedInstead() {
+        var map = SegmentMap(total: 800, minimumSize: 10, pieces: 4)
+        let first = map.take()!
+        _ = map.claim(first, at: 0, count: 195)  // 5 bytes before the first cut: fewer than the minimum
+        let second = map.take()!
+        #expect(map.segments.count == 2)
+        #expect(map.segments[second].start == 195 + 605 / 2)
+        Self.expectTiling(map)
+    }
+
+    @Test func theFirstSplitMakesNoPartSmallerThanTheMinimum() {
+        // 100 bytes with a minimum of 30: three parts, not eight.
+        var map = SegmentMap(total: 100, minimumSize: 30, pieces: 8)
+        _ = map.take()
+        _ = map.take()
+        #expect(map.segments.map { [$0.start, $0.end] } == [[0, 33], [33, 66], [66, 100]])
+        Self.expectTiling(map)
+    }
+
+    @Test func aResumedDownloadPlansOverWhatIsLeft() {
+        // 100 bytes held from an earlier single-connection run: the parts divide 100..<900.
+        var map = SegmentMap(total: 900, minimumSize: 10, fetched: 100, pieces: 2)
+        let first = map.take()!
+        #expect(map.segments[first].start == 100)
+        let second = map.take()!
+        #expect(map.segments[second].start == 500 && map.segments[second].end == 900)
+        Self.expectTiling(map)
+    }
+
+    @Test func onlyTheFirstSplitIsPlanned() {
+        // Two unfinished segments (a restored map): a connection that needs work halves one, as before.
+        let stored = [Segment(start: 0, end: 400, offset: 0), Segment(start: 400, end: 800, offset: 400)]
+        var map = SegmentMap(restoring: stored, total: 800, minimumSize: 10, pieces: 8)!
+        _ = map.take()
+        _ = map.take()
+        let third = map.take()!
+        #expect(map.segments.count == 3)
+        #expect(map.segments[third].start == 200)
+        Self.expectTiling(map)
+    }
+
     @Test func aFinishedConnectionTakesHalfOfTheLargestRemainingSegment() {
         var map = SegmentMap(total: 1000, minimumSize: 10)
         let first = map.take()!
@@ -128,7 +185,7 @@ struct SegmentMapTests {
         }
         let total = Int64(1000 + next(100_000))
         let minimum = Int64(1 + next(5000))
-        var map = SegmentMap(total: total, minimumSize: minimum)
+        var map = SegmentMap(total: total, minimumSize: minimum, pieces: 1 + next(16))
         var claimedAt = [Int](repeating: 0, count: Int(total))
         var active: [Int] = []
         let connections = 1 + next(8)
