@@ -238,10 +238,10 @@ final class SegmentedTransfer: Sendable {
         let (signals, continuation) = AsyncStream<Signal>.makeStream()
         let settings = environment.settings
         let tickLength = max(.milliseconds(5), min(settings.progressInterval, settings.connectionRampWindow / 20))
-        // While the ramp judges an added connection it looks every millisecond, so the next addition follows as soon
-        // as the last one shows its share (on nginx at 20 MiB/s a connection's first burst shows it within 2–4 ms).
-        // The baseline is still measured at the normal pace: its window starts a tick after the first bytes, mostly
-        // past a server's first burst, which would double the rate it measures.
+        // While the ramp measures or judges it looks every millisecond, so it acts as soon as its window is full or an
+        // added connection shows its share (on nginx at 20 MiB/s a connection's first burst shows it within 2–4 ms).
+        // The first look still comes at the normal pace: the first window starts there, mostly past a server's first
+        // burst, which would double the rate it measures.
         let judgingTickLength = min(tickLength, .milliseconds(1))
         let pace = TickPace()
         try await withThrowingTaskGroup(of: Void.self) { group in
@@ -309,7 +309,7 @@ final class SegmentedTransfer: Sendable {
                     case .hold:
                         break
                     }
-                    pace.isFast = ramp.isJudging
+                    pace.isFast = ramp.isMeasuring
                     if counts.connections != shownConnections {
                         shownConnections = counts.connections
                         try? environment.store.saveActiveConnections(shownConnections, for: id.rawValue)

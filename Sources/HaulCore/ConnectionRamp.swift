@@ -68,11 +68,12 @@ public struct ConnectionRamp: Hashable, Sendable {
         self.firstReprobeAfter = min(max(1, firstReprobeAfter), self.reprobeAfter)
     }
 
-    /// Whether the ramp waits for an added connection to show its share: the moment to look often, since the next
-    /// addition follows as soon as it does.
-    public var isJudging: Bool {
+    /// Whether the ramp is measuring a window or judging an added connection: the time to look often, since it acts
+    /// as soon as the window is full or the new connection shows its share. Before the first decision it is false, so
+    /// that the first window starts a normal pace after the first bytes.
+    public var isMeasuring: Bool {
         switch phase {
-        case .waitingForNewConnection, .judging: true
+        case .measuring, .waitingForNewConnection, .judging: maximum > 1
         default: false
         }
     }

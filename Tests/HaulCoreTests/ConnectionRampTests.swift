@@ -56,6 +56,21 @@ struct ConnectionRampTests {
         #expect(result.actions == Array(repeating: .add, count: 7))
     }
 
+    @Test func itAsksToBeLookedAtOftenOnlyWhileMeasuringOrJudging() {
+        var ramp = ConnectionRamp(maximum: 2, window: .milliseconds(100))
+        // Before the first decision: the first window must start at the normal pace.
+        #expect(!ramp.isMeasuring)
+        _ = ramp.decide(now: .milliseconds(5), bytes: 0, connections: 1, flowing: 1, canAdd: true)
+        #expect(ramp.isMeasuring)
+        let action = ramp.decide(now: .milliseconds(105), bytes: 2_000_000, connections: 1, flowing: 1, canAdd: true)
+        #expect(action == .add)
+        #expect(ramp.isMeasuring)  // judging the new connection
+        // It doubles the rate: at the maximum, the ramp settles and looks at the normal pace again.
+        _ = ramp.decide(now: .milliseconds(110), bytes: 4_000_000, connections: 2, flowing: 2, canAdd: true)
+        #expect(ramp.isSettled)
+        #expect(!ramp.isMeasuring)
+    }
+
     @Test func nothingToSplitMeansNoNewConnection() {
         let result = Self.simulate(perConnection: 1_000_000, link: 100_000_000, maximum: 8, canAdd: false)
         #expect(result.connections == 1)
