@@ -81,8 +81,17 @@ measure() {
     # checkpoints and the finished file, curl and aria2c do not, so without it the next run (often haul's) would wait
     # for the disk to write the previous tool's bytes. BENCH_SYNC=0 skips it.
     [ "${BENCH_SYNC:-1}" = 1 ] && sync
-    /usr/bin/time -f "%e %U %S %M" -o "$work/time.txt" "$@" >/dev/null 2>&1
-    awk '{ printf "%.3f %.3f %d\n", $1, $2 + $3, $4 }' "$work/time.txt"
+    timed "$@"
+}
+
+# Runs a command; prints "wall cpu maxrss_kib". GNU time gives CPU time and peak memory, but its wall time has 10 ms
+# steps, too coarse for runs of 1-2 s that differ by a few per cent: the wall time comes from the clock around it.
+timed() {
+    local start end
+    start=$(date +%s%N)
+    /usr/bin/time -f "%U %S %M" -o "$work/time.txt" "$@" >/dev/null 2>&1
+    end=$(date +%s%N)
+    awk -v wall="$(((end - start) / 1000))" '{ printf "%.3f %.3f %d\n", wall / 1e6, $1 + $2, $3 }' "$work/time.txt"
 }
 
 median() { sort -n | awk '{ a[NR] = $1 } END { print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }
@@ -145,9 +154,10 @@ small() {
     rm -rf "$work/out/small" "$work/state"
     mkdir -p "$work/out/small"
     [ "${BENCH_SYNC:-1}" = 1 ] && sync
-    /usr/bin/time -f "%e %U %S %M" -o "$work/time.txt" "$@" >/dev/null 2>&1
+    local figures
+    figures=$(timed "$@")
     [ "$(ls "$work/out/small" | wc -l)" = 1000 ] || { echo "bench: $1 did not fetch 1000 files" >&2; exit 1; }
-    awk '{ printf "%.3f %.3f %d\n", $1, $2 + $3, $4 }' "$work/time.txt"
+    echo "$figures"
 }
 : > "$work/haul.txt"
 : > "$work/aria2c.txt"
