@@ -96,6 +96,12 @@ struct SegmentedTests {
         #expect(one / four >= 2, "-x 1 took \(one) s, -x 4 took \(four) s")
         let segments = h.server.requests(to: "/f").filter(Self.isSegmentRequest)
         #expect(segments.allSatisfy { $0.headers["if-range"] == "\"v1\"" && $0.status == 206 })
+        // The first split is planned: the added connections fetch the second, third and fourth quarter of the file
+        // (the first connection fetched far less than a quarter in its first window).
+        let quarter = (3 << 20) / 4
+        #expect(
+            segments.prefix(3).map(\.range) == (1...3).map { "bytes=\(quarter * $0)-\(quarter * ($0 + 1) - 1)" },
+            "\(segments.map(\.range))")
     }
 
     @Test("a pause stores the exact segment map; the resume asks for exactly what is missing of each segment")
