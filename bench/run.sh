@@ -21,23 +21,13 @@ done
 swift build -c release --product haul >/dev/null
 haul="$(swift build -c release --show-bin-path)/haul"
 
-# This kind of VM (Firecracker with virtio free page reporting) hands memory that has been free for `min_free_ms` back
-# to its host, and the host must fault it in again when it is next used: writing 1 GiB into such pages takes 1.7-2.5 s
-# instead of 0.2 s (dd, on this machine). Every round frees the previous round's output, and whether those pages are
-# handed back before the next round runs is a matter of timing, so a random round of any tool took two to three times
-# its usual time. The bench keeps freed memory in the guest for a minute while it runs, the same for every tool, and
-# puts the setting back when it ends. BENCH_HOLD_FREED=0 leaves it alone.
-reporting=/sys/module/page_reporting/parameters/min_free_ms
-saved_min_free_ms=
-if [ "${BENCH_HOLD_FREED:-1}" = 1 ] && [ -w "$reporting" ]; then
-    saved_min_free_ms=$(cat "$reporting")
-    echo 60000 > "$reporting"
-fi
+# The bench never changes the machine's settings. On a VM whose host takes back free memory (virtio free page
+# reporting), a round that writes into pages handed back runs two to three times slower, whatever the tool; that is
+# noise to be outvoted, not a setting to change: run more rounds and read the medians and the spread of every round.
 nginx_pid=
 work=$(mktemp -d /tmp/haul-bench.XXXXXX)
 cleanup() {
     [ -n "$nginx_pid" ] && kill -9 "$nginx_pid" 2>/dev/null
-    [ -n "$saved_min_free_ms" ] && echo "$saved_min_free_ms" > "$reporting"
     rm -rf "$work"
 }
 trap cleanup EXIT
@@ -126,8 +116,7 @@ row() {
     eval "${tool}_wall=$wall ${tool}_cpu=$cpu"
 }
 
-echo "haul $("$haul" --version), curl $(curl --version | head -1 | cut -d' ' -f2), $(nproc) cores, $rounds rounds," \
-    "freed memory $([ -n "$saved_min_free_ms" ] && echo "held 60 s" || echo "as the machine has it")"
+echo "haul $("$haul" --version), curl $(curl --version | head -1 | cut -d' ' -f2), $(nproc) cores, $rounds rounds"
 printf "%-9s %-7s %10s %10s %12s %s\n" file tool "wall (s)" "cpu (s)" "peak (MiB)" "  every round's wall (s)"
 for file in 1g.bin 256m.bin; do
     : > "$work/haul.txt"
