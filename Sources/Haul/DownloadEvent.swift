@@ -1,6 +1,5 @@
 import Foundation
 import HaulCore
-import Synchronization
 
 /// Identifies one download.
 public struct DownloadID: Hashable, Sendable, Codable, CustomStringConvertible {
@@ -11,10 +10,19 @@ public struct DownloadID: Hashable, Sendable, Codable, CustomStringConvertible {
     public init(_ rawValue: String) { self.rawValue = rawValue }
 
     public var description: String { rawValue }
+
+    public init(from decoder: any Decoder) throws {
+        rawValue = try decoder.singleValueContainer().decode(String.self)
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.singleValueContainer()
+        try container.encode(rawValue)
+    }
 }
 
 /// Where a download is, in numbers.
-public struct DownloadProgress: Sendable, Equatable {
+public struct DownloadProgress: Sendable, Equatable, Codable {
     /// The download.
     public var id: DownloadID
     /// Bytes received so far (including bytes held from earlier runs).
@@ -49,63 +57,95 @@ public struct DownloadResult: Sendable, Equatable, Codable {
     public var wasAlreadyComplete: Bool
 }
 
-/// A state change or progress of a download, delivered to subscribers.
-public enum DownloadEvent: Sendable, Equatable {
-    /// The download moved to a new state; `error` is set for `failed` and for retries.
-    case stateChanged(DownloadID, DownloadState, error: DownloadError?)
-    /// Throttled progress (at most ~10 a second per download).
+/// Something that happened to the downloads of a manager, delivered to subscribers in the order it happened.
+///
+/// A state change, a new destination, an error, a move in the queue: each is one `changed` event carrying the whole
+/// download as it is now, so a subscriber never has to combine events to know a download. Completion and failure are
+/// `changed` events with the state `completed` or `failed`, reported once.
+public enum DownloadEvent: Sendable, Equatable, Codable {
+    /// Everything at once: the first event of a subscription that cannot be served by replaying what it missed.
+    case snapshot(ManagerSnapshot)
+    /// A download was added.
+    case added(DownloadSnapshot)
+    /// A download changed: state, priority, place in the queue, destination, error, options.
+    case changed(DownloadSnapshot)
+    /// Throttled progress of a running download.
     case progress(DownloadProgress)
-    /// A retryable error; the download waits `delay` then resumes.
+    /// A retryable error; the download (or one of its connections) waits `delay`, then resumes.
     case retrying(DownloadID, error: DownloadError, delay: Duration)
-    /// The download has its file name (folder downloads learn it from the first answer).
-    case destinationResolved(DownloadID, path: String)
-    /// The download finished and its file is at its destination.
-    case completed(DownloadResult)
-    /// The download failed for good.
-    case failed(DownloadID, DownloadError)
+    /// A download was forgotten.
+    case removed(DownloadID)
+    /// Totals: speed of all downloads and a count per state (about once a second while anything runs).
+    case stats(DownloadStats)
+    /// The manager's settings changed.
+    case settings(ManagerSettings)
 
-    /// The download the event is about.
-    public var id: DownloadID {
+    /// The download the event is about, nil for events about the whole manager.
+    public var downloadID: DownloadID? {
         switch self {
-        case .stateChanged(let id, _, _), .retrying(let id, _, _), .destinationResolved(let id, _), .failed(let id, _):
-            id
+        case .added(let snapshot), .changed(let snapshot): snapshot.id
         case .progress(let progress): progress.id
-        case .completed(let result): result.id
+        case .retrying(let id, _, _), .removed(let id): id
+        case .snapshot, .stats, .settings: nil
+        }
+    }
+
+    /// The new state when this event reports one (`changed` or `added`).
+    public var state: DownloadState? {
+        switch self {
+        case .added(let snapshot), .changed(let snapshot): snapshot.state
+        default: nil
         }
     }
 }
 
-/// Fans events out to subscribers, each with its own stream and optional filter; callable from any task.
-final class EventHub: Sendable {
-    private struct Subscriber {
-        var filter: DownloadID?
-        var continuation: AsyncStream<DownloadEvent>.Continuation
+/// A place in a manager's event stream: the run of the store it was emitted in, and its number within that run.
+/// Runs are counted in the store, so ids never repeat across restarts.
+public struct EventID: Hashable, Sendable, Comparable, Codable, LosslessStringConvertible {
+    /// The store's run (one more each time a manager opens the store).
+    public var run: Int64
+    /// The event's number within the run, from 1; 0 before any event.
+    public var sequence: UInt64
+
+    /// Makes an id.
+    public init(run: Int64, sequence: UInt64) {
+        self.run = run
+        self.sequence = sequence
     }
 
-    private let subscribers = Mutex<[UUID: Subscriber]>([:])
-
-    func subscribe(to filter: DownloadID?) -> AsyncStream<DownloadEvent> {
-        let (stream, continuation) = AsyncStream<DownloadEvent>.makeStream()
-        let key = UUID()
-        subscribers.withLock { $0[key] = Subscriber(filter: filter, continuation: continuation) }
-        continuation.onTermination = { [weak self] _ in
-            _ = self?.subscribers.withLock { $0.removeValue(forKey: key) }
+    /// Parses `RUN-SEQUENCE`, as `description` writes it (and a client sends back as `Last-Event-ID`).
+    public init?(_ description: String) {
+        let parts = description.split(separator: "-", omittingEmptySubsequences: false)
+        guard parts.count == 2, let run = Int64(parts[0]), run >= 0, let sequence = UInt64(parts[1]) else {
+            return nil
         }
-        return stream
+        self.init(run: run, sequence: sequence)
     }
 
-    func emit(_ event: DownloadEvent) {
-        let targets = subscribers.withLock { all in
-            all.values.filter { $0.filter == nil || $0.filter == event.id }.map(\.continuation)
-        }
-        for continuation in targets { continuation.yield(event) }
+    public var description: String { "\(run)-\(sequence)" }
+
+    public static func < (lhs: EventID, rhs: EventID) -> Bool {
+        (lhs.run, lhs.sequence) < (rhs.run, rhs.sequence)
     }
 
-    func finishAll() {
-        let all = subscribers.withLock { all in
-            defer { all.removeAll() }
-            return Array(all.values)
+    public init(from decoder: any Decoder) throws {
+        let text = try decoder.singleValueContainer().decode(String.self)
+        guard let id = EventID(text) else {
+            throw DecodingError.dataCorrupted(.init(codingPath: decoder.codingPath, debugDescription: "bad id \(text)"))
         }
-        for subscriber in all { subscriber.continuation.finish() }
+        self = id
     }
+
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.singleValueContainer()
+        try container.encode(description)
+    }
+}
+
+/// An event with its id.
+public struct SequencedEvent: Sendable, Equatable {
+    /// Its place in the stream; a subscriber that reconnects after it gets what followed.
+    public var id: EventID
+    /// What happened.
+    public var event: DownloadEvent
 }

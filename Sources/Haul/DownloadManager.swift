@@ -36,12 +36,22 @@ public actor DownloadManager {
         public var maxConcurrentDownloads = 3
         /// A limit on all downloads together, in bytes a second (nil: none). `setRateLimit(_:)` changes it later.
         public var rateLimit: Int64?
+        /// The most connections a download opens when its options do not say otherwise (what `settings` reports).
+        public var connectionsPerDownload = DownloadOptions.defaultMaxConnections
+        /// Whether settings changed while running are stored, and stored settings replace the three above when the
+        /// manager opens the store (the daemon's behaviour; `haul get` keeps its flags to itself).
+        public var persistsSettings = false
         /// Whether downloads left queued in the store by an earlier process start by themselves. The `haul get`
         /// command turns this off so that it only runs what it was given.
         public var startsStoredDownloads = true
+        /// Who `add(_:to:options:priority:after:)` records as having added a download.
+        public var origin = DownloadOrigin.library
+        /// How many of the newest events are kept for subscribers that reconnect.
+        public var replayCapacity = 16_384
         /// The clock for backoff, checkpoints and progress.
         public var clock: any Clock<Duration> = ContinuousClock()
-        /// The clock for idle timeouts (real time by default, since it races real sockets).
+        /// The clock for idle timeouts and the once-a-second stats of `run()` (real time by default, since it races
+        /// real sockets).
         public var idleClock: any Clock<Duration> = ContinuousClock()
         /// Runner settings.
         public var engine = Engine()
@@ -63,25 +73,66 @@ public actor DownloadManager {
     }
 
     /// What a download looks like now.
-    public struct Snapshot: Sendable, Equatable {
+    public typealias Snapshot = DownloadSnapshot
+
+    /// Where `move(_:to:)` puts a download.
+    public enum QueueEnd: Sendable {
+        /// Before every other download of its priority.
+        case top
+        /// After every other download of its priority.
+        case bottom
+    }
+
+    /// One added download: its id, and whether it is new (false: an existing download of the same URL to the same
+    /// destination was returned, resumed when it was paused).
+    public struct Added: Sendable, Equatable {
         /// The download.
         public var id: DownloadID
-        /// The URL asked for.
-        public var url: String
-        /// The destination, once known.
-        public var destination: String?
-        /// The state.
-        public var state: DownloadState
-        /// Bytes durably held.
-        public var receivedBytes: Int64
-        /// The full length, when known.
-        public var totalBytes: Int64?
-        /// Whether a pause keeps the bytes (false: the server ignores ranges and a pause restarts).
-        public var isResumable: Bool?
-        /// The last error's message.
-        public var lastError: String?
-        /// Connections open right now (0 when not running).
-        public var connections: Int
+        /// Whether the call created it.
+        public var isNew: Bool
+    }
+
+    /// A place in the queue order, for paging: the downloads after it come next.
+    public struct QueueCursor: Sendable, Hashable, Codable {
+        fileprivate var priority: Int
+        fileprivate var position: Double
+        fileprivate var id: String
+
+        /// The cursor as text, for a URL.
+        public var text: String { "\(priority)_\(position)_\(id)" }
+
+        /// Parses `text`; nil when it is not a cursor.
+        public init?(text: String) {
+            let parts = text.split(separator: "_", maxSplits: 2)
+            guard parts.count == 3, let priority = Int(parts[0]), let position = Double(parts[1]), position.isFinite
+            else { return nil }
+            self.priority = priority
+            self.position = position
+            id = String(parts[2])
+        }
+
+        fileprivate init(_ record: DownloadRecord) {
+            priority = record.priority
+            position = record.queuePosition
+            id = record.id
+        }
+
+        /// Whether `self` comes before `other` in queue order: higher priority, then lower position, then id.
+        fileprivate func precedes(_ other: QueueCursor) -> Bool {
+            if priority != other.priority { return priority > other.priority }
+            if position != other.position { return position < other.position }
+            return id < other.id
+        }
+    }
+
+    /// A failure of `add(_:)` for a list: which item and why. Nothing of the list was added.
+    public struct BatchError: Error, Sendable, CustomStringConvertible {
+        /// The index of the item in the list.
+        public var index: Int
+        /// Why it cannot be added.
+        public var error: DownloadError
+
+        public var description: String { "item \(index): \(error.message)" }
     }
 
     private enum StopReason { case pause, cancel, exit }
@@ -89,12 +140,14 @@ public actor DownloadManager {
     private let configuration: Configuration
     private let store: DownloadStore
     private let transport: any HTTPTransport
-    private let hub = EventHub()
-    private var records: [String: DownloadRecord] = [:]
-    /// The queue order of the records in state `queued` (kept beside `records` by `keep(_:)`), so scheduling a batch
-    /// of thousands of downloads does not copy every record each time one finishes.
-    private var queuedOrder: [String: (priority: Int, position: Double)] = [:]
-    private var maxConcurrent: Int
+    private let hub: EventHub
+    private var catalog = Catalog()
+    private var records: [String: DownloadRecord] { catalog.records }
+    private var queuedOrder: [String: (priority: Int, position: Double)] { catalog.queuedOrder }
+    private var byTarget: [String: [String]] { catalog.byTarget }
+    private var counts: [DownloadState: Int] { catalog.counts }
+    private var lastPosition: Double { catalog.lastPosition }
+    private var settings: ManagerSettings
     private var tasks: [String: Task<Void, Never>] = [:]
     private let globalLimiter: RateLimiter
     private var downloadLimiters: [String: RateLimiter] = [:]
@@ -127,9 +180,15 @@ public actor DownloadManager {
             store = try DownloadStore()
         }
         self.transport = transport ?? LiveTransport()
-        maxConcurrent = max(1, configuration.maxConcurrentDownloads)
-        globalLimiter = RateLimiter(bytesPerSecond: configuration.rateLimit)
+        hub = EventHub(run: try store.beginRun(), replayCapacity: configuration.replayCapacity)
+        var settings = ManagerSettings(
+            maxConcurrentDownloads: max(1, configuration.maxConcurrentDownloads), rateLimit: configuration.rateLimit,
+            connectionsPerDownload: configuration.connectionsPerDownload)
+        if configuration.persistsSettings, let stored = try store.settings() { settings = stored }
+        self.settings = settings
+        globalLimiter = RateLimiter(bytesPerSecond: settings.rateLimit)
         var recovered: [DownloadRecord] = []
+        var catalog = Catalog()
         for var record in try store.allRecords() {
             if record.state.isActive {
                 // Running when the process died: queued again, in its old place.
@@ -137,15 +196,27 @@ public actor DownloadManager {
                 record.activeConnections = 0
                 recovered.append(record)
             }
-            records[record.id] = record
-            if record.state == .queued { queuedOrder[record.id] = (record.priority, record.queuePosition) }
+            catalog.keep(record)
         }
+        self.catalog = catalog
         try store.save(recovered)
     }
 
     /// Starts the downloads the store holds as queued (when `startsStoredDownloads`). Call once after `init`.
     public func start() throws(DownloadError) {
         try schedule()
+    }
+
+    /// Runs the manager as a long-lived service: starts what the store holds, publishes `stats` about once a second
+    /// while anything runs, and when the calling task is cancelled shuts down (running downloads flush their exact
+    /// offsets and stay queued for the next start).
+    public func run() async {
+        try? start()
+        while !Task.isCancelled {
+            do { try await EngineClock(configuration.idleClock).sleep(.seconds(1)) } catch { break }
+            if !tasks.isEmpty { hub.emit(.stats(stats())) }
+        }
+        await shutdown()
     }
 
     // MARK: Commands
@@ -160,53 +231,102 @@ public actor DownloadManager {
         priority: DownloadPriority = .normal,
         after prerequisites: [DownloadID] = []
     ) throws(DownloadError) -> DownloadID {
-        try Self.validate(url)
-        for prerequisite in prerequisites where records[prerequisite.rawValue] == nil {
+        let request = DownloadRequest(
+            url: url, destination: destination, options: options, priority: priority, after: prerequisites,
+            origin: configuration.origin)
+        do {
+            return try add([request])[0].id
+        } catch {
+            throw error.error
+        }
+    }
+
+    /// Adds several downloads in one transaction: either every one is added (or found, as the single `add` finds
+    /// one) or, when one cannot be, none is and the error names its index. Costs O(log n) per download in the
+    /// manager, whatever it holds.
+    public func add(_ requests: [DownloadRequest]) throws(BatchError) -> [Added] {
+        if isShutDown {
+            throw BatchError(index: 0, error: DownloadError(.illegalTransition, "the manager has shut down"))
+        }
+        var added: [Added] = []
+        var fresh: [DownloadRecord] = []
+        var reused: [String: DownloadRecord] = [:]
+        var inBatch: [String: String] = [:]
+        for (index, request) in requests.enumerated() {
+            do {
+                let (key, record) = try prepare(request)
+                if let id = inBatch[key] {
+                    added.append(Added(id: DownloadID(id), isNew: false))
+                } else if let existing = byTarget[key]?.last.flatMap({ reused[$0] ?? records[$0] }) {
+                    var record = existing
+                    try reuse(&record, options: request.options, staysPaused: request.isPaused)
+                    reused[record.id] = record
+                    inBatch[key] = record.id
+                    added.append(Added(id: DownloadID(record.id), isNew: false))
+                } else {
+                    var record = record
+                    record.queuePosition = lastPosition + Double(fresh.count + 1)
+                    if let path = record.destination {
+                        try claimDestination(path, record: &record, options: request.options)
+                    }
+                    fresh.append(record)
+                    inBatch[key] = record.id
+                    added.append(Added(id: DownloadID(record.id), isNew: true))
+                }
+            } catch {
+                throw BatchError(index: index, error: error)
+            }
+        }
+        let changed = reused.values.filter { records[$0.id] != $0 }
+        do { try store.insert(fresh, saving: changed) } catch { throw BatchError(index: 0, error: error) }
+        for record in fresh {
+            keep(record)
+            sessionIDs.insert(record.id)
+            hub.emit(.added(snapshot(of: record)))
+        }
+        for record in changed {
+            errors[record.id] = nil
+            if record.state != .completed { results[record.id] = nil }
+            keep(record)
+            hub.emit(.changed(snapshot(of: record)))
+        }
+        for item in added { sessionIDs.insert(item.id.rawValue) }
+        try? schedule()
+        return added
+    }
+
+    /// Checks one request and makes its record (not yet stored); returns the key that finds the same URL and
+    /// destination.
+    private func prepare(_ request: DownloadRequest) throws(DownloadError) -> (String, DownloadRecord) {
+        try Self.validate(request.url)
+        for prerequisite in request.after where records[prerequisite.rawValue] == nil {
             throw DownloadError(.notFound, "no download with id \(prerequisite) to wait for")
         }
-        let urlText = url.absoluteString
-        var existing: DownloadRecord?
-        var newRecord = DownloadRecord(
+        try Self.checkRate(request.rateLimit)
+        let urlText = request.url.absoluteString
+        var record = DownloadRecord(
             id: UUID().uuidString.lowercased(), url: urlText, finalURL: nil, directory: nil, destination: nil,
-            state: .queued, totalLength: nil, durableOffset: 0, etag: nil, lastModified: nil,
-            isLastModifiedStrong: false, isResumable: nil, isPartVerified: true,
-            mayReplaceDestination: options.overwrite,
-            attempts: 0, lastError: nil, options: options, priority: priority.rawValue, queuePosition: nextPosition(),
-            prerequisites: prerequisites.map(\.rawValue), rateLimit: nil, segments: nil, activeConnections: 0,
-            createdAt: Date(), updatedAt: Date()
+            state: request.isPaused ? .paused : .queued, totalLength: nil, durableOffset: 0, etag: nil,
+            lastModified: nil, isLastModifiedStrong: false, isResumable: nil, isPartVerified: true,
+            mayReplaceDestination: request.options.overwrite, attempts: 0, lastError: nil, options: request.options,
+            priority: request.priority.rawValue, queuePosition: 0, prerequisites: request.after.map(\.rawValue),
+            rateLimit: request.rateLimit, segments: nil, activeConnections: 0, createdAt: Date(), updatedAt: Date(),
+            errorCode: nil, errorStatus: nil, origin: request.origin, completedAt: nil
         )
-        switch destination {
+        switch request.destination {
         case .file(let rawPath):
             let path = Self.absolute(rawPath)
             try Self.checkWritableFolder((path as NSString).deletingLastPathComponent)
             if FileSystem.isWritableDirectory(path) || rawPath.hasSuffix("/") {
                 throw DownloadError(.invalidArgument, "\(path) is a folder; use a folder destination for it")
             }
-            existing = records.values.filter { $0.url == urlText && $0.destination == path && $0.directory == nil }
-                .max { $0.createdAt < $1.createdAt }
-            newRecord.destination = path
+            record.destination = path
         case .directory(let rawPath):
             let path = Self.absolute(rawPath)
             try Self.checkWritableFolder(path)
-            existing = records.values.filter { $0.url == urlText && $0.directory == path }
-                .max { $0.createdAt < $1.createdAt }
-            newRecord.directory = path
+            record.directory = path
         }
-        if var record = existing {
-            try reuse(&record, options: options)
-            sessionIDs.insert(record.id)
-            try schedule()
-            return DownloadID(record.id)
-        }
-        if let path = newRecord.destination {
-            try claimDestination(path, record: &newRecord, options: options)
-        }
-        try store.insert(newRecord)
-        keep(newRecord)
-        sessionIDs.insert(newRecord.id)
-        hub.emit(.stateChanged(DownloadID(newRecord.id), .queued, error: nil))
-        try schedule()
-        return DownloadID(newRecord.id)
+        return (Catalog.targetKey(of: record), record)
     }
 
     /// Pauses a queued or running download; a running one stops after flushing its exact offset.
@@ -217,7 +337,7 @@ public actor DownloadManager {
         if await stopRunning(id, because: .pause) { return }
         record.state = .paused
         try persist(record)
-        hub.emit(.stateChanged(id, .paused, error: nil))
+        hub.emit(.changed(snapshot(of: record)))
     }
 
     /// Queues a paused or failed download again.
@@ -229,11 +349,29 @@ public actor DownloadManager {
         guard record.state != .completed else {
             throw DownloadError(.illegalTransition, "cannot resume a download that is completed")
         }
+        try requeue(&record)
+    }
+
+    /// Queues a failed or cancelled download again, from the bytes it still holds.
+    public func retry(_ id: DownloadID) throws(DownloadError) {
+        var record = try require(id)
+        guard record.state == .failed || record.state == .cancelled else {
+            throw DownloadError(
+                .illegalTransition,
+                "cannot retry a download that is \(record.state.rawValue); only a failed or "
+                    + "cancelled one")
+        }
+        try requeue(&record)
+    }
+
+    private func requeue(_ record: inout DownloadRecord) throws(DownloadError) {
         record.state = .queued
         record.attempts = 0
+        record.error = nil
+        errors[record.id] = nil
         try persist(record)
         sessionIDs.insert(record.id)
-        hub.emit(.stateChanged(id, .queued, error: nil))
+        hub.emit(.changed(snapshot(of: record)))
         try schedule()
     }
 
@@ -264,7 +402,7 @@ public actor DownloadManager {
         record.remoteFacts = nil
         try persist(record)
         finish(record.id, with: .failure(DownloadError(.cancelled, "download cancelled")))
-        hub.emit(.stateChanged(DownloadID(record.id), .cancelled, error: nil))
+        hub.emit(.changed(snapshot(of: record)))
     }
 
     /// Pauses every queued, running or waiting download.
@@ -286,29 +424,92 @@ public actor DownloadManager {
     public func move(_ id: DownloadID, before other: DownloadID) throws(DownloadError) {
         var record = try require(id)
         let target = try require(other)
+        guard record.id != target.id else { return }
         let ordered = queueOrder(records.values.filter { $0.priority == target.priority && $0.id != id.rawValue })
         let index = ordered.firstIndex { $0.id == target.id } ?? 0
         let previous = index > 0 ? ordered[index - 1].queuePosition : target.queuePosition - 1
         record.priority = target.priority
         record.queuePosition = (previous + target.queuePosition) / 2
+        try reorder(record)
+    }
+
+    /// Moves `id` before or after every other download of its priority.
+    public func move(_ id: DownloadID, to end: QueueEnd) throws(DownloadError) {
+        var record = try require(id)
+        let others = records.values.filter { $0.priority == record.priority && $0.id != record.id }.map(\.queuePosition)
+        switch end {
+        case .top: record.queuePosition = (others.min() ?? record.queuePosition) - 1
+        case .bottom: record.queuePosition = max(others.max() ?? record.queuePosition, lastPosition) + 1
+        }
+        try reorder(record)
+    }
+
+    /// Changes the priority of `id`; it keeps its position among the downloads of its new priority.
+    public func setPriority(_ priority: DownloadPriority, for id: DownloadID) throws(DownloadError) {
+        var record = try require(id)
+        guard record.priority != priority.rawValue else { return }
+        record.priority = priority.rawValue
+        try reorder(record)
+    }
+
+    private func reorder(_ record: DownloadRecord) throws(DownloadError) {
         try persist(record)
+        hub.emit(.changed(snapshot(of: record)))
         try schedule()
+    }
+
+    /// Changes the most connections of one download (1...16), from its next run on (a running download keeps the
+    /// connections it has).
+    public func setConnections(_ connections: Int, for id: DownloadID) throws(DownloadError) {
+        guard (1...DownloadOptions.connectionLimit).contains(connections) else {
+            throw DownloadError(
+                .invalidArgument,
+                "connections must be between 1 and \(DownloadOptions.connectionLimit), not "
+                    + "\(connections)")
+        }
+        var record = try require(id)
+        record.options.maxConnectionsPerDownload = connections
+        try persist(record)
+        hub.emit(.changed(snapshot(of: record)))
     }
 
     /// Changes how many downloads run at once. Raising it starts queued ones at once; lowering it lets running
     /// downloads finish and starts no new one until fewer than the limit run.
     public func setMaxConcurrentDownloads(_ limit: Int) throws(DownloadError) {
-        guard limit >= 1 else {
-            throw DownloadError(.invalidArgument, "the concurrency limit must be at least 1, not \(limit)")
-        }
-        maxConcurrent = limit
-        try schedule()
+        var changed = settings
+        changed.maxConcurrentDownloads = limit
+        try update(changed)
     }
 
     /// Limits all downloads together to `bytesPerSecond` (nil: no limit), at once for running downloads too.
     public func setRateLimit(_ bytesPerSecond: Int64?) throws(DownloadError) {
-        try Self.checkRate(bytesPerSecond)
-        globalLimiter.setRate(bytesPerSecond)
+        var changed = settings
+        changed.rateLimit = bytesPerSecond
+        try update(changed)
+    }
+
+    /// The settings now.
+    public func currentSettings() -> ManagerSettings { settings }
+
+    /// Changes the settings at once (and stores them when `persistsSettings`); subscribers get a `settings` event.
+    public func update(_ new: ManagerSettings) throws(DownloadError) {
+        guard new.maxConcurrentDownloads >= 1 else {
+            throw DownloadError(
+                .invalidArgument, "the concurrency limit must be at least 1, not \(new.maxConcurrentDownloads)")
+        }
+        try Self.checkRate(new.rateLimit)
+        guard (1...DownloadOptions.connectionLimit).contains(new.connectionsPerDownload) else {
+            throw DownloadError(
+                .invalidArgument,
+                "connections must be between 1 and \(DownloadOptions.connectionLimit), not "
+                    + "\(new.connectionsPerDownload)")
+        }
+        guard new != settings else { return }
+        if configuration.persistsSettings { try store.saveSettings(new) }
+        settings = new
+        globalLimiter.setRate(new.rateLimit)
+        hub.emit(.settings(new))
+        try schedule()
     }
 
     /// Limits one download (all its connections) to `bytesPerSecond` (nil: no limit of its own), at once if it runs,
@@ -319,6 +520,7 @@ public actor DownloadManager {
         record.rateLimit = bytesPerSecond
         try persist(record)
         downloadLimiters[id.rawValue]?.setRate(bytesPerSecond)
+        hub.emit(.changed(snapshot(of: record)))
     }
 
     private static func checkRate(_ bytesPerSecond: Int64?) throws(DownloadError) {
@@ -339,9 +541,17 @@ public actor DownloadManager {
             FileSystem.remove(destination)
         }
         try store.delete(id: id.rawValue)
-        records[id.rawValue] = nil
-        queuedOrder[id.rawValue] = nil
+        forget(record)
         sessionIDs.remove(id.rawValue)
+        hub.emit(.removed(id))
+    }
+
+    /// Forgets every completed, cancelled and failed download (their files stay); returns how many.
+    @discardableResult
+    public func clean() throws(DownloadError) -> Int {
+        let finished = queueOrder(records.values.filter { $0.state.isTerminal && tasks[$0.id] == nil })
+        for record in finished { try remove(DownloadID(record.id)) }
+        return finished.count
     }
 
     /// Stops every running download and waits until each has flushed its exact offset. By default they go back to
@@ -364,23 +574,66 @@ public actor DownloadManager {
 
     // MARK: Observing
 
-    /// Events of every download, or of one download only when `id` is given. Each call makes a new stream.
-    public nonisolated func events(for id: DownloadID? = nil) -> AsyncStream<DownloadEvent> {
-        hub.subscribe(to: id)
+    /// Events of every download, or of one download only when `id` is given, from now on. Each call makes a new
+    /// stream; it is not bounded (for readers in the same process that keep up).
+    public nonisolated func events(for id: DownloadID? = nil) -> DownloadEvents {
+        DownloadEvents(subscription: hub.subscribe(filter: id, after: nil, bounded: false, snapshot: nil))
     }
 
-    /// The download now. Read from the store, which the runner keeps current (offsets, destination).
-    public func snapshot(_ id: DownloadID) throws(DownloadError) -> Snapshot {
-        _ = try require(id)
-        guard let record = try store.record(id: id.rawValue) else {
-            throw DownloadError(.notFound, "no download with id \(id)")
+    /// A subscription for a reader that may fall behind or reconnect (the daemon's event stream). With `after`, the
+    /// id of the last event a reader saw, it begins with exactly the events that followed, when they are still in
+    /// the replay window and from this run of the store; otherwise with a `snapshot` event of everything. It is
+    /// bounded: queued progress collapses into the newest per download when the reader falls behind, and the
+    /// subscription ends when it falls too far (the reader reconnects with its last id).
+    public func subscribe(to id: DownloadID? = nil, after: EventID? = nil) -> EventSubscription {
+        hub.subscribe(filter: id, after: after, bounded: true) {
+            .snapshot(self.managerSnapshot(for: id))
         }
-        return Self.snapshot(of: record)
     }
 
-    /// Every download in the store, in queue order.
+    /// Everything now: the downloads (only `id` when given), totals and settings.
+    public func managerSnapshot(for id: DownloadID? = nil) -> ManagerSnapshot {
+        let downloads =
+            id.map { id in records[id.rawValue].map { [snapshot(of: $0, live: true)] } ?? [] }
+            ?? queueOrder(records.values).map { snapshot(of: $0, live: true) }
+        return ManagerSnapshot(downloads: downloads, stats: stats(), settings: settings)
+    }
+
+    /// The id of the newest event.
+    public nonisolated var lastEventID: EventID { hub.lastID }
+
+    /// The download now (live bytes, speed and segments while it runs).
+    public func snapshot(_ id: DownloadID) throws(DownloadError) -> Snapshot {
+        snapshot(of: try require(id), live: true)
+    }
+
+    /// Every download, in queue order.
     public func snapshots() throws(DownloadError) -> [Snapshot] {
-        queueOrder(try store.allRecords()).map(Self.snapshot)
+        queueOrder(records.values).map { snapshot(of: $0, live: true) }
+    }
+
+    /// A page of the downloads in queue order: those in `states` (all when nil) after `cursor`, at most `limit`
+    /// (all when nil), and the cursor of the last one when more follow. Paging stays stable while downloads change:
+    /// a page begins after the place of the last download of the page before.
+    public func snapshots(in states: Set<DownloadState>?, after cursor: QueueCursor?, limit: Int?)
+        -> (downloads: [Snapshot], next: QueueCursor?)
+    {
+        var chosen = records.values.filter { record in
+            (states?.contains(record.state) ?? true) && (cursor.map { $0.precedes(QueueCursor(record)) } ?? true)
+        }
+        chosen.sort { QueueCursor($0).precedes(QueueCursor($1)) }
+        guard let limit, chosen.count > limit else { return (chosen.map { snapshot(of: $0, live: true) }, nil) }
+        let page = chosen.prefix(max(0, limit))
+        return (page.map { snapshot(of: $0, live: true) }, page.last.map(QueueCursor.init))
+    }
+
+    /// Speed of all running downloads and a count per state.
+    public func stats() -> DownloadStats {
+        let progress = hub.allProgress()
+        let speed = tasks.keys.reduce(0.0) { $0 + (progress[DownloadID($1)]?.bytesPerSecond ?? 0) }
+        var all: [DownloadState: Int] = [:]
+        for state in DownloadState.allCases { all[state] = counts[state, default: 0] }
+        return DownloadStats(bytesPerSecond: speed, counts: all)
     }
 
     /// Waits until the download completes (returning its result) or fails or is cancelled (throwing its error).
@@ -392,7 +645,7 @@ public actor DownloadManager {
         case .completed:
             if let result = try alreadyComplete(record) { return result }
         case .failed:
-            throw DownloadError(.retriesExhausted, record.lastError ?? "download failed")
+            throw record.error ?? DownloadError(.retriesExhausted, "download failed")
         case .cancelled:
             throw DownloadError(.cancelled, "download cancelled")
         default: break
@@ -432,7 +685,7 @@ public actor DownloadManager {
     /// with a reason that names it.
     private func schedule() throws(DownloadError) {
         guard !isShutDown else { return }
-        guard tasks.count < maxConcurrent else { return }
+        guard tasks.count < settings.maxConcurrentDownloads else { return }
         let queued = queuedOrder.filter { id, _ in
             tasks[id] == nil && (configuration.startsStoredDownloads || sessionIDs.contains(id))
         }
@@ -440,7 +693,7 @@ public actor DownloadManager {
         .map(\.key)
         var failedAny = false
         for id in queued {
-            guard tasks.count < maxConcurrent else { break }
+            guard tasks.count < settings.maxConcurrentDownloads else { break }
             guard let record = records[id] else { continue }
             switch prerequisiteStatus(of: record) {
             case .ready: try start(record)
@@ -474,20 +727,15 @@ public actor DownloadManager {
         var record = record
         let error = DownloadError(.illegalTransition, "not started: \(reason)")
         record.state = .failed
-        record.lastError = error.message
+        record.error = error
         try? persist(record)
         finish(record.id, with: .failure(error))
-        hub.emit(.stateChanged(DownloadID(record.id), .failed, error: error))
-        hub.emit(.failed(DownloadID(record.id), error))
+        hub.emit(.changed(snapshot(of: record)))
     }
 
     /// Higher priority first, then queue position.
     private func queueOrder<S: Sequence>(_ candidates: S) -> [DownloadRecord] where S.Element == DownloadRecord {
-        candidates.sorted { ($1.priority, $0.queuePosition) < ($0.priority, $1.queuePosition) }
-    }
-
-    private func nextPosition() -> Double {
-        (records.values.map(\.queuePosition).max() ?? 0) + 1
+        candidates.sorted { QueueCursor($0).precedes(QueueCursor($1)) }
     }
 
     private func persist(_ record: DownloadRecord) throws(DownloadError) {
@@ -495,11 +743,9 @@ public actor DownloadManager {
         keep(record)
     }
 
-    /// Keeps `record` in memory, with its place in the queue when it is queued.
-    private func keep(_ record: DownloadRecord) {
-        records[record.id] = record
-        queuedOrder[record.id] = record.state == .queued ? (record.priority, record.queuePosition) : nil
-    }
+    private func keep(_ record: DownloadRecord) { catalog.keep(record) }
+
+    private func forget(_ record: DownloadRecord) { catalog.forget(record) }
 
     private func start(_ record: DownloadRecord) throws(DownloadError) {
         var record = record
@@ -507,7 +753,7 @@ public actor DownloadManager {
         try store.saveState(.running, for: record.id)
         keep(record)
         let id = record.id
-        hub.emit(.stateChanged(DownloadID(id), .running, error: nil))
+        hub.emit(.changed(snapshot(of: record)))
         let ownLimiter = RateLimiter(bytesPerSecond: record.rateLimit)
         downloadLimiters[id] = ownLimiter
         let environment = RunnerEnvironment(
@@ -518,7 +764,8 @@ public actor DownloadManager {
             events: hub,
             settings: configuration.engine,
             logger: configuration.logger,
-            limiters: [globalLimiter, ownLimiter]
+            limiters: [globalLimiter, ownLimiter],
+            report: { [weak self] report in await self?.runnerReported(id, report) }
         )
         let started = record
         tasks[id] = Task {
@@ -528,41 +775,63 @@ public actor DownloadManager {
         }
     }
 
-    private func finished(_ id: String, outcome: RunOutcome, record: DownloadRecord) {
+    /// Takes in what a runner reports and tells subscribers.
+    private func runnerReported(_ id: String, _ report: RunnerReport) {
+        guard var record = records[id], tasks[id] != nil else { return }
+        switch report {
+        case .destinationResolved(let path):
+            record.destination = path
+        case .waitingForNetwork(let error):
+            record.state = .waitingForNetwork
+            record.error = error
+        case .networkReturned:
+            record.state = .running
+            record.error = nil
+        case .retrying(let error, let delay, let attempts):
+            if let attempts { record.attempts = attempts }
+            record.error = error
+            keep(record)
+            hub.emit(.retrying(DownloadID(id), error: error, delay: delay))
+        }
+        keep(record)
+        hub.emit(.changed(snapshot(of: record)))
+    }
+
+    private func finished(_ id: String, outcome: RunOutcome, record runnerRecord: DownloadRecord) {
         tasks[id] = nil
         downloadLimiters[id] = nil
+        hub.clearProgress(of: DownloadID(id))
         let reason = stopReasons.removeValue(forKey: id)
-        // The runner's record is current: it saved every change it made. Its offset may trail one the checkpoint
-        // queue stored; writing it back can only lower the stored offset, which is always safe.
-        var record = record
-        keep(record)
-        let downloadID = DownloadID(id)
+        // The runner's record is current for what the transfer changed: it saved every such change. The manager's
+        // own fields (priority, place, limit, connections) may have changed meanwhile and stay as the manager has
+        // them. The runner's offset may trail one the checkpoint queue stored; writing it back can only lower the
+        // stored offset, which is always safe.
+        var record = records[id].map { $0.adoptingTransfer(of: runnerRecord) } ?? runnerRecord
         switch outcome {
         case .completed(let result):
+            record.state = .completed
+            keep(record)
             finish(id, with: .success(result))
-            hub.emit(.stateChanged(downloadID, .completed, error: nil))
-            hub.emit(.completed(result))
         case .failed(let error) where reason == nil:
             record.state = .failed
-            record.lastError = error.message
+            record.error = error
             try? persist(record)
             finish(id, with: .failure(error))
-            hub.emit(.stateChanged(downloadID, .failed, error: error))
-            hub.emit(.failed(downloadID, error))
         case .stopped, .failed:
             switch reason {
             case .cancel:
+                keep(record)
                 try? markCancelled(&record)
+                try? schedule()
+                return
             case .exit:
                 record.state = .queued
-                try? persist(record)
-                hub.emit(.stateChanged(downloadID, .queued, error: nil))
             default:
                 record.state = .paused
-                try? persist(record)
-                hub.emit(.stateChanged(downloadID, .paused, error: nil))
             }
+            try? persist(record)
         }
+        hub.emit(.changed(snapshot(of: record)))
         try? schedule()
     }
 
@@ -586,10 +855,13 @@ public actor DownloadManager {
     }
 
     /// Re-adding a known download: resume what can be resumed, restart what was lost.
-    private func reuse(_ record: inout DownloadRecord, options: DownloadOptions) throws(DownloadError) {
-        errors[record.id] = nil
+    private func reuse(_ record: inout DownloadRecord, options: DownloadOptions, staysPaused: Bool)
+        throws(DownloadError)
+    {
         switch record.state {
         case .queued, .running, .waitingForNetwork:
+            return
+        case .paused where staysPaused:
             return
         case .completed:
             if try alreadyComplete(record) != nil { return }
@@ -597,17 +869,15 @@ public actor DownloadManager {
             record.durableOffset = 0
             record.segments = nil
             record.remoteFacts = nil
-            results[record.id] = nil
+            record.completedAt = nil
         case .paused, .failed, .cancelled:
             break
         }
         record.options = options
         record.mayReplaceDestination = record.mayReplaceDestination || options.overwrite
-        record.state = .queued
+        record.state = staysPaused ? .paused : .queued
         record.attempts = 0
-        record.lastError = nil
-        try persist(record)
-        hub.emit(.stateChanged(DownloadID(record.id), .queued, error: nil))
+        record.error = nil
     }
 
     /// The result for a completed record whose file is still in place, nil when the file is gone or changed size.
@@ -677,13 +947,106 @@ public actor DownloadManager {
         }
     }
 
-    private static func snapshot(of record: DownloadRecord) -> Snapshot {
-        Snapshot(
-            id: DownloadID(record.id), url: record.url, destination: record.destination, state: record.state,
-            receivedBytes: record.durableOffset, totalBytes: record.totalLength, isResumable: record.isResumable,
-            lastError: record.lastError, connections: record.activeConnections
+    /// The download as subscribers see it. With `live`, a running download's bytes, segments and total are read
+    /// from the store, which its runner keeps current (events skip that read: their readers get progress too).
+    private func snapshot(of record: DownloadRecord, live: Bool = false) -> Snapshot {
+        var record = record
+        let isRunning = tasks[record.id] != nil
+        if live, isRunning, let stored = try? store.record(id: record.id) {
+            record = record.adoptingTransfer(of: stored)
+        }
+        let progress = isRunning ? hub.progress(of: DownloadID(record.id)) : nil
+        return Snapshot(
+            id: DownloadID(record.id), url: record.url, path: record.destination, directory: record.directory,
+            state: record.state, priority: DownloadPriority(rawValue: record.priority) ?? .normal,
+            position: record.queuePosition,
+            receivedBytes: max(progress?.receivedBytes ?? 0, record.durableOffset),
+            totalBytes: progress?.totalBytes ?? record.totalLength,
+            bytesPerSecond: progress?.bytesPerSecond ?? 0, secondsRemaining: progress?.secondsRemaining,
+            connections: isRunning ? max(progress?.connections ?? 0, record.activeConnections, 1) : 0,
+            segments: record.segments, after: record.prerequisites.map(DownloadID.init), error: record.error,
+            isResumable: record.isResumable, createdAt: record.createdAt, completedAt: record.completedAt,
+            options: record.options, rateLimit: record.rateLimit, origin: record.origin
         )
     }
+}
+
+/// The records in memory with the indexes the manager keeps beside them.
+private struct Catalog {
+    var records: [String: DownloadRecord] = [:]
+    /// The queue order of the records in state `queued`, so scheduling a batch of thousands of downloads does not
+    /// copy every record each time one finishes.
+    var queuedOrder: [String: (priority: Int, position: Double)] = [:]
+    /// The ids of the records of each URL and destination, oldest first: how `add` finds a download it already has
+    /// without looking at every record.
+    var byTarget: [String: [String]] = [:]
+    /// How many records are in each state.
+    var counts: [DownloadState: Int] = [:]
+    /// The highest queue position given so far: a new download goes after it.
+    var lastPosition: Double = 0
+
+    /// The key of a record's URL and destination (a file, or a folder for a name the server chooses).
+    static func targetKey(of record: DownloadRecord) -> String {
+        if let directory = record.directory { return "d\u{0}\(record.url)\u{0}\(directory)" }
+        return "f\u{0}\(record.url)\u{0}\(record.destination ?? "")"
+    }
+
+    /// Keeps `record`, with its place in the queue when it is queued, its target and its state's count.
+    mutating func keep(_ record: DownloadRecord) {
+        if let old = records[record.id] {
+            counts[old.state, default: 0] -= 1
+        } else {
+            byTarget[Self.targetKey(of: record), default: []].append(record.id)
+        }
+        counts[record.state, default: 0] += 1
+        records[record.id] = record
+        queuedOrder[record.id] = record.state == .queued ? (record.priority, record.queuePosition) : nil
+        lastPosition = max(lastPosition, record.queuePosition)
+    }
+
+    mutating func forget(_ record: DownloadRecord) {
+        guard let old = records.removeValue(forKey: record.id) else { return }
+        counts[old.state, default: 0] -= 1
+        queuedOrder[record.id] = nil
+        let key = Self.targetKey(of: old)
+        byTarget[key]?.removeAll { $0 == record.id }
+        if byTarget[key]?.isEmpty == true { byTarget[key] = nil }
+    }
+}
+
+extension DownloadRecord {
+    /// This record with what a runner owns taken from `other` (what the transfer learned and did): the manager's
+    /// own fields (state is the caller's to set; priority, place, limit, options, prerequisites) stay.
+    func adoptingTransfer(of other: DownloadRecord) -> DownloadRecord {
+        var merged = other
+        merged.state = state
+        merged.priority = priority
+        merged.queuePosition = queuePosition
+        merged.rateLimit = rateLimit
+        merged.options.maxConnectionsPerDownload = options.maxConnectionsPerDownload
+        merged.prerequisites = prerequisites
+        merged.origin = origin
+        return merged
+    }
+}
+
+/// The events of one subscriber of `DownloadManager.events(for:)`, as they happen.
+public struct DownloadEvents: AsyncSequence, Sendable {
+    public typealias Element = DownloadEvent
+    let subscription: EventSubscription
+
+    /// Ends the stream from outside the reading task.
+    public func cancel() { subscription.cancel() }
+
+    public struct AsyncIterator: AsyncIteratorProtocol {
+        var base: EventSubscription.AsyncIterator
+
+        public mutating func next() async -> DownloadEvent? {
+            await base.next()?.event
+        }
+    }
+
+    public func makeAsyncIterator() -> AsyncIterator { AsyncIterator(base: subscription.makeAsyncIterator()) }
 }
 
 /// The version of Haul.

@@ -58,6 +58,14 @@ public struct DownloadRecord: Codable, Sendable, Equatable, FetchableRecord, Per
     public var createdAt: Date
     /// When it last changed.
     public var updatedAt: Date
+    /// The last error's code (`DownloadError.Code`'s name), beside `lastError`.
+    public var errorCode: String?
+    /// The HTTP status of the last error, when it was about one.
+    public var errorStatus: Int?
+    /// Who added it.
+    public var origin: DownloadOrigin
+    /// When it completed.
+    public var completedAt: Date?
 
     /// Column names for queries.
     public enum Columns {
@@ -95,11 +103,26 @@ public struct DownloadRecord: Codable, Sendable, Equatable, FetchableRecord, Per
         }
     }
 
+    /// The last error as the store keeps it (code, message, status); setting it sets all three.
+    public var error: DownloadError? {
+        get {
+            guard let lastError else { return nil }
+            return DownloadError(
+                errorCode.flatMap(DownloadError.Code.init(named:)) ?? .retriesExhausted, lastError, status: errorStatus)
+        }
+        set {
+            lastError = newValue?.message
+            errorCode = newValue?.code.description
+            errorStatus = newValue?.status
+        }
+    }
+
     /// The part file's path, when the destination is known.
     public var partPath: String? { destination.map { $0 + ".part" } }
 }
 
 extension DownloadState: DatabaseValueConvertible {}
+extension DownloadOrigin: DatabaseValueConvertible {}
 extension DownloadOptions: DatabaseValueConvertible {
     public var databaseValue: DatabaseValue {
         (try? String(decoding: JSONEncoder().encode(self), as: UTF8.self))?.databaseValue ?? .null
@@ -140,5 +163,9 @@ extension DownloadRecord {
         container["activeConnections"] = activeConnections
         container["createdAt"] = createdAt
         container["updatedAt"] = updatedAt
+        container["errorCode"] = errorCode
+        container["errorStatus"] = errorStatus
+        container["origin"] = origin.rawValue
+        container["completedAt"] = completedAt
     }
 }

@@ -15,6 +15,21 @@ struct RunnerEnvironment: Sendable {
     let logger: Logger
     /// The limits this download's bytes count against (all downloads', its own).
     let limiters: [RateLimiter]
+    /// Tells the manager what the runner learned or did, in order; the manager updates its view and tells
+    /// subscribers. Progress goes to `events` directly.
+    let report: @Sendable (RunnerReport) async -> Void
+}
+
+/// What a runner tells its manager while it runs.
+enum RunnerReport: Sendable {
+    /// A folder download has its file name.
+    case destinationResolved(String)
+    /// The server cannot be reached; the download waits for the network.
+    case waitingForNetwork(DownloadError)
+    /// The server answers again after a wait for the network.
+    case networkReturned
+    /// A retryable error; the download or one of its connections waits `delay`.
+    case retrying(DownloadError, delay: Duration, attempts: Int?)
 }
 
 extension RunnerEnvironment {
@@ -169,7 +184,7 @@ struct DownloadRunner {
         if networkWaits > 0 {
             networkWaits = 0
             try environment.store.saveState(.running, for: record.id)
-            environment.events.emit(.stateChanged(id, .running, error: nil))
+            await environment.report(.networkReturned)
         }
         let held = request.offset
         let decision = validator.decide(
@@ -187,10 +202,10 @@ struct DownloadRunner {
             throw DownloadError(.invalidResponse, "restarting from 0: \(reason)", isRetryable: true)
         case .complete(let facts):
             record.remoteFacts = facts
-            try environment.store.save(record)
+            try environment.store.saveTransfer(record)
             return false
         case .rewrite(let length, let facts):
-            if part == nil { try resolveDestination(response: response) }
+            if part == nil { try await resolveDestination(response: response) }
             if held > 0 {
                 environment.logger.notice("\(record.url): whole body from 0 (range ignored or file changed)")
             }
@@ -309,7 +324,7 @@ struct DownloadRunner {
         if networkWaits > 0 {
             networkWaits = 0
             try environment.store.saveState(.running, for: record.id)
-            environment.events.emit(.stateChanged(id, .running, error: nil))
+            await environment.report(.networkReturned)
         }
         try await runSegments(map: map, first: nil)
         return true
@@ -368,7 +383,7 @@ struct DownloadRunner {
             networkWaits += 1
             if networkWaits == 1 {
                 try environment.store.saveState(.waitingForNetwork, for: record.id)
-                environment.events.emit(.stateChanged(id, .waitingForNetwork, error: error))
+                await environment.report(.waitingForNetwork(error))
             }
             let delay = environment.settings.retryPolicy.backoff(
                 failures: networkWaits, jitter: environment.settings.jitter())
@@ -390,10 +405,10 @@ struct DownloadRunner {
             throw final
         case .retry(let delay):
             record.attempts = failures
-            record.lastError = error.message
-            try? environment.store.save(record)
+            record.error = error
+            try? environment.store.saveAttempts(record)
             environment.logger.info("\(record.url): \(error.message); retrying in \(delay)")
-            environment.events.emit(.retrying(id, error: error, delay: delay))
+            await environment.report(.retrying(error, delay: delay, attempts: failures))
             try await environment.clock.sleep(delay)
         }
     }
@@ -472,7 +487,7 @@ struct DownloadRunner {
     }
 
     /// Picks the file name for a folder download from the first answer, never over a file Haul did not create.
-    private mutating func resolveDestination(response: TransportResponse) throws {
+    private mutating func resolveDestination(response: TransportResponse) async throws {
         guard let directory = record.directory else {
             throw DownloadError(.fileSystem, "download \(record.id) has neither a destination nor a folder")
         }
@@ -496,7 +511,7 @@ struct DownloadRunner {
             }
             // Stored with the rest of the first answer's facts, before any byte is written.
             record.destination = candidate
-            environment.events.emit(.destinationResolved(id, path: candidate))
+            await environment.report(.destinationResolved(candidate))
             return
         }
         throw DownloadError(.destinationExists, "no free name for \(name) in \(directory)")
@@ -520,7 +535,8 @@ struct DownloadRunner {
         if let checksum = record.options.checksum, digests[checksum.algorithm] != checksum.hex { return nil }
         record.state = .completed
         record.mayReplaceDestination = true
-        try environment.store.save(record)
+        record.completedAt = record.completedAt ?? Date()
+        try environment.store.saveCompletion(record)
         return DownloadResult(
             id: id, url: record.url, path: destination, bytes: total, sha256: digests[.sha256], seconds: 0,
             resumedFrom: total, wasAlreadyComplete: true)
@@ -578,10 +594,11 @@ struct DownloadRunner {
         self.part = nil
         record.destination = target
         record.state = .completed
+        record.completedAt = Date()
         record.durableOffset = size
         record.totalLength = size
         record.attempts = 0
-        record.lastError = nil
+        record.error = nil
         record.mayReplaceDestination = true
         try environment.store.saveCompletion(record)
         let elapsed = environment.clock.now() - startedAt

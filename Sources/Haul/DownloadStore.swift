@@ -96,6 +96,23 @@ public struct DownloadStore: Sendable {
                 table.add(column: "activeConnections", .integer).notNull().defaults(to: 0)
             }
         }
+        migrator.registerMigration("v3: errors, origin, completion, runs, settings") { db in
+            try db.alter(table: "download") { table in
+                table.add(column: "errorCode", .text)
+                table.add(column: "errorStatus", .integer)
+                table.add(column: "origin", .text).notNull().defaults(to: DownloadOrigin.library.rawValue)
+                table.add(column: "completedAt", .datetime)
+            }
+            // One row each time a manager opens the store: event ids carry the run, so they never repeat.
+            try db.create(table: "run") { table in
+                table.autoIncrementedPrimaryKey("id")
+                table.column("startedAt", .datetime).notNull()
+            }
+            try db.create(table: "setting") { table in
+                table.primaryKey("name", .text)
+                table.column("value", .text).notNull()
+            }
+        }
         return migrator
     }
 
@@ -135,6 +152,47 @@ public struct DownloadStore: Sendable {
         try write { db in try record.insert(db) }
     }
 
+    /// Inserts new records and saves changed ones in one transaction: all or none.
+    public func insert(_ records: [DownloadRecord], saving changed: [DownloadRecord] = []) throws(DownloadError) {
+        let now = Date()
+        try write { db in
+            for record in records { try record.insert(db) }
+            for var record in changed {
+                record.updatedAt = now
+                try record.save(db)
+            }
+        }
+    }
+
+    /// Records a new run of a manager on this store and returns its number (1 for the first; always growing).
+    public func beginRun() throws(DownloadError) -> Int64 {
+        try write { db in
+            try db.execute(sql: "INSERT INTO run (startedAt) VALUES (?)", arguments: [Date()])
+            return db.lastInsertedRowID
+        }
+    }
+
+    /// The stored settings, nil when none were stored.
+    public func settings() throws(DownloadError) -> ManagerSettings? {
+        let text = try read { db in try String.fetchOne(db, sql: "SELECT value FROM setting WHERE name = 'manager'") }
+        guard let text else { return nil }
+        return try? JSONDecoder().decode(ManagerSettings.self, from: Data(text.utf8))
+    }
+
+    /// Stores the settings.
+    public func saveSettings(_ settings: ManagerSettings) throws(DownloadError) {
+        let text: String
+        do { text = String(decoding: try JSONEncoder().encode(settings), as: UTF8.self) } catch {
+            throw DownloadError(.store, "cannot encode the settings: \(error)", underlying: error)
+        }
+        try write { db in
+            try db.execute(
+                sql:
+                    "INSERT INTO setting (name, value) VALUES ('manager', ?) ON CONFLICT(name) DO UPDATE SET value = ?",
+                arguments: [text, text])
+        }
+    }
+
     /// Writes what a response and the transfer change (final URL, destination, remote facts, offsets), without
     /// encoding the rest of the record: the common write, once or twice for every download.
     public func saveTransfer(_ record: DownloadRecord) throws(DownloadError) {
@@ -156,9 +214,20 @@ public struct DownloadStore: Sendable {
             [
                 ("destination", record.destination), ("state", record.state.rawValue),
                 ("totalLength", record.totalLength), ("durableOffset", record.durableOffset),
-                ("attempts", record.attempts), ("lastError", record.lastError),
+                ("attempts", record.attempts), ("lastError", record.lastError), ("errorCode", record.errorCode),
+                ("errorStatus", record.errorStatus), ("completedAt", record.completedAt),
                 ("mayReplaceDestination", record.mayReplaceDestination), ("segments", try Self.json(record.segments)),
                 ("activeConnections", record.activeConnections),
+            ])
+    }
+
+    /// Writes a retry's counters: attempts without progress and the error.
+    public func saveAttempts(_ record: DownloadRecord) throws(DownloadError) {
+        try update(
+            record.id,
+            [
+                ("attempts", record.attempts), ("lastError", record.lastError), ("errorCode", record.errorCode),
+                ("errorStatus", record.errorStatus),
             ])
     }
 

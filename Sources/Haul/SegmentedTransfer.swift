@@ -396,7 +396,7 @@ final class SegmentedTransfer: Sendable {
                     throw final
                 case .retry(let delay):
                     environment.logger.info("\(url): \(error.message); this connection retries in \(delay)")
-                    environment.events.emit(.retrying(id, error: error, delay: delay))
+                    await environment.report(.retrying(error, delay: delay, attempts: nil))
                     try await environment.clock.sleep(delay)
                 }
             }

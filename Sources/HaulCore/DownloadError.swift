@@ -1,5 +1,5 @@
 /// The one error type of Haul: a code, a message for people, the cause, and whether retrying can help.
-public struct DownloadError: Error, Sendable, Equatable, CustomStringConvertible {
+public struct DownloadError: Error, Sendable, Equatable, CustomStringConvertible, Codable {
     /// What kind of failure this is. A struct over a private enum, so codes can be added without breaking callers.
     public struct Code: Hashable, Sendable, CustomStringConvertible {
         private enum Base: String, Hashable, Sendable {
@@ -57,6 +57,12 @@ public struct DownloadError: Error, Sendable, Equatable, CustomStringConvertible
         public static let notFound = Code(.notFound)
 
         public var description: String { base.rawValue }
+
+        /// The code whose name is `name` (as `description` writes it), nil for a name this version does not know.
+        public init?(named name: String) {
+            guard let base = Base(rawValue: name) else { return nil }
+            self.base = base
+        }
     }
 
     /// The kind of failure.
@@ -112,5 +118,31 @@ public struct DownloadError: Error, Sendable, Equatable, CustomStringConvertible
             isRetryable: retryable,
             retryAfter: retryAfter
         )
+    }
+
+    private enum CodingKeys: String, CodingKey {
+        case code, message, status, underlying, isRetryable
+    }
+
+    /// Decodes an error; a code this version does not know becomes `invalidResponse`, keeping the message.
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        let name = try container.decode(String.self, forKey: .code)
+        self.init(
+            Code(named: name) ?? .invalidResponse,
+            try container.decode(String.self, forKey: .message),
+            status: try container.decodeIfPresent(Int.self, forKey: .status),
+            isRetryable: try container.decodeIfPresent(Bool.self, forKey: .isRetryable)
+        )
+        underlying = try container.decodeIfPresent(String.self, forKey: .underlying)
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.container(keyedBy: CodingKeys.self)
+        try container.encode(code.description, forKey: .code)
+        try container.encode(message, forKey: .message)
+        try container.encodeIfPresent(status, forKey: .status)
+        try container.encodeIfPresent(underlying, forKey: .underlying)
+        try container.encode(isRetryable, forKey: .isRetryable)
     }
 }

@@ -208,7 +208,7 @@ extension HaulCommand {
                 self.output.map { .file($0) } ?? .directory(directory ?? FileManager.default.currentDirectoryPath)
             // Subscribe before adding, so no event is missed; the board is the only writer while downloads run.
             let board = Task { [events = manager.events()] in
-                await output.render(events, manager: manager, single: list.count == 1)
+                await output.render(events, single: list.count == 1) { id in try? await manager.result(of: id) }
             }
             var outcomes: [(url: String, outcome: Result<DownloadResult, any Error>)] = []
             var ids: [(String, DownloadID)] = []

@@ -69,10 +69,14 @@ struct Output: Sendable {
     }
 
     /// Draws the downloads' progress (one line each and a total line on a terminal; start and end lines otherwise)
-    /// until the event stream ends. The only writer to standard error while downloads run.
-    func render(_ events: AsyncStream<DownloadEvent>, manager: DownloadManager, single: Bool) async {
+    /// until the event stream ends. The only writer to standard error while downloads run. `result` gives the result
+    /// of a download that completed (nil when it was already complete before this run: the caller reports those).
+    func render<Events: AsyncSequence<DownloadEvent, Never>>(
+        _ events: Events, single: Bool, result: @escaping (DownloadID) async -> DownloadResult?
+    ) async {
         var board = Board(single: single)
         var announced = Set<DownloadID>()
+        var ended = Set<DownloadID>()
         var lastDraw = ContinuousClock.now - .seconds(1)
         func say(_ text: String) {
             if isTerminal { board.clear() }
@@ -80,21 +84,38 @@ struct Output: Sendable {
             if isTerminal && !quiet { board.draw() }
         }
         for await event in events {
-            if quiet {
-                // Errors only: nothing to draw, and no store reads for names.
-                if case .failed(let id, let error) = event {
-                    let url = single ? nil : try? await manager.snapshot(id).url
-                    line("haul: error: \(url.map { "\($0): " } ?? "")\(Self.message(error))")
-                }
-                continue
-            }
             switch event {
-            case .stateChanged(let id, .running, _), .destinationResolved(let id, _):
-                guard let snapshot = try? await manager.snapshot(id), let path = snapshot.destination else { continue }
-                board.names[id] = (path as NSString).lastPathComponent
-                if !isTerminal && !quiet && announced.insert(id).inserted { line("haul: \(snapshot.url) -> \(path)") }
-            case .stateChanged(let id, _, _):
-                board.progress[id] = nil
+            case .added(let download), .changed(let download):
+                let id = download.id
+                if let path = download.path { board.names[id] = (path as NSString).lastPathComponent }
+                switch download.state {
+                case .running, .waitingForNetwork:
+                    ended.remove(id)
+                    if !isTerminal && !quiet, let path = download.path, announced.insert(id).inserted {
+                        line("haul: \(download.url) -> \(path)")
+                    }
+                case .completed:
+                    board.progress[id] = nil
+                    guard ended.insert(id).inserted, let result = await result(id), !result.wasAlreadyComplete
+                    else { continue }
+                    board.done += 1
+                    board.doneBytes += result.bytes
+                    if isTerminal { board.clear() }
+                    finished(result)
+                    if isTerminal && !quiet { board.draw() }
+                case .failed:
+                    board.progress[id] = nil
+                    guard ended.insert(id).inserted else { continue }
+                    board.failed += 1
+                    let message = download.error.map(Self.message) ?? "download failed"
+                    if quiet {
+                        line("haul: error: \(single ? "" : "\(download.url): ")\(message)")
+                    } else {
+                        say("haul: error: \(single ? "" : "\(download.url): ")\(message)")
+                    }
+                default:
+                    board.progress[id] = nil
+                }
             case .progress(let progress) where isTerminal && !quiet:
                 board.progress[progress.id] = progress
                 let now = ContinuousClock.now
@@ -102,22 +123,10 @@ struct Output: Sendable {
                 lastDraw = now
                 board.clear()
                 board.draw()
-            case .progress:
-                break
             case .retrying(_, let error, let delay):
                 if !quiet { say("haul: \(error.message); retrying in \(Format.duration(delay))") }
-            case .completed(let result):
-                board.progress[result.id] = nil
-                board.done += 1
-                board.doneBytes += result.bytes
-                if isTerminal { board.clear() }
-                finished(result)
-                if isTerminal && !quiet { board.draw() }
-            case .failed(let id, let error):
-                board.progress[id] = nil
-                board.failed += 1
-                let url = single ? nil : try? await manager.snapshot(id).url
-                say("haul: error: \(url.map { "\($0): " } ?? "")\(Self.message(error))")
+            default:
+                break
             }
         }
         if isTerminal { board.clear() }

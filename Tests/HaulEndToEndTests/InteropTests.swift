@@ -163,7 +163,7 @@ struct InteropTests {
             case .progress(let progress):
                 most = max(most, progress.connections)
                 if progress.connections >= 2 && progress.receivedBytes > 4 << 20 { break events }
-            case .completed, .failed:
+            case .changed(let download) where download.state == .completed || download.state == .failed:
                 finishedEarly = true
                 break events
             default:
@@ -213,15 +213,15 @@ struct InteropTests {
             if case .progress(let progress) = event, progress.receivedBytes > 1_000_000, !sawWaiting, server.isRunning {
                 server.stop()
             }
-            if case .stateChanged(_, .waitingForNetwork, _) = event {
+            if event.state == .waitingForNetwork {
                 sawWaiting = true
                 #expect(try await manager.snapshot(id).state == .waitingForNetwork)
                 server = try startNginx(workspace, root: root, port: port, rate: "2m", log: log)
                 #expect(await server.ready())
             }
-            if case .completed = event { break }
-            if case .failed(_, let error) = event {
-                Issue.record("the download failed: \(error)")
+            if event.state == .completed { break }
+            if case .changed(let download) = event, download.state == .failed {
+                Issue.record("the download failed: \(download.error?.message ?? "?")")
                 break
             }
         }

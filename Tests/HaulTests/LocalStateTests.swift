@@ -388,8 +388,8 @@ struct LocalStateTests {
         var ids = Set<DownloadID>()
         var sawCompletion = false
         for await event in stream {
-            ids.insert(event.id)
-            if case .completed = event { sawCompletion = true }
+            if let id = event.downloadID { ids.insert(id) }
+            if event.state == .completed { sawCompletion = true }
         }
         #expect(ids == [a])
         #expect(sawCompletion)

@@ -10,10 +10,10 @@ final class StateLog: Sendable {
     private let entries = Mutex<[(DownloadID, DownloadState)]>([])
 
     /// Starts collecting from `events` until the stream ends.
-    init(_ events: AsyncStream<DownloadEvent>) {
+    init(_ events: DownloadEvents) {
         Task { [self] in
             for await event in events {
-                if case .stateChanged(let id, let state, _) = event { entries.withLock { $0.append((id, state)) } }
+                if let id = event.downloadID, let state = event.state { entries.withLock { $0.append((id, state)) } }
             }
         }
     }

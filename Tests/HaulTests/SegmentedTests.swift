@@ -34,7 +34,7 @@ struct SegmentedTests {
     }
 
     /// A manager on the harness's store (real clock) with `/f` added to `f.bin`, and its events.
-    static func start(_ h: Harness) async throws -> (DownloadManager, AsyncStream<DownloadEvent>, DownloadID) {
+    static func start(_ h: Harness) async throws -> (DownloadManager, DownloadEvents, DownloadID) {
         var configuration = DownloadManager.Configuration(stateDirectory: h.stateDirectory)
         configuration.startsStoredDownloads = false
         configure(&configuration)
@@ -46,12 +46,12 @@ struct SegmentedTests {
 
     /// The first progress event that satisfies `condition`, nil when the download ends first.
     static func progress(
-        in events: AsyncStream<DownloadEvent>, where condition: (DownloadProgress) -> Bool
+        in events: DownloadEvents, where condition: (DownloadProgress) -> Bool
     ) async -> DownloadProgress? {
         for await event in events {
             switch event {
             case .progress(let progress) where condition(progress): return progress
-            case .completed, .failed: return nil
+            case .changed(let download) where download.state == .completed || download.state == .failed: return nil
             default: continue
             }
         }

@@ -1,0 +1,152 @@
+import Foundation
+import HaulCore
+
+/// Who added a download: the way in it came through.
+public enum DownloadOrigin: String, Sendable, Codable, CaseIterable {
+    /// A program using the library directly.
+    case library
+    /// `haul get` without a daemon.
+    case commandLine = "cli"
+    /// The daemon's HTTP API over TCP (token required, folders confined).
+    case api
+    /// The daemon's Unix socket (the local user's own `haul` commands).
+    case socket
+}
+
+/// A download as it is now: what the store holds, with the live speed, connections and bytes of a running one.
+public struct DownloadSnapshot: Sendable, Equatable, Codable {
+    /// The download.
+    public var id: DownloadID
+    /// The URL asked for.
+    public var url: String
+    /// The final destination, once known (a folder download learns its name from the first answer).
+    public var path: String?
+    /// For a folder download: the folder.
+    public var directory: String?
+    /// The state.
+    public var state: DownloadState
+    /// Its priority in the queue.
+    public var priority: DownloadPriority
+    /// Its place in the queue: downloads start by priority (high first), then by position (lower first). Moving a
+    /// download changes its own position only.
+    public var position: Double
+    /// Bytes held (live while running).
+    public var receivedBytes: Int64
+    /// The full length, when known.
+    public var totalBytes: Int64?
+    /// Current speed (0 when not running).
+    public var bytesPerSecond: Double
+    /// Time left at the current speed, when known.
+    public var secondsRemaining: Double?
+    /// Connections open right now (0 when not running).
+    public var connections: Int
+    /// The segments of a download fetched over several connections, nil for one connection.
+    public var segments: [Segment]?
+    /// The downloads it waits for.
+    public var after: [DownloadID]
+    /// The last error: why it failed, or what it is retrying after.
+    public var error: DownloadError?
+    /// Whether a pause keeps the bytes (false: the server ignores ranges and a pause restarts); nil before the first
+    /// answer.
+    public var isResumable: Bool?
+    /// When it was added.
+    public var createdAt: Date
+    /// When it completed.
+    public var completedAt: Date?
+    /// How it is fetched.
+    public var options: DownloadOptions
+    /// Its own rate limit in bytes a second, nil for none.
+    public var rateLimit: Int64?
+    /// Who added it.
+    public var origin: DownloadOrigin
+
+    /// The destination, once known (the same as `path`).
+    public var destination: String? { path }
+    /// The last error's message.
+    public var lastError: String? { error?.message }
+}
+
+/// Speed and counts over all downloads of a manager.
+public struct DownloadStats: Sendable, Equatable, Codable {
+    /// All running downloads together, bytes a second.
+    public var bytesPerSecond: Double
+    /// How many downloads are in each state (every state present, 0 when none).
+    public var counts: [DownloadState: Int]
+
+    /// Makes stats.
+    public init(bytesPerSecond: Double, counts: [DownloadState: Int]) {
+        self.bytesPerSecond = bytesPerSecond
+        self.counts = counts
+    }
+}
+
+/// The settings of a manager that can change while it runs.
+public struct ManagerSettings: Sendable, Equatable, Codable {
+    /// Downloads running at once.
+    public var maxConcurrentDownloads: Int
+    /// A limit on all downloads together, bytes a second; nil for none.
+    public var rateLimit: Int64?
+    /// The most connections a new download opens when it does not say (1...16).
+    public var connectionsPerDownload: Int
+
+    /// Makes settings.
+    public init(
+        maxConcurrentDownloads: Int = 3, rateLimit: Int64? = nil,
+        connectionsPerDownload: Int = DownloadOptions.defaultMaxConnections
+    ) {
+        self.maxConcurrentDownloads = maxConcurrentDownloads
+        self.rateLimit = rateLimit
+        self.connectionsPerDownload = connectionsPerDownload
+    }
+}
+
+/// Everything a subscriber needs to start from: every download, the totals and the settings.
+public struct ManagerSnapshot: Sendable, Equatable, Codable {
+    /// Every download, in queue order.
+    public var downloads: [DownloadSnapshot]
+    /// The totals.
+    public var stats: DownloadStats
+    /// The settings.
+    public var settings: ManagerSettings
+}
+
+/// One download to add, with everything `DownloadManager.add(_:)` needs.
+public struct DownloadRequest: Sendable {
+    /// The http or https URL.
+    public var url: URL
+    /// Where it goes.
+    public var destination: DownloadManager.Destination
+    /// How it is fetched.
+    public var options: DownloadOptions
+    /// Its priority.
+    public var priority: DownloadPriority
+    /// Downloads that must complete first.
+    public var after: [DownloadID]
+    /// Its own rate limit, bytes a second (nil: none).
+    public var rateLimit: Int64?
+    /// Whether it is added paused (it starts on `resume`).
+    public var isPaused: Bool
+    /// Who adds it.
+    public var origin: DownloadOrigin
+
+    /// Makes a request.
+    public init(
+        url: URL,
+        destination: DownloadManager.Destination,
+        options: DownloadOptions = DownloadOptions(),
+        priority: DownloadPriority = .normal,
+        after: [DownloadID] = [],
+        rateLimit: Int64? = nil,
+        isPaused: Bool = false,
+        origin: DownloadOrigin = .library
+    ) {
+        self.url = url
+        self.destination = destination
+        self.options = options
+        self.priority = priority
+        self.after = after
+        self.rateLimit = rateLimit
+        self.isPaused = isPaused
+        self.origin = origin
+    }
+}

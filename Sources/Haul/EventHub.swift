@@ -1,0 +1,249 @@
+import Foundation
+import HaulCore
+import NIOCore
+import Synchronization
+
+/// Numbers events, keeps a replay window of the newest, and fans them out to subscribers, each with its own bounded
+/// queue and optional filter; callable from any task.
+///
+/// Events are delivered to every subscriber inside one lock, so each subscriber sees them in the order of their ids.
+/// A subscriber that reconnects with the id of the last event it saw gets exactly the events it missed, as long as
+/// they are still in the replay window and were emitted in this run of the store; otherwise it starts from a
+/// snapshot.
+final class EventHub: Sendable {
+    /// How many of the newest events are kept for replay.
+    let replayCapacity: Int
+    /// Pending events beyond which a subscriber's queued progress (per download) and stats collapse into the newest.
+    let collapseThreshold: Int
+    /// Pending events beyond which a bounded subscriber is closed (it reconnects with its last id).
+    let subscriberLimit: Int
+
+    private struct State {
+        var run: Int64
+        var next: UInt64 = 1
+        var replay: CircularBuffer<SequencedEvent>
+        var subscribers: [UInt64: EventSubscriber] = [:]
+        var nextSubscriber: UInt64 = 0
+        var progress: [DownloadID: DownloadProgress] = [:]
+        var isFinished = false
+    }
+
+    private let state: Mutex<State>
+
+    init(run: Int64, replayCapacity: Int = 16_384, collapseThreshold: Int = 256, subscriberLimit: Int = 4_096) {
+        self.replayCapacity = max(1, replayCapacity)
+        self.collapseThreshold = collapseThreshold
+        self.subscriberLimit = subscriberLimit
+        state = Mutex(State(run: run, replay: CircularBuffer(initialCapacity: min(replayCapacity, 1024))))
+    }
+
+    /// The id of the newest event (sequence 0 before any).
+    var lastID: EventID {
+        state.withLock { EventID(run: $0.run, sequence: $0.next - 1) }
+    }
+
+    /// Stamps `event` with the next id, keeps it for replay, and delivers it to every subscriber it concerns.
+    func emit(_ event: DownloadEvent) {
+        state.withLock { state in
+            guard !state.isFinished else { return }
+            let stamped = SequencedEvent(id: EventID(run: state.run, sequence: state.next), event: event)
+            state.next += 1
+            if state.replay.count >= replayCapacity { state.replay.removeFirst() }
+            state.replay.append(stamped)
+            if case .progress(let progress) = event { state.progress[progress.id] = progress }
+            var closed: [UInt64] = []
+            for (key, subscriber) in state.subscribers
+            where subscriber.filter == nil || subscriber.filter == event.downloadID {
+                if !subscriber.deliver(stamped) { closed.append(key) }
+            }
+            for key in closed { state.subscribers[key] = nil }
+        }
+    }
+
+    /// The newest progress of a download that is running, nil when none was reported since it started.
+    func progress(of id: DownloadID) -> DownloadProgress? {
+        state.withLock { $0.progress[id] }
+    }
+
+    /// The newest progress of every download that has reported one since it started.
+    func allProgress() -> [DownloadID: DownloadProgress] {
+        state.withLock { $0.progress }
+    }
+
+    /// Forgets a download's live progress (it stopped running).
+    func clearProgress(of id: DownloadID) {
+        _ = state.withLock { $0.progress.removeValue(forKey: id) }
+    }
+
+    /// A subscription to the events of every download, or of `filter` only. With `after`, it begins with the events
+    /// that followed that id when they can be replayed; otherwise (or without `after`) with `snapshot()` stamped with
+    /// the newest id. `bounded` subscribers are closed when they fall `subscriberLimit` events behind; unbounded ones
+    /// (the library's `events(for:)`) never are.
+    func subscribe(
+        filter: DownloadID?, after: EventID?, bounded: Bool, snapshot: (() -> DownloadEvent)?
+    ) -> EventSubscription {
+        state.withLock { state in
+            let subscriber = EventSubscriber(
+                filter: filter, limit: bounded ? subscriberLimit : nil, collapseThreshold: collapseThreshold)
+            var replayed: [SequencedEvent]?
+            if let after, after.run == state.run, after.sequence < state.next {
+                let oldest = state.replay.first?.id.sequence ?? state.next
+                if after.sequence + 1 >= oldest {
+                    replayed = state.replay.filter {
+                        $0.id.sequence > after.sequence && (filter == nil || $0.event.downloadID == filter)
+                    }
+                }
+            }
+            if let replayed {
+                subscriber.prefill(replayed)
+            } else if let snapshot {
+                subscriber.prefill([
+                    SequencedEvent(id: EventID(run: state.run, sequence: state.next - 1), event: snapshot())
+                ])
+            }
+            if state.isFinished {
+                subscriber.finish()
+            } else {
+                state.subscribers[state.nextSubscriber] = subscriber
+                state.nextSubscriber += 1
+            }
+            return EventSubscription(subscriber: subscriber)
+        }
+    }
+
+    /// Ends every subscription and accepts no more events.
+    func finishAll() {
+        let all = state.withLock { state in
+            state.isFinished = true
+            defer { state.subscribers.removeAll() }
+            return Array(state.subscribers.values)
+        }
+        for subscriber in all { subscriber.finish() }
+    }
+
+    /// Drops subscribers whose readers have gone away.
+    func removeFinishedSubscribers() {
+        state.withLock { state in state.subscribers = state.subscribers.filter { !$0.value.isFinished } }
+    }
+}
+
+/// The queue of one subscriber: bounded, collapsing progress when it falls behind, closed when it falls too far.
+final class EventSubscriber: Sendable {
+    let filter: DownloadID?
+    private let limit: Int?
+    private let collapseThreshold: Int
+
+    private struct State {
+        var pending = CircularBuffer<SequencedEvent>()
+        var waiter: CheckedContinuation<SequencedEvent?, Never>?
+        var isFinished = false
+        /// Events it was given at the start (replay), allowed on top of the limit.
+        var allowance = 0
+    }
+
+    private let state = Mutex(State())
+
+    init(filter: DownloadID?, limit: Int?, collapseThreshold: Int) {
+        self.filter = filter
+        self.limit = limit
+        self.collapseThreshold = collapseThreshold
+    }
+
+    var isFinished: Bool { state.withLock { $0.isFinished } }
+
+    func prefill(_ events: [SequencedEvent]) {
+        state.withLock { state in
+            state.pending.append(contentsOf: events)
+            state.allowance = events.count
+        }
+    }
+
+    /// Queues `event` or hands it to a waiting reader; false when the subscriber is closed.
+    func deliver(_ event: SequencedEvent) -> Bool {
+        let waiter: CheckedContinuation<SequencedEvent?, Never>? = state.withLock { state in
+            guard !state.isFinished else { return nil }
+            if let waiter = state.waiter {
+                state.waiter = nil
+                return waiter
+            }
+            if state.pending.count >= collapseThreshold + state.allowance {
+                Self.collapse(&state.pending, for: event.event)
+            }
+            state.pending.append(event)
+            if let limit, state.pending.count > limit + state.allowance {
+                // Too far behind: close; the reader reconnects with the last id it saw and is replayed or snapshotted.
+                state.isFinished = true
+                state.pending.removeAll()
+            }
+            return nil
+        }
+        waiter?.resume(returning: event)
+        return !isFinished
+    }
+
+    /// Removes the queued event that `event` replaces: the same download's progress, or the previous stats.
+    private static func collapse(_ pending: inout CircularBuffer<SequencedEvent>, for event: DownloadEvent) {
+        let index: CircularBuffer<SequencedEvent>.Index?
+        switch event {
+        case .progress(let progress):
+            index = pending.lastIndex {
+                if case .progress(let old) = $0.event { old.id == progress.id } else { false }
+            }
+        case .stats:
+            index = pending.lastIndex { if case .stats = $0.event { true } else { false } }
+        default:
+            index = nil
+        }
+        if let index { pending.remove(at: index) }
+    }
+
+    /// The next event, waiting for one; nil once finished and drained.
+    func next() async -> SequencedEvent? {
+        await withTaskCancellationHandler {
+            await withCheckedContinuation { (continuation: CheckedContinuation<SequencedEvent?, Never>) in
+                let ready: (SequencedEvent?, Bool) = state.withLock { state in
+                    if let event = state.pending.popFirst() {
+                        if state.allowance > 0 { state.allowance -= 1 }
+                        return (event, true)
+                    }
+                    if state.isFinished || Task.isCancelled { return (nil, true) }
+                    state.waiter = continuation
+                    return (nil, false)
+                }
+                if ready.1 { continuation.resume(returning: ready.0) }
+            }
+        } onCancel: {
+            finish()
+        }
+    }
+
+    /// Ends the subscription: a waiting reader gets nil; what is queued is still read.
+    func finish() {
+        let waiter = state.withLock { state in
+            state.isFinished = true
+            defer { state.waiter = nil }
+            return state.waiter
+        }
+        waiter?.resume(returning: nil)
+    }
+}
+
+/// The events of one subscriber, in the order of their ids, until the manager shuts down, the reader falls too far
+/// behind, or the task reading it is cancelled.
+public struct EventSubscription: AsyncSequence, Sendable {
+    public typealias Element = SequencedEvent
+    fileprivate let subscriber: EventSubscriber
+
+    /// Ends the subscription from outside the reading task.
+    public func cancel() { subscriber.finish() }
+
+    public struct AsyncIterator: AsyncIteratorProtocol {
+        fileprivate let subscriber: EventSubscriber
+
+        public mutating func next() async -> SequencedEvent? {
+            await subscriber.next()
+        }
+    }
+
+    public func makeAsyncIterator() -> AsyncIterator { AsyncIterator(subscriber: subscriber) }
+}
