@@ -24,11 +24,13 @@ final class EventHub: Sendable {
         var replay: CircularBuffer<SequencedEvent>
         var subscribers: [UInt64: EventSubscriber] = [:]
         var nextSubscriber: UInt64 = 0
-        var progress: [DownloadID: DownloadProgress] = [:]
         var isFinished = false
     }
 
     private let state: Mutex<State>
+    /// The newest progress of each running download, in a lock of its own: a snapshot built while `state` is
+    /// locked reads it. Always taken after `state` when both are.
+    private let progress = Mutex<[DownloadID: DownloadProgress]>([:])
 
     init(run: Int64, replayCapacity: Int = 16_384, collapseThreshold: Int = 256, subscriberLimit: Int = 4_096) {
         self.replayCapacity = max(1, replayCapacity)
@@ -50,7 +52,7 @@ final class EventHub: Sendable {
             state.next += 1
             if state.replay.count >= replayCapacity { state.replay.removeFirst() }
             state.replay.append(stamped)
-            if case .progress(let progress) = event { state.progress[progress.id] = progress }
+            if case .progress(let latest) = event { progress.withLock { $0[latest.id] = latest } }
             var closed: [UInt64] = []
             for (key, subscriber) in state.subscribers
             where subscriber.filter == nil || subscriber.filter == event.downloadID {
@@ -62,17 +64,17 @@ final class EventHub: Sendable {
 
     /// The newest progress of a download that is running, nil when none was reported since it started.
     func progress(of id: DownloadID) -> DownloadProgress? {
-        state.withLock { $0.progress[id] }
+        progress.withLock { $0[id] }
     }
 
     /// The newest progress of every download that has reported one since it started.
     func allProgress() -> [DownloadID: DownloadProgress] {
-        state.withLock { $0.progress }
+        progress.withLock { $0 }
     }
 
     /// Forgets a download's live progress (it stopped running).
     func clearProgress(of id: DownloadID) {
-        _ = state.withLock { $0.progress.removeValue(forKey: id) }
+        _ = progress.withLock { $0.removeValue(forKey: id) }
     }
 
     /// A subscription to the events of every download, or of `filter` only. With `after`, it begins with the events

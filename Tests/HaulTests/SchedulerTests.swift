@@ -12,8 +12,12 @@ final class StateLog: Sendable {
     /// Starts collecting from `events` until the stream ends.
     init(_ events: DownloadEvents) {
         Task { [self] in
+            var last: [DownloadID: DownloadState] = [:]
             for await event in events {
-                if let id = event.downloadID, let state = event.state { entries.withLock { $0.append((id, state)) } }
+                // Transitions only: a download also changes while it runs (its name, a retry's error).
+                guard let id = event.downloadID, let state = event.state, last[id] != state else { continue }
+                last[id] = state
+                entries.withLock { $0.append((id, state)) }
             }
         }
     }

@@ -1,0 +1,150 @@
+import Foundation
+import HaulCore
+import Testing
+
+@testable import Haul
+
+@Suite("Event hub")
+struct EventHubTests {
+    static func progress(_ id: String, _ bytes: Int64) -> DownloadEvent {
+        .progress(DownloadProgress(id: DownloadID(id), receivedBytes: bytes, totalBytes: 100, bytesPerSecond: 1))
+    }
+
+    /// Reads what a subscription holds now, without waiting for more (the hub is finished first).
+    static func drain(_ subscription: EventSubscription) async -> [SequencedEvent] {
+        var all: [SequencedEvent] = []
+        for await event in subscription { all.append(event) }
+        return all
+    }
+
+    @Test("ids count up from 1 within a run; lastID names the newest")
+    func numbering() {
+        let hub = EventHub(run: 7)
+        #expect(hub.lastID == EventID(run: 7, sequence: 0))
+        hub.emit(Self.progress("a", 1))
+        hub.emit(.removed(DownloadID("a")))
+        #expect(hub.lastID == EventID(run: 7, sequence: 2))
+        #expect(EventID("7-2") == hub.lastID)
+        #expect(EventID("7-x") == nil && EventID("7") == nil && EventID("-1-2") == nil)
+    }
+
+    @Test("a subscriber that reconnects after an id gets exactly the events that followed, in order")
+    func replay() async {
+        let hub = EventHub(run: 1, replayCapacity: 100)
+        for index in 1...10 { hub.emit(Self.progress("a", Int64(index))) }
+        let subscription = hub.subscribe(filter: nil, after: EventID(run: 1, sequence: 4), bounded: true) {
+            Issue.record("no snapshot expected")
+            return .removed(DownloadID("x"))
+        }
+        hub.emit(.removed(DownloadID("a")))
+        hub.finishAll()
+        let events = await Self.drain(subscription)
+        #expect(events.map(\.id.sequence) == Array(5...11))
+        #expect(events.last?.event == .removed(DownloadID("a")))
+    }
+
+    @Test("an id older than the replay window, from another run, or from the future gets a snapshot")
+    func snapshotWhenReplayIsImpossible() async {
+        let hub = EventHub(run: 3, replayCapacity: 5)
+        for index in 1...10 { hub.emit(Self.progress("a", Int64(index))) }
+        for after in [EventID(run: 3, sequence: 2), EventID(run: 2, sequence: 9), EventID(run: 3, sequence: 99), nil] {
+            let subscription = hub.subscribe(filter: nil, after: after, bounded: true) {
+                .stats(DownloadStats(bytesPerSecond: 0, counts: [:]))
+            }
+            subscription.cancel()
+            let events = await Self.drain(subscription)
+            #expect(events.count == 1, "after \(String(describing: after))")
+            #expect(events.first?.id == EventID(run: 3, sequence: 10), "the snapshot carries the newest id")
+            #expect(events.first?.event == .stats(DownloadStats(bytesPerSecond: 0, counts: [:])))
+        }
+        // The oldest id that can still be replayed: the window holds 6...10, so after 5 works.
+        let subscription = hub.subscribe(filter: nil, after: EventID(run: 3, sequence: 5), bounded: true) {
+            .removed(DownloadID("snapshot"))
+        }
+        subscription.cancel()
+        #expect(await Self.drain(subscription).map(\.id.sequence) == [6, 7, 8, 9, 10])
+    }
+
+    @Test("a filtered subscriber sees only its download's events, replayed ones included")
+    func filter() async {
+        let hub = EventHub(run: 1)
+        hub.emit(Self.progress("a", 1))
+        hub.emit(Self.progress("b", 1))
+        let subscription = hub.subscribe(
+            filter: DownloadID("b"), after: EventID(run: 1, sequence: 0), bounded: true
+        ) { .removed(DownloadID("snapshot")) }
+        hub.emit(Self.progress("a", 2))
+        hub.emit(.settings(ManagerSettings()))
+        hub.emit(Self.progress("b", 2))
+        hub.finishAll()
+        let events = await Self.drain(subscription)
+        #expect(events.map(\.id.sequence) == [2, 5])
+        #expect(events.allSatisfy { $0.event.downloadID == DownloadID("b") })
+    }
+
+    @Test("a reader that falls behind has its queued progress collapse into the newest per download")
+    func collapse() async {
+        let hub = EventHub(run: 1, collapseThreshold: 4, subscriberLimit: 50)
+        let subscription = hub.subscribe(filter: nil, after: EventID(run: 1, sequence: 0), bounded: true) {
+            .removed(DownloadID("snapshot"))
+        }
+        hub.emit(.removed(DownloadID("x")))
+        for index in 1...1000 {
+            hub.emit(Self.progress("a", Int64(index)))
+            hub.emit(Self.progress("b", Int64(index)))
+            hub.emit(.stats(DownloadStats(bytesPerSecond: Double(index), counts: [:])))
+        }
+        hub.finishAll()
+        let events = await Self.drain(subscription)
+        // Below the threshold every event is kept; above it one progress per download and one stats remain.
+        #expect(events.count <= 4 + 3)
+        #expect(events.first?.event == .removed(DownloadID("x")))
+        #expect(events.map(\.id.sequence) == events.map(\.id.sequence).sorted(), "ids stay in order")
+        #expect(events.suffix(3).map(\.event).contains(Self.progress("a", 1000)))
+        #expect(events.suffix(3).map(\.event).contains(Self.progress("b", 1000)))
+    }
+
+    @Test("a reader too far behind is closed and its queue freed; it reconnects with its last id and misses nothing")
+    func overflow() async {
+        let hub = EventHub(run: 1, replayCapacity: 1000, collapseThreshold: 4, subscriberLimit: 20)
+        let subscription = hub.subscribe(filter: nil, after: EventID(run: 1, sequence: 0), bounded: true) {
+            .removed(DownloadID("snapshot"))
+        }
+        var iterator = subscription.makeAsyncIterator()
+        hub.emit(.removed(DownloadID("first")))
+        let first = await iterator.next()
+        #expect(first?.id.sequence == 1)
+        // State changes do not collapse: 30 of them overflow a limit of 20.
+        for index in 0..<30 { hub.emit(.removed(DownloadID("\(index)"))) }
+        #expect(await iterator.next() == nil, "closed, and its queue dropped")
+        let again = hub.subscribe(filter: nil, after: first?.id, bounded: true) { .removed(DownloadID("snapshot")) }
+        hub.finishAll()
+        #expect(await Self.drain(again).map(\.id.sequence) == Array(2...31))
+    }
+
+    @Test("an unbounded subscriber (the library's events) is never closed; its progress still collapses")
+    func unbounded() async {
+        let hub = EventHub(run: 1, collapseThreshold: 4, subscriberLimit: 20)
+        let subscription = hub.subscribe(filter: nil, after: nil, bounded: false, snapshot: nil)
+        for index in 1...100 { hub.emit(.removed(DownloadID("\(index)"))) }
+        for index in 1...100 { hub.emit(Self.progress("a", Int64(index))) }
+        hub.finishAll()
+        let events = await Self.drain(subscription)
+        #expect(events.count == 101)
+        #expect(events.last?.event == Self.progress("a", 100))
+    }
+
+    @Test("a reader gets the snapshot, then what is emitted, then nil when the hub finishes")
+    func waiting() async {
+        let hub = EventHub(run: 1)
+        let subscription = hub.subscribe(filter: nil, after: nil, bounded: true) { .removed(DownloadID("s")) }
+        let reader = Task {
+            var seen: [DownloadEvent] = []
+            for await event in subscription { seen.append(event.event) }
+            return seen
+        }
+        hub.emit(.removed(DownloadID("a")))
+        hub.finishAll()
+        #expect(await reader.value == [.removed(DownloadID("s")), .removed(DownloadID("a"))])
+    }
+}
