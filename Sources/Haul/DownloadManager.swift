@@ -209,12 +209,17 @@ public actor DownloadManager {
 
     /// Runs the manager as a long-lived service: starts what the store holds, publishes `stats` about once a second
     /// while anything runs, and when the calling task is cancelled shuts down (running downloads flush their exact
-    /// offsets and stay queued for the next start).
-    public func run() async {
+    /// offsets and stay queued for the next start). Every `heartbeatInterval` seconds, readers of `subscribe` get a
+    /// heartbeat (`EventSubscription.AsyncIterator.nextDelivery()`), so a quiet stream can say it is alive.
+    public func run(heartbeatEvery heartbeatInterval: Int = 15) async {
         try? start()
+        let clock = EngineClock(configuration.idleClock)
+        var seconds = 0
         while !Task.isCancelled {
-            do { try await EngineClock(configuration.idleClock).sleep(.seconds(1)) } catch { break }
+            do { try await clock.sleep(.seconds(1)) } catch { break }
+            seconds += 1
             if !tasks.isEmpty { hub.emit(.stats(stats())) }
+            if seconds % max(1, heartbeatInterval) == 0 { hub.heartbeat() }
         }
         await shutdown()
     }
@@ -605,6 +610,14 @@ public actor DownloadManager {
     /// The download now (live bytes, speed and segments while it runs).
     public func snapshot(_ id: DownloadID) throws(DownloadError) -> Snapshot {
         snapshot(of: try require(id), live: true)
+    }
+
+    /// The downloads with these ids, in the order given (one actor hop for a whole list).
+    public func snapshots(of ids: [DownloadID]) throws(DownloadError) -> [Snapshot] {
+        var all: [Snapshot] = []
+        all.reserveCapacity(ids.count)
+        for id in ids { all.append(snapshot(of: try require(id), live: true)) }
+        return all
     }
 
     /// Every download, in queue order.

@@ -123,10 +123,23 @@ final class EventHub: Sendable {
         for subscriber in all { subscriber.finish() }
     }
 
-    /// Drops subscribers whose readers have gone away.
-    func removeFinishedSubscribers() {
-        state.withLock { state in state.subscribers = state.subscribers.filter { !$0.value.isFinished } }
+    /// Wakes every bounded subscriber's reader with a heartbeat (no event, no id), so a stream with nothing to say
+    /// can still tell its client it is alive; drops subscribers whose readers have gone away.
+    func heartbeat() {
+        let all = state.withLock { state in
+            state.subscribers = state.subscribers.filter { !$0.value.isFinished }
+            return Array(state.subscribers.values)
+        }
+        for subscriber in all { subscriber.heartbeat() }
     }
+}
+
+/// What a subscriber's reader gets next.
+public enum EventDelivery: Sendable, Equatable {
+    /// An event.
+    case event(SequencedEvent)
+    /// Nothing happened for a while; the stream is alive.
+    case heartbeat
 }
 
 /// The queue of one subscriber: bounded, collapsing progress when it falls behind, closed when it falls too far.
@@ -137,8 +150,9 @@ final class EventSubscriber: Sendable {
 
     private struct State {
         var pending = CircularBuffer<SequencedEvent>()
-        var waiter: CheckedContinuation<SequencedEvent?, Never>?
+        var waiter: CheckedContinuation<EventDelivery?, Never>?
         var isFinished = false
+        var isHeartbeatPending = false
         /// Events it was given at the start (replay), allowed on top of the limit.
         var allowance = 0
     }
@@ -162,7 +176,7 @@ final class EventSubscriber: Sendable {
 
     /// Queues `event` or hands it to a waiting reader; false when the subscriber is closed.
     func deliver(_ event: SequencedEvent) -> Bool {
-        let waiter: CheckedContinuation<SequencedEvent?, Never>? = state.withLock { state in
+        let waiter: CheckedContinuation<EventDelivery?, Never>? = state.withLock { state in
             guard !state.isFinished else { return nil }
             if let waiter = state.waiter {
                 state.waiter = nil
@@ -179,8 +193,22 @@ final class EventSubscriber: Sendable {
             }
             return nil
         }
-        waiter?.resume(returning: event)
+        waiter?.resume(returning: .event(event))
         return !isFinished
+    }
+
+    /// Hands a waiting reader a heartbeat, or leaves one for the next read when nothing else is queued.
+    func heartbeat() {
+        let waiter: CheckedContinuation<EventDelivery?, Never>? = state.withLock { state in
+            guard !state.isFinished else { return nil }
+            if let waiter = state.waiter {
+                state.waiter = nil
+                return waiter
+            }
+            state.isHeartbeatPending = true
+            return nil
+        }
+        waiter?.resume(returning: .heartbeat)
     }
 
     /// Removes the queued event that `event` replaces: the same download's progress, or the previous stats.
@@ -199,16 +227,20 @@ final class EventSubscriber: Sendable {
         if let index { pending.remove(at: index) }
     }
 
-    /// The next event, waiting for one; nil once finished and drained.
-    func next() async -> SequencedEvent? {
+    /// The next event or heartbeat, waiting for one; nil once finished and drained.
+    func next() async -> EventDelivery? {
         await withTaskCancellationHandler {
-            await withCheckedContinuation { (continuation: CheckedContinuation<SequencedEvent?, Never>) in
-                let ready: (SequencedEvent?, Bool) = state.withLock { state in
+            await withCheckedContinuation { (continuation: CheckedContinuation<EventDelivery?, Never>) in
+                let ready: (EventDelivery?, Bool) = state.withLock { state in
                     if let event = state.pending.popFirst() {
                         if state.allowance > 0 { state.allowance -= 1 }
-                        return (event, true)
+                        return (.event(event), true)
                     }
                     if state.isFinished || Task.isCancelled { return (nil, true) }
+                    if state.isHeartbeatPending {
+                        state.isHeartbeatPending = false
+                        return (.heartbeat, true)
+                    }
                     state.waiter = continuation
                     return (nil, false)
                 }
@@ -243,6 +275,14 @@ public struct EventSubscription: AsyncSequence, Sendable {
         fileprivate let subscriber: EventSubscriber
 
         public mutating func next() async -> SequencedEvent? {
+            while let delivery = await subscriber.next() {
+                if case .event(let event) = delivery { return event }
+            }
+            return nil
+        }
+
+        /// The next event or heartbeat (sent by `DownloadManager.run`); nil when the subscription has ended.
+        public mutating func nextDelivery() async -> EventDelivery? {
             await subscriber.next()
         }
     }

@@ -1,0 +1,115 @@
+import Foundation
+import Haul
+import HaulAPI
+import HaulCore
+
+/// Between the engine's values and the API's generated types.
+extension Components.Schemas.Download {
+    /// The header names whose values the API never shows.
+    static let credentialHeaders: Set<String> = ["authorization", "cookie", "proxy-authorization"]
+
+    init(_ download: DownloadSnapshot) {
+        let options = download.options
+        var headers: [String: String] = [:]
+        for header in options.headers {
+            headers[header.name] = Self.credentialHeaders.contains(header.name.lowercased()) ? "***" : header.value
+        }
+        self.init(
+            id: download.id.rawValue,
+            url: download.url,
+            path: download.path,
+            directory: download.directory,
+            state: .init(download.state),
+            priority: .init(download.priority),
+            position: download.position,
+            receivedBytes: download.receivedBytes,
+            totalBytes: download.totalBytes,
+            bytesPerSecond: download.bytesPerSecond.isFinite ? download.bytesPerSecond : 0,
+            etaSeconds: download.secondsRemaining.flatMap { $0.isFinite ? $0 : nil },
+            connections: download.connections,
+            segments: download.segments?.map { .init(start: $0.start, end: $0.end, offset: $0.offset) },
+            after: download.after.map(\.rawValue),
+            error: download.error.map(Components.Schemas.DownloadError.init),
+            resumable: download.isResumable,
+            limitRate: download.rateLimit,
+            createdAt: download.createdAt,
+            completedAt: download.completedAt,
+            origin: Components.Schemas.Origin(rawValue: download.origin.rawValue) ?? .library,
+            options: .init(
+                connections: options.maxConnectionsPerDownload,
+                minSplitSize: options.minimumSplitSize,
+                checksum: options.checksum.map { "\($0.algorithm.rawValue)=\($0.hex)" },
+                headers: .init(additionalProperties: headers),
+                userAgent: options.userAgent,
+                timeoutSeconds: options.idleTimeoutSeconds,
+                retries: options.maximumAttemptsWithoutProgress,
+                overwrite: options.overwrite,
+                continuePartial: options.continuePartial
+            )
+        )
+    }
+}
+
+extension Components.Schemas.DownloadError {
+    init(_ error: DownloadError) {
+        self.init(code: error.code.description, message: error.message, httpStatus: error.status)
+    }
+}
+
+extension Components.Schemas.State {
+    init(_ state: DownloadState) {
+        self = Self(rawValue: state.rawValue) ?? .failed
+    }
+
+    var engine: DownloadState { DownloadState(rawValue: rawValue) ?? .failed }
+}
+
+extension Components.Schemas.Priority {
+    init(_ priority: DownloadPriority) {
+        switch priority {
+        case .high: self = .high
+        case .normal: self = .normal
+        case .low: self = .low
+        }
+    }
+
+    var engine: DownloadPriority {
+        switch self {
+        case .high: .high
+        case .normal: .normal
+        case .low: .low
+        }
+    }
+}
+
+extension Components.Schemas.Stats {
+    init(_ stats: DownloadStats) {
+        let counts = stats.counts
+        self.init(
+            bytesPerSecond: stats.bytesPerSecond.isFinite ? stats.bytesPerSecond : 0,
+            counts: .init(
+                queued: counts[.queued] ?? 0, running: counts[.running] ?? 0, paused: counts[.paused] ?? 0,
+                waitingForNetwork: counts[.waitingForNetwork] ?? 0, completed: counts[.completed] ?? 0,
+                failed: counts[.failed] ?? 0, cancelled: counts[.cancelled] ?? 0)
+        )
+    }
+}
+
+extension Components.Schemas.Settings {
+    init(_ settings: ManagerSettings, configuration: DaemonConfiguration) {
+        self.init(
+            maxConcurrentDownloads: settings.maxConcurrentDownloads, limitRate: settings.rateLimit,
+            connections: settings.connectionsPerDownload, downloadDir: configuration.downloadDirectory,
+            allowedDirs: configuration.allowedDirectories)
+    }
+}
+
+extension Components.Schemas.Progress {
+    init(_ progress: DownloadProgress) {
+        self.init(
+            id: progress.id.rawValue, receivedBytes: progress.receivedBytes, totalBytes: progress.totalBytes,
+            bytesPerSecond: progress.bytesPerSecond.isFinite ? progress.bytesPerSecond : 0,
+            etaSeconds: progress.secondsRemaining.flatMap { $0.isFinite ? $0 : nil },
+            connections: progress.connections)
+    }
+}

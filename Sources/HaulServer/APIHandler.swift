@@ -1,0 +1,355 @@
+import Foundation
+import HTTPTypes
+import Haul
+import HaulAPI
+import HaulCore
+import OpenAPIRuntime
+
+/// The API's operations, implemented on a `DownloadManager`. One handler per door: what a request may do depends on
+/// whether it came over the network or through the local socket.
+public struct APIHandler: APIProtocol {
+    let manager: DownloadManager
+    let configuration: DaemonConfiguration
+    let door: Door
+    let policy: FolderPolicy
+
+    /// A handler for requests that came in through `door`.
+    public init(manager: DownloadManager, configuration: DaemonConfiguration, door: Door) {
+        self.manager = manager
+        self.configuration = configuration
+        self.door = door
+        policy = FolderPolicy(configuration)
+    }
+
+    // MARK: Downloads
+
+    public func listDownloads(_ input: Operations.ListDownloads.Input) async throws -> Operations.ListDownloads.Output {
+        let states = input.query.state.map { Set($0.map(\.engine)) }
+        var cursor: DownloadManager.QueueCursor?
+        if let text = input.query.cursor {
+            guard let parsed = DownloadManager.QueueCursor(text: text) else {
+                throw APIError.invalidField("cursor", "'\(text)' is not a cursor this API gave")
+            }
+            cursor = parsed
+        }
+        if let limit = input.query.limit, limit < 1 {
+            throw APIError.invalidField("limit", "must be at least 1")
+        }
+        let page = await manager.snapshots(in: states, after: cursor, limit: input.query.limit)
+        return .ok(
+            .init(
+                body: .json(
+                    .init(downloads: page.downloads.map(Components.Schemas.Download.init), nextCursor: page.next?.text)
+                )))
+    }
+
+    public func addDownloads(_ input: Operations.AddDownloads.Input) async throws -> Operations.AddDownloads.Output {
+        guard case .json(let payload) = input.body else {
+            throw APIError(.unsupportedMediaType, "unsupportedMediaType", "send the body as application/json")
+        }
+        let defaults = await manager.currentSettings()
+        switch payload {
+        case .AddDownload(let item):
+            let request = try request(from: item, index: nil, defaults: defaults)
+            let added: DownloadManager.Added
+            do { added = try await manager.add([request])[0] } catch { throw APIError(error.error) }
+            let download = Components.Schemas.Download(try await manager.snapshot(added.id))
+            if added.isNew {
+                return .created(
+                    .init(headers: .init(location: "/api/v1/downloads/\(added.id)"), body: .json(download)))
+            }
+            return .ok(.init(body: .json(.Download(download))))
+        case .case2(let items):
+            var requests: [DownloadRequest] = []
+            requests.reserveCapacity(items.count)
+            for (index, item) in items.enumerated() {
+                requests.append(try request(from: item, index: index, defaults: defaults))
+            }
+            let added: [DownloadManager.Added]
+            do { added = try await manager.add(requests) } catch {
+                throw APIError(error.error, index: error.index)
+            }
+            let downloads = try await manager.snapshots(of: added.map(\.id))
+            return .ok(
+                .init(body: .json(.DownloadList(.init(downloads: downloads.map(Components.Schemas.Download.init))))))
+        }
+    }
+
+    /// The engine's request for one item of an add, every field checked; errors name the item and the field.
+    private func request(from item: Components.Schemas.AddDownload, index: Int?, defaults: ManagerSettings)
+        throws(APIError) -> DownloadRequest
+    {
+        guard let url = URL(string: item.url), let scheme = url.scheme?.lowercased(),
+            ["http", "https"].contains(scheme),
+            url.host?.isEmpty == false
+        else {
+            throw .invalidField("url", "'\(item.url)' is not an http or https URL", index: index)
+        }
+        let connections = item.connections ?? defaults.connectionsPerDownload
+        guard (1...DownloadOptions.connectionLimit).contains(connections) else {
+            throw .invalidField(
+                "connections", "must be between 1 and \(DownloadOptions.connectionLimit), not \(connections)",
+                index: index)
+        }
+        let minSplitSize = item.minSplitSize ?? DownloadOptions.defaultMinimumSplitSize
+        guard minSplitSize >= 1 << 20 else {
+            throw .invalidField("minSplitSize", "must be at least 1048576 (1 MiB), not \(minSplitSize)", index: index)
+        }
+        if let limit = item.limitRate, limit < 1 {
+            throw .invalidField("limitRate", "must be a positive number of bytes a second", index: index)
+        }
+        if let timeout = item.timeoutSeconds, !(timeout > 0 && timeout.isFinite) {
+            throw .invalidField("timeoutSeconds", "must be a positive number of seconds", index: index)
+        }
+        if let retries = item.retries, retries < 0 {
+            throw .invalidField("retries", "must be 0 or more", index: index)
+        }
+        var checksum: Checksum?
+        if let text = item.checksum {
+            do { checksum = try Checksum(parsing: text) } catch {
+                throw .invalidField("checksum", error.message, index: index)
+            }
+        }
+        var headers: [DownloadOptions.Header] = []
+        for (name, value) in (item.headers?.additionalProperties ?? [:]).sorted(by: { $0.key < $1.key }) {
+            do { headers.append(try DownloadOptions.Header(parsing: "\(name): \(value)")) } catch {
+                throw .invalidField("headers", error.message, index: index)
+            }
+        }
+        if let filename = item.filename, filename.isEmpty {
+            throw .invalidField("filename", "must not be empty", index: index)
+        }
+        if item.continuePartial == true, item.filename == nil {
+            throw .invalidField("continuePartial", "needs a filename: it adopts the file of that name", index: index)
+        }
+        let destination = try policy.destination(
+            directory: item.directory, filename: item.filename, door: door, index: index)
+        let options = DownloadOptions(
+            headers: headers,
+            userAgent: item.userAgent,
+            checksum: checksum,
+            overwrite: item.overwrite ?? false,
+            continuePartial: item.continuePartial ?? false,
+            idleTimeoutSeconds: item.timeoutSeconds ?? 30,
+            maximumAttemptsWithoutProgress: item.retries ?? 5,
+            computesSHA256: item.computeSha256 ?? false,
+            maxConnectionsPerDownload: connections,
+            minimumSplitSize: minSplitSize
+        )
+        return DownloadRequest(
+            url: url, destination: destination, options: options, priority: item.priority?.engine ?? .normal,
+            after: (item.after ?? []).map(DownloadID.init), rateLimit: item.limitRate, isPaused: item.paused ?? false,
+            origin: door.origin)
+    }
+
+    public func getDownload(_ input: Operations.GetDownload.Input) async throws -> Operations.GetDownload.Output {
+        .ok(.init(body: .json(try await download(input.path.id))))
+    }
+
+    public func updateDownload(_ input: Operations.UpdateDownload.Input) async throws
+        -> Operations.UpdateDownload.Output
+    {
+        guard case .json(let update) = input.body else {
+            throw APIError(.unsupportedMediaType, "unsupportedMediaType", "send the body as application/json")
+        }
+        let id = DownloadID(input.path.id)
+        _ = try await download(id.rawValue)
+        if let connections = update.connections, !(1...DownloadOptions.connectionLimit).contains(connections) {
+            throw APIError.invalidField(
+                "connections", "must be between 1 and \(DownloadOptions.connectionLimit), not \(connections)")
+        }
+        if let limit = update.limitRate, limit < 1 {
+            throw APIError.invalidField("limitRate", "must be a positive number of bytes a second, or null")
+        }
+        do {
+            if let priority = update.priority { try await manager.setPriority(priority.engine, for: id) }
+            if let connections = update.connections { try await manager.setConnections(connections, for: id) }
+            if let limit = update.limitRate {
+                try await manager.setRateLimit(limit, for: id)
+            } else if RawBody.setsNull("limitRate") {
+                try await manager.setRateLimit(nil, for: id)
+            }
+        } catch {
+            throw APIError(error)
+        }
+        return .ok(.init(body: .json(try await download(id.rawValue))))
+    }
+
+    public func deleteDownload(_ input: Operations.DeleteDownload.Input) async throws
+        -> Operations.DeleteDownload.Output
+    {
+        let id = DownloadID(input.path.id)
+        do {
+            let state = try await manager.snapshot(id).state
+            if state.isActive { try await manager.cancel(id) }
+            try await manager.remove(id, deletingFile: input.query.deleteFile ?? false)
+        } catch {
+            throw APIError(error)
+        }
+        return .noContent(.init())
+    }
+
+    public func pauseDownload(_ input: Operations.PauseDownload.Input) async throws -> Operations.PauseDownload.Output {
+        let id = DownloadID(input.path.id)
+        do { try await manager.pause(id) } catch { throw APIError(error) }
+        return .ok(.init(body: .json(try await download(id.rawValue))))
+    }
+
+    public func resumeDownload(_ input: Operations.ResumeDownload.Input) async throws
+        -> Operations.ResumeDownload.Output
+    {
+        let id = DownloadID(input.path.id)
+        do {
+            // Resume is for a paused download; a failed one is retried with /retry.
+            let state = try await manager.snapshot(id).state
+            guard state == .paused else {
+                throw DownloadError(
+                    .illegalTransition,
+                    "cannot resume a download that is \(state.rawValue)"
+                        + (state == .failed || state == .cancelled ? "; use retry" : ""))
+            }
+            try await manager.resume(id)
+        } catch let error as DownloadError {
+            throw APIError(error)
+        }
+        return .ok(.init(body: .json(try await download(id.rawValue))))
+    }
+
+    public func cancelDownload(_ input: Operations.CancelDownload.Input) async throws
+        -> Operations.CancelDownload.Output
+    {
+        let id = DownloadID(input.path.id)
+        do { try await manager.cancel(id) } catch { throw APIError(error) }
+        return .ok(.init(body: .json(try await download(id.rawValue))))
+    }
+
+    public func retryDownload(_ input: Operations.RetryDownload.Input) async throws -> Operations.RetryDownload.Output {
+        let id = DownloadID(input.path.id)
+        do { try await manager.retry(id) } catch { throw APIError(error) }
+        return .ok(.init(body: .json(try await download(id.rawValue))))
+    }
+
+    public func moveDownload(_ input: Operations.MoveDownload.Input) async throws -> Operations.MoveDownload.Output {
+        guard case .json(let move) = input.body else {
+            throw APIError(.unsupportedMediaType, "unsupportedMediaType", "send the body as application/json")
+        }
+        let id = DownloadID(input.path.id)
+        _ = try await download(id.rawValue)
+        do {
+            switch (move.before, move.to) {
+            case (let before?, nil):
+                _ = try await download(before, field: "before")
+                try await manager.move(id, before: DownloadID(before))
+            case (nil, let end?):
+                try await manager.move(id, to: end == .top ? .top : .bottom)
+            default:
+                throw APIError(
+                    .badRequest, "invalidBody", "give exactly one of 'before' (an id) and 'to' (top, bottom)")
+            }
+        } catch let error as DownloadError {
+            throw APIError(error)
+        }
+        return .ok(.init(body: .json(try await download(id.rawValue))))
+    }
+
+    public func pauseAll(_ input: Operations.PauseAll.Input) async throws -> Operations.PauseAll.Output {
+        await manager.pauseAll()
+        return .ok(.init(body: .json(.init(await manager.stats()))))
+    }
+
+    public func resumeAll(_ input: Operations.ResumeAll.Input) async throws -> Operations.ResumeAll.Output {
+        await manager.resumeAll()
+        return .ok(.init(body: .json(.init(await manager.stats()))))
+    }
+
+    public func clean(_ input: Operations.Clean.Input) async throws -> Operations.Clean.Output {
+        let removed: Int
+        do { removed = try await manager.clean() } catch { throw APIError(error) }
+        return .ok(.init(body: .json(.init(removed: removed))))
+    }
+
+    /// The download with `id`, as the API shows it; 404 (or, for a field of the request, 400) when there is none.
+    private func download(_ id: String, field: String? = nil) async throws(APIError) -> Components.Schemas.Download {
+        do {
+            return Components.Schemas.Download(try await manager.snapshot(DownloadID(id)))
+        } catch {
+            if let field, error.code == .notFound { throw .invalidField(field, "no download with id \(id)") }
+            throw APIError(error)
+        }
+    }
+
+    // MARK: The daemon
+
+    public func getStats(_ input: Operations.GetStats.Input) async throws -> Operations.GetStats.Output {
+        .ok(.init(body: .json(.init(await manager.stats()))))
+    }
+
+    public func getSettings(_ input: Operations.GetSettings.Input) async throws -> Operations.GetSettings.Output {
+        .ok(.init(body: .json(.init(await manager.currentSettings(), configuration: configuration))))
+    }
+
+    public func updateSettings(_ input: Operations.UpdateSettings.Input) async throws
+        -> Operations.UpdateSettings.Output
+    {
+        guard case .json(let update) = input.body else {
+            throw APIError(.unsupportedMediaType, "unsupportedMediaType", "send the body as application/json")
+        }
+        var settings = await manager.currentSettings()
+        if let limit = update.maxConcurrentDownloads {
+            guard (1...1000).contains(limit) else {
+                throw APIError.invalidField("maxConcurrentDownloads", "must be between 1 and 1000, not \(limit)")
+            }
+            settings.maxConcurrentDownloads = limit
+        }
+        if let connections = update.connections {
+            guard (1...DownloadOptions.connectionLimit).contains(connections) else {
+                throw APIError.invalidField(
+                    "connections", "must be between 1 and \(DownloadOptions.connectionLimit), not \(connections)")
+            }
+            settings.connectionsPerDownload = connections
+        }
+        if let limit = update.limitRate {
+            guard limit >= 1 else {
+                throw APIError.invalidField("limitRate", "must be a positive number of bytes a second, or null")
+            }
+            settings.rateLimit = limit
+        } else if RawBody.setsNull("limitRate") {
+            settings.rateLimit = nil
+        }
+        do { try await manager.update(settings) } catch { throw APIError(error) }
+        return .ok(.init(body: .json(.init(await manager.currentSettings(), configuration: configuration))))
+    }
+
+    public func getOpenAPIDocument(_ input: Operations.GetOpenAPIDocument.Input) async throws
+        -> Operations.GetOpenAPIDocument.Output
+    {
+        .ok(.init(body: .yaml(HTTPBody(APIDocument.yaml))))
+    }
+
+    public func streamEvents(_ input: Operations.StreamEvents.Input) async throws -> Operations.StreamEvents.Output {
+        var filter: DownloadID?
+        if let id = input.query.download {
+            _ = try await download(id)
+            filter = DownloadID(id)
+        }
+        // An id that cannot be parsed is treated like one that can no longer be replayed: a fresh snapshot.
+        let after = (input.headers.lastEventID ?? input.query.lastEventId).flatMap(EventID.init)
+        let subscription = await manager.subscribe(to: filter, after: after)
+        let body = EventStreamBody(subscription: subscription, configuration: configuration)
+        return .ok(.init(body: .textEventStream(HTTPBody(body, length: .unknown, iterationBehavior: .single))))
+    }
+}
+
+/// The body of the request being handled, as the body middleware read it: how a handler tells a field sent as
+/// `null` (remove the limit) from a field left out (keep it), which the generated types cannot.
+enum RawBody {
+    @TaskLocal static var bytes: [UInt8]?
+
+    /// Whether the body is a JSON object with `field` set to null.
+    static func setsNull(_ field: String) -> Bool {
+        guard let bytes, let object = try? JSONSerialization.jsonObject(with: Data(bytes)) as? [String: Any] else {
+            return false
+        }
+        return object[field] is NSNull
+    }
+}

@@ -1,0 +1,248 @@
+import Crypto
+import Foundation
+import HTTPTypes
+import Hummingbird
+import NIOCore
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// The request context of the daemon: Hummingbird's, with the connection (for the Unix socket's peer check).
+public struct HaulRequestContext: RequestContext {
+    public var coreContext: CoreRequestContextStorage
+    /// The connection the request came on.
+    public let channel: any Channel
+
+    public init(source: ApplicationRequestContextSource) {
+        coreContext = .init(source: source)
+        channel = source.channel
+    }
+
+    /// The API takes lists of thousands of downloads: 8 MiB, as the body middleware enforces.
+    public var maxUploadSize: Int { BodyMiddleware.limit }
+}
+
+extension APIError {
+    /// The error as a response.
+    var response: Response {
+        Response(
+            status: status, headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(data: body))
+        )
+    }
+
+    /// The answer for an error Hummingbird or a middleware raised.
+    static func from(http error: any Error) -> APIError {
+        if let error = error as? APIError { return error }
+        if let error = error as? any HTTPResponseError {
+            switch error.status {
+            case .contentTooLarge:
+                return APIError(.contentTooLarge, "payloadTooLarge", "the body is over \(BodyMiddleware.limit) bytes")
+            case .notFound:
+                return APIError(.notFound, "notFound", "no such path")
+            case .methodNotAllowed:
+                return APIError(.methodNotAllowed, "methodNotAllowed", "this path does not take that method")
+            default:
+                return APIError(error.status, "badRequest", "\(error)")
+            }
+        }
+        return APIError.from(error, body: RawBody.bytes)
+    }
+}
+
+/// Outermost: every error a request meets becomes `{"error": {...}}` with the right status, never a bare 500.
+struct ErrorMiddleware: RouterMiddleware {
+    typealias Context = HaulRequestContext
+
+    func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response)
+        async throws -> Response
+    {
+        do {
+            var response = try await next(request, context)
+            // The generated code writes header values percent-encoded as URI components; a Location is a path.
+            if let location = response.headers[.location], location.hasPrefix("%2F") {
+                response.headers[.location] = location.removingPercentEncoding ?? location
+            }
+            return response
+        } catch {
+            let answer = APIError.from(http: error)
+            if answer.status == .internalServerError {
+                context.logger.error("\(request.method) \(request.uri.path): \(answer.message)")
+            }
+            return answer.response
+        }
+    }
+}
+
+/// Reads a request's body (at most 8 MiB: 413 beyond) before the handlers, and keeps it for them (`RawBody`) and
+/// for describing a decoding error.
+struct BodyMiddleware: RouterMiddleware {
+    typealias Context = HaulRequestContext
+    static let limit = 8 << 20
+
+    func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response)
+        async throws -> Response
+    {
+        guard [.post, .put, .patch, .delete].contains(request.method) else { return try await next(request, context) }
+        if let length = request.headers[.contentLength].flatMap(Int.init), length > Self.limit {
+            throw APIError(.contentTooLarge, "payloadTooLarge", "the body is \(length) bytes, over \(Self.limit)")
+        }
+        var request = request
+        let buffer: ByteBuffer
+        do { buffer = try await request.collectBody(upTo: Self.limit) } catch {
+            throw APIError(.contentTooLarge, "payloadTooLarge", "the body is over \(Self.limit) bytes")
+        }
+        let bytes = Array(buffer.readableBytesView)
+        return try await RawBody.$bytes.withValue(bytes) {
+            do {
+                return try await next(request, context)
+            } catch {
+                // Described here, where the body is known (to tell a list from an object).
+                return APIError.from(error, body: bytes).response
+            }
+        }
+    }
+}
+
+/// DNS rebinding: a request whose `Host` is not a loopback name or address, the listen address, or an allowed name
+/// gets 403.
+struct HostMiddleware: RouterMiddleware {
+    typealias Context = HaulRequestContext
+    let names: Set<String>
+
+    func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response)
+        async throws -> Response
+    {
+        let host = request.head.authority ?? ""
+        guard names.contains(Self.name(of: host)) else {
+            throw APIError(
+                .forbidden, "forbiddenHost",
+                "Host '\(host)' is not this daemon's name; start it with --allow-host NAME to answer to it")
+        }
+        return try await next(request, context)
+    }
+
+    /// The host name of a `Host` value, without the port, lowercased (`[::1]:7165` gives `[::1]`).
+    static func name(of host: String) -> String {
+        let lowered = host.lowercased()
+        if lowered.hasPrefix("[") { return lowered.split(separator: "]").first.map { $0 + "]" } ?? lowered }
+        return lowered.split(separator: ":", maxSplits: 1).first.map(String.init) ?? lowered
+    }
+}
+
+/// CSRF: a POST, PATCH, PUT or DELETE whose `Origin` is present and not the daemon's own gets 403.
+struct OriginMiddleware: RouterMiddleware {
+    typealias Context = HaulRequestContext
+
+    func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response)
+        async throws -> Response
+    {
+        if [.post, .patch, .put, .delete].contains(request.method), let origin = request.headers[.origin] {
+            let host = request.head.authority ?? ""
+            let own = ["http://" + host, "https://" + host].map { $0.lowercased() }
+            guard own.contains(origin.lowercased()) else {
+                throw APIError(
+                    .forbidden, "forbiddenOrigin", "a request from the page at \(origin) may not change this daemon")
+            }
+        }
+        return try await next(request, context)
+    }
+}
+
+/// Every `/api` and `/metrics` request needs the token, as a bearer token or as the session cookie.
+struct AuthMiddleware: RouterMiddleware {
+    typealias Context = HaulRequestContext
+    let credentials: Credentials
+
+    func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response)
+        async throws -> Response
+    {
+        let path = request.uri.path
+        guard path.hasPrefix("/api/") || path == "/api" || path == "/metrics" else {
+            return try await next(request, context)
+        }
+        if let authorization = request.headers[.authorization], authorization.lowercased().hasPrefix("bearer "),
+            credentials.isToken(String(authorization.dropFirst(7)).trimmingCharacters(in: .whitespaces))
+        {
+            return try await next(request, context)
+        }
+        if let session = request.cookies[Credentials.cookieName]?.value, credentials.isSession(session) {
+            return try await next(request, context)
+        }
+        throw APIError(
+            .unauthorized, "unauthorized",
+            "send 'Authorization: Bearer TOKEN' (the token is in the state folder's serve.json) or open the URL "
+                + "haul serve printed")
+    }
+}
+
+/// The Unix socket: a request is served only when the process at the other end runs as this daemon's user.
+public struct PeerMiddleware: RouterMiddleware {
+    public typealias Context = HaulRequestContext
+    let peerUID: @Sendable (any Channel) async -> UInt32?
+
+    public func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response)
+        async throws -> Response
+    {
+        let uid = await peerUID(context.channel)
+        guard let uid, uid == getuid() else {
+            throw APIError(
+                .forbidden, "forbiddenPeer",
+                "this socket serves user \(getuid()) only, not \(uid.map(String.init) ?? "an unknown user")")
+        }
+        return try await next(request, context)
+    }
+
+    /// The user id of the process at the other end of a Unix socket (`SO_PEERCRED`), nil when it cannot be read.
+    @Sendable public static func socketPeerUID(_ channel: any Channel) async -> UInt32? {
+        guard let provider = channel as? any SocketOptionProvider else { return nil }
+        do {
+            let credentials: PeerCredentials = try await provider.unsafeGetSocketOption(
+                level: SocketOptionLevel(SOL_SOCKET), name: PeerCredentials.option
+            ).get()
+            return credentials.uid
+        } catch {
+            return nil
+        }
+    }
+}
+
+/// Linux's `struct ucred`, which Swift's Glibc module does not export (it is behind `_GNU_SOURCE`).
+struct PeerCredentials: Sendable {
+    var pid: Int32
+    var uid: UInt32
+    var gid: UInt32
+
+    /// `SO_PEERCRED` (asm-generic/socket.h; the same on x86_64 and arm64).
+    static let option: SocketOptionName = 17
+}
+
+/// The token and the session value derived from it, compared in constant time.
+public struct Credentials: Sendable {
+    /// The session cookie's name.
+    public static let cookieName = "haul_session"
+    let token: [UInt8]
+    /// The cookie's value: the SHA-256 of the token, so the token itself never sits in a cookie.
+    public let session: String
+
+    /// Credentials for `token`.
+    public init(token: String) {
+        self.token = Array(token.utf8)
+        session = SHA256.hash(data: Array(token.utf8)).map { String(format: "%02x", $0) }.joined()
+    }
+
+    func isToken(_ candidate: String) -> Bool { Self.equal(Array(candidate.utf8), token) }
+    func isSession(_ candidate: String) -> Bool { Self.equal(Array(candidate.utf8), Array(session.utf8)) }
+
+    /// Compares without stopping at the first difference, so the time taken does not tell how much matched.
+    static func equal(_ lhs: [UInt8], _ rhs: [UInt8]) -> Bool {
+        var difference = UInt8(lhs.count == rhs.count ? 0 : 1)
+        let count = max(lhs.count, rhs.count)
+        for index in 0..<count {
+            let a = index < lhs.count ? lhs[index] : 0
+            let b = index < rhs.count ? rhs[index] : 0
+            difference |= a ^ b
+        }
+        return difference == 0
+    }
+}

@@ -1,0 +1,402 @@
+import Foundation
+import HTTPTypes
+import Haul
+import HaulAPI
+import HaulCore
+import HaulServer
+import HaulTesting
+import Hummingbird
+import HummingbirdTesting
+import Logging
+import NIOCore
+import NIOEmbedded
+import Testing
+
+@Suite("The daemon's API", .timeLimit(.minutes(2)))
+struct RouterTests {
+    let bytes = testBytes(40_000, seed: 3)
+
+    @Test("adding one download: 201 with a Location, the file lands byte for byte; the same again: 200, same id")
+    func addOne() async throws {
+        let h = try await ServerHarness.make()
+        defer { Task { await h.stop() } }
+        h.server.serve("/a.bin", .init(body: bytes))
+        try await h.application().test(.router) { client in
+            let response = try await client.post("/api/v1/downloads", #"{"url": "\#(h.server.url("/a.bin"))"}"#)
+            #expect(response.status == .created)
+            let added = try body(Components.Schemas.Download.self, response)
+            #expect(response.headers[.location] == "/api/v1/downloads/\(added.id)")
+            #expect(added.directory == FolderPolicyTests.real(h.downloads))
+            #expect(added.origin == .api)
+            _ = try await h.manager.result(of: DownloadID(added.id))
+            #expect(FileManager.default.contents(atPath: h.path("a.bin")) == Data(bytes))
+            let again = try await client.post("/api/v1/downloads", #"{"url": "\#(h.server.url("/a.bin"))"}"#)
+            #expect(again.status == .ok)
+            #expect(try body(Components.Schemas.Download.self, again).id == added.id)
+            let fetched = try body(
+                Components.Schemas.Download.self, try await client.get("/api/v1/downloads/\(added.id)"))
+            #expect(fetched.state == .completed && fetched.receivedBytes == Int64(bytes.count))
+            #expect(fetched.totalBytes == Int64(bytes.count) && fetched.completedAt != nil)
+            #expect(fetched.path == FolderPolicyTests.real(h.downloads) + "/a.bin")
+        }
+    }
+
+    @Test("a list is added in one transaction, in order; one bad item adds none and the 400 names its index and field")
+    func addList() async throws {
+        let h = try await ServerHarness.make()
+        defer { Task { await h.stop() } }
+        try await h.application().test(.router) { client in
+            let items = (0..<5).map { index in
+                let url = h.server.url("/\(index)")
+                return #"{"url": "\#(url)", "paused": true}"#
+            }
+            let response = try await client.post("/api/v1/downloads", "[" + items.joined(separator: ",") + "]")
+            #expect(response.status == .ok)
+            let list = try body(Components.Schemas.DownloadList.self, response)
+            #expect(list.downloads.map(\.url) == (0..<5).map { h.server.url("/\($0)").absoluteString })
+            #expect(list.downloads.allSatisfy { $0.state == .paused })
+            let bad = try await client.post(
+                "/api/v1/downloads",
+                #"[{"url": "\#(h.server.url("/x"))"}, {"url": "http://h/y", "connections": 40}]"#)
+            #expect(bad.status == .badRequest)
+            let error = try apiError(bad)
+            #expect(error.index == 1 && error.field == "connections")
+            #expect(error.message.contains("item 1") && error.message.contains("between 1 and 16"))
+            let wrongType = try await client.post(
+                "/api/v1/downloads", #"[{"url": "http://h/1"}, {"url": "http://h/2"}, {"url": 3}]"#)
+            #expect(wrongType.status == .badRequest)
+            let typeError = try apiError(wrongType)
+            #expect(typeError.index == 2 && typeError.field == "url", "\(typeError.message)")
+            let all = try body(Components.Schemas.DownloadList.self, try await client.get("/api/v1/downloads"))
+            #expect(all.downloads.count == 5, "nothing of the bad lists was added")
+        }
+    }
+
+    @Test("malformed JSON, an unknown field, a wrong type, a bad URL: 400 naming the problem; not JSON: 415")
+    func badBodies() async throws {
+        let h = try await ServerHarness.make()
+        defer { Task { await h.stop() } }
+        try await h.application().test(.router) { client in
+            let malformed = try await client.post("/api/v1/downloads", #"{"url": "#)
+            #expect(malformed.status == .badRequest)
+            let unknown = try await client.post("/api/v1/downloads", #"{"url": "http://h/a", "colour": "red"}"#)
+            #expect(unknown.status == .badRequest)
+            #expect(try apiError(unknown).field == "colour")
+            #expect(try apiError(unknown).message.contains("not a known field"))
+            let wrongType = try await client.post("/api/v1/downloads", #"{"url": "http://h/a", "paused": "yes"}"#)
+            #expect(try apiError(wrongType).field == "paused")
+            let missing = try await client.post("/api/v1/downloads", #"{"directory": "x"}"#)
+            #expect(missing.status == .badRequest)
+            #expect(try apiError(missing).field == "url")
+            for url in ["ftp://h/a", "not a url", "http://"] {
+                let response = try await client.post("/api/v1/downloads", #"{"url": "\#(url)"}"#)
+                #expect(response.status == .badRequest, "\(url)")
+                #expect(try apiError(response).field == "url")
+            }
+            let checksum = try await client.post("/api/v1/downloads", #"{"url": "http://h/a", "checksum": "crc=1"}"#)
+            #expect(try apiError(checksum).field == "checksum")
+            let header = try await client.post(
+                "/api/v1/downloads", #"{"url": "http://h/a", "headers": {"Bad Name": "x"}}"#)
+            #expect(try apiError(header).field == "headers")
+            let text = try await client.execute(
+                uri: "/api/v1/downloads", method: .post,
+                headers: [.authorization: "Bearer \(ServerHarness.token)", .contentType: "text/plain"],
+                body: json(#"{"url": "http://h/a"}"#))
+            #expect(text.status == .unsupportedMediaType)
+            #expect(try apiError(text).code == "unsupportedMediaType")
+            #expect(
+                try body(Components.Schemas.DownloadList.self, try await client.get("/api/v1/downloads"))
+                    .downloads.isEmpty)
+        }
+    }
+
+    @Test("a body over 8 MiB: 413")
+    func tooLarge() async throws {
+        let h = try await ServerHarness.make()
+        defer { Task { await h.stop() } }
+        try await h.application().test(.router) { client in
+            let big = "[" + String(repeating: #"{"url": "http://h/a"},"#, count: 400_000) + #"{"url": "http://h/a"}]"#
+            let response = try await client.post("/api/v1/downloads", big)
+            #expect(response.status == .contentTooLarge)
+            #expect(try apiError(response).code == "payloadTooLarge")
+        }
+    }
+
+    @Test("no token or a wrong one: 401; the sign-in URL sets an HttpOnly SameSite=Strict cookie that works")
+    func authentication() async throws {
+        let h = try await ServerHarness.make()
+        defer { Task { await h.stop() } }
+        try await h.application().test(.router) { client in
+            for headers: HTTPFields in [[:], [.authorization: "Bearer wrong"], [.authorization: "Basic x"]] {
+                for path in ["/api/v1/downloads", "/api/v1/stats", "/api/v1/openapi.yaml", "/metrics"] {
+                    let response = try await client.execute(uri: path, method: .get, headers: headers)
+                    #expect(response.status == .unauthorized, "\(path) \(headers)")
+                    #expect(try apiError(response).code == "unauthorized")
+                }
+            }
+            let wrong = try await client.execute(uri: "/?token=nope", method: .get)
+            #expect(wrong.status == .unauthorized)
+            #expect(wrong.headers[.setCookie] == nil)
+            let login = try await client.execute(uri: "/?token=\(ServerHarness.token)", method: .get)
+            #expect(login.status == .seeOther && login.headers[.location] == "/")
+            let cookie = try #require(login.headers[.setCookie])
+            #expect(cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict") && cookie.contains("Path=/"))
+            #expect(!cookie.contains(ServerHarness.token), "the cookie carries a value derived from the token")
+            let pair = try #require(cookie.split(separator: ";").first.map(String.init))
+            let withCookie = try await client.execute(uri: "/api/v1/stats", method: .get, headers: [.cookie: pair])
+            #expect(withCookie.status == .ok)
+            let page = try await client.execute(uri: "/", method: .get, headers: [.cookie: pair])
+            #expect(String(buffer: page.body).contains("Signed in"))
+            let form = try await client.execute(uri: "/", method: .get)
+            #expect(form.status == .ok && String(buffer: form.body).contains("name=\"token\""))
+        }
+    }
+
+    @Test("a POST from another site's page: 403; from the daemon's own page or without Origin: served")
+    func origin() async throws {
+        let h = try await ServerHarness.make()
+        defer { Task { await h.stop() } }
+        try await h.application().test(.router) { client in
+            var foreign = authorized
+            foreign[.origin] = "http://evil.example"
+            let response = try await client.execute(uri: "/api/v1/pause-all", method: .post, headers: foreign)
+            #expect(response.status == .forbidden)
+            #expect(try apiError(response).code == "forbiddenOrigin")
+            foreign[.origin] = "null"
+            #expect(
+                try await client.execute(uri: "/api/v1/clean", method: .post, headers: foreign).status == .forbidden)
+            var own = authorized
+            own[.origin] = "http://localhost"
+            #expect(try await client.execute(uri: "/api/v1/pause-all", method: .post, headers: own).status == .ok)
+            #expect(try await client.post("/api/v1/resume-all").status == .ok)
+            var get = authorized
+            get[.origin] = "http://evil.example"
+            #expect(try await client.execute(uri: "/api/v1/stats", method: .get, headers: get).status == .ok)
+        }
+    }
+
+    @Test("a Host that is not the daemon's (DNS rebinding): 403; loopback names and --allow-host names: served")
+    func host() async throws {
+        let h = try await ServerHarness.make()
+        defer { Task { await h.stop() } }
+        var configuration = h.configuration
+        configuration.allowedHosts = ["nas.local"]
+        let responder = try buildRouter(manager: h.manager, configuration: configuration).buildResponder()
+        func status(_ authority: String) async throws -> HTTPResponse.Status {
+            var head = HTTPRequest(method: .get, scheme: "http", authority: authority, path: "/api/v1/stats")
+            head.headerFields = [.authorization: "Bearer \(ServerHarness.token)"]
+            let context = HaulRequestContext(
+                source: .init(channel: EmbeddedChannel(), logger: Logger(label: "test")))
+            return try await responder.respond(
+                to: Request(head: head, body: .init(buffer: ByteBuffer())), context: context
+            )
+            .status
+        }
+        #expect(try await status("evil.example:7165") == .forbidden)
+        #expect(try await status("evil.example") == .forbidden)
+        #expect(try await status("127.0.0.1.evil.example") == .forbidden)
+        for allowed in ["localhost:7165", "127.0.0.1:7165", "[::1]:7165", "LOCALHOST", "nas.local:7165"] {
+            #expect(try await status(allowed) == .ok, "\(allowed)")
+        }
+    }
+
+    @Test("commands: pause, resume, cancel, retry, move, priority, limit, connections, delete; 404 and 409")
+    func commands() async throws {
+        let h = try await ServerHarness.make()
+        defer { Task { await h.stop() } }
+        h.server.serve("/a", .init(body: bytes))
+        h.server.serve("/gone", .init(body: bytes) { _, _ in .status(404, headers: [:]) })
+        try await h.application().test(.router) { client in
+            let a = try await client.add(h, "/a", extra: #", "paused": true"#)
+            let b = try await client.add(h, "/b", extra: #", "paused": true"#)
+            let c = try await client.add(h, "/c", extra: #", "paused": true"#)
+            #expect(try await client.get("/api/v1/downloads/nope").status == .notFound)
+            #expect(try await client.post("/api/v1/downloads/nope/pause").status == .notFound)
+            // Move c before a, then b to the top: the list order follows.
+            #expect(try await client.post("/api/v1/downloads/\(c.id)/move", #"{"before": "\#(a.id)"}"#).status == .ok)
+            #expect(try await client.post("/api/v1/downloads/\(b.id)/move", #"{"to": "top"}"#).status == .ok)
+            let order = try body(Components.Schemas.DownloadList.self, try await client.get("/api/v1/downloads"))
+            #expect(order.downloads.map(\.id) == [b.id, c.id, a.id])
+            let both = try await client.post("/api/v1/downloads/\(b.id)/move", #"{"to": "top", "before": "\#(a.id)"}"#)
+            #expect(both.status == .badRequest)
+            let unknownTarget = try await client.post("/api/v1/downloads/\(b.id)/move", #"{"before": "nope"}"#)
+            #expect(unknownTarget.status == .badRequest)
+            #expect(try apiError(unknownTarget).field == "before")
+            // PATCH: priority, a limit and then null to remove it, connections.
+            let patched = try await client.execute(
+                uri: "/api/v1/downloads/\(a.id)", method: .patch, headers: authorized,
+                body: json(#"{"priority": "high", "limitRate": 1000, "connections": 2}"#))
+            let patchedDownload = try body(Components.Schemas.Download.self, patched)
+            #expect(patchedDownload.priority == .high && patchedDownload.limitRate == 1000)
+            #expect(patchedDownload.options.connections == 2)
+            let cleared = try await client.execute(
+                uri: "/api/v1/downloads/\(a.id)", method: .patch, headers: authorized,
+                body: json(#"{"limitRate": null}"#))
+            let clearedDownload = try body(Components.Schemas.Download.self, cleared)
+            #expect(clearedDownload.limitRate == nil && clearedDownload.priority == .high)
+            let badPatch = try await client.execute(
+                uri: "/api/v1/downloads/\(a.id)", method: .patch, headers: authorized,
+                body: json(#"{"connections": 0}"#))
+            #expect(badPatch.status == .badRequest)
+            // Resume a paused one; it completes; resuming a completed one is a conflict.
+            #expect(try await client.post("/api/v1/downloads/\(a.id)/resume").status == .ok)
+            _ = try await h.manager.result(of: DownloadID(a.id))
+            let conflict = try await client.post("/api/v1/downloads/\(a.id)/resume")
+            #expect(conflict.status == .conflict)
+            #expect(try apiError(conflict).code == "illegalTransition")
+            #expect(try await client.post("/api/v1/downloads/\(a.id)/pause").status == .conflict)
+            // Cancel a paused one; retry brings it back.
+            let cancelled = try await client.post("/api/v1/downloads/\(c.id)/cancel")
+            #expect(try body(Components.Schemas.Download.self, cancelled).state == .cancelled)
+            #expect(try await client.post("/api/v1/downloads/\(c.id)/resume").status == .conflict)
+            // A failed one: retry is allowed; pausing it is not.
+            let gone = try await client.add(h, "/gone")
+            _ = try? await h.manager.result(of: DownloadID(gone.id))
+            let failed = try body(
+                Components.Schemas.Download.self, try await client.get("/api/v1/downloads/\(gone.id)"))
+            #expect(failed.state == .failed && failed.error?.httpStatus == 404 && failed.error?.code == "httpStatus")
+            h.server.serve("/gone", .init(body: bytes))
+            #expect(try await client.post("/api/v1/downloads/\(gone.id)/retry").status == .ok)
+            _ = try await h.manager.result(of: DownloadID(gone.id))
+            #expect(try await client.post("/api/v1/downloads/\(gone.id)/retry").status == .conflict)
+            // Delete with the file; delete without.
+            let deleted = try await client.execute(
+                uri: "/api/v1/downloads/\(a.id)?deleteFile=true", method: .delete, headers: authorized)
+            #expect(deleted.status == .noContent)
+            #expect(!FileManager.default.fileExists(atPath: h.path("a")))
+            #expect(try await client.get("/api/v1/downloads/\(a.id)").status == .notFound)
+            let kept = try await client.execute(
+                uri: "/api/v1/downloads/\(gone.id)", method: .delete, headers: authorized)
+            #expect(kept.status == .noContent)
+            #expect(FileManager.default.fileExists(atPath: h.path("gone")))
+            // Clean forgets the cancelled one; b stays.
+            let cleaned = try await client.post("/api/v1/clean")
+            #expect(try body(Operations.Clean.Output.Ok.Body.JsonPayload.self, cleaned).removed == 1)
+            let left = try body(Components.Schemas.DownloadList.self, try await client.get("/api/v1/downloads"))
+            #expect(left.downloads.map(\.id) == [b.id])
+        }
+    }
+
+    @Test("listing: by state, in pages that stay stable; a bad state or cursor is a 400")
+    func listing() async throws {
+        let h = try await ServerHarness.make()
+        defer { Task { await h.stop() } }
+        try await h.application().test(.router) { client in
+            let items = (0..<7).map { index in
+                let url = h.server.url("/\(index)")
+                return #"{"url": "\#(url)", "paused": true}"#
+            }
+            let added = try body(
+                Components.Schemas.DownloadList.self,
+                try await client.post("/api/v1/downloads", "[" + items.joined(separator: ",") + "]"))
+            var seen: [String] = []
+            var cursor: String?
+            repeat {
+                let page = try body(
+                    Components.Schemas.DownloadList.self,
+                    try await client.get("/api/v1/downloads?limit=3" + (cursor.map { "&cursor=\($0)" } ?? "")))
+                #expect(page.downloads.count <= 3)
+                seen += page.downloads.map(\.id)
+                cursor = page.nextCursor
+            } while cursor != nil
+            #expect(seen == added.downloads.map(\.id))
+            let paused = try body(
+                Components.Schemas.DownloadList.self, try await client.get("/api/v1/downloads?state=paused,completed"))
+            #expect(paused.downloads.count == 7)
+            let none = try body(
+                Components.Schemas.DownloadList.self, try await client.get("/api/v1/downloads?state=queued"))
+            #expect(none.downloads.isEmpty)
+            #expect(try await client.get("/api/v1/downloads?state=sleeping").status == .badRequest)
+            #expect(try await client.get("/api/v1/downloads?cursor=zzz").status == .badRequest)
+            #expect(try await client.get("/api/v1/downloads?limit=0").status == .badRequest)
+        }
+    }
+
+    @Test("stats, settings (changes apply, survive a restart, null removes the limit), the document, metrics")
+    func daemon() async throws {
+        let h = try await ServerHarness.make()
+        defer { Task { await h.stop() } }
+        h.server.serve("/a", .init(body: bytes))
+        try await h.application().test(.router) { client in
+            let a = try await client.add(h, "/a")
+            _ = try await h.manager.result(of: DownloadID(a.id))
+            let stats = try body(Components.Schemas.Stats.self, try await client.get("/api/v1/stats"))
+            #expect(stats.counts.completed == 1 && stats.counts.queued == 0)
+            let settings = try body(Components.Schemas.Settings.self, try await client.get("/api/v1/settings"))
+            #expect(settings.maxConcurrentDownloads == 3 && settings.limitRate == nil)
+            #expect(settings.downloadDir == h.downloads)
+            let changed = try await client.execute(
+                uri: "/api/v1/settings", method: .patch, headers: authorized,
+                body: json(#"{"maxConcurrentDownloads": 5, "limitRate": 2097152, "connections": 8}"#))
+            let now = try body(Components.Schemas.Settings.self, changed)
+            #expect(now.maxConcurrentDownloads == 5 && now.limitRate == 2_097_152 && now.connections == 8)
+            let cleared = try await client.execute(
+                uri: "/api/v1/settings", method: .patch, headers: authorized, body: json(#"{"limitRate": null}"#))
+            #expect(try body(Components.Schemas.Settings.self, cleared).limitRate == nil)
+            for bad in [#"{"maxConcurrentDownloads": 0}"#, #"{"connections": 17}"#, #"{"downloadDir": "/"}"#] {
+                let response = try await client.execute(
+                    uri: "/api/v1/settings", method: .patch, headers: authorized, body: json(bad))
+                #expect(response.status == .badRequest, "\(bad)")
+            }
+            let document = try await client.get("/api/v1/openapi.yaml")
+            #expect(document.status == .ok)
+            #expect(Array(document.body.readableBytesView) == APIDocument.yaml)
+            let metrics = String(buffer: try await client.get("/metrics").body)
+            #expect(metrics.contains(#"haul_downloads{state="completed"} 1"#), "\(metrics)")
+            #expect(metrics.contains("haul_connections_open 0"))
+        }
+        // A new manager on the same store keeps the settings.
+        let reopened = try DownloadManager(
+            configuration: {
+                var configuration = DownloadManager.Configuration(stateDirectory: h.state)
+                configuration.persistsSettings = true
+                return configuration
+            }())
+        #expect(
+            await reopened.currentSettings() == ManagerSettings(maxConcurrentDownloads: 5, connectionsPerDownload: 8))
+        await reopened.shutdown()
+    }
+
+    @Test("the Unix socket door: no token, any folder; refused when the peer is another user")
+    func socketDoor() async throws {
+        let h = try await ServerHarness.make()
+        defer { Task { await h.stop() } }
+        h.server.serve("/a", .init(body: bytes))
+        let elsewhere = h.root + "/elsewhere"
+        try FileManager.default.createDirectory(atPath: elsewhere, withIntermediateDirectories: true)
+        try await h.application(door: .socket).test(.router) { client in
+            let response = try await client.execute(
+                uri: "/api/v1/downloads", method: .post, headers: [.contentType: "application/json"],
+                body: json(#"{"url": "\#(h.server.url("/a"))", "directory": "\#(elsewhere)", "filename": ".dot"}"#))
+            #expect(response.status == .created)
+            let added = try body(Components.Schemas.Download.self, response)
+            #expect(added.origin == .socket && added.path == elsewhere + "/.dot")
+            _ = try await h.manager.result(of: DownloadID(added.id))
+            #expect(FileManager.default.contents(atPath: elsewhere + "/.dot") == Data(bytes))
+        }
+        try await h.application(door: .socket, peerUID: getuid() &+ 1).test(.router) { client in
+            let response = try await client.execute(uri: "/api/v1/stats", method: .get)
+            #expect(response.status == .forbidden)
+            #expect(try apiError(response).code == "forbiddenPeer")
+        }
+    }
+
+    @Test("the generated types round-trip through JSON")
+    func roundTrip() throws {
+        let download = Components.Schemas.Download(
+            id: "x", url: "http://h/a", path: "/d/a", state: .running, priority: .low, position: 2.5,
+            receivedBytes: 10, totalBytes: 20, bytesPerSecond: 3, etaSeconds: 4, connections: 2,
+            segments: [.init(start: 0, end: 10, offset: 5)], after: ["y"],
+            error: .init(code: "httpStatus", message: "m", httpStatus: 503), resumable: true, limitRate: 7,
+            createdAt: Date(timeIntervalSince1970: 1_700_000_000), origin: .socket,
+            options: .init(
+                connections: 4, minSplitSize: 1 << 22, headers: .init(additionalProperties: ["A": "b"]),
+                timeoutSeconds: 30, retries: 5, overwrite: false, continuePartial: false))
+        let decoded = try apiDecoder.decode(Components.Schemas.Download.self, from: try apiEncoder.encode(download))
+        #expect(decoded == download)
+        let settings = Components.Schemas.SettingsUpdate(maxConcurrentDownloads: 2, limitRate: nil, connections: 3)
+        #expect(
+            try apiDecoder.decode(Components.Schemas.SettingsUpdate.self, from: try apiEncoder.encode(settings))
+                == settings)
+    }
+}
