@@ -35,6 +35,20 @@ public struct DownloadProgress: Sendable, Equatable, Codable {
     public var secondsRemaining: Double?
     /// Connections open for this download right now.
     public var connections: Int = 1
+
+    /// Makes progress.
+    public init(
+        id: DownloadID, receivedBytes: Int64, totalBytes: Int64?, bytesPerSecond: Double,
+        secondsRemaining: Double? = nil,
+        connections: Int = 1
+    ) {
+        self.id = id
+        self.receivedBytes = receivedBytes
+        self.totalBytes = totalBytes
+        self.bytesPerSecond = bytesPerSecond
+        self.secondsRemaining = secondsRemaining
+        self.connections = connections
+    }
 }
 
 /// What a finished download produced.
@@ -55,6 +69,21 @@ public struct DownloadResult: Sendable, Equatable, Codable {
     public var resumedFrom: Int64
     /// Whether the file was already complete and nothing was fetched.
     public var wasAlreadyComplete: Bool
+
+    /// Makes a result.
+    public init(
+        id: DownloadID, url: String, path: String, bytes: Int64, sha256: String?, seconds: Double, resumedFrom: Int64,
+        wasAlreadyComplete: Bool
+    ) {
+        self.id = id
+        self.url = url
+        self.path = path
+        self.bytes = bytes
+        self.sha256 = sha256
+        self.seconds = seconds
+        self.resumedFrom = resumedFrom
+        self.wasAlreadyComplete = wasAlreadyComplete
+    }
 }
 
 /// Something that happened to the downloads of a manager, delivered to subscribers in the order it happened.

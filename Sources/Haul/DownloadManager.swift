@@ -766,7 +766,6 @@ public actor DownloadManager {
         try store.saveState(.running, for: record.id)
         keep(record)
         let id = record.id
-        hub.emit(.changed(snapshot(of: record)))
         let ownLimiter = RateLimiter(bytesPerSecond: record.rateLimit)
         downloadLimiters[id] = ownLimiter
         let environment = RunnerEnvironment(
@@ -786,6 +785,7 @@ public actor DownloadManager {
             let outcome = await runner.run()
             await self.finished(id, outcome: outcome, record: runner.record)
         }
+        hub.emit(.changed(snapshot(of: record)))
     }
 
     /// Takes in what a runner reports and tells subscribers.
@@ -979,7 +979,8 @@ public actor DownloadManager {
             connections: isRunning ? max(progress?.connections ?? 0, record.activeConnections, 1) : 0,
             segments: record.segments, after: record.prerequisites.map(DownloadID.init), error: record.error,
             isResumable: record.isResumable, createdAt: record.createdAt, completedAt: record.completedAt,
-            options: record.options, rateLimit: record.rateLimit, origin: record.origin
+            options: record.options, rateLimit: record.rateLimit, origin: record.origin,
+            sha256: results[record.id]?.sha256
         )
     }
 }

@@ -59,6 +59,40 @@ public struct DownloadSnapshot: Sendable, Equatable, Codable {
     public var rateLimit: Int64?
     /// Who added it.
     public var origin: DownloadOrigin
+    /// The SHA-256 of the finished file, when this process computed it (`computesSHA256` or a sha256 checksum).
+    public var sha256: String?
+
+    /// Makes a snapshot (for a program that learns of downloads another way, such as a daemon's client).
+    public init(
+        id: DownloadID, url: String, path: String?, directory: String?, state: DownloadState,
+        priority: DownloadPriority, position: Double, receivedBytes: Int64, totalBytes: Int64?, bytesPerSecond: Double,
+        secondsRemaining: Double?, connections: Int, segments: [Segment]?, after: [DownloadID], error: DownloadError?,
+        isResumable: Bool?, createdAt: Date, completedAt: Date?, options: DownloadOptions, rateLimit: Int64?,
+        origin: DownloadOrigin, sha256: String? = nil
+    ) {
+        self.id = id
+        self.url = url
+        self.path = path
+        self.directory = directory
+        self.state = state
+        self.priority = priority
+        self.position = position
+        self.receivedBytes = receivedBytes
+        self.totalBytes = totalBytes
+        self.bytesPerSecond = bytesPerSecond
+        self.secondsRemaining = secondsRemaining
+        self.connections = connections
+        self.segments = segments
+        self.after = after
+        self.error = error
+        self.isResumable = isResumable
+        self.createdAt = createdAt
+        self.completedAt = completedAt
+        self.options = options
+        self.rateLimit = rateLimit
+        self.origin = origin
+        self.sha256 = sha256
+    }
 
     /// The destination, once known (the same as `path`).
     public var destination: String? { path }
@@ -108,6 +142,13 @@ public struct ManagerSnapshot: Sendable, Equatable, Codable {
     public var stats: DownloadStats
     /// The settings.
     public var settings: ManagerSettings
+
+    /// Makes a snapshot.
+    public init(downloads: [DownloadSnapshot], stats: DownloadStats, settings: ManagerSettings) {
+        self.downloads = downloads
+        self.stats = stats
+        self.settings = settings
+    }
 }
 
 /// One download to add, with everything `DownloadManager.add(_:)` needs.

@@ -45,7 +45,8 @@ extension Components.Schemas.Download {
                 retries: options.maximumAttemptsWithoutProgress,
                 overwrite: options.overwrite,
                 continuePartial: options.continuePartial
-            )
+            ),
+            sha256: download.sha256
         )
     }
 }

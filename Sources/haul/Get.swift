@@ -12,9 +12,10 @@ extension HaulCommand {
             abstract: "Download URLs, resuming what is already on disk.",
             discussion: """
                 Several URLs (as arguments or with -i) run -j at a time; the same URL given twice is fetched once, \
-                and one failure does not stop the others. Exit status: 0 all done; 1 a download failed; 2 bad \
-                usage; 130 after SIGINT and 143 after SIGTERM (downloads are paused with their exact offsets \
-                saved; run the same command again to resume).
+                and one failure does not stop the others. When a haul serve owns the state folder, the downloads \
+                are handed to it (and run under its -j) and their progress is shown from its event stream. Exit \
+                status: 0 all done; 1 a download failed; 2 bad usage; 130 after SIGINT and 143 after SIGTERM \
+                (downloads are paused with their exact offsets saved; run the same command again to resume).
                 """
         )
 
@@ -35,45 +36,15 @@ extension HaulCommand {
             name: .shortAndLong, help: "Write into this folder under the server's names (default: the current folder).")
         var directory: String?
 
-        @Option(name: .shortAndLong, help: "Downloads at once.")
+        @Option(name: .shortAndLong, help: "Downloads at once (without a daemon; a daemon runs its own -j).")
         var jobs: Int = 3
-
-        @Option(
-            help: "Limit all downloads together to RATE bytes a second (e.g. 500K, 2M; K, M, G are powers of 1024).")
-        var limitRate: String?
-
-        @Option(
-            name: [.customShort("x"), .customLong("connections")],
-            help: "The most connections per download, 1 to 16 (Haul adds them one at a time while they make it faster)."
-        )
-        var connections: Int = DownloadOptions.defaultMaxConnections
-
-        @Option(
-            help: "Start no segment smaller than SIZE when splitting a file over connections (e.g. 4M; at least 1M).")
-        var minSplitSize: String = "4M"
 
         @Flag(
             name: .shortAndLong,
             help: "Adopt a file already at -o PATH as a partial download (bytes are compared with the server first).")
         var `continue` = false
 
-        @Flag(help: "Replace a file at the destination that Haul did not create.")
-        var overwrite = false
-
-        @Option(help: "Expected checksum, ALGO=HEX with ALGO one of sha256, sha512, sha1, md5.")
-        var checksum: String?
-
-        @Option(name: .customLong("header"), help: "Extra request header 'Name: value' (repeatable).")
-        var headers: [String] = []
-
-        @Option(help: "The User-Agent header.")
-        var userAgent: String?
-
-        @Option(help: "Seconds without a byte before the connection is abandoned and retried.")
-        var timeout: Double = 30
-
-        @Option(help: "Failed attempts in a row without progress before giving up.")
-        var retries: Int = 5
+        @OptionGroup var transfer: TransferOptions
 
         @Flag(name: .shortAndLong, help: "Print errors only.")
         var quiet = false
@@ -84,8 +55,7 @@ extension HaulCommand {
         @Flag(name: .shortAndLong, help: "Log retries and restarts.")
         var verbose = false
 
-        @Option(help: "Where Haul keeps its state (default: $HAUL_STATE_DIR, else $XDG_STATE_HOME/haul).")
-        var stateDir: String?
+        @OptionGroup var state: StateOptions
 
         func validate() throws {
             if output != nil, directory != nil { throw ValidationError("give -o PATH or -d DIR, not both") }
@@ -94,72 +64,10 @@ extension HaulCommand {
                 throw ValidationError("-o PATH takes one URL; use -d DIR for several")
             }
             if jobs < 1 { throw ValidationError("-j must be at least 1") }
-            if let limitRate, TokenBucket.parseRate(limitRate) == nil {
-                throw ValidationError("--limit-rate '\(limitRate)' is not a positive rate such as 500K or 2M")
-            }
-            if !(timeout > 0) || !timeout.isFinite {
-                throw ValidationError("--timeout must be a positive number of seconds")
-            }
-            if retries < 0 { throw ValidationError("--retries must be 0 or more") }
-            if !(1...DownloadOptions.connectionLimit).contains(connections) {
-                throw ValidationError("-x/--connections must be between 1 and \(DownloadOptions.connectionLimit)")
-            }
-            guard let split = TokenBucket.parseRate(minSplitSize), split >= 1 << 20 else {
-                throw ValidationError("--min-split-size '\(minSplitSize)' is not a size of at least 1M (e.g. 4M)")
-            }
-            _ = split
             if `continue`, output == nil {
                 throw ValidationError("-c/--continue needs -o PATH: it adopts the file at that path")
             }
-            for url in urls { try Self.check(url) }
-            if let checksum,
-                case .failure(let error) = Result(catching: { () throws(DownloadError) in
-                    try Checksum(parsing: checksum)
-                })
-            {
-                throw ValidationError(error.message)
-            }
-            for header in headers {
-                if case .failure(let error) = Result(catching: { () throws(DownloadError) in
-                    try DownloadOptions.Header(parsing: header)
-                }) {
-                    throw ValidationError(error.message)
-                }
-            }
-        }
-
-        static func check(_ url: String, line: Int? = nil) throws {
-            guard let parsed = URL(string: url), let scheme = parsed.scheme?.lowercased(),
-                ["http", "https"].contains(scheme),
-                parsed.host?.isEmpty == false
-            else {
-                let place = line.map { " (line \($0))" } ?? ""
-                throw ValidationError("'\(url)'\(place) is not an http or https URL")
-            }
-        }
-
-        /// The URLs to fetch: arguments, then the input file; each once, in first-seen order.
-        func allURLs() throws -> [String] {
-            var list = urls
-            if let inputFile {
-                let text: String
-                if inputFile == "-" {
-                    text = String(decoding: FileHandle.standardInput.readDataToEndOfFile(), as: UTF8.self)
-                } else {
-                    guard let data = FileManager.default.contents(atPath: inputFile) else {
-                        throw ValidationError("cannot read the input file \(inputFile)")
-                    }
-                    text = String(decoding: data, as: UTF8.self)
-                }
-                for (number, raw) in text.split(separator: "\n", omittingEmptySubsequences: false).enumerated() {
-                    let line = raw.trimmingCharacters(in: .whitespaces.union(.init(charactersIn: "\r")))
-                    if line.isEmpty || line.hasPrefix("#") { continue }
-                    try Self.check(line, line: number + 1)
-                    list.append(line)
-                }
-            }
-            var seen = Set<String>()
-            return list.filter { seen.insert($0).inserted }
+            for url in urls { try checkURL(url) }
         }
 
         func run() async throws {
@@ -169,7 +77,7 @@ extension HaulCommand {
                 return handler
             }
             let list: [String]
-            do { list = try allURLs() } catch let error as ValidationError {
+            do { list = try collectURLs(urls, inputFile: inputFile) } catch let error as ValidationError {
                 FileHandle.standardError.write(Data("Error: \(error.message)\n".utf8))
                 throw ExitCode(2)
             }
@@ -177,25 +85,24 @@ extension HaulCommand {
                 FileHandle.standardError.write(Data("Error: no URL to download\n".utf8))
                 throw ExitCode(2)
             }
-            let options = DownloadOptions(
-                headers: try headers.map { try DownloadOptions.Header(parsing: $0) },
-                userAgent: userAgent,
-                checksum: try checksum.map { try Checksum(parsing: $0) },
-                overwrite: overwrite,
-                continuePartial: `continue`,
-                idleTimeoutSeconds: timeout,
-                maximumAttemptsWithoutProgress: retries,
-                computesSHA256: json,
-                maxConnectionsPerDownload: connections,
-                minimumSplitSize: TokenBucket.parseRate(minSplitSize) ?? DownloadOptions.defaultMinimumSplitSize
-            )
-            var configuration = DownloadManager.Configuration(
-                stateDirectory: stateDir ?? DownloadManager.defaultStateDirectory()
-            )
+            let output = Output(quiet: quiet, json: json)
+            switch try state.connect() {
+            case .standalone:
+                try await runHere(list, output: output)
+            case .daemon(let client):
+                defer { Task { await client.shutdown() } }
+                try await runThroughDaemon(client, list: list, output: output)
+            }
+        }
+
+        /// Without a daemon: a manager of this process's own on the store.
+        private func runHere(_ list: [String], output: Output) async throws {
+            let options = try transfer.downloadOptions(continuePartial: `continue`, computesSHA256: json)
+            var configuration = DownloadManager.Configuration(stateDirectory: state.directory)
             configuration.startsStoredDownloads = false
             configuration.maxConcurrentDownloads = jobs
-            configuration.rateLimit = limitRate.flatMap(TokenBucket.parseRate)
-            let output = Output(quiet: quiet, json: json)
+            configuration.rateLimit = transfer.rate
+            configuration.origin = .commandLine
             let manager: DownloadManager
             do {
                 manager = try DownloadManager(configuration: configuration)
@@ -230,14 +137,24 @@ extension HaulCommand {
             }
             await manager.shutdown(pausing: true)
             await board.value
-            if let signal = signals.received {
-                output.interrupted(signal)
-                throw ExitCode(128 + signal)
-            }
-            for case (_, .success(let result)) in outcomes where result.wasAlreadyComplete { output.finished(result) }
-            if list.count > 1 { output.summary(outcomes) }
-            if outcomes.contains(where: { if case .failure = $0.outcome { true } else { false } }) { throw ExitCode(1) }
+            try output.conclude(outcomes, count: list.count, signal: signals.received)
         }
+    }
+}
+
+extension Output {
+    /// After a batch: already-complete files, the summary, and the exit status (1 when any failed, 128+signal after
+    /// a signal).
+    func conclude(
+        _ outcomes: [(url: String, outcome: Result<DownloadResult, any Error>)], count: Int, signal: Int32?
+    ) throws {
+        if let signal {
+            interrupted(signal)
+            throw ExitCode(128 + signal)
+        }
+        for case (_, .success(let result)) in outcomes where result.wasAlreadyComplete { finished(result) }
+        if count > 1 { summary(outcomes) }
+        if outcomes.contains(where: { if case .failure = $0.outcome { true } else { false } }) { throw ExitCode(1) }
     }
 }
 

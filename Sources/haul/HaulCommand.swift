@@ -11,10 +11,13 @@ struct HaulCommand: AsyncParsableCommand {
         discussion: """
             Downloads go to NAME.part beside the destination; the destination name appears only when the file is \
             complete and verified. Running the same command again resumes from what is on disk.
-            Live control of a running process (pause from another terminal) comes with the daemon later.
+            `haul serve` keeps a queue running as a service; while it runs, every other command talks to it.
             """,
         version: HaulVersion.current,
-        subcommands: [Get.self, List.self, Remove.self, Clean.self]
+        subcommands: [
+            Get.self, Add.self, Watch.self, Pause.self, Resume.self, Cancel.self, Retry.self, List.self, Remove.self,
+            Clean.self, Serve.self,
+        ]
     )
 }
 

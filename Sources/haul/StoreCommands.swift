@@ -1,16 +1,71 @@
 import ArgumentParser
 import Foundation
 import Haul
+import HaulAPI
 import HaulCore
+import HaulServer
 
-/// The state directory option shared by every command.
+/// Where a command finds its downloads: the state folder (whose daemon, when one runs, owns the store), or another
+/// daemon with `--server`.
 struct StateOptions: ParsableArguments {
     @Option(help: "Where Haul keeps its state (default: $HAUL_STATE_DIR, else $XDG_STATE_HOME/haul).")
     var stateDir: String?
 
+    @Option(help: "Talk to the daemon at this URL (as its serve.json shows) instead of the local one.")
+    var server: String?
+
+    @Option(help: "The token of --server (default: $HAUL_TOKEN).")
+    var token: String?
+
+    func validate() throws {
+        if let server {
+            guard let url = URL(string: server), ["http", "https"].contains(url.scheme?.lowercased() ?? ""),
+                url.host?.isEmpty == false
+            else { throw ValidationError("--server '\(server)' is not an http or https URL") }
+            if (token ?? ProcessInfo.processInfo.environment["HAUL_TOKEN"]).map(\.isEmpty) ?? true {
+                throw ValidationError("--server needs the daemon's token: --token TOKEN or HAUL_TOKEN")
+            }
+        } else if token != nil {
+            throw ValidationError("--token goes with --server")
+        }
+    }
+
+    /// The state folder.
+    var directory: String { stateDir ?? DownloadManager.defaultStateDirectory() }
+
+    /// How the command reaches its downloads: the daemon that owns the state folder (or `--server`), or the store
+    /// itself, holding the state folder's lock shared so that no daemon starts behind it.
+    func connect() throws -> Connection {
+        if let server, let url = URL(string: server) {
+            let token = self.token ?? ProcessInfo.processInfo.environment["HAUL_TOKEN"] ?? ""
+            return .daemon(DaemonClient(server: url, token: token))
+        }
+        switch StateLock.acquire(directory, exclusive: false) {
+        case .acquired(let descriptor): return .standalone(lock: descriptor)
+        case .held: return .daemon(DaemonClient(socket: ServeFile.socketPath(in: directory)))
+        case .failed(let message):
+            FileHandle.standardError.write(Data("haul: error: \(message)\n".utf8))
+            throw ExitCode(1)
+        }
+    }
+
+    /// The daemon, or exit 1 saying how to start one.
+    func requireDaemon() throws -> DaemonClient {
+        switch try connect() {
+        case .daemon(let client): return client
+        case .standalone(let lock):
+            close(lock)
+            FileHandle.standardError.write(
+                Data(
+                    ("haul: error: no haul serve runs for \(directory); start one with `haul serve` "
+                        + "(or `systemctl --user start haul`), or name one with --server URL\n").utf8))
+            throw ExitCode(1)
+        }
+    }
+
     func openStore() throws -> DownloadStore {
         do {
-            return try DownloadStore(directory: stateDir ?? DownloadManager.defaultStateDirectory())
+            return try DownloadStore(directory: directory)
         } catch {
             FileHandle.standardError.write(Data("haul: error: \(error.message)\n".utf8))
             throw ExitCode(1)
@@ -32,41 +87,90 @@ struct StateOptions: ParsableArguments {
     }
 }
 
+/// One line of `haul ls`, from the store or from the daemon.
+struct ListedDownload {
+    var id: String
+    var url: String
+    var state: String
+    var destination: String?
+    var directory: String?
+    var bytes: Int64
+    var total: Int64?
+    var error: String?
+    var connections: Int
+
+    init(_ record: DownloadRecord) {
+        self.init(
+            id: record.id, url: record.url, state: record.state.rawValue, destination: record.destination,
+            directory: record.directory, bytes: record.durableOffset, total: record.totalLength,
+            error: record.lastError,
+            connections: record.state == .running ? record.activeConnections : 0)
+    }
+
+    init(_ download: Components.Schemas.Download) {
+        self.init(
+            id: download.id, url: download.url, state: download.state.rawValue, destination: download.path,
+            directory: download.directory, bytes: download.receivedBytes, total: download.totalBytes,
+            error: download.error?.message, connections: download.connections)
+    }
+
+    init(
+        id: String, url: String, state: String, destination: String?, directory: String?, bytes: Int64, total: Int64?,
+        error: String?, connections: Int
+    ) {
+        self.id = id
+        self.url = url
+        self.state = state
+        self.destination = destination
+        self.directory = directory
+        self.bytes = bytes
+        self.total = total
+        self.error = error
+        self.connections = connections
+    }
+}
+
 extension HaulCommand {
-    /// `haul ls`: the downloads in the store.
-    struct List: ParsableCommand {
+    /// `haul ls`: the downloads.
+    struct List: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
             commandName: "ls",
-            abstract: "List the downloads in the store: id, state, progress, size, open connections, destination.")
+            abstract: "List the downloads: id, state, progress, size, open connections, destination.")
 
         @OptionGroup var state: StateOptions
 
         @Flag(help: "Print a JSON array for scripts.")
         var json = false
 
-        func run() throws {
-            let records = try state.openStore().allRecords()
+        func run() async throws {
+            let rows: [ListedDownload]
+            switch try state.connect() {
+            case .standalone:
+                rows = try state.openStore().allRecords().map(ListedDownload.init)
+            case .daemon(let client):
+                defer { Task { await client.shutdown() } }
+                rows = try await runOrExit { try await client.list().map(ListedDownload.init) }
+            }
             if json {
-                let objects: [[String: Any]] = records.map { record in
+                let objects: [[String: Any]] = rows.map { row in
                     [
-                        "id": record.id, "url": record.url, "state": record.state.rawValue,
-                        "destination": record.destination ?? NSNull(), "bytes": record.durableOffset,
-                        "total": record.totalLength ?? NSNull(), "error": record.lastError ?? NSNull(),
-                        "connections": record.state == .running ? record.activeConnections : 0,
+                        "id": row.id, "url": row.url, "state": row.state, "destination": row.destination ?? NSNull(),
+                        "bytes": row.bytes, "total": row.total ?? NSNull(), "error": row.error ?? NSNull(),
+                        "connections": row.connections,
                     ]
                 }
                 let data = try JSONSerialization.data(withJSONObject: objects, options: [.sortedKeys])
                 FileHandle.standardOutput.write(data + Data("\n".utf8))
                 return
             }
-            for record in records {
-                let progress = record.totalLength.map { $0 > 0 ? "\(record.durableOffset * 100 / $0)%" : "100%" } ?? "-"
-                let size = record.totalLength.map(Format.bytes) ?? "?"
-                let place = record.destination ?? record.directory.map { $0 + "/" } ?? "?"
-                let connections = record.state == .running ? "\(record.activeConnections)" : "-"
+            for row in rows {
+                let progress = row.total.map { $0 > 0 ? "\(row.bytes * 100 / $0)%" : "100%" } ?? "-"
+                let size = row.total.map(Format.bytes) ?? "?"
+                let place = row.destination ?? row.directory.map { $0 + "/" } ?? "?"
+                let connections = row.state == "running" ? "\(row.connections)" : "-"
                 print(
                     [
-                        String(record.id.prefix(8)), Format.fit(record.state.rawValue, 17), Format.fit(progress, 5),
+                        String(row.id.prefix(8)), Format.fit(row.state, 17), Format.fit(progress, 5),
                         Format.fit(size, 10), Format.fit(connections, 3), place,
                     ].joined(separator: " "))
             }
@@ -74,12 +178,15 @@ extension HaulCommand {
     }
 
     /// `haul rm ID…`: forget downloads.
-    struct Remove: ParsableCommand {
+    struct Remove: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
             commandName: "rm",
-            abstract: "Forget downloads that are not running (ids or unique id prefixes, as `haul ls` shows).",
-            discussion:
-                "The part file of an unfinished download is deleted; --delete-file also deletes a completed file."
+            abstract: "Forget downloads (ids or unique id prefixes, as `haul ls` shows).",
+            discussion: """
+                The part file of an unfinished download is deleted; --delete-file also deletes a completed file. \
+                Without a daemon a running download cannot be removed (stop that haul first); through a daemon it is \
+                cancelled first.
+                """
         )
 
         @OptionGroup var state: StateOptions
@@ -94,33 +201,70 @@ extension HaulCommand {
             if ids.isEmpty { throw ValidationError("give at least one id (see haul ls)") }
         }
 
-        func run() throws {
-            let store = try state.openStore()
-            for record in try state.records(ids, in: store) {
-                guard record.state != .running else {
-                    FileHandle.standardError.write(
-                        Data("haul: error: \(record.id.prefix(8)) is running; stop that haul first\n".utf8))
-                    throw ExitCode(1)
+        func run() async throws {
+            switch try state.connect() {
+            case .standalone:
+                let store = try state.openStore()
+                for record in try state.records(ids, in: store) {
+                    guard record.state != .running else {
+                        FileHandle.standardError.write(
+                            Data("haul: error: \(record.id.prefix(8)) is running; stop that haul first\n".utf8))
+                        throw ExitCode(1)
+                    }
+                    try forget(record, in: store, deletingFile: deleteFile)
                 }
-                try forget(record, in: store, deletingFile: deleteFile)
+            case .daemon(let client):
+                defer { Task { await client.shutdown() } }
+                try await runOrExit {
+                    for download in try await client.resolve(ids) {
+                        try await client.delete(download.id, deletingFile: deleteFile)
+                    }
+                }
             }
         }
     }
 
-    /// `haul clean`: forget completed and cancelled downloads.
-    struct Clean: ParsableCommand {
+    /// `haul clean`: forget finished downloads.
+    struct Clean: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
-            abstract: "Forget completed and cancelled downloads (their files stay).")
+            abstract: "Forget completed, cancelled and failed downloads (their files stay).")
 
         @OptionGroup var state: StateOptions
 
-        func run() throws {
-            let store = try state.openStore()
-            let finished = try store.allRecords().filter { $0.state == .completed || $0.state == .cancelled }
-            for record in finished { try forget(record, in: store, deletingFile: false) }
-            print("haul: forgot \(finished.count) download\(finished.count == 1 ? "" : "s")")
+        func run() async throws {
+            let count: Int
+            switch try state.connect() {
+            case .standalone:
+                let store = try state.openStore()
+                let finished = try store.allRecords().filter(\.state.isTerminal)
+                for record in finished { try forget(record, in: store, deletingFile: false) }
+                count = finished.count
+            case .daemon(let client):
+                defer { Task { await client.shutdown() } }
+                count = try await runOrExit { try await client.clean() }
+            }
+            print("haul: forgot \(count) download\(count == 1 ? "" : "s")")
         }
     }
+}
+
+/// Runs a daemon call; a failure prints the daemon's message and exits 1.
+func runOrExit<T>(_ body: () async throws -> T) async throws -> T {
+    do { return try await body() } catch let error as ClientError {
+        FileHandle.standardError.write(Data("haul: error: \(error.description)\n".utf8))
+        throw ExitCode(1)
+    } catch let error as ValidationError {
+        FileHandle.standardError.write(Data("haul: error: \(error.message)\n".utf8))
+        throw ExitCode(2)
+    }
+}
+
+/// How a command reaches its downloads.
+enum Connection {
+    /// Through the daemon's API.
+    case daemon(DaemonClient)
+    /// Through the store, holding the state folder's lock shared (closed when the process ends).
+    case standalone(lock: Int32)
 }
 
 /// Deletes a record, its part file, and with `deletingFile` its completed file.

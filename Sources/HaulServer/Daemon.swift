@@ -1,0 +1,315 @@
+import Foundation
+import Haul
+import HaulCore
+import Hummingbird
+import HummingbirdCore
+import Logging
+import NIOCore
+import NIOSSL
+import ServiceLifecycle
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// What `haul serve` writes to `STATE_DIR/serve.json` while it runs, and what other commands read to reach it.
+public struct ServeFile: Codable, Sendable, Equatable {
+    /// The TCP listener's URL.
+    public var url: String
+    /// The token of the API.
+    public var token: String
+    /// The daemon's process id.
+    public var pid: Int32
+    /// The Unix socket of the local door.
+    public var socket: String?
+
+    /// The file's path in `stateDirectory`.
+    public static func path(in stateDirectory: String) -> String {
+        (stateDirectory as NSString).appendingPathComponent("serve.json")
+    }
+
+    /// The socket's path in `stateDirectory`.
+    public static func socketPath(in stateDirectory: String) -> String {
+        (stateDirectory as NSString).appendingPathComponent("haul.sock")
+    }
+
+    /// Reads the file of `stateDirectory`, nil when there is none or it cannot be read.
+    public static func read(in stateDirectory: String) -> ServeFile? {
+        guard let data = FileManager.default.contents(atPath: path(in: stateDirectory)) else { return nil }
+        return try? JSONDecoder().decode(ServeFile.self, from: data)
+    }
+}
+
+/// How `haul serve` runs.
+public struct DaemonOptions: Sendable {
+    /// The state folder (store, token, socket, serve.json).
+    public var stateDirectory: String
+    /// The TCP listener's address.
+    public var listenHost = "127.0.0.1"
+    /// Its port; 0 picks a free one.
+    public var listenPort = 7165
+    /// The default folder of downloads.
+    public var downloadDirectory = DaemonConfiguration.defaultDownloadDirectory()
+    /// Further folders TCP requests may write to.
+    public var allowedDirectories: [String] = []
+    /// Further names TCP requests may carry in `Host`.
+    public var allowedHosts: [String] = []
+    /// Settings given on the command line; they replace the stored ones (and are stored).
+    public var maxConcurrentDownloads: Int?
+    /// The global rate limit given on the command line.
+    public var rateLimit: Int64?
+    /// The connections per download given on the command line.
+    public var connections: Int?
+    /// The token given with `--token-file` or `HAUL_TOKEN`; nil uses (or makes) `STATE_DIR/token`.
+    public var token: String?
+    /// A PEM certificate chain and key: the TCP listener speaks TLS.
+    public var tlsCertificate: String?
+    /// The key of `tlsCertificate`.
+    public var tlsKey: String?
+    /// Where log messages go.
+    public var logger = Logger(label: "haul")
+    /// Changes to the manager's configuration (tests inject clocks).
+    public var configureManager: @Sendable (inout DownloadManager.Configuration) -> Void = { _ in }
+
+    /// Options with the defaults for `stateDirectory`.
+    public init(stateDirectory: String) {
+        self.stateDirectory = stateDirectory
+    }
+}
+
+/// A failure to start the daemon, with a message for people.
+public struct DaemonError: Error, CustomStringConvertible, Sendable {
+    /// What went wrong.
+    public var description: String
+}
+
+/// `haul serve`: the download manager as a service. It locks the state folder, serves the API over TCP and over a
+/// Unix socket beside the store, writes `serve.json`, and on SIGTERM or SIGINT stops accepting requests, closes the
+/// event streams, and stops running downloads with their exact offsets (they resume on the next start).
+public enum Daemon {
+    /// Runs until SIGTERM or SIGINT (or the task is cancelled). `onReady` gets what `serve.json` holds once both
+    /// listeners are up.
+    public static func run(_ options: DaemonOptions, onReady: @escaping @Sendable (ServeFile) -> Void = { _ in })
+        async throws
+    {
+        let logger = options.logger
+        let state = options.stateDirectory
+        do {
+            try FileManager.default.createDirectory(
+                atPath: state, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+        } catch {
+            throw DaemonError(description: "cannot create the state folder \(state): \(error)")
+        }
+        let lock = try lockStateDirectory(state)
+        defer { close(lock) }
+        let token = try options.token ?? storedToken(in: state)
+        var managerConfiguration = DownloadManager.Configuration(stateDirectory: state)
+        managerConfiguration.persistsSettings = true
+        managerConfiguration.origin = .api
+        managerConfiguration.engine.progressInterval = .milliseconds(250)
+        managerConfiguration.logger = logger
+        options.configureManager(&managerConfiguration)
+        let manager: DownloadManager
+        do { manager = try DownloadManager(configuration: managerConfiguration) } catch {
+            throw DaemonError(description: error.message)
+        }
+        var settings = await manager.currentSettings()
+        if let jobs = options.maxConcurrentDownloads { settings.maxConcurrentDownloads = jobs }
+        if let rate = options.rateLimit { settings.rateLimit = rate }
+        if let connections = options.connections { settings.connectionsPerDownload = connections }
+        do { try await manager.update(settings) } catch { throw DaemonError(description: error.message) }
+
+        let usesTLS = options.tlsCertificate != nil
+        let configuration = DaemonConfiguration(
+            token: token, downloadDirectory: FolderPolicy.resolved(options.downloadDirectory),
+            allowedDirectories: options.allowedDirectories.map(FolderPolicy.resolved),
+            allowedHosts: options.allowedHosts,
+            listenHost: options.listenHost, usesTLS: usesTLS)
+        let metrics = DaemonMetrics()
+        let socketPath = ServeFile.socketPath(in: state)
+        // The lock is held: a socket file left here is a dead daemon's.
+        unlink(socketPath)
+        var tls: TLSConfiguration?
+        if let certificate = options.tlsCertificate, let key = options.tlsKey {
+            do {
+                tls = TLSConfiguration.makeServerConfiguration(
+                    certificateChain: try NIOSSLCertificate.fromPEMFile(certificate).map { .certificate($0) },
+                    privateKey: .privateKey(try NIOSSLPrivateKey(file: key, format: .pem)))
+            } catch {
+                throw DaemonError(description: "cannot load the TLS certificate or key: \(error)")
+            }
+        } else if !isLoopback(options.listenHost) {
+            logger.warning(
+                "listening on \(options.listenHost) without --tls-cert: the token travels in clear text over the network"
+            )
+        }
+        let scheme = usesTLS ? "https" : "http"
+        let readiness = Readiness(count: 2) { port in
+            let host = options.listenHost.contains(":") ? "[\(options.listenHost)]" : options.listenHost
+            let file = ServeFile(
+                url: "\(scheme)://\(host):\(port)", token: token, pid: getpid(), socket: socketPath)
+            do {
+                try writeServeFile(file, in: state)
+            } catch {
+                logger.error("cannot write \(ServeFile.path(in: state)): \(error)")
+            }
+            logger.notice("haul serve: listening on \(file.url); sign in at \(file.url)/?token=\(token)")
+            onReady(file)
+        }
+        let network = try buildApplication(
+            router: try buildRouter(manager: manager, configuration: configuration, door: .network, metrics: metrics),
+            address: .hostname(options.listenHost, port: options.listenPort), tls: tls, logger: logger
+        ) { channel in
+            await readiness.ready(port: channel.localAddress?.port)
+        }
+        let local = try buildApplication(
+            router: try buildRouter(manager: manager, configuration: configuration, door: .socket, metrics: metrics),
+            address: .unixDomainSocket(path: socketPath), logger: logger
+        ) { _ in
+            chmod(socketPath, 0o600)
+            await readiness.ready(port: nil)
+        }
+        var group = ServiceGroupConfiguration(
+            services: [
+                .init(service: ManagerService(manager: manager, metrics: metrics)),
+                .init(service: network),
+                .init(service: local),
+            ],
+            gracefulShutdownSignals: [.sigterm, .sigint],
+            logger: logger)
+        // Stopped within 5 s whatever a client does: what has not ended by then is cancelled.
+        group.maximumGracefulShutdownDuration = .seconds(4)
+        group.maximumCancellationDuration = .seconds(1)
+        defer {
+            unlink(ServeFile.path(in: state))
+            unlink(socketPath)
+        }
+        do {
+            try await ServiceGroup(configuration: group).run()
+        } catch {
+            await manager.shutdown()
+            throw DaemonError(description: "\(error)")
+        }
+    }
+
+    /// Takes the state folder's lock for good, or fails naming who holds it.
+    private static func lockStateDirectory(_ state: String) throws -> Int32 {
+        switch StateLock.acquire(state, exclusive: true) {
+        case .acquired(let descriptor):
+            return descriptor
+        case .held:
+            if let file = ServeFile.read(in: state), kill(file.pid, 0) == 0 {
+                throw DaemonError(
+                    description: "another haul serve (pid \(file.pid), \(file.url)) owns the state folder \(state); "
+                        + "stop it first")
+            }
+            throw DaemonError(
+                description: "a haul command is using the state folder \(state); start haul serve when it ends")
+        case .failed(let message):
+            throw DaemonError(description: message)
+        }
+    }
+
+    /// The token kept in `STATE_DIR/token` (0600), made from 32 random bytes on the first start.
+    private static func storedToken(in state: String) throws -> String {
+        let path = (state as NSString).appendingPathComponent("token")
+        if let data = FileManager.default.contents(atPath: path) {
+            let token = String(decoding: data, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
+            if !token.isEmpty { return token }
+        }
+        var generator = SystemRandomNumberGenerator()
+        let token = (0..<32).map { _ in String(format: "%02x", UInt8.random(in: 0...255, using: &generator)) }.joined()
+        guard
+            FileManager.default.createFile(
+                atPath: path, contents: Data(token.utf8), attributes: [.posixPermissions: 0o600])
+        else {
+            throw DaemonError(description: "cannot write the token to \(path)")
+        }
+        return token
+    }
+
+    /// Writes `serve.json` (0600) by renaming a complete temporary file over it.
+    private static func writeServeFile(_ file: ServeFile, in state: String) throws {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .prettyPrinted, .withoutEscapingSlashes]
+        let data = try encoder.encode(file)
+        let path = ServeFile.path(in: state)
+        let temporary = path + ".tmp"
+        guard FileManager.default.createFile(atPath: temporary, contents: data, attributes: [.posixPermissions: 0o600])
+        else {
+            throw DaemonError(description: "cannot write \(temporary)")
+        }
+        guard rename(temporary, path) == 0 else {
+            throw DaemonError(description: "cannot rename \(temporary): \(String(cString: strerror(errno)))")
+        }
+    }
+
+    static func isLoopback(_ host: String) -> Bool {
+        let lowered = host.lowercased()
+        return lowered == "localhost" || lowered.hasPrefix("127.") || lowered == "::1" || lowered == "[::1]"
+    }
+}
+
+/// The lock on a state folder's `serve.lock`: `haul serve` holds it exclusively for as long as it runs; a command
+/// that opens the store itself (`haul get` without a daemon) holds it shared. So a command finds a daemon by failing
+/// to share the lock, and a daemon never starts behind a command writing the store.
+public enum StateLock {
+    /// What trying to take the lock gave.
+    public enum Outcome: Sendable {
+        /// Taken; the descriptor holds it until closed.
+        case acquired(Int32)
+        /// Someone holds it the other way.
+        case held
+        /// The lock file cannot be opened.
+        case failed(String)
+    }
+
+    /// Tries once, without waiting.
+    public static func acquire(_ state: String, exclusive: Bool) -> Outcome {
+        try? FileManager.default.createDirectory(
+            atPath: state, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+        let path = (state as NSString).appendingPathComponent("serve.lock")
+        let descriptor = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
+        guard descriptor >= 0 else { return .failed("cannot open \(path): \(String(cString: strerror(errno)))") }
+        guard flock(descriptor, (exclusive ? LOCK_EX : LOCK_SH) | LOCK_NB) == 0 else {
+            close(descriptor)
+            return .held
+        }
+        return .acquired(descriptor)
+    }
+}
+
+/// Counts listeners coming up; runs `action` once all have, with the TCP port.
+private actor Readiness {
+    private var remaining: Int
+    private var port: Int?
+    private let action: @Sendable (Int) -> Void
+
+    init(count: Int, action: @escaping @Sendable (Int) -> Void) {
+        remaining = count
+        self.action = action
+    }
+
+    func ready(port: Int?) {
+        if let port { self.port = port }
+        remaining -= 1
+        if remaining == 0 { action(self.port ?? 0) }
+    }
+}
+
+/// The manager as a service: it runs (and publishes stats and heartbeats) until a graceful shutdown, then stops the
+/// running downloads with their exact offsets. Its events feed the metrics meanwhile.
+struct ManagerService: Service {
+    let manager: DownloadManager
+    let metrics: DaemonMetrics
+
+    func run() async throws {
+        let events = manager.events()
+        let metrics = self.metrics
+        async let observed: Void = metrics.observe(events)
+        let manager = self.manager
+        await cancelWhenGracefulShutdown { await manager.run() }
+        events.cancel()
+        await observed
+    }
+}

@@ -1,0 +1,179 @@
+import ArgumentParser
+import Foundation
+import Haul
+import HaulAPI
+import HaulCore
+
+extension HaulCommand {
+    /// `haul add URL…`: queue downloads with the daemon and return at once.
+    struct Add: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Queue downloads with the running haul serve and print their ids.",
+            discussion: "Returns at once; `haul watch` shows them. The same URL to the same place is added once.")
+
+        @Argument(help: "The http or https URLs.")
+        var urls: [String] = []
+
+        @Option(name: [.customShort("i"), .customLong("input-file")], help: "Read URLs from this file ('-': stdin).")
+        var inputFile: String?
+
+        @Option(name: .shortAndLong, help: "Write to this path (one URL only).")
+        var output: String?
+
+        @Option(name: .shortAndLong, help: "Write into this folder (default: the current folder).")
+        var directory: String?
+
+        @Option(help: "high, normal or low.")
+        var priority: String = "normal"
+
+        @Flag(help: "Add them paused (they start on `haul resume`).")
+        var paused = false
+
+        @Flag(name: .shortAndLong, help: "Adopt a file already at -o PATH as a partial download.")
+        var `continue` = false
+
+        @OptionGroup var transfer: TransferOptions
+
+        @OptionGroup var state: StateOptions
+
+        func validate() throws {
+            if output != nil, directory != nil { throw ValidationError("give -o PATH or -d DIR, not both") }
+            if urls.isEmpty, inputFile == nil { throw ValidationError("give at least one URL, or -i FILE") }
+            if output != nil, urls.count + (inputFile == nil ? 0 : 2) > 1 {
+                throw ValidationError("-o PATH takes one URL; use -d DIR for several")
+            }
+            if Components.Schemas.Priority(rawValue: priority) == nil {
+                throw ValidationError("--priority must be high, normal or low")
+            }
+            if `continue`, output == nil { throw ValidationError("-c/--continue needs -o PATH") }
+            for url in urls { try checkURL(url) }
+        }
+
+        func run() async throws {
+            let list: [String]
+            do { list = try collectURLs(urls, inputFile: inputFile) } catch let error as ValidationError {
+                FileHandle.standardError.write(Data("Error: \(error.message)\n".utf8))
+                throw ExitCode(2)
+            }
+            let client = try state.requireDaemon()
+            defer { Task { await client.shutdown() } }
+            let items = try list.map { url in
+                try transfer.item(
+                    url: url, output: output, directory: directory, continuePartial: `continue`, computesSHA256: false,
+                    paused: paused, priority: Components.Schemas.Priority(rawValue: priority))
+            }
+            let added = try await runOrExit { try await client.add(items) }
+            for download in added { print(download.id) }
+        }
+    }
+
+    /// `haul pause|resume|cancel|retry ID…`.
+    struct Pause: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Pause downloads of the running haul serve (their exact offsets are kept).")
+        @OptionGroup var target: Targets
+        func run() async throws { try await target.apply("pause", done: "paused") }
+    }
+
+    struct Resume: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Queue paused downloads of haul serve again.")
+        @OptionGroup var target: Targets
+        func run() async throws { try await target.apply("resume", done: "resumed") }
+    }
+
+    struct Cancel: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Cancel downloads of haul serve (their part files are deleted; `haul retry` starts them again).")
+        @OptionGroup var target: Targets
+        func run() async throws { try await target.apply("cancel", done: "cancelled") }
+    }
+
+    struct Retry: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Queue failed or cancelled downloads of haul serve again.")
+        @OptionGroup var target: Targets
+        func run() async throws { try await target.apply("retry", done: "queued again") }
+    }
+
+    /// `haul watch [ID…]`: live progress from the daemon's event stream.
+    struct Watch: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Show the live progress of haul serve's downloads until Ctrl-C.",
+            discussion: """
+                Without ids, every download (and those added meanwhile). With --until-done, exits once none of them \
+                is queued or running: 0 when none failed, 1 otherwise.
+                """)
+
+        @Argument(help: "Ids or unique id prefixes (default: all).")
+        var ids: [String] = []
+
+        @Flag(help: "Exit when the downloads have finished.")
+        var untilDone = false
+
+        @Flag(name: .shortAndLong, help: "Print errors only.")
+        var quiet = false
+
+        @Flag(help: "Print one JSON object per finished download on standard output.")
+        var json = false
+
+        @OptionGroup var state: StateOptions
+
+        func run() async throws {
+            let client = try state.requireDaemon()
+            defer { Task { await client.shutdown() } }
+            let chosen = try await runOrExit { ids.isEmpty ? nil : try await client.resolve(ids) }
+            let batch = RemoteBatch(followsAll: chosen == nil, endsWhenStopped: untilDone)
+            if let chosen { await batch.track(chosen.map(DownloadSnapshot.init)) }
+            let output = Output(quiet: quiet, json: json)
+            let started = ContinuousClock.now
+            let follower = Task {
+                do {
+                    try await RemoteEvents(client: client).follow { _, event in await batch.receive(event) }
+                } catch {
+                    output.error(ClientError(description: "lost the daemon's event stream: \(error)"))
+                }
+                await batch.finish()
+            }
+            let signals = SignalWatcher { await batch.finish() }
+            await output.render(batch.events, single: false) { id in
+                guard let last = await batch.download(id) else { return nil }
+                return HaulCommand.Get.result(
+                    of: last, since: started, resumedFrom: await batch.initial(id)?.receivedBytes)
+            }
+            follower.cancel()
+            if let signal = signals.received { throw ExitCode(128 + signal) }
+            if untilDone, await batch.failures > 0 { throw ExitCode(1) }
+        }
+    }
+}
+
+/// The ids a command acts on, and how it reaches the daemon.
+struct Targets: ParsableArguments {
+    @Argument(help: "Ids or unique id prefixes, as `haul ls` shows them.")
+    var ids: [String] = []
+
+    @OptionGroup var state: StateOptions
+
+    func validate() throws {
+        if ids.isEmpty { throw ValidationError("give at least one id (see haul ls)") }
+    }
+
+    /// Runs `command` on each download; exits 1 when one is refused (after trying the rest).
+    func apply(_ command: String, done: String) async throws {
+        let client = try state.requireDaemon()
+        defer { Task { await client.shutdown() } }
+        let downloads = try await runOrExit { try await client.resolve(ids) }
+        var refused = false
+        for download in downloads {
+            do {
+                let after = try await client.command(command, download.id)
+                let name = after.path.map { ($0 as NSString).lastPathComponent } ?? after.url
+                print("haul: \(done) \(after.id.prefix(8)) \(name)")
+            } catch {
+                FileHandle.standardError.write(Data("haul: error: \(download.id.prefix(8)): \(error)\n".utf8))
+                refused = true
+            }
+        }
+        if refused { throw ExitCode(1) }
+    }
+}

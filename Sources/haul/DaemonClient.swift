@@ -1,0 +1,287 @@
+import AsyncHTTPClient
+import Foundation
+import HTTPTypes
+import Haul
+import HaulAPI
+import HaulCore
+import HaulServer
+import OpenAPIAsyncHTTPClient
+import OpenAPIRuntime
+
+/// A failure talking to the daemon, with the daemon's own message when it gave one.
+struct ClientError: Error, CustomStringConvertible {
+    var description: String
+    /// The HTTP status of the daemon's answer, when there was one.
+    var status: Int?
+    /// For a list of downloads: the index of the item the daemon refused.
+    var index: Int?
+}
+
+/// The `haul` command's way to a daemon: its Unix socket (found through the state folder) or, with `--server`, its
+/// TCP listener with the token. Built on the client generated from the same OpenAPI document as the daemon.
+struct DaemonClient: Sendable {
+    let api: Client
+    private let http: HTTPClient
+
+    /// A client of the daemon that owns `stateDirectory`, through its socket (no token: the socket checks the user).
+    init(socket path: String) {
+        http = HTTPClient(eventLoopGroupProvider: .singleton, configuration: .init())
+        let encoded = path.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? path
+        api = Client(
+            serverURL: URL(string: "http+unix://\(encoded)/api/v1")!,
+            transport: AsyncHTTPClientTransport(configuration: .init(client: http, timeout: .seconds(60))))
+    }
+
+    /// A client of the daemon at `server` (its URL, as `serve.json` holds it), sending `token`.
+    init(server: URL, token: String) {
+        http = HTTPClient(eventLoopGroupProvider: .singleton, configuration: .init())
+        api = Client(
+            serverURL: server.appendingPathComponent("api/v1"),
+            transport: AsyncHTTPClientTransport(configuration: .init(client: http, timeout: .seconds(60))),
+            middlewares: [BearerToken(token: token)])
+    }
+
+    func shutdown() async {
+        try? await http.shutdown()
+    }
+
+    // MARK: Calls
+
+    func add(_ items: [Components.Schemas.AddDownload]) async throws -> [Components.Schemas.Download] {
+        let output = try await call { try await api.addDownloads(body: .json(.case2(items))) }
+        guard case .ok(let ok) = output, case .json(.DownloadList(let list)) = ok.body else {
+            throw Self.failure(output)
+        }
+        return list.downloads
+    }
+
+    func list(states: [Components.Schemas.State]? = nil) async throws -> [Components.Schemas.Download] {
+        let output = try await call { try await api.listDownloads(query: .init(state: states)) }
+        guard case .ok(let ok) = output, case .json(let list) = ok.body else { throw Self.failure(output) }
+        return list.downloads
+    }
+
+    /// Runs a command on one download (`pause`, `resume`, `cancel`, `retry`) and returns it after.
+    func command(_ name: String, _ id: String) async throws -> Components.Schemas.Download {
+        let path = Operations.PauseDownload.Input.Path(id: id)
+        let download: Components.Schemas.Download?
+        let output: any Sendable
+        switch name {
+        case "pause":
+            let result = try await call { try await api.pauseDownload(path: .init(id: path.id)) }
+            (download, output) = (try? result.ok.body.json, result)
+        case "resume":
+            let result = try await call { try await api.resumeDownload(path: .init(id: path.id)) }
+            (download, output) = (try? result.ok.body.json, result)
+        case "cancel":
+            let result = try await call { try await api.cancelDownload(path: .init(id: path.id)) }
+            (download, output) = (try? result.ok.body.json, result)
+        default:
+            let result = try await call { try await api.retryDownload(path: .init(id: path.id)) }
+            (download, output) = (try? result.ok.body.json, result)
+        }
+        guard let download else { throw Self.failure(output) }
+        return download
+    }
+
+    func delete(_ id: String, deletingFile: Bool) async throws {
+        let output = try await call {
+            try await api.deleteDownload(path: .init(id: id), query: .init(deleteFile: deletingFile))
+        }
+        guard case .noContent = output else { throw Self.failure(output) }
+    }
+
+    func clean() async throws -> Int {
+        let output = try await call { try await api.clean() }
+        guard case .ok(let ok) = output, case .json(let body) = ok.body else { throw Self.failure(output) }
+        return body.removed
+    }
+
+    /// The event stream, from after `lastEventID` (nil: from a snapshot).
+    func events(after lastEventID: String?) async throws -> HTTPBody {
+        let output = try await call {
+            try await api.streamEvents(headers: .init(lastEventID: lastEventID))
+        }
+        guard case .ok(let ok) = output, case .textEventStream(let body) = ok.body else { throw Self.failure(output) }
+        return body
+    }
+
+    /// The downloads whose ids start with each of `prefixes` (as `haul ls` shows them); a prefix matching none or
+    /// several is an error.
+    func resolve(_ prefixes: [String]) async throws -> [Components.Schemas.Download] {
+        let all = try await list()
+        return try prefixes.map { prefix in
+            let matches = all.filter { $0.id.hasPrefix(prefix.lowercased()) }
+            guard matches.count == 1 else {
+                throw ClientError(
+                    description: matches.isEmpty
+                        ? "no download with id \(prefix)" : "id \(prefix) matches \(matches.count) downloads")
+            }
+            return matches[0]
+        }
+    }
+
+    /// Runs `body`, turning a failure to reach the daemon into a message that says so.
+    private func call<T>(_ body: () async throws -> T) async throws -> T {
+        do { return try await body() } catch let error as ClientError { throw error } catch {
+            let underlying = (error as? ClientError)?.description ?? "\(error)"
+            throw ClientError(description: "cannot reach the daemon: \(Self.shorten(underlying))")
+        }
+    }
+
+    private static func shorten(_ text: String) -> String {
+        if let range = text.range(of: "underlying error: ") { return String(text[range.upperBound...]) }
+        return text
+    }
+
+    /// The daemon's error answer inside a generated output, as a `ClientError`.
+    static func failure(_ output: Any) -> ClientError {
+        if let error = find(Components.Schemas.ErrorResponse.self, in: output) {
+            return ClientError(
+                description: error.error.message, status: status(of: output), index: error.error.index)
+        }
+        return ClientError(description: "the daemon answered \(status(of: output).map(String.init) ?? "unexpectedly")")
+    }
+
+    private static func status(of output: Any) -> Int? {
+        let names: [String: Int] = [
+            "ok": 200, "created": 201, "noContent": 204, "badRequest": 400, "unauthorized": 401, "forbidden": 403,
+            "notFound": 404, "conflict": 409, "contentTooLarge": 413, "unsupportedMediaType": 415,
+        ]
+        guard let child = Mirror(reflecting: output).children.first else { return nil }
+        if child.label == "undocumented", let tuple = Mirror(reflecting: child.value).children.first?.value as? Int {
+            return tuple
+        }
+        return child.label.flatMap { names[$0] }
+    }
+
+    private static func find<T>(_ type: T.Type, in value: Any) -> T? {
+        if let value = value as? T { return value }
+        for child in Mirror(reflecting: value).children {
+            if let found = find(type, in: child.value) { return found }
+        }
+        return nil
+    }
+}
+
+/// Adds `Authorization: Bearer TOKEN` to every request.
+struct BearerToken: ClientMiddleware {
+    let token: String
+
+    func intercept(
+        _ request: HTTPRequest, body: HTTPBody?, baseURL: URL, operationID: String,
+        next: (HTTPRequest, HTTPBody?, URL) async throws -> (HTTPResponse, HTTPBody?)
+    ) async throws -> (HTTPResponse, HTTPBody?) {
+        var request = request
+        request.headerFields[.authorization] = "Bearer \(token)"
+        return try await next(request, body, baseURL)
+    }
+}
+
+extension DownloadSnapshot {
+    /// The engine's view of a download the daemon described, for the terminal output shared with `haul get`.
+    init(_ download: Components.Schemas.Download) {
+        let options = download.options
+        self.init(
+            id: DownloadID(download.id), url: download.url, path: download.path, directory: download.directory,
+            state: DownloadState(rawValue: download.state.rawValue) ?? .failed,
+            priority: download.priority == .high ? .high : download.priority == .low ? .low : .normal,
+            position: download.position, receivedBytes: download.receivedBytes, totalBytes: download.totalBytes,
+            bytesPerSecond: download.bytesPerSecond, secondsRemaining: download.etaSeconds,
+            connections: download.connections,
+            segments: download.segments?.map { Segment(start: $0.start, end: $0.end, offset: $0.offset) },
+            after: download.after.map(DownloadID.init),
+            error: download.error.map {
+                DownloadError(
+                    DownloadError.Code(named: $0.code) ?? .invalidResponse, $0.message, status: $0.httpStatus)
+            },
+            isResumable: download.resumable, createdAt: download.createdAt, completedAt: download.completedAt,
+            options: DownloadOptions(
+                headers: options.headers.additionalProperties.map {
+                    DownloadOptions.Header(name: $0.key, value: $0.value)
+                },
+                userAgent: options.userAgent,
+                overwrite: options.overwrite, continuePartial: options.continuePartial,
+                idleTimeoutSeconds: options.timeoutSeconds, maximumAttemptsWithoutProgress: options.retries,
+                maxConnectionsPerDownload: options.connections, minimumSplitSize: options.minSplitSize),
+            rateLimit: download.limitRate,
+            origin: DownloadOrigin(rawValue: download.origin.rawValue) ?? .api,
+            sha256: download.sha256)
+    }
+}
+
+/// The daemon's event stream as the engine's events, reconnecting with the last id when the connection drops (a
+/// daemon that restarted answers with a fresh snapshot).
+struct RemoteEvents: Sendable {
+    let client: DaemonClient
+
+    /// Reads events, giving each to `handle` until it returns false. Gives up when the daemon cannot be reached
+    /// again after `attempts` tries in a row.
+    func follow(attempts: Int = 20, _ handle: (EventID?, DownloadEvent) async -> Bool) async throws {
+        var lastID: String?
+        var failures = 0
+        let decoder = JSONDecoder()
+        decoder.dateDecodingStrategy = .iso8601
+        while true {
+            let body: HTTPBody
+            do {
+                body = try await client.events(after: lastID)
+                failures = 0
+            } catch {
+                failures += 1
+                if failures >= attempts { throw error }
+                try await Task.sleep(for: .milliseconds(250))
+                continue
+            }
+            do {
+                for try await event in body.asDecodedServerSentEvents() {
+                    if let id = event.id { lastID = id }
+                    guard let name = event.event, let data = event.data.map({ Data($0.utf8) }) else { continue }
+                    guard let decoded = try? Self.decode(name, data, decoder) else { continue }
+                    if !(await handle(event.id.flatMap(EventID.init), decoded)) { return }
+                }
+            } catch {
+                // The stream broke: reconnect with the last id.
+            }
+            if Task.isCancelled { return }
+        }
+    }
+
+    static func decode(_ name: String, _ data: Data, _ decoder: JSONDecoder) throws -> DownloadEvent? {
+        switch name {
+        case "snapshot":
+            let snapshot = try decoder.decode(Components.Schemas.EventSnapshot.self, from: data)
+            return .snapshot(
+                ManagerSnapshot(
+                    downloads: snapshot.downloads.map(DownloadSnapshot.init),
+                    stats: DownloadStats(bytesPerSecond: snapshot.stats.bytesPerSecond, counts: [:]),
+                    settings: ManagerSettings(
+                        maxConcurrentDownloads: snapshot.settings.maxConcurrentDownloads,
+                        rateLimit: snapshot.settings.limitRate,
+                        connectionsPerDownload: snapshot.settings.connections)))
+        case "added":
+            return .added(DownloadSnapshot(try decoder.decode(Components.Schemas.Download.self, from: data)))
+        case "changed":
+            return .changed(DownloadSnapshot(try decoder.decode(Components.Schemas.Download.self, from: data)))
+        case "progress":
+            let progress = try decoder.decode(Components.Schemas.Progress.self, from: data)
+            return .progress(
+                DownloadProgress(
+                    id: DownloadID(progress.id), receivedBytes: progress.receivedBytes, totalBytes: progress.totalBytes,
+                    bytesPerSecond: progress.bytesPerSecond, secondsRemaining: progress.etaSeconds,
+                    connections: progress.connections))
+        case "retrying":
+            let retrying = try decoder.decode(Components.Schemas.Retrying.self, from: data)
+            return .retrying(
+                DownloadID(retrying.id),
+                error: DownloadError(
+                    DownloadError.Code(named: retrying.error.code) ?? .invalidResponse, retrying.error.message,
+                    status: retrying.error.httpStatus),
+                delay: .milliseconds(Int64(retrying.delaySeconds * 1000)))
+        case "removed":
+            return .removed(DownloadID(try decoder.decode(Components.Schemas.Removed.self, from: data).id))
+        default:
+            return nil
+        }
+    }
+}

@@ -1,0 +1,147 @@
+import Foundation
+import Haul
+import HaulAPI
+import HaulCore
+
+/// A set of the daemon's downloads followed through its event stream: their events go to the terminal board as the
+/// engine's events, in order, until every one of them has stopped (completed, failed, cancelled or paused).
+///
+/// Events can arrive before the command knows the ids of the downloads it added (the daemon tells subscribers as
+/// soon as it adds them); they are held until `track` names the ids.
+actor RemoteBatch {
+    /// The board's events.
+    nonisolated let events: AsyncStream<DownloadEvent>
+    private let continuation: AsyncStream<DownloadEvent>.Continuation
+    /// The downloads followed; nil until known. `followsAll` follows every download, new ones too.
+    private var ids: Set<DownloadID>?
+    private let followsAll: Bool
+    private var held: [DownloadEvent] = []
+    private var latest: [DownloadID: DownloadSnapshot] = [:]
+    private var first: [DownloadID: DownloadSnapshot] = [:]
+    private var isStarted = false
+    private var startWaiters: [CheckedContinuation<Void, Never>] = []
+    private var doneWaiters: [CheckedContinuation<Void, Never>] = []
+    private(set) var isFinished = false
+
+    /// Whether the board's stream ends once every followed download has stopped (else it goes on until `finish`).
+    private let endsWhenStopped: Bool
+    /// The state of each download when following began (the first snapshot, or `track`).
+    private var startStates: [DownloadID: DownloadState] = [:]
+
+    init(followsAll: Bool = false, endsWhenStopped: Bool = true) {
+        (events, continuation) = AsyncStream<DownloadEvent>.makeStream()
+        self.followsAll = followsAll
+        self.endsWhenStopped = endsWhenStopped
+    }
+
+    /// How many followed downloads failed since following began.
+    var failures: Int {
+        (ids ?? []).filter { latest[$0]?.state == .failed && startStates[$0] != .failed }.count
+    }
+
+    /// Takes one event of the stream; false once every followed download has stopped.
+    func receive(_ event: DownloadEvent) -> Bool {
+        if !isStarted {
+            isStarted = true
+            for waiter in startWaiters { waiter.resume() }
+            startWaiters = []
+        }
+        guard !isFinished else { return false }
+        if case .snapshot(let snapshot) = event {
+            if followsAll, ids == nil {
+                // The first snapshot: where every download stands; nothing to report yet.
+                ids = Set(snapshot.downloads.map(\.id))
+                for download in snapshot.downloads {
+                    latest[download.id] = download
+                    startStates[download.id] = download.state
+                }
+            } else {
+                // After a reconnect that could not be replayed: what changed meanwhile, as changes.
+                for download in snapshot.downloads where follows(download.id) && latest[download.id] != download {
+                    forward(.changed(download))
+                }
+            }
+            return !checkDone()
+        }
+        guard ids != nil || followsAll else {
+            held.append(event)
+            return true
+        }
+        if let id = event.downloadID, follows(id) || (followsAll && isNew(event)) {
+            if followsAll { ids?.insert(id) }
+            forward(event)
+        }
+        return !checkDone()
+    }
+
+    private func isNew(_ event: DownloadEvent) -> Bool {
+        if case .added = event { return true }
+        return false
+    }
+
+    private func follows(_ id: DownloadID) -> Bool { ids?.contains(id) ?? false }
+
+    private func forward(_ event: DownloadEvent) {
+        switch event {
+        case .added(let download), .changed(let download): latest[download.id] = download
+        case .removed(let id): latest[id] = nil
+        default: break
+        }
+        continuation.yield(event)
+    }
+
+    /// Names the downloads to follow, as the daemon described them when they were added.
+    func track(_ downloads: [DownloadSnapshot]) {
+        ids = Set(downloads.map(\.id))
+        for download in downloads {
+            first[download.id] = download
+            // Named downloads count as failures when they end failed, whatever they were before.
+            startStates[download.id] = followsAll ? download.state : nil
+            if latest[download.id] == nil { latest[download.id] = download }
+        }
+        let pending = held
+        held = []
+        for event in pending where event.downloadID.map(follows) ?? false { forward(event) }
+        _ = checkDone()
+    }
+
+    /// Waits until the stream has delivered its first event (the snapshot): from then on nothing is missed.
+    func waitUntilStarted() async {
+        if isStarted { return }
+        await withCheckedContinuation { startWaiters.append($0) }
+    }
+
+    /// Waits until every followed download has stopped (or `finish` was called).
+    func waitUntilDone() async {
+        if isFinished { return }
+        await withCheckedContinuation { doneWaiters.append($0) }
+    }
+
+    /// The download as `track` was given it.
+    func initial(_ id: DownloadID) -> DownloadSnapshot? { first[id] }
+
+    /// The download as last seen.
+    func download(_ id: DownloadID) -> DownloadSnapshot? { latest[id] }
+
+    /// Stops following: the board's stream ends.
+    func finish() {
+        guard !isFinished else { return }
+        isFinished = true
+        continuation.finish()
+        for waiter in doneWaiters { waiter.resume() }
+        doneWaiters = []
+        for waiter in startWaiters { waiter.resume() }
+        startWaiters = []
+    }
+
+    /// Whether every followed download has stopped; finishes when so.
+    private func checkDone() -> Bool {
+        guard endsWhenStopped, let ids else { return false }
+        let stopped = ids.allSatisfy { id in
+            guard let state = latest[id]?.state else { return followsAll }
+            return !(state == .queued || state.isActive)
+        }
+        if stopped { finish() }
+        return stopped
+    }
+}

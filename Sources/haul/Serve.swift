@@ -1,0 +1,133 @@
+import ArgumentParser
+import Foundation
+import Haul
+import HaulCore
+import HaulServer
+import Logging
+
+extension HaulCommand {
+    /// `haul serve`: the daemon.
+    struct Serve: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Run Haul as a service: an HTTP API, a live event stream, and the queue kept between runs.",
+            discussion: """
+                Listens on 127.0.0.1:7165 and on STATE_DIR/haul.sock (for your own haul commands), writes \
+                STATE_DIR/serve.json with the URL and the token, and prints a URL that signs a browser in. \
+                SIGTERM or SIGINT stop it within 5 s: running downloads stop with their exact offsets and resume \
+                on the next start. Settings given here (-j, --limit-rate, -x) replace the stored ones.
+                """
+        )
+
+        @Option(help: "HOST:PORT to listen on (port 0 picks a free one).")
+        var listen = "127.0.0.1:7165"
+
+        @Option(help: "Where downloads go by default (default: $XDG_DOWNLOAD_DIR, else ~/Downloads, else here).")
+        var downloadDir: String?
+
+        @Option(name: .customLong("allow-dir"), help: "A further folder API clients may write to (repeatable).")
+        var allowDirs: [String] = []
+
+        @Option(name: .customLong("allow-host"), help: "A further host name the API answers to (repeatable).")
+        var allowHosts: [String] = []
+
+        @Option(help: "Where Haul keeps its state (default: $HAUL_STATE_DIR, else $XDG_STATE_HOME/haul).")
+        var stateDir: String?
+
+        @Option(name: .shortAndLong, help: "Downloads at once.")
+        var jobs: Int?
+
+        @Option(help: "Limit all downloads together to RATE bytes a second (e.g. 500K, 2M).")
+        var limitRate: String?
+
+        @Option(
+            name: [.customShort("x"), .customLong("connections")],
+            help: "The most connections of a download that does not say, 1 to 16.")
+        var connections: Int?
+
+        @Option(help: "Read the token from this file (else $HAUL_TOKEN, else STATE_DIR/token, made on first start).")
+        var tokenFile: String?
+
+        @Option(help: "A PEM certificate chain: serve HTTPS.")
+        var tlsCert: String?
+
+        @Option(help: "The PEM private key of --tls-cert.")
+        var tlsKey: String?
+
+        @Option(help: "trace, debug, info, notice, warning, error or critical.")
+        var logLevel = "notice"
+
+        func validate() throws {
+            guard Self.split(listen) != nil else {
+                throw ValidationError("--listen '\(listen)' is not HOST:PORT (e.g. 127.0.0.1:7165, [::1]:0)")
+            }
+            if let jobs, !(1...1000).contains(jobs) { throw ValidationError("-j must be between 1 and 1000") }
+            if let limitRate, TokenBucket.parseRate(limitRate) == nil {
+                throw ValidationError("--limit-rate '\(limitRate)' is not a positive rate such as 500K or 2M")
+            }
+            if let connections, !(1...DownloadOptions.connectionLimit).contains(connections) {
+                throw ValidationError("-x/--connections must be between 1 and \(DownloadOptions.connectionLimit)")
+            }
+            if (tlsCert == nil) != (tlsKey == nil) { throw ValidationError("give --tls-cert and --tls-key together") }
+            if Logger.Level(rawValue: logLevel) == nil {
+                throw ValidationError(
+                    "--log-level '\(logLevel)' is not one of trace, debug, info, notice, warning, error, critical")
+            }
+            for folder in allowDirs + [downloadDir].compactMap({ $0 }) {
+                var isDirectory: ObjCBool = false
+                guard FileManager.default.fileExists(atPath: folder, isDirectory: &isDirectory), isDirectory.boolValue
+                else { throw ValidationError("'\(folder)' is not a folder") }
+            }
+        }
+
+        /// HOST and PORT of `HOST:PORT` or `[V6]:PORT`.
+        static func split(_ text: String) -> (host: String, port: Int)? {
+            guard let colon = text.lastIndex(of: ":"), let port = Int(text[text.index(after: colon)...]),
+                (0...65535).contains(port)
+            else { return nil }
+            var host = String(text[..<colon])
+            if host.hasPrefix("[") && host.hasSuffix("]") { host = String(host.dropFirst().dropLast()) }
+            return host.isEmpty ? nil : (host, port)
+        }
+
+        func run() async throws {
+            let level = Logger.Level(rawValue: logLevel) ?? .notice
+            LoggingSystem.bootstrap { label in
+                var handler = StreamLogHandler.standardError(label: label)
+                handler.logLevel = level
+                return handler
+            }
+            var options = DaemonOptions(stateDirectory: stateDir ?? DownloadManager.defaultStateDirectory())
+            let (host, port) = Self.split(listen)!
+            options.listenHost = host
+            options.listenPort = port
+            if let downloadDir { options.downloadDirectory = (downloadDir as NSString).standardizingPath }
+            options.allowedDirectories = allowDirs
+            options.allowedHosts = allowHosts
+            options.maxConcurrentDownloads = jobs
+            options.rateLimit = limitRate.flatMap(TokenBucket.parseRate)
+            options.connections = connections
+            options.tlsCertificate = tlsCert
+            options.tlsKey = tlsKey
+            options.logger = Logger(label: "haul")
+            if let tokenFile {
+                guard let data = FileManager.default.contents(atPath: tokenFile) else {
+                    FileHandle.standardError.write(Data("haul: error: cannot read the token file \(tokenFile)\n".utf8))
+                    throw ExitCode(2)
+                }
+                options.token = String(decoding: data, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
+            } else if let token = ProcessInfo.processInfo.environment["HAUL_TOKEN"], !token.isEmpty {
+                options.token = token
+            }
+            if options.token?.isEmpty == true {
+                FileHandle.standardError.write(Data("haul: error: the token is empty\n".utf8))
+                throw ExitCode(2)
+            }
+            do {
+                try await Daemon.run(options)
+            } catch {
+                FileHandle.standardError.write(Data("haul: error: \(error)\n".utf8))
+                throw ExitCode(1)
+            }
+        }
+    }
+}

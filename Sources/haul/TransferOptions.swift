@@ -1,0 +1,158 @@
+import ArgumentParser
+import Foundation
+import Haul
+import HaulAPI
+import HaulCore
+
+/// How each download is fetched: the flags `haul get` and `haul add` share.
+struct TransferOptions: ParsableArguments {
+    @Option(
+        help: """
+            Limit all downloads together to RATE bytes a second (e.g. 500K, 2M; K, M, G are powers of 1024); \
+            through a daemon, each download of this command gets this limit.
+            """)
+    var limitRate: String?
+
+    @Option(
+        name: [.customShort("x"), .customLong("connections")],
+        help: "The most connections per download, 1 to 16 (Haul adds them one at a time while they make it faster).")
+    var connections: Int?
+
+    @Option(help: "Start no segment smaller than SIZE when splitting a file over connections (e.g. 4M; at least 1M).")
+    var minSplitSize: String = "4M"
+
+    @Flag(help: "Replace a file at the destination that Haul did not create.")
+    var overwrite = false
+
+    @Option(help: "Expected checksum, ALGO=HEX with ALGO one of sha256, sha512, sha1, md5.")
+    var checksum: String?
+
+    @Option(name: .customLong("header"), help: "Extra request header 'Name: value' (repeatable).")
+    var headers: [String] = []
+
+    @Option(help: "The User-Agent header.")
+    var userAgent: String?
+
+    @Option(help: "Seconds without a byte before the connection is abandoned and retried.")
+    var timeout: Double = 30
+
+    @Option(help: "Failed attempts in a row without progress before giving up.")
+    var retries: Int = 5
+
+    func validate() throws {
+        if let limitRate, TokenBucket.parseRate(limitRate) == nil {
+            throw ValidationError("--limit-rate '\(limitRate)' is not a positive rate such as 500K or 2M")
+        }
+        if !(timeout > 0) || !timeout.isFinite {
+            throw ValidationError("--timeout must be a positive number of seconds")
+        }
+        if retries < 0 { throw ValidationError("--retries must be 0 or more") }
+        if let connections, !(1...DownloadOptions.connectionLimit).contains(connections) {
+            throw ValidationError("-x/--connections must be between 1 and \(DownloadOptions.connectionLimit)")
+        }
+        guard let split = TokenBucket.parseRate(minSplitSize), split >= 1 << 20 else {
+            throw ValidationError("--min-split-size '\(minSplitSize)' is not a size of at least 1M (e.g. 4M)")
+        }
+        if let checksum,
+            case .failure(let error) = Result(catching: { () throws(DownloadError) in try Checksum(parsing: checksum) })
+        {
+            throw ValidationError(error.message)
+        }
+        for header in headers {
+            if case .failure(let error) = Result(catching: { () throws(DownloadError) in
+                try DownloadOptions.Header(parsing: header)
+            }) {
+                throw ValidationError(error.message)
+            }
+        }
+    }
+
+    /// The rate limit in bytes a second, nil for none.
+    var rate: Int64? { limitRate.flatMap(TokenBucket.parseRate) }
+
+    /// The engine's options.
+    func downloadOptions(continuePartial: Bool, computesSHA256: Bool) throws -> DownloadOptions {
+        DownloadOptions(
+            headers: try headers.map { try DownloadOptions.Header(parsing: $0) },
+            userAgent: userAgent,
+            checksum: try checksum.map { try Checksum(parsing: $0) },
+            overwrite: overwrite,
+            continuePartial: continuePartial,
+            idleTimeoutSeconds: timeout,
+            maximumAttemptsWithoutProgress: retries,
+            computesSHA256: computesSHA256,
+            maxConnectionsPerDownload: connections ?? DownloadOptions.defaultMaxConnections,
+            minimumSplitSize: TokenBucket.parseRate(minSplitSize) ?? DownloadOptions.defaultMinimumSplitSize
+        )
+    }
+
+    /// One download as the daemon's API takes it: to `output` (a file) or into `directory`, both made absolute here
+    /// (the daemon does not share this process's current folder).
+    func item(
+        url: String, output: String?, directory: String?, continuePartial: Bool, computesSHA256: Bool,
+        paused: Bool = false, priority: Components.Schemas.Priority? = nil
+    ) throws -> Components.Schemas.AddDownload {
+        var folder = Self.absolute(directory ?? FileManager.default.currentDirectoryPath)
+        var filename: String?
+        if let output {
+            let path = Self.absolute(output)
+            folder = (path as NSString).deletingLastPathComponent
+            filename = (path as NSString).lastPathComponent
+        }
+        var headerFields: [String: String] = [:]
+        for header in try headers.map({ try DownloadOptions.Header(parsing: $0) }) {
+            headerFields[header.name] = header.value
+        }
+        return Components.Schemas.AddDownload(
+            url: url, directory: folder, filename: filename, priority: priority, connections: connections,
+            minSplitSize: TokenBucket.parseRate(minSplitSize), checksum: checksum,
+            headers: headerFields.isEmpty ? nil : .init(additionalProperties: headerFields), limitRate: rate,
+            paused: paused ? true : nil, overwrite: overwrite ? true : nil,
+            continuePartial: continuePartial ? true : nil, userAgent: userAgent, timeoutSeconds: timeout,
+            retries: retries, computeSha256: computesSHA256 ? true : nil)
+    }
+
+    static func absolute(_ path: String) -> String {
+        let expanded = (path as NSString).expandingTildeInPath
+        let full =
+            expanded.hasPrefix("/")
+            ? expanded : (FileManager.default.currentDirectoryPath as NSString).appendingPathComponent(expanded)
+        return (full as NSString).standardizingPath
+    }
+}
+
+/// The URLs of a command: its arguments, then an input file (one a line; blank lines and # comments skipped; `-` is
+/// standard input); each once, in first-seen order. A line that is not an http or https URL is a usage error that
+/// names its line.
+func collectURLs(_ arguments: [String], inputFile: String?) throws -> [String] {
+    var list = arguments
+    if let inputFile {
+        let text: String
+        if inputFile == "-" {
+            text = String(decoding: FileHandle.standardInput.readDataToEndOfFile(), as: UTF8.self)
+        } else {
+            guard let data = FileManager.default.contents(atPath: inputFile) else {
+                throw ValidationError("cannot read the input file \(inputFile)")
+            }
+            text = String(decoding: data, as: UTF8.self)
+        }
+        for (number, raw) in text.split(separator: "\n", omittingEmptySubsequences: false).enumerated() {
+            let line = raw.trimmingCharacters(in: .whitespaces.union(.init(charactersIn: "\r")))
+            if line.isEmpty || line.hasPrefix("#") { continue }
+            try checkURL(line, line: number + 1)
+            list.append(line)
+        }
+    }
+    var seen = Set<String>()
+    return list.filter { seen.insert($0).inserted }
+}
+
+/// Throws a usage error when `url` is not an http or https URL with a host.
+func checkURL(_ url: String, line: Int? = nil) throws {
+    guard let parsed = URL(string: url), let scheme = parsed.scheme?.lowercased(), ["http", "https"].contains(scheme),
+        parsed.host?.isEmpty == false
+    else {
+        let place = line.map { " (line \($0))" } ?? ""
+        throw ValidationError("'\(url)'\(place) is not an http or https URL")
+    }
+}
