@@ -96,7 +96,17 @@ let package = Package(
             name: "HaulTests",
             dependencies: ["Haul", "HaulTesting", .product(name: "Crypto", package: "swift-crypto")]
         ),
-        .testTarget(name: "HaulEndToEndTests", dependencies: ["Haul", "HaulTesting"]),
+        .testTarget(
+            name: "HaulEndToEndTests",
+            dependencies: [
+                "Haul",
+                "HaulTesting",
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "NIOFoundationCompat", package: "swift-nio"),
+            ]
+        ),
         .testTarget(
             name: "HaulServerTests",
             dependencies: [

@@ -1,0 +1,97 @@
+import AsyncHTTPClient
+import Foundation
+import HaulTesting
+import NIOCore
+import NIOFoundationCompat
+import NIOHTTP1
+import Testing
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// A `haul serve` child process on a free port, with the workspace's state folder and its files folder as the
+/// download folder.
+final class DaemonProcess: @unchecked Sendable {
+    let haul: HaulProcess
+    let url: String
+    let token: String
+    let workspace: Workspace
+
+    /// Starts the daemon and waits until its `serve.json` names it.
+    init(_ workspace: Workspace, extra: [String] = []) async throws {
+        self.workspace = workspace
+        let serveFile = workspace.state + "/serve.json"
+        haul = try HaulProcess(
+            ["serve", "--listen", "127.0.0.1:0", "--state-dir", workspace.state, "--download-dir", workspace.files]
+                + extra, in: workspace)
+        let pid = haul.process.processIdentifier
+        let started = await waitUntil(seconds: 60) { [haul] in
+            guard haul.process.isRunning, let data = FileManager.default.contents(atPath: serveFile),
+                let object = try? JSONSerialization.jsonObject(with: data) as? [String: Any]
+            else { return !haul.process.isRunning }
+            return (object["pid"] as? Int) == Int(pid)
+        }
+        let data = FileManager.default.contents(atPath: serveFile) ?? Data()
+        let object = (try? JSONSerialization.jsonObject(with: data) as? [String: Any]) ?? [:]
+        guard started, haul.process.isRunning, let url = object["url"] as? String,
+            let token = object["token"] as? String
+        else {
+            let outcome = await haul.finish()
+            throw DaemonStartFailure(message: "haul serve did not start: \(outcome.stderr)")
+        }
+        self.url = url
+        self.token = token
+    }
+
+    struct DaemonStartFailure: Error, CustomStringConvertible {
+        var message: String
+        var description: String { message }
+    }
+
+    /// One API call; returns the status and the decoded JSON (nil for an empty body).
+    @discardableResult
+    func call(_ method: HTTPMethod, _ path: String, json: Any? = nil) async throws -> (status: Int, body: Any?) {
+        var request = HTTPClientRequest(url: url + path)
+        request.method = method
+        request.headers.add(name: "Authorization", value: "Bearer \(token)")
+        if let json {
+            request.headers.add(name: "Content-Type", value: "application/json")
+            request.body = .bytes(ByteBuffer(data: try JSONSerialization.data(withJSONObject: json)))
+        }
+        let response = try await HTTPClient.shared.execute(request, timeout: .seconds(30))
+        let bytes = try await response.body.collect(upTo: 64 << 20)
+        let body = bytes.readableBytes == 0 ? nil : try JSONSerialization.jsonObject(with: Data(buffer: bytes))
+        return (Int(response.status.code), body)
+    }
+
+    /// The download with `id` as the API shows it.
+    func download(_ id: String) async throws -> [String: Any] {
+        try await call(.GET, "/api/v1/downloads/\(id)").body as? [String: Any] ?? [:]
+    }
+
+    /// Waits until the download's state is one of `states`.
+    func wait(for id: String, _ states: Set<String>, seconds: Double = 60) async throws -> [String: Any] {
+        let deadline = ContinuousClock.now + .seconds(seconds)
+        while ContinuousClock.now < deadline {
+            let download = try await download(id)
+            if let state = download["state"] as? String, states.contains(state) { return download }
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        return try await download(id)
+    }
+
+    /// The daemon's resident memory in KiB (VmRSS).
+    var residentKiB: Int {
+        let status =
+            (try? String(contentsOfFile: "/proc/\(haul.process.processIdentifier)/status", encoding: .utf8)) ?? ""
+        let line = status.split(separator: "\n").first { $0.hasPrefix("VmRSS:") } ?? ""
+        return Int(line.split(separator: " ").dropFirst().first ?? "") ?? 0
+    }
+
+    /// Stops the daemon with `signal` and waits for it.
+    func stop(_ signal: Int32 = SIGKILL) async -> (status: Int32, stdout: String, stderr: String) {
+        haul.signal(signal)
+        return await haul.finish()
+    }
+}

@@ -1,0 +1,248 @@
+import AsyncHTTPClient
+import Foundation
+import HaulTesting
+import NIOCore
+import Testing
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// `haul serve` as a child process, driven through its API and through the `haul` command.
+@Suite("haul serve, end to end", .serialized, .timeLimit(.minutes(3)))
+struct DaemonTests {
+    let body = testBytes(2_000_000, seed: 11)
+
+    @Test("a download added through the API lands byte for byte; pause and resume fetch only the missing bytes")
+    func addPauseResume() async throws {
+        let workspace = try Workspace()
+        defer { workspace.remove() }
+        let server = try await FaultServer.start()
+        defer { Task { await server.stop() } }
+        server.serve("/f.bin", .init(body: body, bytesPerSecond: 1_000_000))
+        let daemon = try await DaemonProcess(workspace)
+        let added = try await daemon.call(
+            .POST, "/api/v1/downloads", json: ["url": server.url("/f.bin").absoluteString])
+        #expect(added.status == 201)
+        let id = try #require((added.body as? [String: Any])?["id"] as? String)
+        #expect(await waitUntil { (workspace.size("f.bin.part") ?? 0) > 400_000 })
+        let paused = try await daemon.call(.POST, "/api/v1/downloads/\(id)/pause")
+        #expect((paused.body as? [String: Any])?["state"] as? String == "paused")
+        let held = (paused.body as? [String: Any])?["receivedBytes"] as? Int ?? 0
+        #expect(held > 0)
+        let sentBeforeResume = server.bodyBytesSent(for: "/f.bin")
+        #expect(try await daemon.call(.POST, "/api/v1/downloads/\(id)/resume").status == 200)
+        let done = try await daemon.wait(for: id, ["completed", "failed"])
+        #expect(done["state"] as? String == "completed", "\(done)")
+        #expect(workspace.holds("f.bin", body))
+        // After the pause only what was missing travelled (the checkpoint after a pause is exact).
+        let resumedRequest = try #require(server.requests(to: "/f.bin").last)
+        #expect(resumedRequest.range == "bytes=\(held)-")
+        #expect(server.bodyBytesSent(for: "/f.bin") - sentBeforeResume == body.count - held)
+        let stopped = await daemon.stop(SIGTERM)
+        #expect(stopped.status == 0, "\(stopped.stderr)")
+    }
+
+    @Test("kill -9 of the daemon mid-batch, then a restart: every download finishes, identical, in order")
+    func killNineMidBatch() async throws {
+        let workspace = try Workspace()
+        defer { workspace.remove() }
+        let server = try await FaultServer.start()
+        defer { Task { await server.stop() } }
+        let files = (0..<5).map { testBytes(1_000_000, seed: UInt64(20 + $0)) }
+        for (index, bytes) in files.enumerated() {
+            server.serve("/\(index).bin", .init(body: bytes, bytesPerSecond: 400_000))
+        }
+        let daemon = try await DaemonProcess(workspace, extra: ["-j", "2"])
+        let items = (0..<5).map { ["url": server.url("/\($0).bin").absoluteString] }
+        let added = try await daemon.call(.POST, "/api/v1/downloads", json: items)
+        #expect(added.status == 200)
+        let ids = ((added.body as? [String: Any])?["downloads"] as? [[String: Any]] ?? []).compactMap {
+            $0["id"] as? String
+        }
+        #expect(ids.count == 5)
+        // Past the first checkpoint (1 s at 400 kB/s): the restart resumes from it.
+        #expect(await waitUntil { (workspace.size("0.bin.part") ?? 0) > 600_000 })
+        _ = await daemon.stop(SIGKILL)
+        #expect(FileManager.default.fileExists(atPath: workspace.state + "/serve.json"), "a killed daemon leaves it")
+        let restarted = try await DaemonProcess(workspace)
+        for id in ids {
+            let done = try await restarted.wait(for: id, ["completed", "failed"], seconds: 90)
+            #expect(done["state"] as? String == "completed", "\(done)")
+        }
+        for (index, bytes) in files.enumerated() { #expect(workspace.holds("\(index).bin", bytes)) }
+        // The two that were running resumed from their checkpoints; the rest started in their old order.
+        let firstRequests = (0..<5).map { index in server.requests(to: "/\(index).bin").first?.range }
+        #expect(firstRequests.allSatisfy { $0 == nil })
+        #expect(server.requests(to: "/0.bin").last?.range != nil, "0.bin resumed with a range")
+        _ = await restarted.stop(SIGTERM)
+    }
+
+    @Test("SIGTERM: exit 0 within 5 s, serve.json removed; a restart resumes the download where it stopped")
+    func sigterm() async throws {
+        let workspace = try Workspace()
+        defer { workspace.remove() }
+        let server = try await FaultServer.start()
+        defer { Task { await server.stop() } }
+        server.serve("/f.bin", .init(body: body, bytesPerSecond: 500_000))
+        let daemon = try await DaemonProcess(workspace)
+        let added = try await daemon.call(
+            .POST, "/api/v1/downloads", json: ["url": server.url("/f.bin").absoluteString])
+        let id = try #require((added.body as? [String: Any])?["id"] as? String)
+        #expect(await waitUntil { (workspace.size("f.bin.part") ?? 0) > 300_000 })
+        let start = ContinuousClock.now
+        let stopped = await daemon.stop(SIGTERM)
+        let took = ContinuousClock.now - start
+        #expect(stopped.status == 0, "\(stopped.stderr)")
+        #expect(took < .seconds(5), "took \(took)")
+        #expect(!FileManager.default.fileExists(atPath: workspace.state + "/serve.json"))
+        #expect(!FileManager.default.fileExists(atPath: workspace.state + "/haul.sock"))
+        let held = workspace.size("f.bin.part") ?? 0
+        #expect(held > 0)
+        let restarted = try await DaemonProcess(workspace)
+        let done = try await restarted.wait(for: id, ["completed", "failed"])
+        #expect(done["state"] as? String == "completed")
+        #expect(workspace.holds("f.bin", body))
+        #expect(server.requests(to: "/f.bin").last?.range == "bytes=\(held)-", "resumed at the exact offset")
+        _ = await restarted.stop(SIGTERM)
+    }
+
+    @Test("a second haul serve on the same state folder refuses (exit 1); a haul get meanwhile goes through it")
+    func oneDaemonPerStateFolder() async throws {
+        let workspace = try Workspace()
+        defer { workspace.remove() }
+        let server = try await FaultServer.start()
+        defer { Task { await server.stop() } }
+        server.serve("/a.bin", .init(body: body))
+        let daemon = try await DaemonProcess(workspace)
+        let second = try await HaulProcess.run(
+            ["serve", "--listen", "127.0.0.1:0", "--state-dir", workspace.state], in: workspace)
+        #expect(second.status == 1)
+        #expect(second.stderr.contains("another haul serve"), "\(second.stderr)")
+        let get = try await HaulProcess.run(["get", server.url("/a.bin").absoluteString, "--json"], in: workspace)
+        #expect(get.status == 0, "\(get.stderr)")
+        #expect(workspace.holds("a.bin", body))
+        let result = try JSONSerialization.jsonObject(with: Data(get.stdout.utf8)) as? [String: Any]
+        #expect(result?["path"] as? String == workspace.path("a.bin"))
+        #expect(result?["bytes"] as? Int == body.count)
+        #expect((result?["sha256"] as? String)?.count == 64)
+        // The daemon has it: it was added through its socket.
+        let listed = try await daemon.call(.GET, "/api/v1/downloads")
+        let downloads = (listed.body as? [String: Any])?["downloads"] as? [[String: Any]] ?? []
+        #expect(downloads.map { $0["origin"] as? String } == ["socket"])
+        _ = await daemon.stop(SIGTERM)
+    }
+
+    @Test("haul add, ls, pause, resume, watch --until-done, rm and clean against a running daemon")
+    func commandsThroughTheDaemon() async throws {
+        let workspace = try Workspace()
+        defer { workspace.remove() }
+        let server = try await FaultServer.start()
+        defer { Task { await server.stop() } }
+        server.serve("/slow.bin", .init(body: body, bytesPerSecond: 400_000))
+        server.serve("/quick.bin", .init(body: body))
+        let daemon = try await DaemonProcess(workspace)
+        let state = ["--state-dir", workspace.state]
+        let add = try await HaulProcess.run(["add", server.url("/slow.bin").absoluteString] + state, in: workspace)
+        #expect(add.status == 0, "\(add.stderr)")
+        let id = add.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+        #expect(id.count == 36)
+        #expect(await waitUntil { (workspace.size("slow.bin.part") ?? 0) > 100_000 })
+        let pause = try await HaulProcess.run(["pause", String(id.prefix(8))] + state, in: workspace)
+        #expect(pause.status == 0 && pause.stdout.contains("paused"), "\(pause.stderr)")
+        let listed = try await HaulProcess.run(["ls", "--json"] + state, in: workspace)
+        let rows = try JSONSerialization.jsonObject(with: Data(listed.stdout.utf8)) as? [[String: Any]]
+        #expect(rows?.first?["state"] as? String == "paused")
+        #expect(try await HaulProcess.run(["pause", "zzzz"] + state, in: workspace).status == 1)
+        let resume = try await HaulProcess.run(["resume", String(id.prefix(8))] + state, in: workspace)
+        #expect(resume.status == 0, "\(resume.stderr)")
+        let quick = try await HaulProcess.run(
+            ["add", server.url("/quick.bin").absoluteString, "-d", workspace.files] + state, in: workspace)
+        #expect(quick.status == 0)
+        let watch = try await HaulProcess.run(["watch", "--until-done"] + state, in: workspace)
+        #expect(watch.status == 0, "\(watch.stderr)")
+        #expect(watch.stderr.contains("saved \(workspace.path("slow.bin"))"), "\(watch.stderr)")
+        #expect(workspace.holds("slow.bin", body) && workspace.holds("quick.bin", body))
+        let removed = try await HaulProcess.run(["rm", String(id.prefix(8)), "--delete-file"] + state, in: workspace)
+        #expect(removed.status == 0)
+        #expect(!FileManager.default.fileExists(atPath: workspace.path("slow.bin")))
+        let clean = try await HaulProcess.run(["clean"] + state, in: workspace)
+        #expect(clean.stdout.contains("forgot 1 download"))
+        _ = await daemon.stop(SIGTERM)
+        // Without a daemon, the daemon's commands say how to start one.
+        let orphan = try await HaulProcess.run(["pause", "abc"] + state, in: workspace)
+        #expect(orphan.status == 1 && orphan.stderr.contains("haul serve"))
+    }
+
+    @Test("haul get through the daemon: Ctrl-C pauses what it added and exits 130; the same command finishes it")
+    func getInterrupted() async throws {
+        let workspace = try Workspace()
+        defer { workspace.remove() }
+        let server = try await FaultServer.start()
+        defer { Task { await server.stop() } }
+        server.serve("/f.bin", .init(body: body, bytesPerSecond: 400_000))
+        let daemon = try await DaemonProcess(workspace)
+        let get = try HaulProcess(["get", server.url("/f.bin").absoluteString, "-o", "f.bin"], in: workspace)
+        #expect(await waitUntil { (workspace.size("f.bin.part") ?? 0) > 200_000 })
+        get.signal(SIGINT)
+        let interrupted = await get.finish()
+        #expect(interrupted.status == 130, "\(interrupted.stderr)")
+        let listed = try await daemon.call(.GET, "/api/v1/downloads")
+        let downloads = (listed.body as? [String: Any])?["downloads"] as? [[String: Any]] ?? []
+        #expect(downloads.first?["state"] as? String == "paused")
+        let again = try await HaulProcess.run(
+            ["get", server.url("/f.bin").absoluteString, "-o", "f.bin"], in: workspace)
+        #expect(again.status == 0, "\(again.stderr)")
+        #expect(workspace.holds("f.bin", body))
+        _ = await daemon.stop(SIGTERM)
+    }
+
+    @Test("a reader of the event stream that stops reading does not grow the daemon's memory while 16 downloads run")
+    func stalledReader() async throws {
+        let workspace = try Workspace()
+        defer { workspace.remove() }
+        let server = try await FaultServer.start()
+        defer { Task { await server.stop() } }
+        let file = testBytes(3_000_000, seed: 9)
+        for index in 0..<16 { server.serve("/\(index).bin", .init(body: file, bytesPerSecond: 600_000)) }
+        let daemon = try await DaemonProcess(workspace, extra: ["-j", "16"])
+        let port = Int(daemon.url.split(separator: ":").last ?? "") ?? 0
+        // A client that asks for the stream and never reads a byte of it.
+        let socket = Glibc.socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        defer { close(socket) }
+        var receive: Int32 = 4096
+        setsockopt(socket, SOL_SOCKET, SO_RCVBUF, &receive, socklen_t(MemoryLayout<Int32>.size))
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        address.sin_port = in_port_t(UInt16(port).bigEndian)
+        let connected = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                connect(socket, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
+            }
+        }
+        #expect(connected == 0)
+        let request =
+            "GET /api/v1/events HTTP/1.1\r\nHost: 127.0.0.1:\(port)\r\nAuthorization: Bearer \(daemon.token)\r\n\r\n"
+        _ = request.withCString { send(socket, $0, strlen($0), 0) }
+        let before = daemon.residentKiB
+        let items = (0..<16).map { ["url": server.url("/\($0).bin").absoluteString] }
+        let added = try await daemon.call(.POST, "/api/v1/downloads", json: items)
+        let ids = ((added.body as? [String: Any])?["downloads"] as? [[String: Any]] ?? []).compactMap {
+            $0["id"] as? String
+        }
+        var peak = before
+        for id in ids {
+            let done = try await daemon.wait(for: id, ["completed", "failed"], seconds: 120)
+            #expect(done["state"] as? String == "completed")
+            peak = max(peak, daemon.residentKiB)
+        }
+        // Bounded: progress collapses per download for a reader that falls behind, and the stream of one that falls
+        // too far is closed. The bound leaves room for sixteen connections' buffers.
+        print("stalled reader: the daemon grew from \(before) KiB to \(peak) KiB")
+        #expect(peak - before < 64 * 1024, "grew from \(before) KiB to \(peak) KiB")
+        // The daemon still answers.
+        #expect(try await daemon.call(.GET, "/api/v1/stats").status == 200)
+        _ = await daemon.stop(SIGTERM)
+    }
+}
