@@ -114,6 +114,7 @@ let package = Package(
                 "HaulAPI",
                 "HaulTesting",
                 .product(name: "HummingbirdTesting", package: "hummingbird"),
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
             ]
         ),
     ]
