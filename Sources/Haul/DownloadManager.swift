@@ -98,16 +98,17 @@ public actor DownloadManager {
         fileprivate var position: Double
         fileprivate var id: String
 
-        /// The cursor as text, for a URL.
-        public var text: String { "\(priority)_\(position)_\(id)" }
+        /// The cursor as text, for a URL: the priority, the position's bits in hex, and the id.
+        public var text: String { "\(priority)_\(String(position.bitPattern, radix: 16))_\(id)" }
 
         /// Parses `text`; nil when it is not a cursor.
         public init?(text: String) {
             let parts = text.split(separator: "_", maxSplits: 2)
-            guard parts.count == 3, let priority = Int(parts[0]), let position = Double(parts[1]), position.isFinite
-            else { return nil }
+            guard parts.count == 3, let priority = Int(parts[0]), let bits = UInt64(parts[1], radix: 16) else {
+                return nil
+            }
             self.priority = priority
-            self.position = position
+            position = Double(bitPattern: bits)
             id = String(parts[2])
         }
 

@@ -27,11 +27,17 @@ public struct DownloadOptions: Codable, Sendable, Equatable {
             guard !name.isEmpty, name.unicodeScalars.allSatisfy({ $0.isASCII && allowed.contains($0) }) else {
                 throw DownloadError(.invalidArgument, "header name '\(name)' is not a valid HTTP field name")
             }
-            guard !value.contains("\r"), !value.contains("\n"), !value.contains("\0") else {
-                throw DownloadError(.invalidArgument, "header '\(name)' has a line break or NUL in its value")
+            guard Self.isValidValue(value) else {
+                throw DownloadError(
+                    .invalidArgument, "header '\(name)' has a line break or another control character in its value")
             }
             self.name = name
             self.value = value
+        }
+
+        /// Whether `value` can be sent as a header value: no control characters but tab (no line breaks, no NUL).
+        public static func isValidValue(_ value: String) -> Bool {
+            value.unicodeScalars.allSatisfy { $0 == "\t" || ($0.value >= 0x20 && $0.value != 0x7F) }
         }
     }
 

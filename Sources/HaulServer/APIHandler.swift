@@ -32,8 +32,8 @@ public struct APIHandler: APIProtocol {
             }
             cursor = parsed
         }
-        if let limit = input.query.limit, limit < 1 {
-            throw APIError.invalidField("limit", "must be at least 1")
+        if let limit = input.query.limit, !(1...1_000_000).contains(limit) {
+            throw APIError.invalidField("limit", "must be between 1 and 1000000")
         }
         let page = await manager.snapshots(in: states, after: cursor, limit: input.query.limit)
         return .ok(
@@ -47,6 +47,7 @@ public struct APIHandler: APIProtocol {
         guard case .json(let payload) = input.body else {
             throw APIError(.unsupportedMediaType, "unsupportedMediaType", "send the body as application/json")
         }
+        try RawBody.rejectNulls()
         let defaults = await manager.currentSettings()
         switch payload {
         case .AddDownload(let item):
@@ -79,11 +80,9 @@ public struct APIHandler: APIProtocol {
     private func request(from item: Components.Schemas.AddDownload, index: Int?, defaults: ManagerSettings)
         throws(APIError) -> DownloadRequest
     {
-        guard let url = URL(string: item.url), let scheme = url.scheme?.lowercased(),
-            ["http", "https"].contains(scheme),
-            url.host?.isEmpty == false
-        else {
-            throw .invalidField("url", "'\(item.url)' is not an http or https URL", index: index)
+        guard Self.isAcceptedURL(item.url), let url = URL(string: item.url), url.host?.isEmpty == false else {
+            throw .invalidField(
+                "url", "'\(item.url)' is not an http or https URL (ASCII host; percent-encode the rest)", index: index)
         }
         let connections = item.connections ?? defaults.connectionsPerDownload
         guard (1...DownloadOptions.connectionLimit).contains(connections) else {
@@ -101,8 +100,19 @@ public struct APIHandler: APIProtocol {
         if let timeout = item.timeoutSeconds, !(timeout > 0 && timeout.isFinite) {
             throw .invalidField("timeoutSeconds", "must be a positive number of seconds", index: index)
         }
-        if let retries = item.retries, retries < 0 {
-            throw .invalidField("retries", "must be 0 or more", index: index)
+        if let timeout = item.timeoutSeconds, timeout > 604_800 {
+            throw .invalidField("timeoutSeconds", "must be at most 604800 (a week)", index: index)
+        }
+        if let retries = item.retries, !(0...1_000_000).contains(retries) {
+            throw .invalidField("retries", "must be between 0 and 1000000", index: index)
+        }
+        if let userAgent = item.userAgent, !DownloadOptions.Header.isValidValue(userAgent) {
+            throw .invalidField("userAgent", "has a line break or another control character", index: index)
+        }
+        for (field, value) in [("directory", item.directory), ("filename", item.filename)] {
+            if let value, value.utf8.count > 4096 {
+                throw .invalidField(field, "is longer than 4096 bytes", index: index)
+            }
         }
         var checksum: Checksum?
         if let text = item.checksum {
@@ -119,9 +129,6 @@ public struct APIHandler: APIProtocol {
         if let filename = item.filename, filename.isEmpty {
             throw .invalidField("filename", "must not be empty", index: index)
         }
-        if item.continuePartial == true, item.filename == nil {
-            throw .invalidField("continuePartial", "needs a filename: it adopts the file of that name", index: index)
-        }
         let destination = try policy.destination(
             directory: item.directory, filename: item.filename, door: door, index: index)
         let options = DownloadOptions(
@@ -129,7 +136,8 @@ public struct APIHandler: APIProtocol {
             userAgent: item.userAgent,
             checksum: checksum,
             overwrite: item.overwrite ?? false,
-            continuePartial: item.continuePartial ?? false,
+            // Only a named file can be adopted; for a name the server chooses there is nothing to continue.
+            continuePartial: item.filename != nil && item.continuePartial == true,
             idleTimeoutSeconds: item.timeoutSeconds ?? 30,
             maximumAttemptsWithoutProgress: item.retries ?? 5,
             computesSHA256: item.computeSha256 ?? false,
@@ -152,6 +160,7 @@ public struct APIHandler: APIProtocol {
         guard case .json(let update) = input.body else {
             throw APIError(.unsupportedMediaType, "unsupportedMediaType", "send the body as application/json")
         }
+        try RawBody.rejectNulls(allowing: ["limitRate"])
         let id = DownloadID(input.path.id)
         _ = try await download(id.rawValue)
         if let connections = update.connections, !(1...DownloadOptions.connectionLimit).contains(connections) {
@@ -233,12 +242,13 @@ public struct APIHandler: APIProtocol {
         guard case .json(let move) = input.body else {
             throw APIError(.unsupportedMediaType, "unsupportedMediaType", "send the body as application/json")
         }
+        try RawBody.rejectNulls()
         let id = DownloadID(input.path.id)
         _ = try await download(id.rawValue)
         do {
             switch (move.before, move.to) {
             case (let before?, nil):
-                _ = try await download(before, field: "before")
+                _ = try await download(before)
                 try await manager.move(id, before: DownloadID(before))
             case (nil, let end?):
                 try await manager.move(id, to: end == .top ? .top : .bottom)
@@ -294,6 +304,7 @@ public struct APIHandler: APIProtocol {
         guard case .json(let update) = input.body else {
             throw APIError(.unsupportedMediaType, "unsupportedMediaType", "send the body as application/json")
         }
+        try RawBody.rejectNulls(allowing: ["limitRate"])
         var settings = await manager.currentSettings()
         if let limit = update.maxConcurrentDownloads {
             guard (1...1000).contains(limit) else {
@@ -340,10 +351,48 @@ public struct APIHandler: APIProtocol {
     }
 }
 
+extension APIHandler {
+    /// The URLs the API takes, as the document's pattern for `url` says (a test checks the document has it).
+    static let urlPattern =
+        #"^https?://[A-Za-z0-9.-]+(:(6553[0-5]|655[0-2][0-9]|65[0-4][0-9]{2}|6[0-4][0-9]{3}|[1-5][0-9]{4}|[0-9]{1,4}))?(/([A-Za-z0-9._~!$&'()*+,;=:@/?-]|%[0-9A-Fa-f]{2})*)?$"#
+
+    // A Regex is not Sendable, but this one is never changed after it is made.
+    nonisolated(unsafe) private static let urlRegex = try? Regex(urlPattern)
+
+    static func isAcceptedURL(_ text: String) -> Bool {
+        guard let urlRegex else { return false }
+        return (try? urlRegex.wholeMatch(in: text)) != nil
+    }
+}
+
 /// The body of the request being handled, as the body middleware read it: how a handler tells a field sent as
 /// `null` (remove the limit) from a field left out (keep it), which the generated types cannot.
 enum RawBody {
     @TaskLocal static var bytes: [UInt8]?
+
+    /// Throws a 400 naming the first field sent as `null` that is not in `nullable` (the generated types read a
+    /// null as a missing value, which the document does not allow).
+    static func rejectNulls(allowing nullable: Set<String> = []) throws(APIError) {
+        guard let bytes, let value = try? JSONSerialization.jsonObject(with: Data(bytes)) else { return }
+        func check(_ object: [String: Any], index: Int?) throws(APIError) {
+            for (key, field) in object.sorted(by: { $0.key < $1.key }) {
+                if field is NSNull, !nullable.contains(key) {
+                    throw APIError.invalidField(key, "must not be null", index: index)
+                }
+                if let nested = field as? [String: Any] {
+                    for (name, inner) in nested where inner is NSNull {
+                        throw APIError.invalidField("\(key).\(name)", "must not be null", index: index)
+                    }
+                }
+            }
+        }
+        if let object = value as? [String: Any] { try check(object, index: nil) }
+        if let list = value as? [Any] {
+            for (index, item) in list.enumerated() {
+                if let object = item as? [String: Any] { try check(object, index: index) }
+            }
+        }
+    }
 
     /// Whether the body is a JSON object with `field` set to null.
     static func setsNull(_ field: String) -> Bool {

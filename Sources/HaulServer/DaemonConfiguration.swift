@@ -137,8 +137,9 @@ struct FolderPolicy: Sendable {
         }
         if !missing.isEmpty {
             do { try FileManager.default.createDirectory(atPath: real, withIntermediateDirectories: true) } catch {
+                // The request is well formed; the file system refuses (a name too long, a file in the way).
                 throw APIError(
-                    .badRequest, "destinationNotWritable", "cannot create the folder \(real): \(error)",
+                    .conflict, "destinationNotWritable", "cannot create the folder \(real): \(error)",
                     index: index, field: "directory")
             }
         }

@@ -1,8 +1,11 @@
 import Crypto
 import Foundation
 import HTTPTypes
+import HaulCore
 import Hummingbird
 import NIOCore
+import OpenAPIHummingbird
+import OpenAPIRuntime
 
 #if canImport(Glibc)
     import Glibc
@@ -47,6 +50,12 @@ extension APIError {
             }
         }
         return APIError.from(error, body: RawBody.bytes)
+    }
+
+    /// The answer for any error, with the request's body known (to tell a list from an object).
+    static func from(any error: any Error, body: [UInt8]?) -> APIError {
+        if error is APIError || error is DownloadError || error is ServerError { return from(error, body: body) }
+        return from(http: error)
     }
 }
 
@@ -98,7 +107,7 @@ struct BodyMiddleware: RouterMiddleware {
                 return try await next(request, context)
             } catch {
                 // Described here, where the body is known (to tell a list from an object).
-                return APIError.from(error, body: bytes).response
+                return APIError.from(any: error, body: bytes).response
             }
         }
     }
@@ -244,5 +253,71 @@ public struct Credentials: Sendable {
             difference |= a ^ b
         }
         return difference == 0
+    }
+}
+
+/// The API's routes as the generated code registers them, recorded on their way to the router: which methods each
+/// path takes, so that another method gets 405 with `Allow` instead of 404.
+final class RouteTable: ServerTransport, @unchecked Sendable {
+    private let router: Router<HaulRequestContext>
+    private(set) var routes: [(template: [Substring], methods: Set<HTTPRequest.Method>)] = []
+
+    init(router: Router<HaulRequestContext>) {
+        self.router = router
+    }
+
+    func register(
+        _ handler:
+            @Sendable @escaping (HTTPRequest, HTTPBody?, ServerRequestMetadata) async throws -> (
+                HTTPResponse, HTTPBody?
+            ),
+        method: HTTPRequest.Method,
+        path: String
+    ) throws {
+        let template = path.split(separator: "/")
+        if let index = routes.firstIndex(where: { $0.template == template }) {
+            routes[index].methods.insert(method)
+        } else {
+            routes.append((template, [method]))
+        }
+        try router.register(handler, method: method, path: path)
+    }
+
+    /// The methods the path takes, nil when it is not an API path.
+    func methods(for path: String) -> Set<HTTPRequest.Method>? {
+        let segments = path.split(separator: "/")
+        return routes.first { route in
+            route.template.count == segments.count
+                && zip(route.template, segments).allSatisfy { $0.hasPrefix("{") || $0 == $1 }
+        }?.methods
+    }
+}
+
+/// A method a path does not take: 405 with the methods it does take in `Allow`.
+struct MethodMiddleware: RouterMiddleware {
+    typealias Context = HaulRequestContext
+    let table: RouteTable
+
+    func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response)
+        async throws -> Response
+    {
+        var request = request
+        // An empty list of states (`state=`) means no filter; the generated parser would read one empty item.
+        if let query = request.uri.query, query.split(separator: "&").contains("state=") {
+            let kept = query.split(separator: "&").filter { $0 != "state=" }.joined(separator: "&")
+            var head = request.head
+            head.path = request.uri.path + (kept.isEmpty ? "" : "?" + kept)
+            request = Request(head: head, body: request.body)
+        }
+        if let methods = table.methods(for: request.uri.path), !methods.contains(request.method) {
+            var response = APIError(
+                .methodNotAllowed, "methodNotAllowed",
+                "\(request.uri.path) does not take \(request.method); it takes "
+                    + methods.map(\.rawValue).sorted().joined(separator: ", ")
+            ).response
+            response.headers[.allow] = methods.map(\.rawValue).sorted().joined(separator: ", ")
+            return response
+        }
+        return try await next(request, context)
     }
 }

@@ -29,9 +29,11 @@ public func buildRouter(
     case .socket:
         router.add(middleware: PeerMiddleware(peerUID: peerUID))
     }
+    let table = RouteTable(router: router)
+    router.add(middleware: MethodMiddleware(table: table))
     router.add(middleware: BodyMiddleware())
     let handler = APIHandler(manager: manager, configuration: configuration, door: door)
-    try handler.registerHandlers(on: router, serverURL: URL(string: "/api/v1")!)
+    try handler.registerHandlers(on: table, serverURL: URL(string: "/api/v1")!)
     router.get("/metrics") { _, _ -> Response in
         let text = await metrics.render(manager: manager)
         return Response(

@@ -69,7 +69,7 @@ struct EventStreamTests {
             var generator = SystemRandomNumberGenerator()
             while completed.count < 8 {
                 connections += 1
-                let stopAfter = Int.random(in: 1...25, using: &generator)
+                let stopAfter = Int.random(in: 1...8, using: &generator)
                 var read = 0
                 try await readEvents(port: port, lastEventID: lastID) { event in
                     guard !event.isComment, let text = event.id, let id = EventID(text), let name = event.name else {

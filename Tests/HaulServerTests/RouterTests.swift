@@ -3,7 +3,6 @@ import HTTPTypes
 import Haul
 import HaulAPI
 import HaulCore
-import HaulServer
 import HaulTesting
 import Hummingbird
 import HummingbirdTesting
@@ -11,6 +10,8 @@ import Logging
 import NIOCore
 import NIOEmbedded
 import Testing
+
+@testable import HaulServer
 
 @Suite("The daemon's API", .timeLimit(.minutes(2)))
 struct RouterTests {
@@ -107,6 +108,57 @@ struct RouterTests {
             #expect(
                 try body(Components.Schemas.DownloadList.self, try await client.get("/api/v1/downloads"))
                     .downloads.isEmpty)
+        }
+    }
+
+    @Test(
+        "a null where the field takes none, control characters in a header or User-Agent, a URL outside the pattern: 400"
+    )
+    func strictFields() async throws {
+        let h = try await ServerHarness.make()
+        defer { Task { await h.stop() } }
+        try await h.application().test(.router) { client in
+            let cases: [(String, String)] = [
+                (#"{"url": "http://h/a", "connections": null}"#, "connections"),
+                (#"[{"url": "http://h/a"}, {"url": "http://h/b", "priority": null}]"#, "priority"),
+                (#"{"url": "http://h/a", "headers": {"X-A": "1\r\nX-B: 2"}}"#, "headers"),
+                (#"{"url": "http://h/a", "userAgent": "a\nb"}"#, "userAgent"),
+                (#"{"url": "HTTP://h/a"}"#, "url"),
+                (#"{"url": "http://h/a b"}"#, "url"),
+                (#"{"url": "http://h:99999/a"}"#, "url"),
+                (#"{"url": "http://h/%zz"}"#, "url"),
+                (#"{"url": "http://h/a", "retries": 1000001}"#, "retries"),
+            ]
+            for (body, field) in cases {
+                let response = try await client.post("/api/v1/downloads", body)
+                #expect(response.status == .badRequest, "\(body)")
+                #expect(try apiError(response).field == field, "\(body)")
+            }
+            let settings = try await client.execute(
+                uri: "/api/v1/settings", method: .patch, headers: authorized, body: json(#"{"connections": null}"#))
+            #expect(settings.status == .badRequest)
+            #expect(
+                try body(Components.Schemas.DownloadList.self, try await client.get("/api/v1/downloads"))
+                    .downloads.isEmpty)
+        }
+        // The pattern the handler checks is the document's.
+        #expect(String(decoding: APIDocument.yaml, as: UTF8.self).contains(#"pattern: "\#(APIHandler.urlPattern)""#))
+    }
+
+    @Test("a method a path does not take: 405 with Allow; an unknown path: 404")
+    func methods() async throws {
+        let h = try await ServerHarness.make()
+        defer { Task { await h.stop() } }
+        try await h.application().test(.router) { client in
+            let put = try await client.execute(uri: "/api/v1/downloads/x/pause", method: .put, headers: authorized)
+            #expect(put.status == .methodNotAllowed)
+            #expect(put.headers[.allow] == "POST")
+            let trace = try await client.execute(uri: "/api/v1/downloads/x", method: .trace, headers: authorized)
+            #expect(trace.status == .methodNotAllowed)
+            #expect(trace.headers[.allow] == "DELETE, GET, PATCH")
+            #expect(try apiError(trace).code == "methodNotAllowed")
+            let unknown = try await client.execute(uri: "/api/v1/nothing", method: .get, headers: authorized)
+            #expect(unknown.status == .notFound)
         }
     }
 
@@ -220,8 +272,8 @@ struct RouterTests {
             let both = try await client.post("/api/v1/downloads/\(b.id)/move", #"{"to": "top", "before": "\#(a.id)"}"#)
             #expect(both.status == .badRequest)
             let unknownTarget = try await client.post("/api/v1/downloads/\(b.id)/move", #"{"before": "nope"}"#)
-            #expect(unknownTarget.status == .badRequest)
-            #expect(try apiError(unknownTarget).field == "before")
+            #expect(unknownTarget.status == .notFound)
+            #expect(try apiError(unknownTarget).message.contains("nope"))
             // PATCH: priority, a limit and then null to remove it, connections.
             let patched = try await client.execute(
                 uri: "/api/v1/downloads/\(a.id)", method: .patch, headers: authorized,
