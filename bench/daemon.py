@@ -16,6 +16,22 @@ import time
 import urllib.parse
 
 kind, base, secret, count = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+pid = sys.argv[5] if len(sys.argv) > 5 else None
+
+
+def memory():
+    """The daemon's resident and peak memory in MiB now (when its pid was given)."""
+    if pid is None:
+        return None
+    fields = {}
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            name, _, value = line.partition(":")
+            fields[name] = value.strip()
+    return [round(int(fields[k].split()[0]) / 1024, 1) for k in ("VmRSS", "VmHWM")]
+
+
+memory_after = {}
 parsed = urllib.parse.urlparse(base)
 
 
@@ -77,6 +93,7 @@ for thread in threads:
 for thread in threads:
     thread.join()
 timings["oneByOne"] = time.monotonic() - start
+memory_after["oneByOne"] = memory()
 if errors:
     raise SystemExit(f"adding one by one failed: {errors[0]}")
 
@@ -93,6 +110,7 @@ else:
     results = rpc(conn, "system.multicall", [calls], token=False)
     assert len(results) == count
 timings["batch"] = time.monotonic() - start
+memory_after["batch"] = memory()
 
 # 3. List all.
 start = time.monotonic()
@@ -103,6 +121,7 @@ else:
     listed = rpc(conn, "aria2.tellWaiting", [0, 2 * count + 10])
     first = listed[0]["gid"]
 timings["list"] = time.monotonic() - start
+memory_after["list"] = memory()
 if len(listed) != 2 * count:
     raise SystemExit(f"listed {len(listed)} downloads, not {2 * count}")
 
@@ -114,5 +133,8 @@ for _ in range(1000):
     else:
         rpc(conn, "aria2.tellStatus", [first])
 timings["read1000"] = time.monotonic() - start
+memory_after["read1000"] = memory()
 
+if pid is not None:
+    timings["memory"] = memory_after
 print(json.dumps(timings))

@@ -93,11 +93,11 @@ public struct DownloadResult: Sendable, Equatable, Codable {
 /// `changed` events with the state `completed` or `failed`, reported once.
 public enum DownloadEvent: Sendable, Equatable, Codable {
     /// Everything at once: the first event of a subscription that cannot be served by replaying what it missed.
-    case snapshot(ManagerSnapshot)
+    indirect case snapshot(ManagerSnapshot)
     /// A download was added.
-    case added(DownloadSnapshot)
+    indirect case added(DownloadSnapshot)
     /// A download changed: state, priority, place in the queue, destination, error, options.
-    case changed(DownloadSnapshot)
+    indirect case changed(DownloadSnapshot)
     /// Throttled progress of a running download.
     case progress(DownloadProgress)
     /// A retryable error; the download (or one of its connections) waits `delay`, then resumes.

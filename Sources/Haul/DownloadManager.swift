@@ -47,7 +47,7 @@ public actor DownloadManager {
         /// Who `add(_:to:options:priority:after:)` records as having added a download.
         public var origin = DownloadOrigin.library
         /// How many of the newest events are kept for subscribers that reconnect.
-        public var replayCapacity = 16_384
+        public var replayCapacity = 10_240
         /// The clock for backoff, checkpoints and progress.
         public var clock: any Clock<Duration> = ContinuousClock()
         /// The clock for idle timeouts and the once-a-second stats of `run()` (real time by default, since it races
@@ -947,11 +947,7 @@ public actor DownloadManager {
     }
 
     private static func absolute(_ path: String) -> String {
-        let expanded = (path as NSString).expandingTildeInPath
-        let full =
-            expanded.hasPrefix("/")
-            ? expanded : (FileManager.default.currentDirectoryPath as NSString).appendingPathComponent(expanded)
-        return (full as NSString).standardizingPath
+        PathName.absolute(path)
     }
 
     private static func checkWritableFolder(_ path: String) throws(DownloadError) {

@@ -1,6 +1,7 @@
 import Foundation
 import GRDB
 import HaulCore
+import Synchronization
 
 /// One download as the store keeps it.
 public struct DownloadRecord: Codable, Sendable, Equatable, FetchableRecord, PersistableRecord {
@@ -135,37 +136,43 @@ extension DownloadOptions: DatabaseValueConvertible {
 }
 
 extension DownloadRecord {
+    /// Every column with its value, in the table's order. Arrays are stored as JSON text, as the `Codable` decoding
+    /// expects.
+    func columnValues() throws -> [(String, (any DatabaseValueConvertible)?)] {
+        [
+            ("id", id), ("url", url), ("finalURL", finalURL), ("directory", directory), ("destination", destination),
+            ("state", state), ("totalLength", totalLength), ("durableOffset", durableOffset), ("etag", etag),
+            ("lastModified", lastModified), ("isLastModifiedStrong", isLastModifiedStrong),
+            ("isResumable", isResumable), ("isPartVerified", isPartVerified),
+            ("mayReplaceDestination", mayReplaceDestination), ("attempts", attempts), ("lastError", lastError),
+            ("options", OptionsColumn.value(of: options)), ("priority", priority), ("queuePosition", queuePosition),
+            (
+                "prerequisites",
+                prerequisites.isEmpty ? "[]" : String(decoding: try JSONEncoder().encode(prerequisites), as: UTF8.self)
+            ),
+            ("rateLimit", rateLimit), ("segments", try DownloadStore.json(segments)),
+            ("activeConnections", activeConnections), ("createdAt", createdAt), ("updatedAt", updatedAt),
+            ("errorCode", errorCode), ("errorStatus", errorStatus), ("origin", origin.rawValue),
+            ("completedAt", completedAt),
+        ]
+    }
+
     /// Writes the columns directly (GRDB's `Codable` path is several times slower, and a batch of a thousand small
-    /// files saves records thousands of times). Arrays are stored as JSON text, as the `Codable` decoding expects.
+    /// files saves records thousands of times).
     public func encode(to container: inout PersistenceContainer) throws {
-        container["id"] = id
-        container["url"] = url
-        container["finalURL"] = finalURL
-        container["directory"] = directory
-        container["destination"] = destination
-        container["state"] = state
-        container["totalLength"] = totalLength
-        container["durableOffset"] = durableOffset
-        container["etag"] = etag
-        container["lastModified"] = lastModified
-        container["isLastModifiedStrong"] = isLastModifiedStrong
-        container["isResumable"] = isResumable
-        container["isPartVerified"] = isPartVerified
-        container["mayReplaceDestination"] = mayReplaceDestination
-        container["attempts"] = attempts
-        container["lastError"] = lastError
-        container["options"] = options
-        container["priority"] = priority
-        container["queuePosition"] = queuePosition
-        container["prerequisites"] = String(decoding: try JSONEncoder().encode(prerequisites), as: UTF8.self)
-        container["rateLimit"] = rateLimit
-        container["segments"] = try DownloadStore.json(segments)
-        container["activeConnections"] = activeConnections
-        container["createdAt"] = createdAt
-        container["updatedAt"] = updatedAt
-        container["errorCode"] = errorCode
-        container["errorStatus"] = errorStatus
-        container["origin"] = origin.rawValue
-        container["completedAt"] = completedAt
+        for (name, value) in try columnValues() { container[name] = value }
+    }
+}
+
+/// The `options` column: JSON text, encoded once for a run of downloads added with the same options (a list of
+/// ten thousand encodes one).
+enum OptionsColumn {
+    private static let last = Mutex<(DownloadOptions, DatabaseValue)?>(nil)
+
+    static func value(of options: DownloadOptions) -> DatabaseValue {
+        if let cached = last.withLock({ $0 }), cached.0 == options { return cached.1 }
+        let value = options.databaseValue
+        last.withLock { $0 = (options, value) }
+        return value
     }
 }

@@ -156,7 +156,17 @@ public struct DownloadStore: Sendable {
     public func insert(_ records: [DownloadRecord], saving changed: [DownloadRecord] = []) throws(DownloadError) {
         let now = Date()
         try write { db in
-            for record in records { try record.insert(db) }
+            // One prepared statement for the whole list (GRDB's record insert builds its statement each time).
+            var statement: Statement?
+            for record in records {
+                let columns = try record.columnValues()
+                if statement == nil {
+                    let names = columns.map(\.0).joined(separator: ", ")
+                    let marks = Array(repeating: "?", count: columns.count).joined(separator: ", ")
+                    statement = try db.cachedStatement(sql: "INSERT INTO download (\(names)) VALUES (\(marks))")
+                }
+                try statement?.execute(arguments: StatementArguments(columns.map(\.1)))
+            }
             for var record in changed {
                 record.updatedAt = now
                 try record.save(db)

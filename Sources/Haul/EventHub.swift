@@ -32,7 +32,7 @@ final class EventHub: Sendable {
     /// locked reads it. Always taken after `state` when both are.
     private let progress = Mutex<[DownloadID: DownloadProgress]>([:])
 
-    init(run: Int64, replayCapacity: Int = 16_384, collapseThreshold: Int = 256, subscriberLimit: Int = 4_096) {
+    init(run: Int64, replayCapacity: Int = 10_240, collapseThreshold: Int = 256, subscriberLimit: Int = 4_096) {
         self.replayCapacity = max(1, replayCapacity)
         self.collapseThreshold = collapseThreshold
         self.subscriberLimit = subscriberLimit

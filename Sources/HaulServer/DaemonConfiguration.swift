@@ -69,10 +69,16 @@ public enum Door: Sendable, Equatable {
 struct FolderPolicy: Sendable {
     let downloadDirectory: String
     let allowedDirectories: [String]
+    /// The download folder and the allowed ones with symbolic links resolved, once: they are set at start.
+    let roots: [String]
+    /// The download folder resolved, when it exists (a request naming no folder needs no file-system call).
+    let resolvedDownloadDirectory: String
 
     init(_ configuration: DaemonConfiguration) {
         downloadDirectory = configuration.downloadDirectory
         allowedDirectories = configuration.allowedDirectories
+        roots = ([configuration.downloadDirectory] + configuration.allowedDirectories).map(Self.resolved)
+        resolvedDownloadDirectory = Self.resolved(configuration.downloadDirectory)
     }
 
     /// The destination of a request. Over the network a relative folder is under the download folder; an absolute
@@ -88,14 +94,18 @@ struct FolderPolicy: Sendable {
         }
         let lexical: String
         if requested.hasPrefix("/") {
-            lexical = (requested as NSString).standardizingPath
+            lexical = PathName.normalized(requested)
         } else if door == .socket, requested.hasPrefix("~") {
-            lexical = ((requested as NSString).expandingTildeInPath as NSString).standardizingPath
+            lexical = PathName.absolute(requested)
         } else {
-            lexical = ((downloadDirectory as NSString).appendingPathComponent(requested) as NSString).standardizingPath
+            lexical = PathName.absolute(requested, base: downloadDirectory)
         }
         let folder: String
-        if door == .network {
+        if door == .network, lexical == PathName.normalized(downloadDirectory),
+            FileManager.default.fileExists(atPath: resolvedDownloadDirectory)
+        {
+            folder = resolvedDownloadDirectory
+        } else if door == .network {
             folder = try confined(lexical, requested: requested, index: index)
         } else {
             folder = lexical
@@ -112,12 +122,11 @@ struct FolderPolicy: Sendable {
             }
             name = filename
         }
-        return .file((folder as NSString).appendingPathComponent(name))
+        return .file(PathName.join(folder, name))
     }
 
     /// `path` with every symbolic link resolved, checked to lie inside an allowed folder; creates what is missing.
     private func confined(_ path: String, requested: String, index: Int?) throws(APIError) -> String {
-        let roots = ([downloadDirectory] + allowedDirectories).map(Self.resolved)
         // The deepest folder that exists decides where the path really leads; what is missing below it cannot be a
         // link.
         var existing = path
@@ -148,7 +157,7 @@ struct FolderPolicy: Sendable {
 
     /// The path with symbolic links resolved (as it is when it cannot be).
     static func resolved(_ path: String) -> String {
-        guard let real = realpath(path, nil) else { return (path as NSString).standardizingPath }
+        guard let real = realpath(path, nil) else { return PathName.normalized(path) }
         defer { free(real) }
         return String(cString: real)
     }
