@@ -112,14 +112,14 @@ public actor DownloadManager {
             id = String(parts[2])
         }
 
-        fileprivate init(_ record: DownloadRecord) {
+        init(_ record: DownloadRecord) {
             priority = record.priority
             position = record.queuePosition
             id = record.id
         }
 
         /// Whether `self` comes before `other` in queue order: higher priority, then lower position, then id.
-        fileprivate func precedes(_ other: QueueCursor) -> Bool {
+        func precedes(_ other: QueueCursor) -> Bool {
             if priority != other.priority { return priority > other.priority }
             if position != other.position { return position < other.position }
             return id < other.id
@@ -143,9 +143,7 @@ public actor DownloadManager {
     private let transport: any HTTPTransport
     private let hub: EventHub
     private var catalog = Catalog()
-    private var records: [String: DownloadRecord] { catalog.records }
-    private var queuedOrder: [String: (priority: Int, position: Double)] { catalog.queuedOrder }
-    private var byTarget: [String: [String]] { catalog.byTarget }
+    private var records: Catalog { catalog }
     private var counts: [DownloadState: Int] { catalog.counts }
     private var lastPosition: Double { catalog.lastPosition }
     private var settings: ManagerSettings
@@ -256,14 +254,17 @@ public actor DownloadManager {
         }
         var added: [Added] = []
         var fresh: [DownloadRecord] = []
+        fresh.reserveCapacity(requests.count)
         var reused: [String: DownloadRecord] = [:]
-        var inBatch: [String: String] = [:]
+        var inBatch: [Catalog.Target: String] = [:]
+        // Folders found writable in this call: a list into one folder checks it once.
+        var checkedFolders: Set<String> = []
         for (index, request) in requests.enumerated() {
             do {
-                let (key, record) = try prepare(request)
+                let (key, record) = try prepare(request, checkedFolders: &checkedFolders)
                 if let id = inBatch[key] {
                     added.append(Added(id: DownloadID(id), isNew: false))
-                } else if let existing = byTarget[key]?.last.flatMap({ reused[$0] ?? records[$0] }) {
+                } else if let existing = catalog.newest(at: key).flatMap({ reused[$0] ?? records[$0] }) {
                     var record = existing
                     try reuse(&record, options: request.options, staysPaused: request.isPaused)
                     reused[record.id] = record
@@ -303,7 +304,9 @@ public actor DownloadManager {
 
     /// Checks one request and makes its record (not yet stored); returns the key that finds the same URL and
     /// destination.
-    private func prepare(_ request: DownloadRequest) throws(DownloadError) -> (String, DownloadRecord) {
+    private func prepare(_ request: DownloadRequest, checkedFolders: inout Set<String>) throws(DownloadError)
+        -> (Catalog.Target, DownloadRecord)
+    {
         try Self.validate(request.url)
         for prerequisite in request.after where records[prerequisite.rawValue] == nil {
             throw DownloadError(.notFound, "no download with id \(prerequisite) to wait for")
@@ -322,17 +325,18 @@ public actor DownloadManager {
         switch request.destination {
         case .file(let rawPath):
             let path = Self.absolute(rawPath)
-            try Self.checkWritableFolder((path as NSString).deletingLastPathComponent)
+            let folder = (path as NSString).deletingLastPathComponent
+            if checkedFolders.insert(folder).inserted { try Self.checkWritableFolder(folder) }
             if FileSystem.isWritableDirectory(path) || rawPath.hasSuffix("/") {
                 throw DownloadError(.invalidArgument, "\(path) is a folder; use a folder destination for it")
             }
             record.destination = path
         case .directory(let rawPath):
             let path = Self.absolute(rawPath)
-            try Self.checkWritableFolder(path)
+            if checkedFolders.insert(path).inserted { try Self.checkWritableFolder(path) }
             record.directory = path
         }
-        return (Catalog.targetKey(of: record), record)
+        return (Catalog.target(of: record), record)
     }
 
     /// Pauses a queued or running download; a running one stops after flushing its exact offset.
@@ -413,14 +417,14 @@ public actor DownloadManager {
 
     /// Pauses every queued, running or waiting download.
     public func pauseAll() async {
-        for record in queueOrder(records.values) where record.state == .queued || record.state.isActive {
+        for record in queueOrder(records.all) where record.state == .queued || record.state.isActive {
             try? await pause(DownloadID(record.id))
         }
     }
 
     /// Queues every paused download again.
     public func resumeAll() {
-        for record in queueOrder(records.values) where record.state == .paused {
+        for record in queueOrder(records.all) where record.state == .paused {
             try? resume(DownloadID(record.id))
         }
     }
@@ -431,7 +435,7 @@ public actor DownloadManager {
         var record = try require(id)
         let target = try require(other)
         guard record.id != target.id else { return }
-        let ordered = queueOrder(records.values.filter { $0.priority == target.priority && $0.id != id.rawValue })
+        let ordered = queueOrder(records.all.filter { $0.priority == target.priority && $0.id != id.rawValue })
         let index = ordered.firstIndex { $0.id == target.id } ?? 0
         let previous = index > 0 ? ordered[index - 1].queuePosition : target.queuePosition - 1
         record.priority = target.priority
@@ -442,7 +446,7 @@ public actor DownloadManager {
     /// Moves `id` before or after every other download of its priority.
     public func move(_ id: DownloadID, to end: QueueEnd) throws(DownloadError) {
         var record = try require(id)
-        let others = records.values.filter { $0.priority == record.priority && $0.id != record.id }.map(\.queuePosition)
+        let others = records.all.filter { $0.priority == record.priority && $0.id != record.id }.map(\.queuePosition)
         switch end {
         case .top: record.queuePosition = (others.min() ?? record.queuePosition) - 1
         case .bottom: record.queuePosition = max(others.max() ?? record.queuePosition, lastPosition) + 1
@@ -555,7 +559,7 @@ public actor DownloadManager {
     /// Forgets every completed, cancelled and failed download (their files stay); returns how many.
     @discardableResult
     public func clean() throws(DownloadError) -> Int {
-        let finished = queueOrder(records.values.filter { $0.state.isTerminal && tasks[$0.id] == nil })
+        let finished = queueOrder(records.all.filter { $0.state.isTerminal && tasks[$0.id] == nil })
         for record in finished { try remove(DownloadID(record.id)) }
         return finished.count
     }
@@ -601,7 +605,7 @@ public actor DownloadManager {
     public func managerSnapshot(for id: DownloadID? = nil) -> ManagerSnapshot {
         let downloads =
             id.map { id in records[id.rawValue].map { [snapshot(of: $0, live: true)] } ?? [] }
-            ?? queueOrder(records.values).map { snapshot(of: $0, live: true) }
+            ?? queueOrder(records.all).map { snapshot(of: $0, live: true) }
         return ManagerSnapshot(downloads: downloads, stats: stats(), settings: settings)
     }
 
@@ -611,6 +615,11 @@ public actor DownloadManager {
     /// The download now (live bytes, speed and segments while it runs).
     public func snapshot(_ id: DownloadID) throws(DownloadError) -> Snapshot {
         snapshot(of: try require(id), live: true)
+    }
+
+    /// The downloads with these ids that the manager still has, in the order given.
+    public func snapshots(ofExisting ids: [DownloadID]) -> [Snapshot] {
+        ids.compactMap { records[$0.rawValue].map { snapshot(of: $0, live: true) } }
     }
 
     /// The downloads with these ids, in the order given (one actor hop for a whole list).
@@ -623,7 +632,7 @@ public actor DownloadManager {
 
     /// Every download, in queue order.
     public func snapshots() throws(DownloadError) -> [Snapshot] {
-        queueOrder(records.values).map { snapshot(of: $0, live: true) }
+        queueOrder(records.all).map { snapshot(of: $0, live: true) }
     }
 
     /// A page of the downloads in queue order: those in `states` (all when nil) after `cursor`, at most `limit`
@@ -632,13 +641,27 @@ public actor DownloadManager {
     public func snapshots(in states: Set<DownloadState>?, after cursor: QueueCursor?, limit: Int?)
         -> (downloads: [Snapshot], next: QueueCursor?)
     {
-        var chosen = records.values.filter { record in
-            (states?.contains(record.state) ?? true) && (cursor.map { $0.precedes(QueueCursor(record)) } ?? true)
+        let page = page(in: states, after: cursor, limit: limit)
+        return (page.ids.compactMap { records[$0.rawValue].map { snapshot(of: $0, live: true) } }, page.next)
+    }
+
+    /// The ids of a page, as `snapshots(in:after:limit:)` chooses them, for a reader that fetches the downloads a
+    /// few at a time (`snapshots(of:)`) instead of holding thousands of them at once.
+    public func page(in states: Set<DownloadState>?, after cursor: QueueCursor?, limit: Int?)
+        -> (ids: [DownloadID], next: QueueCursor?)
+    {
+        var chosen: [QueueCursor] = []
+        for record in records.all where states?.contains(record.state) ?? true {
+            let place = QueueCursor(record)
+            if cursor.map({ $0.precedes(place) }) ?? true { chosen.append(place) }
         }
-        chosen.sort { QueueCursor($0).precedes(QueueCursor($1)) }
-        guard let limit, chosen.count > limit else { return (chosen.map { snapshot(of: $0, live: true) }, nil) }
-        let page = chosen.prefix(max(0, limit))
-        return (page.map { snapshot(of: $0, live: true) }, page.last.map(QueueCursor.init))
+        chosen.sort { $0.precedes($1) }
+        var next: QueueCursor?
+        if let limit, chosen.count > limit {
+            chosen.removeLast(chosen.count - max(0, limit))
+            next = chosen.last
+        }
+        return (chosen.map { DownloadID($0.id) }, next)
     }
 
     /// Speed of all running downloads and a count per state.
@@ -700,11 +723,17 @@ public actor DownloadManager {
     private func schedule() throws(DownloadError) {
         guard !isShutDown else { return }
         guard tasks.count < settings.maxConcurrentDownloads else { return }
-        let queued = queuedOrder.filter { id, _ in
-            tasks[id] == nil && (configuration.startsStoredDownloads || sessionIDs.contains(id))
+        // The queue is kept in order: the first ones that may start are all this looks at (with thousands queued,
+        // sorting them each time a download finished made a batch quadratic).
+        var queued: [String] = []
+        var free = settings.maxConcurrentDownloads - tasks.count
+        for key in catalog.queue where free > 0 {
+            guard tasks[key.id] == nil, configuration.startsStoredDownloads || sessionIDs.contains(key.id),
+                let record = records[key.id]
+            else { continue }
+            queued.append(key.id)
+            if case .ready = prerequisiteStatus(of: record) { free -= 1 }
         }
-        .sorted { ($1.value.priority, $0.value.position) < ($0.value.priority, $1.value.position) }
-        .map(\.key)
         var failedAny = false
         for id in queued {
             guard tasks.count < settings.maxConcurrentDownloads else { break }
@@ -984,44 +1013,108 @@ public actor DownloadManager {
 
 /// The records in memory with the indexes the manager keeps beside them.
 private struct Catalog {
-    var records: [String: DownloadRecord] = [:]
-    /// The queue order of the records in state `queued`, so scheduling a batch of thousands of downloads does not
-    /// copy every record each time one finishes.
-    var queuedOrder: [String: (priority: Int, position: Double)] = [:]
-    /// The ids of the records of each URL and destination, oldest first: how `add` finds a download it already has
-    /// without looking at every record.
-    var byTarget: [String: [String]] = [:]
+    /// One record, held by reference: a dictionary of 20,000 records inline took 13 MiB, most of it empty buckets
+    /// as large as a record.
+    final class Box {
+        var record: DownloadRecord
+        init(_ record: DownloadRecord) { self.record = record }
+    }
+
+    /// A download's URL and destination (a file, or a folder for a name the server chooses); its strings are the
+    /// record's own, not copies.
+    struct Target: Hashable {
+        var url: String
+        var isFolder: Bool
+        var place: String
+    }
+
+    private var boxes: [String: Box] = [:]
+    /// The records in state `queued`, in queue order (higher priority first, then lower position).
+    private(set) var queue: [DownloadManager.QueueCursor] = []
+    /// The newest record of each URL and destination: how `add` finds a download it already has without looking at
+    /// every record. The older ones of a target (rare: a target added again after it was cancelled) wait in
+    /// `olderByTarget`, oldest first.
+    private var byTarget: [Target: String] = [:]
+    private var olderByTarget: [Target: [String]] = [:]
     /// How many records are in each state.
     var counts: [DownloadState: Int] = [:]
     /// The highest queue position given so far: a new download goes after it.
     var lastPosition: Double = 0
+    /// One copy of each folder name: thousands of downloads into one folder share it.
+    private var folders: Set<String> = []
 
-    /// The key of a record's URL and destination (a file, or a folder for a name the server chooses).
-    static func targetKey(of record: DownloadRecord) -> String {
-        if let directory = record.directory { return "d\u{0}\(record.url)\u{0}\(directory)" }
-        return "f\u{0}\(record.url)\u{0}\(record.destination ?? "")"
+    subscript(id: String) -> DownloadRecord? { boxes[id]?.record }
+
+    /// The id of the newest record of `target`.
+    func newest(at target: Target) -> String? { byTarget[target] }
+
+    /// Every record, in no order.
+    var all: some Collection<DownloadRecord> { boxes.values.lazy.map(\.record) }
+
+    var count: Int { boxes.count }
+
+    static func target(of record: DownloadRecord) -> Target {
+        if let directory = record.directory { return Target(url: record.url, isFolder: true, place: directory) }
+        return Target(url: record.url, isFolder: false, place: record.destination ?? "")
     }
 
     /// Keeps `record`, with its place in the queue when it is queued, its target and its state's count.
     mutating func keep(_ record: DownloadRecord) {
-        if let old = records[record.id] {
-            counts[old.state, default: 0] -= 1
+        var record = record
+        if let directory = record.directory {
+            if let shared = folders.firstIndex(of: directory) {
+                record.directory = folders[shared]
+            } else {
+                folders.insert(directory)
+            }
+        }
+        if let box = boxes[record.id] {
+            counts[box.record.state, default: 0] -= 1
+            if box.record.state == .queued { dequeue(DownloadManager.QueueCursor(box.record)) }
+            box.record = record
         } else {
-            byTarget[Self.targetKey(of: record), default: []].append(record.id)
+            let target = Self.target(of: record)
+            if let previous = byTarget.updateValue(record.id, forKey: target) {
+                olderByTarget[target, default: []].append(previous)
+            }
+            boxes[record.id] = Box(record)
         }
         counts[record.state, default: 0] += 1
-        records[record.id] = record
-        queuedOrder[record.id] = record.state == .queued ? (record.priority, record.queuePosition) : nil
+        if record.state == .queued {
+            let key = DownloadManager.QueueCursor(record)
+            queue.insert(key, at: place(of: key))
+        }
         lastPosition = max(lastPosition, record.queuePosition)
     }
 
+    /// Where `key` is or belongs in `queue` (binary search).
+    private func place(of key: DownloadManager.QueueCursor) -> Int {
+        var low = 0
+        var high = queue.count
+        while low < high {
+            let middle = (low + high) / 2
+            if queue[middle].precedes(key) { low = middle + 1 } else { high = middle }
+        }
+        return low
+    }
+
+    private mutating func dequeue(_ key: DownloadManager.QueueCursor) {
+        let index = place(of: key)
+        if index < queue.count, queue[index] == key { queue.remove(at: index) }
+    }
+
     mutating func forget(_ record: DownloadRecord) {
-        guard let old = records.removeValue(forKey: record.id) else { return }
+        guard let old = boxes.removeValue(forKey: record.id)?.record else { return }
         counts[old.state, default: 0] -= 1
-        queuedOrder[record.id] = nil
-        let key = Self.targetKey(of: old)
-        byTarget[key]?.removeAll { $0 == record.id }
-        if byTarget[key]?.isEmpty == true { byTarget[key] = nil }
+        if old.state == .queued { dequeue(DownloadManager.QueueCursor(old)) }
+        let key = Self.target(of: old)
+        if byTarget[key] == record.id {
+            byTarget[key] = olderByTarget[key]?.popLast()
+            if olderByTarget[key]?.isEmpty == true { olderByTarget[key] = nil }
+        } else {
+            olderByTarget[key]?.removeAll { $0 == record.id }
+            if olderByTarget[key]?.isEmpty == true { olderByTarget[key] = nil }
+        }
     }
 }
 

@@ -136,31 +136,36 @@ extension DownloadOptions: DatabaseValueConvertible {
 }
 
 extension DownloadRecord {
-    /// Every column with its value, in the table's order. Arrays are stored as JSON text, as the `Codable` decoding
-    /// expects.
-    func columnValues() throws -> [(String, (any DatabaseValueConvertible)?)] {
+    /// The table's columns, in the order of `columnValues()`.
+    static let columnNames = [
+        "id", "url", "finalURL", "directory", "destination", "state", "totalLength", "durableOffset", "etag",
+        "lastModified", "isLastModifiedStrong", "isResumable", "isPartVerified", "mayReplaceDestination", "attempts",
+        "lastError", "options", "priority", "queuePosition", "prerequisites", "rateLimit", "segments",
+        "activeConnections", "createdAt", "updatedAt", "errorCode", "errorStatus", "origin", "completedAt",
+    ]
+
+    /// Every column's value, in the order of `columnNames`. Arrays are stored as JSON text, as the `Codable`
+    /// decoding expects.
+    func columnValues() throws -> [DatabaseValue] {
         [
-            ("id", id), ("url", url), ("finalURL", finalURL), ("directory", directory), ("destination", destination),
-            ("state", state), ("totalLength", totalLength), ("durableOffset", durableOffset), ("etag", etag),
-            ("lastModified", lastModified), ("isLastModifiedStrong", isLastModifiedStrong),
-            ("isResumable", isResumable), ("isPartVerified", isPartVerified),
-            ("mayReplaceDestination", mayReplaceDestination), ("attempts", attempts), ("lastError", lastError),
-            ("options", OptionsColumn.value(of: options)), ("priority", priority), ("queuePosition", queuePosition),
-            (
-                "prerequisites",
-                prerequisites.isEmpty ? "[]" : String(decoding: try JSONEncoder().encode(prerequisites), as: UTF8.self)
-            ),
-            ("rateLimit", rateLimit), ("segments", try DownloadStore.json(segments)),
-            ("activeConnections", activeConnections), ("createdAt", createdAt), ("updatedAt", updatedAt),
-            ("errorCode", errorCode), ("errorStatus", errorStatus), ("origin", origin.rawValue),
-            ("completedAt", completedAt),
+            id.databaseValue, url.databaseValue, finalURL.databaseValue, directory.databaseValue,
+            destination.databaseValue, state.databaseValue, totalLength.databaseValue, durableOffset.databaseValue,
+            etag.databaseValue, lastModified.databaseValue, isLastModifiedStrong.databaseValue,
+            isResumable.databaseValue, isPartVerified.databaseValue, mayReplaceDestination.databaseValue,
+            attempts.databaseValue, lastError.databaseValue, OptionsColumn.value(of: options),
+            priority.databaseValue, queuePosition.databaseValue,
+            (prerequisites.isEmpty
+                ? "[]" : String(decoding: try JSONEncoder().encode(prerequisites), as: UTF8.self)).databaseValue,
+            rateLimit.databaseValue, try DownloadStore.json(segments).databaseValue, activeConnections.databaseValue,
+            createdAt.databaseValue, updatedAt.databaseValue, errorCode.databaseValue, errorStatus.databaseValue,
+            origin.rawValue.databaseValue, completedAt.databaseValue,
         ]
     }
 
     /// Writes the columns directly (GRDB's `Codable` path is several times slower, and a batch of a thousand small
     /// files saves records thousands of times).
     public func encode(to container: inout PersistenceContainer) throws {
-        for (name, value) in try columnValues() { container[name] = value }
+        for (name, value) in zip(Self.columnNames, try columnValues()) { container[name] = value }
     }
 }
 

@@ -2,6 +2,7 @@ import Foundation
 import HTTPTypes
 import Haul
 import HaulCore
+import NIOCore
 import OpenAPIRuntime
 
 /// An error answer of the API: a status, a code and a message, and for a list of downloads the item and field.
@@ -70,7 +71,7 @@ extension APIError {
     /// The answer for anything a request handler threw: an `APIError` as it is; what the generated code threw while
     /// reading the request (malformed JSON, a wrong type, an unknown field, a wrong content type) as a 400 or 415
     /// that names the field; anything else as a 500.
-    static func from(_ error: any Error, body: [UInt8]?) -> APIError {
+    static func from(_ error: any Error, body: ByteBuffer?) -> APIError {
         if let error = error as? APIError { return error }
         if let error = error as? DownloadError { return APIError(error) }
         if let error = error as? ServerError {
@@ -104,7 +105,7 @@ extension APIError {
     }
 
     /// A 400 naming the item and field a decoding error is about.
-    private static func describe(_ error: DecodingError, body: [UInt8]?) -> APIError {
+    private static func describe(_ error: DecodingError, body: ByteBuffer?) -> APIError {
         var error = error
         // A body that may be an object or a list (adding downloads) fails as a whole; pick the attempt that matches
         // the body's shape: its first error for an object, its second for a list.
@@ -113,7 +114,8 @@ extension APIError {
                 as? [any Error],
             attempts.count == 2
         {
-            let isList = body?.first(where: { ![0x20, 0x09, 0x0A, 0x0D].contains($0) }) == UInt8(ascii: "[")
+            let isList =
+                body?.readableBytesView.first(where: { ![0x20, 0x09, 0x0A, 0x0D].contains($0) }) == UInt8(ascii: "[")
             if let chosen = attempts[isList ? 1 : 0] as? DecodingError { error = chosen }
         }
         let context: DecodingError.Context

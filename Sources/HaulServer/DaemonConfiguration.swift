@@ -71,14 +71,17 @@ struct FolderPolicy: Sendable {
     let allowedDirectories: [String]
     /// The download folder and the allowed ones with symbolic links resolved, once: they are set at start.
     let roots: [String]
-    /// The download folder resolved, when it exists (a request naming no folder needs no file-system call).
+    /// The download folder resolved (a request naming no folder needs no file-system call).
     let resolvedDownloadDirectory: String
+    /// The download folder as requests name it, normalised.
+    let normalizedDownloadDirectory: String
 
     init(_ configuration: DaemonConfiguration) {
         downloadDirectory = configuration.downloadDirectory
         allowedDirectories = configuration.allowedDirectories
         roots = ([configuration.downloadDirectory] + configuration.allowedDirectories).map(Self.resolved)
         resolvedDownloadDirectory = Self.resolved(configuration.downloadDirectory)
+        normalizedDownloadDirectory = PathName.normalized(configuration.downloadDirectory)
     }
 
     /// The destination of a request. Over the network a relative folder is under the download folder; an absolute
@@ -101,9 +104,8 @@ struct FolderPolicy: Sendable {
             lexical = PathName.absolute(requested, base: downloadDirectory)
         }
         let folder: String
-        if door == .network, lexical == PathName.normalized(downloadDirectory),
-            FileManager.default.fileExists(atPath: resolvedDownloadDirectory)
-        {
+        // The download folder itself (most requests) needs no file-system call: the manager checks it is writable.
+        if door == .network, lexical == normalizedDownloadDirectory {
             folder = resolvedDownloadDirectory
         } else if door == .network {
             folder = try confined(lexical, requested: requested, index: index)

@@ -42,43 +42,53 @@ struct EventStreamBody: AsyncSequence, Sendable {
 
         /// One event as its SSE lines.
         private func frame(_ sequenced: SequencedEvent) throws -> [UInt8] {
-            let name: String
-            let data: Data
+            var frame = Array("id: \(sequenced.id)\nevent: ".utf8)
+            func named(_ name: String) {
+                frame.append(contentsOf: name.utf8)
+                frame.append(contentsOf: "\ndata: ".utf8)
+            }
+            // JSON holds no raw line breaks (they are escaped in strings), so the data is one line.
             switch sequenced.event {
             case .snapshot(let snapshot):
-                name = "snapshot"
-                data = try encoder.encode(
-                    Components.Schemas.EventSnapshot(
-                        downloads: snapshot.downloads.map(Components.Schemas.Download.init),
-                        stats: .init(snapshot.stats),
-                        settings: .init(snapshot.settings, configuration: configuration)))
+                named("snapshot")
+                frame.append(contentsOf: "{\"downloads\":[".utf8)
+                for (index, download) in snapshot.downloads.enumerated() {
+                    if index > 0 { frame.append(UInt8(ascii: ",")) }
+                    DownloadJSON.append(Components.Schemas.Download(download), to: &frame)
+                }
+                frame.append(contentsOf: "],\"stats\":".utf8)
+                frame.append(contentsOf: try encoder.encode(Components.Schemas.Stats(snapshot.stats)))
+                frame.append(contentsOf: ",\"settings\":".utf8)
+                frame.append(
+                    contentsOf: try encoder.encode(
+                        Components.Schemas.Settings(snapshot.settings, configuration: configuration)))
+                frame.append(UInt8(ascii: "}"))
             case .added(let download):
-                name = "added"
-                data = try encoder.encode(Components.Schemas.Download(download))
+                named("added")
+                DownloadJSON.append(Components.Schemas.Download(download), to: &frame)
             case .changed(let download):
-                name = "changed"
-                data = try encoder.encode(Components.Schemas.Download(download))
+                named("changed")
+                DownloadJSON.append(Components.Schemas.Download(download), to: &frame)
             case .progress(let progress):
-                name = "progress"
-                data = try encoder.encode(Components.Schemas.Progress(progress))
+                named("progress")
+                frame.append(contentsOf: try encoder.encode(Components.Schemas.Progress(progress)))
             case .retrying(let id, let error, let delay):
-                name = "retrying"
+                named("retrying")
                 let seconds = Double(delay.components.seconds) + Double(delay.components.attoseconds) / 1e18
-                data = try encoder.encode(
-                    Components.Schemas.Retrying(id: id.rawValue, error: .init(error), delaySeconds: seconds))
+                frame.append(
+                    contentsOf: try encoder.encode(
+                        Components.Schemas.Retrying(id: id.rawValue, error: .init(error), delaySeconds: seconds)))
             case .removed(let id):
-                name = "removed"
-                data = try encoder.encode(Components.Schemas.Removed(id: id.rawValue))
+                named("removed")
+                frame.append(contentsOf: try encoder.encode(Components.Schemas.Removed(id: id.rawValue)))
             case .stats(let stats):
-                name = "stats"
-                data = try encoder.encode(Components.Schemas.Stats(stats))
+                named("stats")
+                frame.append(contentsOf: try encoder.encode(Components.Schemas.Stats(stats)))
             case .settings(let settings):
-                name = "settings"
-                data = try encoder.encode(Components.Schemas.Settings(settings, configuration: configuration))
+                named("settings")
+                frame.append(
+                    contentsOf: try encoder.encode(Components.Schemas.Settings(settings, configuration: configuration)))
             }
-            // JSONEncoder writes no raw line breaks (they are escaped in strings), so the data is one line.
-            var frame = Array("id: \(sequenced.id)\nevent: \(name)\ndata: ".utf8)
-            frame.append(contentsOf: data)
             frame.append(contentsOf: "\n\n".utf8)
             return frame
         }

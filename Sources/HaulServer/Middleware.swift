@@ -1,6 +1,8 @@
 import Crypto
 import Foundation
 import HTTPTypes
+import Haul
+import HaulAPI
 import HaulCore
 import Hummingbird
 import NIOCore
@@ -53,7 +55,7 @@ extension APIError {
     }
 
     /// The answer for any error, with the request's body known (to tell a list from an object).
-    static func from(any error: any Error, body: [UInt8]?) -> APIError {
+    static func from(any error: any Error, body: ByteBuffer?) -> APIError {
         if error is APIError || error is DownloadError || error is ServerError { return from(error, body: body) }
         return from(http: error)
     }
@@ -101,13 +103,12 @@ struct BodyMiddleware: RouterMiddleware {
         do { buffer = try await request.collectBody(upTo: Self.limit) } catch {
             throw APIError(.contentTooLarge, "payloadTooLarge", "the body is over \(Self.limit) bytes")
         }
-        let bytes = Array(buffer.readableBytesView)
-        return try await RawBody.$bytes.withValue(bytes) {
+        return try await RawBody.$bytes.withValue(buffer) {
             do {
                 return try await next(request, context)
             } catch {
                 // Described here, where the body is known (to tell a list from an object).
-                return APIError.from(any: error, body: bytes).response
+                return APIError.from(any: error, body: buffer).response
             }
         }
     }
@@ -319,5 +320,65 @@ struct MethodMiddleware: RouterMiddleware {
             return response
         }
         return try await next(request, context)
+    }
+}
+
+/// Writes the downloads of a list answer (listing, adding a list) straight into the response in chunks, with
+/// `DownloadJSON`, in place of the empty list the generated code encoded (see `ListBody`).
+struct ListBodyMiddleware: RouterMiddleware {
+    typealias Context = HaulRequestContext
+
+    func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response)
+        async throws -> Response
+    {
+        guard request.uri.path == "/api/v1/downloads", request.method == .get || request.method == .post else {
+            return try await next(request, context)
+        }
+        let slot = ListBody.Slot()
+        var response = try await ListBody.$slot.withValue(slot) { try await next(request, context) }
+        guard let ids = slot.ids, let manager = slot.manager, response.status == .ok else { return response }
+        let nextCursor = slot.nextCursor
+        response.headers[.contentLength] = nil
+        response.body = ResponseBody { writer in
+            try await DownloadJSON.list(ids: ids, nextCursor: nextCursor) { chunk in
+                // A download removed since the page was chosen is left out.
+                await manager.snapshots(ofExisting: chunk).map(Components.Schemas.Download.init)
+            } emit: { bytes in
+                try await writer.write(ByteBuffer(bytes: bytes))
+            }
+            try await writer.finish(nil)
+        }
+        return response
+    }
+}
+
+/// `GET /api/v1/downloads/{id}`, the most frequent read, answered here with `DownloadJSON` (the generated route's
+/// `JSONEncoder` was most of its time). Anything unusual (an `Accept` that does not take JSON, an unknown id) goes on
+/// to the generated route, which answers it as the document says.
+struct DownloadReadMiddleware: RouterMiddleware {
+    typealias Context = HaulRequestContext
+    let manager: DownloadManager
+
+    func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response)
+        async throws -> Response
+    {
+        let prefix = "/api/v1/downloads/"
+        let path = request.uri.path
+        guard request.method == .get, path.hasPrefix(prefix), request.uri.query == nil else {
+            return try await next(request, context)
+        }
+        let id = path.dropFirst(prefix.count)
+        guard !id.isEmpty, !id.contains("/"), !id.contains("%"),
+            request.headers[.accept].map({ $0.contains("application/json") || $0.contains("*/*") }) ?? true,
+            let snapshot = try? await manager.snapshot(DownloadID(String(id)))
+        else {
+            return try await next(request, context)
+        }
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(1024)
+        DownloadJSON.append(Components.Schemas.Download(snapshot), to: &bytes)
+        return Response(
+            status: .ok, headers: [.contentType: "application/json; charset=utf-8"],
+            body: .init(byteBuffer: ByteBuffer(bytes: bytes)))
     }
 }

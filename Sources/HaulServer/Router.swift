@@ -32,6 +32,8 @@ public func buildRouter(
     let table = RouteTable(router: router)
     router.add(middleware: MethodMiddleware(table: table))
     router.add(middleware: BodyMiddleware())
+    router.add(middleware: ListBodyMiddleware())
+    router.add(middleware: DownloadReadMiddleware(manager: manager))
     let handler = APIHandler(manager: manager, configuration: configuration, door: door)
     // Compact JSON with slashes as they are: listing 20,000 downloads pretty-printed doubled the bytes to write.
     try handler.registerHandlers(

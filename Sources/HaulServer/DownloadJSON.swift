@@ -1,0 +1,242 @@
+import Foundation
+import HaulAPI
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// Writes the API's `Download` as JSON straight into bytes: the same object the generated `Codable` conformance
+/// writes (a test decodes both with the generated decoder and compares them field by field), several times faster
+/// and without the intermediate tree Foundation's `JSONEncoder` builds. Listing 20,000 downloads through
+/// `JSONEncoder` spent 40 % of the daemon's time in it, formatting dates through ICU, and held about 40 MiB for the
+/// tree; lists and the event stream are written with this instead.
+enum DownloadJSON {
+    static func append(_ download: Components.Schemas.Download, to out: inout [UInt8]) {
+        var object = ObjectWriter(&out)
+        object.string("id", download.id, &out)
+        object.string("url", download.url, &out)
+        object.string("path", download.path, &out)
+        object.string("directory", download.directory, &out)
+        object.string("state", download.state.rawValue, &out)
+        object.string("priority", download.priority.rawValue, &out)
+        object.number("position", download.position, &out)
+        object.integer("receivedBytes", download.receivedBytes, &out)
+        object.integer("totalBytes", download.totalBytes, &out)
+        object.number("bytesPerSecond", download.bytesPerSecond, &out)
+        object.number("etaSeconds", download.etaSeconds, &out)
+        object.integer("connections", Int64(download.connections), &out)
+        if let segments = download.segments {
+            object.key("segments", &out)
+            out.append(UInt8(ascii: "["))
+            for (index, segment) in segments.enumerated() {
+                if index > 0 { out.append(UInt8(ascii: ",")) }
+                var inner = ObjectWriter(&out)
+                inner.integer("start", segment.start, &out)
+                inner.integer("end", segment.end, &out)
+                inner.integer("offset", segment.offset, &out)
+                inner.close(&out)
+            }
+            out.append(UInt8(ascii: "]"))
+        }
+        object.key("after", &out)
+        out.append(UInt8(ascii: "["))
+        for (index, id) in download.after.enumerated() {
+            if index > 0 { out.append(UInt8(ascii: ",")) }
+            JSONText.appendString(id, to: &out)
+        }
+        out.append(UInt8(ascii: "]"))
+        if let error = download.error {
+            object.key("error", &out)
+            var inner = ObjectWriter(&out)
+            inner.string("code", error.code, &out)
+            inner.string("message", error.message, &out)
+            inner.integer("httpStatus", error.httpStatus.map(Int64.init), &out)
+            inner.close(&out)
+        }
+        object.bool("resumable", download.resumable, &out)
+        object.integer("limitRate", download.limitRate, &out)
+        object.date("createdAt", download.createdAt, &out)
+        object.date("completedAt", download.completedAt, &out)
+        object.string("origin", download.origin.rawValue, &out)
+        object.key("options", &out)
+        let options = download.options
+        var inner = ObjectWriter(&out)
+        inner.integer("connections", Int64(options.connections), &out)
+        inner.integer("minSplitSize", options.minSplitSize, &out)
+        inner.string("checksum", options.checksum, &out)
+        inner.key("headers", &out)
+        var headers = ObjectWriter(&out)
+        for (name, value) in options.headers.additionalProperties.sorted(by: { $0.key < $1.key }) {
+            headers.string(name, value, &out)
+        }
+        headers.close(&out)
+        inner.string("userAgent", options.userAgent, &out)
+        inner.number("timeoutSeconds", options.timeoutSeconds, &out)
+        inner.integer("retries", Int64(options.retries), &out)
+        inner.bool("overwrite", options.overwrite, &out)
+        inner.bool("continuePartial", options.continuePartial, &out)
+        inner.close(&out)
+        object.string("sha256", download.sha256, &out)
+        object.close(&out)
+    }
+
+    /// `{"downloads":[…],"nextCursor":…}` for `downloads`, written in chunks of about `chunkSize` bytes.
+    static func list(
+        _ downloads: [Components.Schemas.Download], nextCursor: String?, chunkSize: Int = 64 << 10,
+        _ emit: ([UInt8]) async throws -> Void
+    ) async throws {
+        try await list(ids: Array(downloads.indices), nextCursor: nextCursor, chunkSize: chunkSize) { indices in
+            indices.map { downloads[$0] }
+        } emit: {
+            try await emit($0)
+        }
+    }
+
+    /// `{"downloads":[…],"nextCursor":…}` for the downloads of `ids`, fetched `batch` at a time with `fetch` and
+    /// written in chunks of about `chunkSize` bytes: memory stays flat however long the list.
+    static func list<ID>(
+        ids: [ID], nextCursor: String?, chunkSize: Int = 64 << 10, batch: Int = 256,
+        fetch: ([ID]) async throws -> [Components.Schemas.Download],
+        emit: ([UInt8]) async throws -> Void
+    ) async throws {
+        var chunk = Array("{\"downloads\":[".utf8)
+        chunk.reserveCapacity(chunkSize + 4096)
+        var isFirst = true
+        var start = 0
+        while start < ids.count {
+            let end = min(start + batch, ids.count)
+            for download in try await fetch(Array(ids[start..<end])) {
+                if !isFirst { chunk.append(UInt8(ascii: ",")) }
+                isFirst = false
+                append(download, to: &chunk)
+                if chunk.count >= chunkSize {
+                    try await emit(chunk)
+                    chunk.removeAll(keepingCapacity: true)
+                }
+            }
+            start = end
+        }
+        chunk.append(UInt8(ascii: "]"))
+        if let nextCursor {
+            chunk.append(contentsOf: ",\"nextCursor\":".utf8)
+            JSONText.appendString(nextCursor, to: &chunk)
+        }
+        chunk.append(UInt8(ascii: "}"))
+        try await emit(chunk)
+    }
+}
+
+/// One JSON object being written into `out`: keys in the order given, a field whose value is nil left out (as the
+/// generated encoder leaves it out).
+struct ObjectWriter {
+    private var isFirst = true
+
+    init(_ out: inout [UInt8]) {
+        out.append(UInt8(ascii: "{"))
+    }
+
+    mutating func key(_ name: String, _ out: inout [UInt8]) {
+        if !isFirst { out.append(UInt8(ascii: ",")) }
+        isFirst = false
+        JSONText.appendString(name, to: &out)
+        out.append(UInt8(ascii: ":"))
+    }
+
+    mutating func string(_ name: String, _ value: String?, _ out: inout [UInt8]) {
+        guard let value else { return }
+        key(name, &out)
+        JSONText.appendString(value, to: &out)
+    }
+
+    mutating func integer(_ name: String, _ value: Int64?, _ out: inout [UInt8]) {
+        guard let value else { return }
+        key(name, &out)
+        out.append(contentsOf: String(value).utf8)
+    }
+
+    mutating func number(_ name: String, _ value: Double?, _ out: inout [UInt8]) {
+        guard let value else { return }
+        key(name, &out)
+        JSONText.appendNumber(value, to: &out)
+    }
+
+    mutating func bool(_ name: String, _ value: Bool?, _ out: inout [UInt8]) {
+        guard let value else { return }
+        key(name, &out)
+        out.append(contentsOf: (value ? "true" : "false").utf8)
+    }
+
+    mutating func date(_ name: String, _ value: Date?, _ out: inout [UInt8]) {
+        guard let value else { return }
+        key(name, &out)
+        JSONText.appendDate(value, to: &out)
+    }
+
+    func close(_ out: inout [UInt8]) {
+        out.append(UInt8(ascii: "}"))
+    }
+}
+
+/// JSON scalars, as Foundation's encoder writes them (RFC 8259 strings, ISO 8601 dates in UTC to the second).
+enum JSONText {
+    private static let hex = Array("0123456789abcdef".utf8)
+
+    static func appendString(_ text: String, to out: inout [UInt8]) {
+        out.append(UInt8(ascii: "\""))
+        for byte in text.utf8 {
+            switch byte {
+            case UInt8(ascii: "\""): out.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "\"")])
+            case UInt8(ascii: "\\"): out.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "\\")])
+            case 0x0A: out.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "n")])
+            case 0x0D: out.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "r")])
+            case 0x09: out.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "t")])
+            case 0..<0x20:
+                out.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "u"), UInt8(ascii: "0"), UInt8(ascii: "0")])
+                out.append(hex[Int(byte >> 4)])
+                out.append(hex[Int(byte & 0x0F)])
+            default: out.append(byte)
+            }
+        }
+        out.append(UInt8(ascii: "\""))
+    }
+
+    /// A finite number: integral values without a fraction (as `JSONEncoder` writes `2.0` as `2`), others in
+    /// Swift's shortest round-trip form.
+    static func appendNumber(_ value: Double, to out: inout [UInt8]) {
+        guard value.isFinite else {
+            out.append(UInt8(ascii: "0"))
+            return
+        }
+        if value == value.rounded(), abs(value) < 1e15 {
+            out.append(contentsOf: String(Int64(value)).utf8)
+        } else {
+            out.append(contentsOf: value.description.utf8)
+        }
+    }
+
+    /// `2026-11-23T01:08:05Z`: what the generated code's ISO 8601 transcoder writes.
+    static func appendDate(_ date: Date, to out: inout [UInt8]) {
+        var seconds = time_t(date.timeIntervalSince1970.rounded(.down))
+        var parts = tm()
+        gmtime_r(&seconds, &parts)
+        func two(_ value: Int32) {
+            out.append(UInt8(ascii: "0") + UInt8(value / 10))
+            out.append(UInt8(ascii: "0") + UInt8(value % 10))
+        }
+        out.append(UInt8(ascii: "\""))
+        let year = Int32(parts.tm_year) + 1900
+        two(year / 100)
+        two(year % 100)
+        out.append(UInt8(ascii: "-"))
+        two(parts.tm_mon + 1)
+        out.append(UInt8(ascii: "-"))
+        two(parts.tm_mday)
+        out.append(UInt8(ascii: "T"))
+        two(parts.tm_hour)
+        out.append(UInt8(ascii: ":"))
+        two(parts.tm_min)
+        out.append(UInt8(ascii: ":"))
+        two(parts.tm_sec)
+        out.append(contentsOf: "Z\"".utf8)
+    }
+}

@@ -1,0 +1,165 @@
+#!/usr/bin/env bash
+# The daemon benchmark: haul serve against aria2c --enable-rpc on this machine, in one run, several rounds, medians.
+#   1. 10,000 paused downloads added one request at a time from 16 client threads (bench/addclient.c, compiled here);
+#   2. 10,000 more in one request (a JSON list; system.multicall for aria2c);
+#   3. listing all 20,000 (GET /api/v1/downloads; aria2.tellWaiting);
+#   4. reading one download 1,000 times;
+#   and each daemon's peak memory (VmHWM) holding the 20,000. Then 1000 files of 64 KiB from a loopback nginx:
+#   haul add -i + haul watch --until-done (through haul serve -j 16) against haul get -j 16 -i.
+#
+#   bench/daemon.sh [ROUNDS]   (default 3; needs aria2, nginx, python3 and a C compiler:
+#                               apt-get install aria2 nginx-light python3 gcc)
+#
+# Every daemon starts fresh for each round, so no round inherits another's memory. The bench changes nothing on the
+# machine; on a noisy VM run more rounds and read the spread.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PATH="/opt/swift/usr/bin:/usr/sbin:/sbin:$PATH"
+rounds=${1:-3}
+count=${BENCH_COUNT:-10000}
+
+for tool in aria2c nginx python3 cc curl; do
+    command -v "$tool" >/dev/null 2>&1 || { echo "bench: $tool is missing" >&2; exit 2; }
+done
+swift build -c release --product haul >/dev/null
+haul="$(swift build -c release --show-bin-path)/haul"
+work=$(mktemp -d /tmp/haul-daemon-bench.XXXXXX)
+pids=()
+cleanup() {
+    for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+    wait 2>/dev/null || true
+    rm -rf "$work"
+}
+trap cleanup EXIT
+cc -O2 -pthread -o "$work/addclient" bench/addclient.c
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+peak() { awk '/^VmHWM:/ { printf "%.1f", $2 / 1024 }' "/proc/$1/status"; }
+median() { sort -n | awk '{ a[NR] = $1 } END { print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }
+field() { python3 -c 'import json, sys; print(json.loads(sys.argv[1])[sys.argv[2]])' "$1" "$2"; }
+
+# One round of one daemon: prints "oneByOne batch list read1000 peakMiB".
+round_haul() {
+    local state="$work/haul-state" downloads="$work/haul-downloads"
+    rm -rf "$state" "$downloads"
+    mkdir -p "$downloads"
+    "$haul" serve --listen 127.0.0.1:0 --state-dir "$state" --download-dir "$downloads" --log-level error &
+    local pid=$!
+    pids+=("$pid")
+    for _ in $(seq 400); do [ -s "$state/serve.json" ] && break; sleep 0.05; done
+    local url token port
+    url=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["url"])' "$state/serve.json")
+    token=$(cat "$state/token")
+    port=${url##*:}
+    local one rest
+    one=$("$work/addclient" 127.0.0.1 "$port" haul "$token" "$count" 16)
+    rest=$(python3 bench/daemon.py haul "$url" "$token" "$count" "$pid" --batch-only)
+    echo "$one $(field "$rest" batch) $(field "$rest" list) $(field "$rest" read1000) $(peak "$pid")"
+    kill "$pid"
+    wait "$pid" 2>/dev/null || true
+}
+
+round_aria2() {
+    local dir="$work/aria2" port secret=benchsecret
+    rm -rf "$dir"
+    mkdir -p "$dir"
+    port=$(free_port)
+    aria2c --enable-rpc --rpc-listen-port="$port" --rpc-secret="$secret" --dir="$dir" --quiet \
+        --max-download-result=100000 >/dev/null 2>&1 &
+    local pid=$!
+    pids+=("$pid")
+    for _ in $(seq 200); do curl -s -o /dev/null "http://127.0.0.1:$port/jsonrpc" && break; sleep 0.05; done
+    local one rest
+    one=$("$work/addclient" 127.0.0.1 "$port" aria2 "$secret" "$count" 16)
+    rest=$(python3 bench/daemon.py aria2 "http://127.0.0.1:$port" "$secret" "$count" "$pid" --batch-only)
+    echo "$one $(field "$rest" batch) $(field "$rest" list) $(field "$rest" read1000) $(peak "$pid")"
+    kill "$pid"
+    wait "$pid" 2>/dev/null || true
+}
+
+: > "$work/haul.txt"
+: > "$work/aria2c.txt"
+for _ in $(seq "$rounds"); do
+    round_haul >> "$work/haul.txt"
+    round_aria2 >> "$work/aria2c.txt"
+done
+
+echo "haul $("$haul" --version), aria2 $(aria2c --version | head -1 | cut -d' ' -f3), $(nproc) cores, $rounds rounds," \
+    "$count + $count downloads"
+printf "%-24s %10s %10s %8s   %s\n" step haul aria2c ratio "every round (haul | aria2c)"
+columns=(oneByOne batch list read1000 peakMiB)
+labels=("add one by one (s)" "add a batch (s)" "list all (s)" "read one 1000x (s)" "peak memory (MiB)")
+for index in 0 1 2 3 4; do
+    column=$((index + 1))
+    h=$(cut -d' ' -f"$column" "$work/haul.txt" | median)
+    a=$(cut -d' ' -f"$column" "$work/aria2c.txt" | median)
+    printf "%-24s %10.3f %10.3f %7.2fx   %s | %s\n" "${labels[$index]}" "$h" "$a" "$(awk "BEGIN { print $h / $a }")" \
+        "$(cut -d' ' -f"$column" "$work/haul.txt" | tr '\n' ' ')" "$(cut -d' ' -f"$column" "$work/aria2c.txt" | tr '\n' ' ')"
+done
+
+# 1000 files of 64 KiB: through the daemon (haul add + haul watch --until-done) against haul get -i.
+mkdir -p "$work/www/small"
+python3 - "$work/www/small" <<'PY'
+import os, sys
+for i in range(1000):
+    with open(os.path.join(sys.argv[1], f"f{i:04}.bin"), "wb") as f:
+        f.write(os.urandom(64 * 1024))
+PY
+port=$(free_port)
+cat > "$work/nginx.conf" <<CONF
+daemon off;
+master_process off;
+worker_processes 1;
+pid $work/nginx.pid;
+error_log $work/nginx-error.log;
+events { worker_connections 256; }
+http {
+    access_log off;
+    sendfile on;
+    client_body_temp_path $work/tmp-body;
+    proxy_temp_path $work/tmp-proxy;
+    fastcgi_temp_path $work/tmp-fastcgi;
+    uwsgi_temp_path $work/tmp-uwsgi;
+    scgi_temp_path $work/tmp-scgi;
+    server { listen 127.0.0.1:$port; root $work/www; }
+}
+CONF
+nginx -c "$work/nginx.conf" -p "$work" &
+pids+=($!)
+for _ in $(seq 100); do curl -s -o /dev/null "http://127.0.0.1:$port/small/f0000.bin" && break; sleep 0.05; done
+for i in $(seq -f "%04g" 0 999); do echo "http://127.0.0.1:$port/small/f$i.bin"; done > "$work/list.txt"
+sync
+
+elapsed() { local start=$1 end; end=$(date +%s%N); awk -v ns="$((end - start))" 'BEGIN { printf "%.3f\n", ns / 1e9 }'; }
+: > "$work/get.txt"
+: > "$work/serve.txt"
+for _ in $(seq "$rounds"); do
+    rm -rf "$work/out" "$work/get-state"
+    mkdir -p "$work/out"
+    sync
+    start=$(date +%s%N)
+    "$haul" get -j 16 -i "$work/list.txt" -d "$work/out" --quiet --state-dir "$work/get-state"
+    elapsed "$start" >> "$work/get.txt"
+    [ "$(ls "$work/out" | wc -l)" = 1000 ] || { echo "bench: haul get did not fetch 1000 files" >&2; exit 1; }
+
+    rm -rf "$work/out" "$work/serve-state"
+    mkdir -p "$work/out"
+    "$haul" serve --listen 127.0.0.1:0 --state-dir "$work/serve-state" --download-dir "$work/out" -j 16 \
+        --log-level error &
+    serve_pid=$!
+    pids+=("$serve_pid")
+    for _ in $(seq 400); do [ -s "$work/serve-state/serve.json" ] && break; sleep 0.05; done
+    sync
+    start=$(date +%s%N)
+    "$haul" add -i "$work/list.txt" -d "$work/out" --state-dir "$work/serve-state" >/dev/null
+    "$haul" watch --until-done --quiet --state-dir "$work/serve-state"
+    elapsed "$start" >> "$work/serve.txt"
+    [ "$(ls "$work/out" | wc -l)" = 1000 ] || { echo "bench: haul serve did not fetch 1000 files" >&2; exit 1; }
+    kill "$serve_pid"
+    wait "$serve_pid" 2>/dev/null || true
+done
+g=$(median < "$work/get.txt")
+s=$(median < "$work/serve.txt")
+echo
+printf "1000 x 64 KiB: haul add + watch --until-done %.3f s, haul get -i %.3f s, ratio %.2fx   (every round: %s| %s)\n" \
+    "$s" "$g" "$(awk "BEGIN { print $s / $g }")" "$(tr '\n' ' ' < "$work/serve.txt")" "$(tr '\n' ' ' < "$work/get.txt")"
