@@ -123,6 +123,16 @@ public struct DownloadStore: Sendable {
             // every row, for every download.
             try db.create(index: "download_on_destination", on: "download", columns: ["destination"])
         }
+        migrator.registerMigration("v5: dates as numbers") { db in
+            // New rows store seconds since 1970; earlier ones held text, which would sort after every number.
+            for column in ["createdAt", "updatedAt", "completedAt"] {
+                try db.execute(
+                    sql: """
+                        UPDATE download SET \(column) = (julianday(\(column)) - 2440587.5) * 86400.0
+                        WHERE typeof(\(column)) = 'text'
+                        """)
+            }
+        }
         return migrator
     }
 
@@ -232,7 +242,7 @@ public struct DownloadStore: Sendable {
                 ("destination", record.destination), ("state", record.state.rawValue),
                 ("totalLength", record.totalLength), ("durableOffset", record.durableOffset),
                 ("attempts", record.attempts), ("lastError", record.lastError), ("errorCode", record.errorCode),
-                ("errorStatus", record.errorStatus), ("completedAt", record.completedAt),
+                ("errorStatus", record.errorStatus), ("completedAt", record.completedAt?.timeIntervalSince1970),
                 ("mayReplaceDestination", record.mayReplaceDestination), ("segments", try Self.json(record.segments)),
                 ("activeConnections", record.activeConnections),
             ])
@@ -250,7 +260,7 @@ public struct DownloadStore: Sendable {
 
     private func update(_ id: String, _ columns: [(String, (any DatabaseValueConvertible)?)]) throws(DownloadError) {
         let assignments = (columns.map { "\($0.0) = ?" } + ["updatedAt = ?"]).joined(separator: ", ")
-        let values: [(any DatabaseValueConvertible)?] = columns.map(\.1) + [Date(), id]
+        let values: [(any DatabaseValueConvertible)?] = columns.map(\.1) + [Date().timeIntervalSince1970, id]
         try write { db in
             try db.execute(
                 sql: "UPDATE download SET \(assignments) WHERE id = ?", arguments: StatementArguments(values))
@@ -270,7 +280,7 @@ public struct DownloadStore: Sendable {
         try write { db in
             try db.execute(
                 sql: "UPDATE download SET state = ?, updatedAt = ? WHERE id = ?",
-                arguments: [state.rawValue, Date(), id]
+                arguments: [state.rawValue, Date().timeIntervalSince1970, id]
             )
         }
     }
@@ -280,7 +290,7 @@ public struct DownloadStore: Sendable {
         try write { db in
             try db.execute(
                 sql: "UPDATE download SET durableOffset = ?, updatedAt = ? WHERE id = ?",
-                arguments: [offset, Date(), id]
+                arguments: [offset, Date().timeIntervalSince1970, id]
             )
         }
     }
@@ -291,7 +301,7 @@ public struct DownloadStore: Sendable {
         try write { db in
             try db.execute(
                 sql: "UPDATE download SET segments = ?, durableOffset = ?, updatedAt = ? WHERE id = ?",
-                arguments: [text, durableBytes, Date(), id]
+                arguments: [text, durableBytes, Date().timeIntervalSince1970, id]
             )
         }
     }

@@ -106,6 +106,9 @@ struct BodyMiddleware: RouterMiddleware {
         return try await RawBody.$bytes.withValue(buffer) {
             do {
                 return try await next(request, context)
+            } catch let error as HTTPError {
+                // The router's own (no route): the outer middleware answer those.
+                throw error
             } catch {
                 // Described here, where the body is known (to tell a list from an object).
                 return APIError.from(any: error, body: buffer).response
@@ -310,7 +313,13 @@ struct MethodMiddleware: RouterMiddleware {
             head.path = request.uri.path + (kept.isEmpty ? "" : "?" + kept)
             request = Request(head: head, body: request.body)
         }
-        if let methods = table.methods(for: request.uri.path), !methods.contains(request.method) {
+        do {
+            return try await next(request, context)
+        } catch let error as HTTPError where error.status == .notFound {
+            // Only a request no route took: is it a path the API has, with another method?
+            guard let methods = table.methods(for: request.uri.path), !methods.contains(request.method) else {
+                throw error
+            }
             var response = APIError(
                 .methodNotAllowed, "methodNotAllowed",
                 "\(request.uri.path) does not take \(request.method); it takes "
@@ -319,7 +328,6 @@ struct MethodMiddleware: RouterMiddleware {
             response.headers[.allow] = methods.map(\.rawValue).sorted().joined(separator: ", ")
             return response
         }
-        return try await next(request, context)
     }
 }
 

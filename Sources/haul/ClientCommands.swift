@@ -128,7 +128,9 @@ extension HaulCommand {
             let started = ContinuousClock.now
             let follower = Task {
                 do {
-                    try await RemoteEvents(client: client).follow { _, event in await batch.receive(event) }
+                    try await RemoteEvents(client: client, skipping: output.drawsProgress ? [] : ["progress"]).follow {
+                        _, event in await batch.receive(event)
+                    }
                 } catch {
                     output.error(ClientError(description: "lost the daemon's event stream: \(error)"))
                 }

@@ -9,6 +9,9 @@ struct Output: Sendable {
     let json: Bool
     let isTerminal = isatty(STDERR_FILENO) != 0
 
+    /// Whether progress events are drawn (a progress bar on a terminal, unless quiet).
+    var drawsProgress: Bool { isTerminal && !quiet }
+
     func line(_ text: String) {
         FileHandle.standardError.write(Data((text + "\n").utf8))
     }
