@@ -54,7 +54,8 @@ round_haul() {
     local one rest
     one=$("$work/addclient" 127.0.0.1 "$port" haul "$token" "$count" 16)
     rest=$(python3 bench/daemon.py haul "$url" "$token" "$count" "$pid" --batch-only)
-    echo "$one $(field "$rest" batch) $(field "$rest" list) $(field "$rest" read1000) $(peak "$pid")"
+    printf "%.3f %.3f %.3f %.3f %s\n" "$one" "$(field "$rest" batch)" "$(field "$rest" list)" \
+        "$(field "$rest" read1000)" "$(peak "$pid")"
     kill "$pid"
     wait "$pid" 2>/dev/null || true
 }
@@ -72,7 +73,8 @@ round_aria2() {
     local one rest
     one=$("$work/addclient" 127.0.0.1 "$port" aria2 "$secret" "$count" 16)
     rest=$(python3 bench/daemon.py aria2 "http://127.0.0.1:$port" "$secret" "$count" "$pid" --batch-only)
-    echo "$one $(field "$rest" batch) $(field "$rest" list) $(field "$rest" read1000) $(peak "$pid")"
+    printf "%.3f %.3f %.3f %.3f %s\n" "$one" "$(field "$rest" batch)" "$(field "$rest" list)" \
+        "$(field "$rest" read1000)" "$(peak "$pid")"
     kill "$pid"
     wait "$pid" 2>/dev/null || true
 }

@@ -245,4 +245,71 @@ struct DaemonTests {
         #expect(try await daemon.call(.GET, "/api/v1/stats").status == 200)
         _ = await daemon.stop(SIGTERM)
     }
+
+    @Test("--tls-cert: the API over HTTPS, serve.json says https; a non-loopback listener without TLS warns")
+    func tls() async throws {
+        let workspace = try Workspace()
+        defer { workspace.remove() }
+        let openssl = try #require(executable("openssl"), "openssl is installed by .ci/run")
+        let made = Process()
+        made.executableURL = URL(fileURLWithPath: openssl)
+        made.arguments = [
+            "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=localhost",
+            "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1",
+            "-keyout", workspace.root + "/key.pem", "-out", workspace.root + "/cert.pem",
+        ]
+        made.standardOutput = FileHandle.nullDevice
+        made.standardError = FileHandle.nullDevice
+        try made.run()
+        made.waitUntilExit()
+        #expect(made.terminationStatus == 0)
+        let daemon = try await DaemonProcess(
+            workspace, extra: ["--tls-cert", workspace.root + "/cert.pem", "--tls-key", workspace.root + "/key.pem"])
+        #expect(daemon.url.hasPrefix("https://127.0.0.1:"))
+        let curl = try #require(executable("curl"))
+        let fetch = Process()
+        fetch.executableURL = URL(fileURLWithPath: curl)
+        fetch.arguments = [
+            "-s", "--cacert", workspace.root + "/cert.pem", "-H", "Authorization: Bearer \(daemon.token)",
+            "-o", workspace.root + "/stats.json", "-w", "%{http_code}", daemon.url + "/api/v1/stats",
+        ]
+        let status = Pipe()
+        fetch.standardOutput = status
+        try fetch.run()
+        fetch.waitUntilExit()
+        let code = String(decoding: status.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        #expect(code == "200")
+        let stats = FileManager.default.contents(atPath: workspace.root + "/stats.json") ?? Data()
+        #expect((try? JSONSerialization.jsonObject(with: stats) as? [String: Any])?["counts"] != nil)
+        let stopped = await daemon.stop(SIGTERM)
+        #expect(!stopped.stderr.contains("clear text"))
+        let open = try await DaemonProcess(workspace, listen: "0.0.0.0:0")
+        let output = await open.stop(SIGTERM)
+        #expect(output.stderr.contains("the token travels in clear text"), "\(output.stderr)")
+    }
+
+    @Test("--server URL with --token or HAUL_TOKEN reaches a daemon over HTTP; a wrong token is refused")
+    func remoteServer() async throws {
+        let workspace = try Workspace()
+        defer { workspace.remove() }
+        let server = try await FaultServer.start()
+        defer { Task { await server.stop() } }
+        server.serve("/a.bin", .init(body: body))
+        let daemon = try await DaemonProcess(workspace)
+        let elsewhere = ["--state-dir", workspace.root + "/other-state"]
+        let added = try await HaulProcess.run(
+            ["add", server.url("/a.bin").absoluteString, "--paused", "--server", daemon.url, "--token", daemon.token]
+                + elsewhere, in: workspace)
+        #expect(added.status == 0, "\(added.stderr)")
+        let listed = try await HaulProcess.run(
+            ["ls", "--json", "--server", daemon.url, "--token", daemon.token] + elsewhere, in: workspace)
+        let rows = try JSONSerialization.jsonObject(with: Data(listed.stdout.utf8)) as? [[String: Any]]
+        #expect(rows?.map { $0["state"] as? String } == ["paused"])
+        let refused = try await HaulProcess.run(
+            ["ls", "--server", daemon.url, "--token", "wrong"] + elsewhere, in: workspace)
+        #expect(refused.status == 1 && refused.stderr.contains("Authorization: Bearer"), "\(refused.stderr)")
+        let missing = try await HaulProcess.run(["ls", "--server", daemon.url] + elsewhere, in: workspace)
+        #expect(missing.status == 2 && missing.stderr.contains("token"))
+        _ = await daemon.stop(SIGTERM)
+    }
 }

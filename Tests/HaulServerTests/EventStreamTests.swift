@@ -170,4 +170,27 @@ struct EventStreamTests {
             #expect(seen.last?.isComment == true, "a heartbeat came")
         }
     }
+
+    @Test("while a download runs, a stats event comes about once a second with the speed and the counts")
+    func stats() async throws {
+        // The real clock: the speed is measured over time.
+        let h = try await ServerHarness.make { $0.clock = ContinuousClock() }
+        defer { Task { await h.stop() } }
+        h.server.serve("/slow", .init(body: testBytes(2_000_000, seed: 6), bytesPerSecond: 400_000))
+        let runner = Task { await h.manager.run(heartbeatEvery: 1000) }
+        defer { runner.cancel() }
+        try await h.application().test(.live) { client in
+            let port = try #require(client.port)
+            _ = try await client.add(h, "/slow")
+            var stats: Components.Schemas.Stats?
+            try await readEvents(port: port, lastEventID: nil) { event in
+                guard event.name == "stats" else { return true }
+                stats = try apiDecoder.decode(Components.Schemas.Stats.self, from: Data(event.data.utf8))
+                // The first may come before the first progress of the download has a speed.
+                return (stats?.bytesPerSecond ?? 0) == 0
+            }
+            #expect(stats?.counts.running == 1)
+            #expect((stats?.bytesPerSecond ?? 0) > 0)
+        }
+    }
 }
