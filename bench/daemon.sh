@@ -14,6 +14,7 @@
 # machine; on a noisy VM run more rounds and read the spread.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source bench/lib.sh
 export PATH="/opt/swift/usr/bin:/usr/sbin:/sbin:$PATH"
 rounds=${1:-3}
 count=${BENCH_COUNT:-10000}
@@ -33,7 +34,6 @@ cleanup() {
 trap cleanup EXIT
 cc -O2 -pthread -o "$work/addclient" bench/addclient.c
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 peak() { awk '/^VmHWM:/ { printf "%.1f", $2 / 1024 }' "/proc/$1/status"; }
 median() { sort -n | awk '{ a[NR] = $1 } END { print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }
 field() { python3 -c 'import json, sys; print(json.loads(sys.argv[1])[sys.argv[2]])' "$1" "$2"; }
@@ -100,35 +100,10 @@ for index in 0 1 2 3 4; do
 done
 
 # 1000 files of 64 KiB: through the daemon (haul add + haul watch --until-done) against haul get -i.
-mkdir -p "$work/www/small"
-python3 - "$work/www/small" <<'PY'
-import os, sys
-for i in range(1000):
-    with open(os.path.join(sys.argv[1], f"f{i:04}.bin"), "wb") as f:
-        f.write(os.urandom(64 * 1024))
-PY
+make_small_files "$work/www"
 port=$(free_port)
-cat > "$work/nginx.conf" <<CONF
-daemon off;
-master_process off;
-worker_processes 1;
-pid $work/nginx.pid;
-error_log $work/nginx-error.log;
-events { worker_connections 256; }
-http {
-    access_log off;
-    sendfile on;
-    client_body_temp_path $work/tmp-body;
-    proxy_temp_path $work/tmp-proxy;
-    fastcgi_temp_path $work/tmp-fastcgi;
-    uwsgi_temp_path $work/tmp-uwsgi;
-    scgi_temp_path $work/tmp-scgi;
-    server { listen 127.0.0.1:$port; root $work/www; }
-}
-CONF
-nginx -c "$work/nginx.conf" -p "$work" &
-pids+=($!)
-for _ in $(seq 100); do curl -s -o /dev/null "http://127.0.0.1:$port/small/f0000.bin" && break; sleep 0.05; done
+start_nginx "$work" "$port"
+pids+=("$nginx_pid")
 for i in $(seq -f "%04g" 0 999); do echo "http://127.0.0.1:$port/small/f$i.bin"; done > "$work/list.txt"
 sync
 

@@ -11,6 +11,7 @@
 # large write after the test files are made often takes twice as long or more, whichever tool comes first.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source bench/lib.sh
 export PATH="/opt/swift/usr/bin:/usr/sbin:/sbin:$PATH"
 rounds=${1:-5}
 
@@ -34,41 +35,10 @@ trap cleanup EXIT
 mkdir -p "$work/www" "$work/out" "$work/state"
 head -c $((1024 * 1024 * 1024)) /dev/urandom > "$work/www/1g.bin"
 head -c $((256 * 1024 * 1024)) /dev/urandom > "$work/www/256m.bin"
-mkdir -p "$work/www/small"
-python3 - "$work/www/small" <<'PY'
-import os, sys
-for i in range(1000):
-    with open(os.path.join(sys.argv[1], f"f{i:04}.bin"), "wb") as f:
-        f.write(os.urandom(64 * 1024))
-PY
+make_small_files "$work/www"
 
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-cat > "$work/nginx.conf" <<CONF
-daemon off;
-master_process off;
-worker_processes 1;
-pid $work/nginx.pid;
-error_log $work/error.log;
-events { worker_connections 256; }
-http {
-    access_log off;
-    sendfile on;
-    client_body_temp_path $work/tmp-body;
-    proxy_temp_path $work/tmp-proxy;
-    fastcgi_temp_path $work/tmp-fastcgi;
-    uwsgi_temp_path $work/tmp-uwsgi;
-    scgi_temp_path $work/tmp-scgi;
-    server {
-        listen 127.0.0.1:$port;
-        root $work/www;
-        location /slow/ { alias $work/www/; limit_rate 20m; }
-    }
-}
-CONF
-nginx -c "$work/nginx.conf" -p "$work" &
-nginx_pid=$!
-disown "$nginx_pid" # no "Killed" line from the shell when the cleanup stops it
-for _ in $(seq 100); do curl -s -o /dev/null "http://127.0.0.1:$port/" && break; sleep 0.05; done
+port=$(free_port)
+start_nginx "$work" "$port" "location /slow/ { alias $work/www/; limit_rate 20m; }"
 
 # Where a round's figures go: round 0 is the warm-up, kept apart and not counted.
 into() { if [ "$1" = 0 ]; then echo "$work/warmup.txt"; else echo "$work/$2.txt"; fi; }

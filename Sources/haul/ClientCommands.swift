@@ -37,16 +37,11 @@ extension HaulCommand {
         @OptionGroup var state: StateOptions
 
         func validate() throws {
-            if output != nil, directory != nil { throw ValidationError("give -o PATH or -d DIR, not both") }
-            if urls.isEmpty, inputFile == nil { throw ValidationError("give at least one URL, or -i FILE") }
-            if output != nil, urls.count + (inputFile == nil ? 0 : 2) > 1 {
-                throw ValidationError("-o PATH takes one URL; use -d DIR for several")
-            }
+            try checkTargets(
+                urls: urls, inputFile: inputFile, output: output, directory: directory, continue: `continue`)
             if Components.Schemas.Priority(rawValue: priority) == nil {
                 throw ValidationError("--priority must be high, normal or low")
             }
-            if `continue`, output == nil { throw ValidationError("-c/--continue needs -o PATH") }
-            for url in urls { try checkURL(url) }
         }
 
         func run() async throws {
@@ -126,22 +121,9 @@ extension HaulCommand {
             if let chosen { await batch.track(chosen.map(DownloadSnapshot.init)) }
             let output = Output(quiet: quiet, json: json)
             let started = ContinuousClock.now
-            let follower = Task {
-                do {
-                    try await RemoteEvents(client: client, skipping: output.drawsProgress ? [] : ["progress"]).follow {
-                        _, event in await batch.receive(event)
-                    }
-                } catch {
-                    output.error(ClientError(description: "lost the daemon's event stream: \(error)"))
-                }
-                await batch.finish()
-            }
+            let follower = batch.follow(client, output: output)
             let signals = SignalWatcher { await batch.finish() }
-            await output.render(batch.events, single: false) { id in
-                guard let last = await batch.download(id) else { return nil }
-                return HaulCommand.Get.result(
-                    of: last, since: started, resumedFrom: await batch.initial(id)?.receivedBytes)
-            }
+            await batch.render(on: output, single: false, since: started)
             follower.cancel()
             if let signal = signals.received { throw ExitCode(128 + signal) }
             if untilDone, await batch.failures > 0 { throw ExitCode(1) }

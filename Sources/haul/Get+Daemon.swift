@@ -15,22 +15,8 @@ extension HaulCommand.Get {
         }
         let batch = RemoteBatch()
         let started = ContinuousClock.now
-        let follower = Task {
-            do {
-                try await RemoteEvents(client: client, skipping: output.drawsProgress ? [] : ["progress"]).follow {
-                    _, event in await batch.receive(event)
-                }
-            } catch {
-                output.error(ClientError(description: "lost the daemon's event stream: \(error)"))
-            }
-            await batch.finish()
-        }
-        let board = Task {
-            await output.render(batch.events, single: list.count == 1) { id in
-                guard let last = await batch.download(id) else { return nil }
-                return Self.result(of: last, since: started, resumedFrom: await batch.initial(id)?.receivedBytes)
-            }
-        }
+        let follower = batch.follow(client, output: output)
+        let board = Task { await batch.render(on: output, single: list.count == 1, since: started) }
         await batch.waitUntilStarted()
         if await batch.isFinished {
             follower.cancel()

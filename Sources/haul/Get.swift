@@ -58,16 +58,9 @@ extension HaulCommand {
         @OptionGroup var state: StateOptions
 
         func validate() throws {
-            if output != nil, directory != nil { throw ValidationError("give -o PATH or -d DIR, not both") }
-            if urls.isEmpty, inputFile == nil { throw ValidationError("give at least one URL, or -i FILE") }
-            if output != nil, urls.count + (inputFile == nil ? 0 : 2) > 1 {
-                throw ValidationError("-o PATH takes one URL; use -d DIR for several")
-            }
+            try checkTargets(
+                urls: urls, inputFile: inputFile, output: output, directory: directory, continue: `continue`)
             if jobs < 1 { throw ValidationError("-j must be at least 1") }
-            if `continue`, output == nil {
-                throw ValidationError("-c/--continue needs -o PATH: it adopts the file at that path")
-            }
-            for url in urls { try checkURL(url) }
         }
 
         func run() async throws {

@@ -144,4 +144,28 @@ actor RemoteBatch {
         if stopped { finish() }
         return stopped
     }
+
+    /// Follows `client`'s event stream into this batch (in a task of its own, cancelled to stop), telling `output`
+    /// when the stream is lost for good; the batch finishes either way.
+    nonisolated func follow(_ client: DaemonClient, output: Output) -> Task<Void, Never> {
+        Task {
+            do {
+                try await RemoteEvents(client: client, skipping: output.drawsProgress ? [] : ["progress"]).follow {
+                    _, event in await self.receive(event)
+                }
+            } catch {
+                output.error(ClientError(description: "lost the daemon's event stream: \(error)"))
+            }
+            await finish()
+        }
+    }
+
+    /// The board of `output` drawn from this batch's events until they end; completed downloads are reported with
+    /// the time since `started`.
+    nonisolated func render(on output: Output, single: Bool, since started: ContinuousClock.Instant) async {
+        await output.render(events, single: single) { id in
+            guard let last = await self.download(id) else { return nil }
+            return HaulCommand.Get.result(of: last, since: started, resumedFrom: await self.initial(id)?.receivedBytes)
+        }
+    }
 }

@@ -147,6 +147,19 @@ func collectURLs(_ arguments: [String], inputFile: String?) throws -> [String] {
     return list.filter { seen.insert($0).inserted }
 }
 
+/// The usage errors of the URLs and destination of `haul get` and `haul add`.
+func checkTargets(urls: [String], inputFile: String?, output: String?, directory: String?, continue: Bool) throws {
+    if output != nil, directory != nil { throw ValidationError("give -o PATH or -d DIR, not both") }
+    if urls.isEmpty, inputFile == nil { throw ValidationError("give at least one URL, or -i FILE") }
+    if output != nil, urls.count + (inputFile == nil ? 0 : 2) > 1 {
+        throw ValidationError("-o PATH takes one URL; use -d DIR for several")
+    }
+    if `continue`, output == nil {
+        throw ValidationError("-c/--continue needs -o PATH: it adopts the file at that path")
+    }
+    for url in urls { try checkURL(url) }
+}
+
 /// Throws a usage error when `url` is not an http or https URL with a host.
 func checkURL(_ url: String, line: Int? = nil) throws {
     guard let parsed = URL(string: url), let scheme = parsed.scheme?.lowercased(), ["http", "https"].contains(scheme),

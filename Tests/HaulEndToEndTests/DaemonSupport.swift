@@ -65,6 +65,22 @@ final class DaemonProcess: @unchecked Sendable {
         return (Int(response.status.code), body)
     }
 
+    /// Adds the download of `url` and returns its id (201 expected).
+    func add(_ url: URL) async throws -> String {
+        let added = try await call(.POST, "/api/v1/downloads", json: ["url": url.absoluteString])
+        #expect(added.status == 201)
+        return try #require((added.body as? [String: Any])?["id"] as? String)
+    }
+
+    /// Adds the downloads of `urls` in one list and returns their ids.
+    func add(_ urls: [URL]) async throws -> [String] {
+        let added = try await call(.POST, "/api/v1/downloads", json: urls.map { ["url": $0.absoluteString] })
+        #expect(added.status == 200)
+        return ((added.body as? [String: Any])?["downloads"] as? [[String: Any]] ?? []).compactMap {
+            $0["id"] as? String
+        }
+    }
+
     /// The download with `id` as the API shows it.
     func download(_ id: String) async throws -> [String: Any] {
         try await call(.GET, "/api/v1/downloads/\(id)").body as? [String: Any] ?? [:]

@@ -21,10 +21,7 @@ struct DaemonTests {
         defer { Task { await server.stop() } }
         server.serve("/f.bin", .init(body: body, bytesPerSecond: 1_000_000))
         let daemon = try await DaemonProcess(workspace)
-        let added = try await daemon.call(
-            .POST, "/api/v1/downloads", json: ["url": server.url("/f.bin").absoluteString])
-        #expect(added.status == 201)
-        let id = try #require((added.body as? [String: Any])?["id"] as? String)
+        let id = try await daemon.add(server.url("/f.bin"))
         #expect(await waitUntil { (workspace.size("f.bin.part") ?? 0) > 400_000 })
         let paused = try await daemon.call(.POST, "/api/v1/downloads/\(id)/pause")
         #expect((paused.body as? [String: Any])?["state"] as? String == "paused")
@@ -54,12 +51,7 @@ struct DaemonTests {
             server.serve("/\(index).bin", .init(body: bytes, bytesPerSecond: 400_000))
         }
         let daemon = try await DaemonProcess(workspace, extra: ["-j", "2"])
-        let items = (0..<5).map { ["url": server.url("/\($0).bin").absoluteString] }
-        let added = try await daemon.call(.POST, "/api/v1/downloads", json: items)
-        #expect(added.status == 200)
-        let ids = ((added.body as? [String: Any])?["downloads"] as? [[String: Any]] ?? []).compactMap {
-            $0["id"] as? String
-        }
+        let ids = try await daemon.add((0..<5).map { server.url("/\($0).bin") })
         #expect(ids.count == 5)
         // Past the first checkpoint (1 s at 400 kB/s): the restart resumes from it.
         #expect(await waitUntil { (workspace.size("0.bin.part") ?? 0) > 600_000 })
@@ -86,9 +78,7 @@ struct DaemonTests {
         defer { Task { await server.stop() } }
         server.serve("/f.bin", .init(body: body, bytesPerSecond: 500_000))
         let daemon = try await DaemonProcess(workspace)
-        let added = try await daemon.call(
-            .POST, "/api/v1/downloads", json: ["url": server.url("/f.bin").absoluteString])
-        let id = try #require((added.body as? [String: Any])?["id"] as? String)
+        let id = try await daemon.add(server.url("/f.bin"))
         #expect(await waitUntil { (workspace.size("f.bin.part") ?? 0) > 300_000 })
         let start = ContinuousClock.now
         let stopped = await daemon.stop(SIGTERM)
@@ -226,11 +216,7 @@ struct DaemonTests {
             "GET /api/v1/events HTTP/1.1\r\nHost: 127.0.0.1:\(port)\r\nAuthorization: Bearer \(daemon.token)\r\n\r\n"
         _ = request.withCString { send(socket, $0, strlen($0), 0) }
         let before = daemon.residentKiB
-        let items = (0..<16).map { ["url": server.url("/\($0).bin").absoluteString] }
-        let added = try await daemon.call(.POST, "/api/v1/downloads", json: items)
-        let ids = ((added.body as? [String: Any])?["downloads"] as? [[String: Any]] ?? []).compactMap {
-            $0["id"] as? String
-        }
+        let ids = try await daemon.add((0..<16).map { server.url("/\($0).bin") })
         var peak = before
         for id in ids {
             let done = try await daemon.wait(for: id, ["completed", "failed"], seconds: 120)
