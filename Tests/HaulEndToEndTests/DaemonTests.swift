@@ -13,12 +13,20 @@ import Testing
 struct DaemonTests {
     let body = testBytes(2_000_000, seed: 11)
 
+    /// A workspace and a fault server for one test.
+    static func setUp() async throws -> (Workspace, FaultServer) {
+        (try Workspace(), try await FaultServer.start())
+    }
+
+    static func tearDown(_ workspace: Workspace, _ server: FaultServer) {
+        workspace.remove()
+        Task { await server.stop() }
+    }
+
     @Test("a download added through the API lands byte for byte; pause and resume fetch only the missing bytes")
     func addPauseResume() async throws {
-        let workspace = try Workspace()
-        defer { workspace.remove() }
-        let server = try await FaultServer.start()
-        defer { Task { await server.stop() } }
+        let (workspace, server) = try await Self.setUp()
+        defer { Self.tearDown(workspace, server) }
         server.serve("/f.bin", .init(body: body, bytesPerSecond: 1_000_000))
         let daemon = try await DaemonProcess(workspace)
         let id = try await daemon.add(server.url("/f.bin"))
@@ -42,10 +50,8 @@ struct DaemonTests {
 
     @Test("kill -9 of the daemon mid-batch, then a restart: every download finishes, identical, in order")
     func killNineMidBatch() async throws {
-        let workspace = try Workspace()
-        defer { workspace.remove() }
-        let server = try await FaultServer.start()
-        defer { Task { await server.stop() } }
+        let (workspace, server) = try await Self.setUp()
+        defer { Self.tearDown(workspace, server) }
         let files = (0..<5).map { testBytes(1_000_000, seed: UInt64(20 + $0)) }
         for (index, bytes) in files.enumerated() {
             server.serve("/\(index).bin", .init(body: bytes, bytesPerSecond: 400_000))
@@ -72,10 +78,8 @@ struct DaemonTests {
 
     @Test("SIGTERM: exit 0 within 5 s, serve.json removed; a restart resumes the download where it stopped")
     func sigterm() async throws {
-        let workspace = try Workspace()
-        defer { workspace.remove() }
-        let server = try await FaultServer.start()
-        defer { Task { await server.stop() } }
+        let (workspace, server) = try await Self.setUp()
+        defer { Self.tearDown(workspace, server) }
         server.serve("/f.bin", .init(body: body, bytesPerSecond: 500_000))
         let daemon = try await DaemonProcess(workspace)
         let id = try await daemon.add(server.url("/f.bin"))
@@ -99,10 +103,8 @@ struct DaemonTests {
 
     @Test("a second haul serve on the same state folder refuses (exit 1); a haul get meanwhile goes through it")
     func oneDaemonPerStateFolder() async throws {
-        let workspace = try Workspace()
-        defer { workspace.remove() }
-        let server = try await FaultServer.start()
-        defer { Task { await server.stop() } }
+        let (workspace, server) = try await Self.setUp()
+        defer { Self.tearDown(workspace, server) }
         server.serve("/a.bin", .init(body: body))
         let daemon = try await DaemonProcess(workspace)
         let second = try await HaulProcess.run(
@@ -125,10 +127,8 @@ struct DaemonTests {
 
     @Test("haul add, ls, pause, resume, watch --until-done, rm and clean against a running daemon")
     func commandsThroughTheDaemon() async throws {
-        let workspace = try Workspace()
-        defer { workspace.remove() }
-        let server = try await FaultServer.start()
-        defer { Task { await server.stop() } }
+        let (workspace, server) = try await Self.setUp()
+        defer { Self.tearDown(workspace, server) }
         server.serve("/slow.bin", .init(body: body, bytesPerSecond: 400_000))
         server.serve("/quick.bin", .init(body: body))
         let daemon = try await DaemonProcess(workspace)
@@ -166,10 +166,8 @@ struct DaemonTests {
 
     @Test("haul get through the daemon: Ctrl-C pauses what it added and exits 130; the same command finishes it")
     func getInterrupted() async throws {
-        let workspace = try Workspace()
-        defer { workspace.remove() }
-        let server = try await FaultServer.start()
-        defer { Task { await server.stop() } }
+        let (workspace, server) = try await Self.setUp()
+        defer { Self.tearDown(workspace, server) }
         server.serve("/f.bin", .init(body: body, bytesPerSecond: 400_000))
         let daemon = try await DaemonProcess(workspace)
         let get = try HaulProcess(["get", server.url("/f.bin").absoluteString, "-o", "f.bin"], in: workspace)
@@ -189,10 +187,8 @@ struct DaemonTests {
 
     @Test("a reader of the event stream that stops reading does not grow the daemon's memory while 16 downloads run")
     func stalledReader() async throws {
-        let workspace = try Workspace()
-        defer { workspace.remove() }
-        let server = try await FaultServer.start()
-        defer { Task { await server.stop() } }
+        let (workspace, server) = try await Self.setUp()
+        defer { Self.tearDown(workspace, server) }
         let file = testBytes(3_000_000, seed: 9)
         for index in 0..<16 { server.serve("/\(index).bin", .init(body: file, bytesPerSecond: 600_000)) }
         let daemon = try await DaemonProcess(workspace, extra: ["-j", "16"])
@@ -276,10 +272,8 @@ struct DaemonTests {
 
     @Test("--server URL with --token or HAUL_TOKEN reaches a daemon over HTTP; a wrong token is refused")
     func remoteServer() async throws {
-        let workspace = try Workspace()
-        defer { workspace.remove() }
-        let server = try await FaultServer.start()
-        defer { Task { await server.stop() } }
+        let (workspace, server) = try await Self.setUp()
+        defer { Self.tearDown(workspace, server) }
         server.serve("/a.bin", .init(body: body))
         let daemon = try await DaemonProcess(workspace)
         let elsewhere = ["--state-dir", workspace.root + "/other-state"]
