@@ -45,14 +45,17 @@ public final class DaemonMetrics: Sendable {
             }
             if delta > 0 { received.increment(by: delta) }
         case .changed(let download), .added(let download):
-            lastBytes.withLock { last in
+            let delta = lastBytes.withLock { last -> Int64 in
                 if download.state == .running {
                     // A run starts from what is held: only bytes beyond it are received in this run.
                     if last[download.id] == nil { last[download.id] = download.receivedBytes }
-                } else {
-                    last[download.id] = nil
+                    return 0
                 }
+                // A run that ended: what arrived after its last progress event counts too.
+                guard let before = last.removeValue(forKey: download.id) else { return 0 }
+                return max(0, download.receivedBytes - before)
             }
+            if delta > 0 { received.increment(by: delta) }
             if download.state == .failed {
                 counter("haul_failures_total", code: download.error?.code.description ?? "unknown").increment()
             }

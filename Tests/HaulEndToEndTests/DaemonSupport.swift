@@ -81,6 +81,14 @@ final class DaemonProcess: @unchecked Sendable {
         }
     }
 
+    /// A GET whose answer is text (`/metrics`).
+    func text(_ path: String) async throws -> String {
+        var request = HTTPClientRequest(url: url + path)
+        request.headers.add(name: "Authorization", value: "Bearer \(token)")
+        let response = try await HTTPClient.shared.execute(request, timeout: .seconds(30))
+        return String(buffer: try await response.body.collect(upTo: 1 << 20))
+    }
+
     /// The download with `id` as the API shows it.
     func download(_ id: String) async throws -> [String: Any] {
         try await call(.GET, "/api/v1/downloads/\(id)").body as? [String: Any] ?? [:]

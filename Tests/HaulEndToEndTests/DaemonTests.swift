@@ -43,6 +43,17 @@ struct DaemonTests {
         // After the pause only what was missing travelled (the checkpoint after a pause is exact).
         let resumedRequest = try #require(server.requests(to: "/f.bin").last)
         #expect(resumedRequest.range == "bytes=\(held)-")
+        // The metrics count what arrived and what failed, by code.
+        server.serve("/gone.bin", .init(body: body) { _, _ in .status(404, headers: [:]) })
+        let gone = try await daemon.add(server.url("/gone.bin"))
+        #expect(try await daemon.wait(for: gone, ["failed"])["state"] as? String == "failed")
+        let metrics = try await daemon.text("/metrics")
+        #expect(metrics.contains(#"haul_failures_total{code="httpStatus"} 1"#), "\(metrics)")
+        #expect(metrics.contains(#"haul_downloads{state="completed"} 1"#))
+        let received = metrics.split(separator: "\n").first { $0.hasPrefix("haul_received_bytes_total ") }
+        #expect(
+            received.flatMap { Double($0.split(separator: " ").last ?? "") }.map { $0 >= Double(body.count - held) }
+                == true, "\(metrics)")
         #expect(server.bodyBytesSent(for: "/f.bin") - sentBeforeResume == body.count - held)
         let stopped = await daemon.stop(SIGTERM)
         #expect(stopped.status == 0, "\(stopped.stderr)")
