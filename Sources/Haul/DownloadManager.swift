@@ -143,9 +143,6 @@ public actor DownloadManager {
     private let transport: any HTTPTransport
     private let hub: EventHub
     private var catalog = Catalog()
-    private var records: Catalog { catalog }
-    private var counts: [DownloadState: Int] { catalog.counts }
-    private var lastPosition: Double { catalog.lastPosition }
     private var settings: ManagerSettings
     private var tasks: [String: Task<Void, Never>] = [:]
     private let globalLimiter: RateLimiter
@@ -264,7 +261,7 @@ public actor DownloadManager {
                 let (key, record) = try prepare(request, checkedFolders: &checkedFolders)
                 if let id = inBatch[key] {
                     added.append(Added(id: DownloadID(id), isNew: false))
-                } else if let existing = catalog.newest(at: key).flatMap({ reused[$0] ?? records[$0] }) {
+                } else if let existing = catalog.newest(at: key).flatMap({ catalog[$0] }) {
                     var record = existing
                     try reuse(&record, options: request.options, staysPaused: request.isPaused)
                     reused[record.id] = record
@@ -272,7 +269,7 @@ public actor DownloadManager {
                     added.append(Added(id: DownloadID(record.id), isNew: false))
                 } else {
                     var record = record
-                    record.queuePosition = lastPosition + Double(fresh.count + 1)
+                    record.queuePosition = catalog.lastPosition + Double(fresh.count + 1)
                     if let path = record.destination {
                         try claimDestination(path, record: &record, options: request.options)
                     }
@@ -284,11 +281,10 @@ public actor DownloadManager {
                 throw BatchError(index: index, error: error)
             }
         }
-        let changed = reused.values.filter { records[$0.id] != $0 }
+        let changed = reused.values.filter { catalog[$0.id] != $0 }
         do { try store.insert(fresh, saving: changed) } catch { throw BatchError(index: 0, error: error) }
         for record in fresh {
             keep(record)
-            sessionIDs.insert(record.id)
             hub.emit(.added(snapshot(of: record)))
         }
         for record in changed {
@@ -308,7 +304,7 @@ public actor DownloadManager {
         -> (Catalog.Target, DownloadRecord)
     {
         try Self.validate(request.url)
-        for prerequisite in request.after where records[prerequisite.rawValue] == nil {
+        for prerequisite in request.after where catalog[prerequisite.rawValue] == nil {
             throw DownloadError(.notFound, "no download with id \(prerequisite) to wait for")
         }
         try Self.checkRate(request.rateLimit)
@@ -417,14 +413,14 @@ public actor DownloadManager {
 
     /// Pauses every queued, running or waiting download.
     public func pauseAll() async {
-        for record in queueOrder(records.all) where record.state == .queued || record.state.isActive {
+        for record in queueOrder(catalog.all) where record.state == .queued || record.state.isActive {
             try? await pause(DownloadID(record.id))
         }
     }
 
     /// Queues every paused download again.
     public func resumeAll() {
-        for record in queueOrder(records.all) where record.state == .paused {
+        for record in queueOrder(catalog.all) where record.state == .paused {
             try? resume(DownloadID(record.id))
         }
     }
@@ -435,7 +431,7 @@ public actor DownloadManager {
         var record = try require(id)
         let target = try require(other)
         guard record.id != target.id else { return }
-        let ordered = queueOrder(records.all.filter { $0.priority == target.priority && $0.id != id.rawValue })
+        let ordered = queueOrder(catalog.all.filter { $0.priority == target.priority && $0.id != id.rawValue })
         let index = ordered.firstIndex { $0.id == target.id } ?? 0
         let previous = index > 0 ? ordered[index - 1].queuePosition : target.queuePosition - 1
         record.priority = target.priority
@@ -446,10 +442,10 @@ public actor DownloadManager {
     /// Moves `id` before or after every other download of its priority.
     public func move(_ id: DownloadID, to end: QueueEnd) throws(DownloadError) {
         var record = try require(id)
-        let others = records.all.filter { $0.priority == record.priority && $0.id != record.id }.map(\.queuePosition)
+        let others = catalog.all.filter { $0.priority == record.priority && $0.id != record.id }.map(\.queuePosition)
         switch end {
         case .top: record.queuePosition = (others.min() ?? record.queuePosition) - 1
-        case .bottom: record.queuePosition = max(others.max() ?? record.queuePosition, lastPosition) + 1
+        case .bottom: record.queuePosition = max(others.max() ?? record.queuePosition, catalog.lastPosition) + 1
         }
         try reorder(record)
     }
@@ -559,7 +555,7 @@ public actor DownloadManager {
     /// Forgets every completed, cancelled and failed download (their files stay); returns how many.
     @discardableResult
     public func clean() throws(DownloadError) -> Int {
-        let finished = queueOrder(records.all.filter { $0.state.isTerminal && tasks[$0.id] == nil })
+        let finished = queueOrder(catalog.all.filter { $0.state.isTerminal && tasks[$0.id] == nil })
         for record in finished { try remove(DownloadID(record.id)) }
         return finished.count
     }
@@ -604,8 +600,8 @@ public actor DownloadManager {
     /// Everything now: the downloads (only `id` when given), totals and settings.
     public func managerSnapshot(for id: DownloadID? = nil) -> ManagerSnapshot {
         let downloads =
-            id.map { id in records[id.rawValue].map { [snapshot(of: $0, live: true)] } ?? [] }
-            ?? queueOrder(records.all).map { snapshot(of: $0, live: true) }
+            id.map { id in catalog[id.rawValue].map { [snapshot(of: $0, live: true)] } ?? [] }
+            ?? queueOrder(catalog.all).map { snapshot(of: $0, live: true) }
         return ManagerSnapshot(downloads: downloads, stats: stats(), settings: settings)
     }
 
@@ -619,7 +615,7 @@ public actor DownloadManager {
 
     /// The downloads with these ids that the manager still has, in the order given.
     public func snapshots(ofExisting ids: [DownloadID]) -> [Snapshot] {
-        ids.compactMap { records[$0.rawValue].map { snapshot(of: $0, live: true) } }
+        ids.compactMap { catalog[$0.rawValue].map { snapshot(of: $0, live: true) } }
     }
 
     /// The downloads with these ids, in the order given (one actor hop for a whole list).
@@ -632,7 +628,7 @@ public actor DownloadManager {
 
     /// Every download, in queue order.
     public func snapshots() throws(DownloadError) -> [Snapshot] {
-        queueOrder(records.all).map { snapshot(of: $0, live: true) }
+        queueOrder(catalog.all).map { snapshot(of: $0, live: true) }
     }
 
     /// A page of the downloads in queue order: those in `states` (all when nil) after `cursor`, at most `limit`
@@ -642,7 +638,7 @@ public actor DownloadManager {
         -> (downloads: [Snapshot], next: QueueCursor?)
     {
         let page = page(in: states, after: cursor, limit: limit)
-        return (page.ids.compactMap { records[$0.rawValue].map { snapshot(of: $0, live: true) } }, page.next)
+        return (page.ids.compactMap { catalog[$0.rawValue].map { snapshot(of: $0, live: true) } }, page.next)
     }
 
     /// The ids of a page, as `snapshots(in:after:limit:)` chooses them, for a reader that fetches the downloads a
@@ -651,7 +647,7 @@ public actor DownloadManager {
         -> (ids: [DownloadID], next: QueueCursor?)
     {
         var chosen: [QueueCursor] = []
-        for record in records.all where states?.contains(record.state) ?? true {
+        for record in catalog.all where states?.contains(record.state) ?? true {
             let place = QueueCursor(record)
             if cursor.map({ $0.precedes(place) }) ?? true { chosen.append(place) }
         }
@@ -669,7 +665,7 @@ public actor DownloadManager {
         let progress = hub.allProgress()
         let speed = tasks.keys.reduce(0.0) { $0 + (progress[DownloadID($1)]?.bytesPerSecond ?? 0) }
         var all: [DownloadState: Int] = [:]
-        for state in DownloadState.allCases { all[state] = counts[state, default: 0] }
+        for state in DownloadState.allCases { all[state] = catalog.counts[state, default: 0] }
         return DownloadStats(bytesPerSecond: speed, counts: all)
     }
 
@@ -729,7 +725,7 @@ public actor DownloadManager {
         var free = settings.maxConcurrentDownloads - tasks.count
         for key in catalog.queue where free > 0 {
             guard tasks[key.id] == nil, configuration.startsStoredDownloads || sessionIDs.contains(key.id),
-                let record = records[key.id]
+                let record = catalog[key.id]
             else { continue }
             queued.append(key.id)
             if case .ready = prerequisiteStatus(of: record) { free -= 1 }
@@ -737,7 +733,7 @@ public actor DownloadManager {
         var failedAny = false
         for id in queued {
             guard tasks.count < settings.maxConcurrentDownloads else { break }
-            guard let record = records[id] else { continue }
+            guard let record = catalog[id] else { continue }
             switch prerequisiteStatus(of: record) {
             case .ready: try start(record)
             case .waiting: continue
@@ -755,7 +751,7 @@ public actor DownloadManager {
     private func prerequisiteStatus(of record: DownloadRecord) -> PrerequisiteStatus {
         var waiting = false
         for id in record.prerequisites {
-            guard let prerequisite = records[id] else { return .failed("download \(id) it waits for was removed") }
+            guard let prerequisite = catalog[id] else { return .failed("download \(id) it waits for was removed") }
             switch prerequisite.state {
             case .completed: continue
             case .failed: return .failed("download \(id) (\(prerequisite.url)) it waits for failed")
@@ -820,7 +816,7 @@ public actor DownloadManager {
 
     /// Takes in what a runner reports and tells subscribers.
     private func runnerReported(_ id: String, _ report: RunnerReport) {
-        guard var record = records[id], tasks[id] != nil else { return }
+        guard var record = catalog[id], tasks[id] != nil else { return }
         switch report {
         case .destinationResolved(let path):
             record.destination = path
@@ -833,7 +829,6 @@ public actor DownloadManager {
         case .retrying(let error, let delay, let attempts):
             if let attempts { record.attempts = attempts }
             record.error = error
-            keep(record)
             hub.emit(.retrying(DownloadID(id), error: error, delay: delay))
         }
         keep(record)
@@ -849,7 +844,7 @@ public actor DownloadManager {
         // own fields (priority, place, limit, connections) may have changed meanwhile and stay as the manager has
         // them. The runner's offset may trail one the checkpoint queue stored; writing it back can only lower the
         // stored offset, which is always safe.
-        var record = records[id].map { $0.adoptingTransfer(of: runnerRecord) } ?? runnerRecord
+        var record = catalog[id].map { $0.adoptingTransfer(of: runnerRecord) } ?? runnerRecord
         switch outcome {
         case .completed(let result):
             record.state = .completed
@@ -891,7 +886,7 @@ public actor DownloadManager {
     // MARK: Helpers
 
     private func require(_ id: DownloadID) throws(DownloadError) -> DownloadRecord {
-        guard let record = records[id.rawValue] else {
+        guard let record = catalog[id.rawValue] else {
             throw DownloadError(.notFound, "no download with id \(id)")
         }
         return record

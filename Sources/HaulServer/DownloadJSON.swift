@@ -80,18 +80,6 @@ enum DownloadJSON {
         object.close(&out)
     }
 
-    /// `{"downloads":[…],"nextCursor":…}` for `downloads`, written in chunks of about `chunkSize` bytes.
-    static func list(
-        _ downloads: [Components.Schemas.Download], nextCursor: String?, chunkSize: Int = 64 << 10,
-        _ emit: ([UInt8]) async throws -> Void
-    ) async throws {
-        try await list(ids: Array(downloads.indices), nextCursor: nextCursor, chunkSize: chunkSize) { indices in
-            indices.map { downloads[$0] }
-        } emit: {
-            try await emit($0)
-        }
-    }
-
     /// `{"downloads":[…],"nextCursor":…}` for the downloads of `ids`, fetched `batch` at a time with `fetch` and
     /// written in chunks of about `chunkSize` bytes: memory stays flat however long the list.
     static func list<ID>(

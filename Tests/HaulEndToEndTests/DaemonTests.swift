@@ -196,7 +196,9 @@ struct DaemonTests {
         _ = await daemon.stop(SIGTERM)
     }
 
-    @Test("a reader of the event stream that stops reading does not grow the daemon's memory while 16 downloads run")
+    @Test(
+        "a reader of the event stream that stops reading: memory stays bounded while 16 downloads run, and its stream is closed once it is 4,096 events behind"
+    )
     func stalledReader() async throws {
         let (workspace, server) = try await Self.setUp()
         defer { Self.tearDown(workspace, server) }
@@ -230,10 +232,31 @@ struct DaemonTests {
             #expect(done["state"] as? String == "completed")
             peak = max(peak, daemon.residentKiB)
         }
-        // Bounded: progress collapses per download for a reader that falls behind, and the stream of one that falls
-        // too far is closed. The bound leaves room for sixteen connections' buffers.
-        print("stalled reader: the daemon grew from \(before) KiB to \(peak) KiB")
+        // Bounded: progress collapses per download for a reader that falls behind. The bound leaves room for sixteen
+        // connections' buffers.
         #expect(peak - before < 64 * 1024, "grew from \(before) KiB to \(peak) KiB")
+        // 6,000 additions are 6,000 events that do not collapse: more than a reader may fall behind (4,096), so the
+        // daemon ends this reader's stream. Reading now finds its end (the last chunk) instead of waiting forever.
+        let paused = (0..<6000).map { ["url": "http://127.0.0.1:9/\($0)", "paused": true] as [String: Any] }
+        #expect(try await daemon.call(.POST, "/api/v1/downloads", json: paused).status == 200)
+        peak = max(peak, daemon.residentKiB)
+        #expect(peak - before < 64 * 1024, "grew from \(before) KiB to \(peak) KiB")
+        var timeout = timeval(tv_sec: 20, tv_usec: 0)
+        setsockopt(socket, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+        let ended = await onOwnThread {
+            var tail: [UInt8] = []
+            var buffer = [UInt8](repeating: 0, count: 65536)
+            // Heartbeats keep an open stream talking, so the wait has a deadline of its own.
+            let deadline = Date().addingTimeInterval(30)
+            while Date() < deadline {
+                let count = recv(socket, &buffer, buffer.count, 0)
+                if count <= 0 { return false }
+                tail = Array((tail + buffer[0..<count]).suffix(16))
+                if tail.count >= 5, Array(tail.suffix(5)) == Array("0\r\n\r\n".utf8) { return true }
+            }
+            return false
+        }
+        #expect(ended, "the stream of a reader far behind was not closed")
         // The daemon still answers.
         #expect(try await daemon.call(.GET, "/api/v1/stats").status == 200)
         _ = await daemon.stop(SIGTERM)

@@ -66,12 +66,20 @@ struct DownloadJSONTests {
     func list() async throws {
         var chunks: [[UInt8]] = []
         let downloads = Array(repeating: Self.full, count: 50) + [Self.bare]
-        try await DownloadJSON.list(downloads, nextCursor: "0_0_x", chunkSize: 1000) { chunks.append($0) }
+        try await DownloadJSON.list(ids: Array(downloads.indices), nextCursor: "0_0_x", chunkSize: 1000, batch: 7) {
+            $0.map { downloads[$0] }
+        } emit: {
+            chunks.append($0)
+        }
         #expect(chunks.count > 5)
         let list = try apiDecoder.decode(Components.Schemas.DownloadList.self, from: Data(chunks.joined()))
         #expect(list.downloads.count == 51 && list.nextCursor == "0_0_x")
         var none: [[UInt8]] = []
-        try await DownloadJSON.list([], nextCursor: nil) { none.append($0) }
+        try await DownloadJSON.list(ids: [Int](), nextCursor: nil) { _ in
+            []
+        } emit: {
+            none.append($0)
+        }
         #expect(String(decoding: none.joined(), as: UTF8.self) == #"{"downloads":[]}"#)
     }
 }
