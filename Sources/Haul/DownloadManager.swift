@@ -323,8 +323,11 @@ public actor DownloadManager {
             let path = Self.absolute(rawPath)
             let folder = (path as NSString).deletingLastPathComponent
             if checkedFolders.insert(folder).inserted { try Self.checkWritableFolder(folder) }
-            if FileSystem.isWritableDirectory(path) || rawPath.hasSuffix("/") {
-                throw DownloadError(.invalidArgument, "\(path) is a folder; use a folder destination for it")
+            if rawPath.hasSuffix("/") {
+                throw DownloadError(.invalidArgument, "\(rawPath) names a folder; use a folder destination for it")
+            }
+            if FileSystem.isWritableDirectory(path) {
+                throw DownloadError(.destinationExists, "\(path) is a folder; use a folder destination for it")
             }
             record.destination = path
         case .directory(let rawPath):

@@ -44,8 +44,10 @@ public struct APIError: Error, Sendable, Equatable, CustomStringConvertible {
         let status: HTTPResponse.Status
         switch error.code {
         case .notFound: status = .notFound
-        case .illegalTransition, .destinationExists, .locked: status = .conflict
-        case .invalidURL, .invalidArgument, .destinationNotWritable: status = .badRequest
+        // A folder that does not exist or a folder where a file should go is the disk's state, not a malformed
+        // request: the same request succeeds once the disk changes.
+        case .illegalTransition, .destinationExists, .destinationNotWritable, .locked: status = .conflict
+        case .invalidURL, .invalidArgument: status = .badRequest
         default: status = .internalServerError
         }
         let place = index.map { "item \($0): " } ?? ""

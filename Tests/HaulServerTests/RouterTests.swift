@@ -112,7 +112,7 @@ struct RouterTests {
     }
 
     @Test(
-        "a null where the field takes none, control characters in a header or User-Agent, a URL outside the pattern: 400"
+        "a null where the field takes none, control characters, a NUL in a path, a URL outside the pattern: 400; a folder in the way: 409"
     )
     func strictFields() async throws {
         let h = try await ServerHarness.make()
@@ -128,6 +128,8 @@ struct RouterTests {
                 (#"{"url": "http://h:99999/a"}"#, "url"),
                 (#"{"url": "http://h/%zz"}"#, "url"),
                 (#"{"url": "http://h/a", "retries": 1000001}"#, "retries"),
+                (#"[{"url": "http://h/a"}, {"url": "http://h/b", "filename": "a\u0000b"}]"#, "filename"),
+                (#"{"url": "http://h/a", "directory": "x\u0000"}"#, "directory"),
             ]
             for (body, field) in cases {
                 let response = try await client.post("/api/v1/downloads", body)
@@ -140,6 +142,14 @@ struct RouterTests {
             #expect(
                 try body(Components.Schemas.DownloadList.self, try await client.get("/api/v1/downloads"))
                     .downloads.isEmpty)
+            // A folder where the file should go is the disk's state, not a bad request: 409, and 201 once it is gone.
+            try FileManager.default.createDirectory(atPath: h.path("taken"), withIntermediateDirectories: true)
+            let inTheWay = #"{"url": "http://h/a", "filename": "taken", "paused": true}"#
+            let conflict = try await client.post("/api/v1/downloads", inTheWay)
+            #expect(conflict.status == .conflict)
+            #expect(try apiError(conflict).code == "destinationExists")
+            try FileManager.default.removeItem(atPath: h.path("taken"))
+            #expect(try await client.post("/api/v1/downloads", inTheWay).status == .created)
         }
         // The pattern the handler checks is the document's.
         #expect(String(decoding: APIDocument.yaml, as: UTF8.self).contains(#"pattern: "\#(APIHandler.urlPattern)""#))
