@@ -305,13 +305,10 @@ struct MethodMiddleware: RouterMiddleware {
     func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response)
         async throws -> Response
     {
-        var request = request
-        // An empty list of states (`state=`) means no filter; the generated parser would read one empty item.
+        // The generated parser reads an empty list (`state=`) as no filter; the document says a state is one of the
+        // names, so an empty one is refused as any other wrong name.
         if let query = request.uri.query, query.split(separator: "&").contains("state=") {
-            let kept = query.split(separator: "&").filter { $0 != "state=" }.joined(separator: "&")
-            var head = request.head
-            head.path = request.uri.path + (kept.isEmpty ? "" : "?" + kept)
-            request = Request(head: head, body: request.body)
+            throw APIError.invalidField("state", "is empty; leave the parameter out for every state")
         }
         do {
             return try await next(request, context)
