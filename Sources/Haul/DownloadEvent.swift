@@ -178,3 +178,42 @@ public struct SequencedEvent: Sendable, Equatable {
     /// What happened.
     public var event: DownloadEvent
 }
+
+/// New download ids: random (version 4) UUIDs in lower case, as `UUID().uuidString.lowercased()` makes them, from
+/// random bytes read 256 ids at a time. Foundation's `UUID()` opens, reads and closes /dev/urandom for every id on
+/// Linux: three system calls for each download of a list.
+struct DownloadIDSource {
+    private var pool: [UInt8] = []
+    private var next = 0
+
+    mutating func make() -> DownloadID {
+        if next + 16 > pool.count { refill() }
+        var bytes = pool[next..<next + 16].map { $0 }
+        next += 16
+        bytes[6] = bytes[6] & 0x0F | 0x40  // version 4
+        bytes[8] = bytes[8] & 0x3F | 0x80  // RFC 4122 variant
+        let hex = Array("0123456789abcdef".utf8)
+        var text: [UInt8] = []
+        text.reserveCapacity(36)
+        for (index, byte) in bytes.enumerated() {
+            if index == 4 || index == 6 || index == 8 || index == 10 { text.append(UInt8(ascii: "-")) }
+            text.append(hex[Int(byte >> 4)])
+            text.append(hex[Int(byte & 0x0F)])
+        }
+        return DownloadID(String(decoding: text, as: UTF8.self))
+    }
+
+    private mutating func refill() {
+        // One read of the kernel's random source for 256 ids; the standard generator (the same source) when it
+        // cannot be read.
+        if let random = FileHandle(forReadingAtPath: "/dev/urandom") {
+            pool = [UInt8]((try? random.read(upToCount: 4096)) ?? Data())
+            try? random.close()
+        }
+        if pool.count < 4096 {
+            var generator = SystemRandomNumberGenerator()
+            pool = (0..<4096).map { _ in generator.next() }
+        }
+        next = 0
+    }
+}

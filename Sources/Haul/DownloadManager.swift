@@ -143,6 +143,7 @@ public actor DownloadManager {
     private let transport: any HTTPTransport
     private let hub: EventHub
     private var catalog = Catalog()
+    private var ids = DownloadIDSource()
     private var settings: ManagerSettings
     private var tasks: [String: Task<Void, Never>] = [:]
     private let globalLimiter: RateLimiter
@@ -254,11 +255,10 @@ public actor DownloadManager {
         fresh.reserveCapacity(requests.count)
         var reused: [String: DownloadRecord] = [:]
         var inBatch: [Catalog.Target: String] = [:]
-        // Folders found writable in this call: a list into one folder checks it once.
-        var checkedFolders: Set<String> = []
+        var folders = FolderMemo()
         for (index, request) in requests.enumerated() {
             do {
-                let (key, record) = try prepare(request, checkedFolders: &checkedFolders)
+                let (key, record) = try prepare(request, folders: &folders)
                 if let id = inBatch[key] {
                     added.append(Added(id: DownloadID(id), isNew: false))
                 } else if let existing = catalog.newest(at: key).flatMap({ catalog[$0] }) {
@@ -300,7 +300,7 @@ public actor DownloadManager {
 
     /// Checks one request and makes its record (not yet stored); returns the key that finds the same URL and
     /// destination.
-    private func prepare(_ request: DownloadRequest, checkedFolders: inout Set<String>) throws(DownloadError)
+    private func prepare(_ request: DownloadRequest, folders: inout FolderMemo) throws(DownloadError)
         -> (Catalog.Target, DownloadRecord)
     {
         try Self.validate(request.url)
@@ -310,7 +310,7 @@ public actor DownloadManager {
         try Self.checkRate(request.rateLimit)
         let urlText = request.url.absoluteString
         var record = DownloadRecord(
-            id: UUID().uuidString.lowercased(), url: urlText, finalURL: nil, directory: nil, destination: nil,
+            id: ids.make().rawValue, url: urlText, finalURL: nil, directory: nil, destination: nil,
             state: request.isPaused ? .paused : .queued, totalLength: nil, durableOffset: 0, etag: nil,
             lastModified: nil, isLastModifiedStrong: false, isResumable: nil, isPartVerified: true,
             mayReplaceDestination: request.options.overwrite, attempts: 0, lastError: nil, options: request.options,
@@ -322,7 +322,7 @@ public actor DownloadManager {
         case .file(let rawPath):
             let path = Self.absolute(rawPath)
             let folder = (path as NSString).deletingLastPathComponent
-            if checkedFolders.insert(folder).inserted { try Self.checkWritableFolder(folder) }
+            if folders.checked.insert(folder).inserted { try Self.checkWritableFolder(folder) }
             if rawPath.hasSuffix("/") {
                 throw DownloadError(.invalidArgument, "\(rawPath) names a folder; use a folder destination for it")
             }
@@ -331,8 +331,8 @@ public actor DownloadManager {
             }
             record.destination = path
         case .directory(let rawPath):
-            let path = Self.absolute(rawPath)
-            if checkedFolders.insert(path).inserted { try Self.checkWritableFolder(path) }
+            let path = folders.absolute(rawPath)
+            if folders.checked.insert(path).inserted { try Self.checkWritableFolder(path) }
             record.directory = path
         }
         return (Catalog.target(of: record), record)
@@ -975,6 +975,20 @@ public actor DownloadManager {
 
     private static func absolute(_ path: String) -> String {
         PathName.absolute(path)
+    }
+
+    /// What one add learns about folders, once for a list: each folder's absolute form as the request named it (a
+    /// list of ten thousand into one folder normalises it once), and which folders were found writable.
+    private struct FolderMemo {
+        var checked: Set<String> = []
+        private var lastNamed: (String, String)?
+
+        mutating func absolute(_ named: String) -> String {
+            if let lastNamed, lastNamed.0 == named { return lastNamed.1 }
+            let path = PathName.absolute(named)
+            lastNamed = (named, path)
+            return path
+        }
     }
 
     private static func checkWritableFolder(_ path: String) throws(DownloadError) {

@@ -1,5 +1,6 @@
 import Foundation
 import GRDB
+import GRDBSQLite
 import HaulCore
 
 /// The SQLite store of downloads (GRDB, WAL mode), safe to share between tasks.
@@ -176,18 +177,48 @@ public struct DownloadStore: Sendable {
     public func insert(_ records: [DownloadRecord], saving changed: [DownloadRecord] = []) throws(DownloadError) {
         let now = Date()
         try write { db in
-            // One prepared statement for the whole list (GRDB's record insert builds its statement each time).
+            // One prepared statement for the whole list, its values bound straight to SQLite: building GRDB's
+            // `StatementArguments` maps every value generically (by key path or existential), which cost three
+            // times the insert itself.
             let names = DownloadRecord.columnNames
-            let statement = try db.cachedStatement(
+            let statement = try db.makeStatement(
                 sql: "INSERT INTO download (\(names.joined(separator: ", "))) VALUES ("
                     + Array(repeating: "?", count: names.count).joined(separator: ", ") + ")")
+            let handle = statement.sqliteStatement
+            defer {
+                sqlite3_reset(handle)
+                sqlite3_clear_bindings(handle)
+            }
             for record in records {
-                try statement.execute(arguments: StatementArguments(try record.columnValues()))
+                sqlite3_reset(handle)
+                for (offset, value) in try record.columnValues().enumerated() {
+                    Self.bind(value, to: handle, at: CInt(offset + 1))
+                }
+                let code = sqlite3_step(handle)
+                guard code == SQLITE_DONE else {
+                    throw DatabaseError(
+                        resultCode: ResultCode(rawValue: code),
+                        message: String(cString: sqlite3_errmsg(db.sqliteConnection)),
+                        sql: statement.sql)
+                }
             }
             for var record in changed {
                 record.updatedAt = now
                 try record.save(db)
             }
+        }
+    }
+
+    /// Binds one value, copied by SQLite (text and blobs are transient).
+    private static func bind(_ value: DatabaseValue, to handle: OpaquePointer, at index: CInt) {
+        let transient = unsafeBitCast(-1, to: sqlite3_destructor_type.self)
+        switch value.storage {
+        case .null: sqlite3_bind_null(handle, index)
+        case .int64(let number): sqlite3_bind_int64(handle, index, number)
+        case .double(let number): sqlite3_bind_double(handle, index, number)
+        case .string(let text): sqlite3_bind_text(handle, index, text, -1, transient)
+        case .blob(let data):
+            _ = data.withUnsafeBytes { sqlite3_bind_blob(handle, index, $0.baseAddress, CInt($0.count), transient) }
         }
     }
 

@@ -96,7 +96,10 @@ struct FolderPolicy: Sendable {
             throw .invalidField("directory", "contains a NUL character", index: index)
         }
         let lexical: String
-        if requested.hasPrefix("/") {
+        if requested.isEmpty {
+            // Most requests name no folder: the download folder, normalised once at start.
+            lexical = normalizedDownloadDirectory
+        } else if requested.hasPrefix("/") {
             lexical = PathName.normalized(requested)
         } else if door == .socket, requested.hasPrefix("~") {
             lexical = PathName.absolute(requested)

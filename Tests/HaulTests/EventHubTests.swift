@@ -148,3 +148,22 @@ struct EventHubTests {
         #expect(await reader.value == [.removed(DownloadID("s")), .removed(DownloadID("a"))])
     }
 }
+
+@Suite("Download ids")
+struct DownloadIDSourceTests {
+    @Test("ids are lower-case version 4 UUIDs, distinct across refills of the random pool")
+    func fresh() {
+        var source = DownloadIDSource()
+        var seen: Set<String> = []
+        for _ in 0..<2_000 {
+            let id = source.make().rawValue
+            let uuid = UUID(uuidString: id)
+            #expect(uuid != nil, "\(id)")
+            #expect(id == id.lowercased() && id.count == 36)
+            let bytes = uuid.map { withUnsafeBytes(of: $0.uuid) { Array($0) } } ?? []
+            #expect(bytes.count == 16 && bytes[6] >> 4 == 4 && bytes[8] >> 6 == 2, "version 4, RFC 4122 variant: \(id)")
+            seen.insert(id)
+        }
+        #expect(seen.count == 2_000)
+    }
+}
