@@ -113,9 +113,11 @@ let package = Package(
             dependencies: [
                 "HaulServer",
                 "HaulAPI",
+                "HaulCore",
                 "HaulTesting",
                 .product(name: "HummingbirdTesting", package: "hummingbird"),
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "OpenAPIRuntime", package: "swift-openapi-runtime"),
             ]
         ),
     ]

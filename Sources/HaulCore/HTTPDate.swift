@@ -30,12 +30,37 @@ public enum HTTPDate {
         return nil
     }
 
+    /// Seconds since 1970-01-01 UTC for an ISO 8601 date-time in UTC to the second, `2026-11-23T05:49:14Z` (the form
+    /// Haul's API writes), or nil for anything else (fractions, offsets, lower-case letters).
+    public static func parseISO8601UTC(_ text: String) -> Int64? {
+        let bytes = Array(text.utf8)
+        guard bytes.count == 20 else { return nil }
+        func number(_ range: Range<Int>) -> Int? {
+            var value = 0
+            for index in range {
+                let digit = Int(bytes[index]) - 48
+                guard (0...9).contains(digit) else { return nil }
+                value = value * 10 + digit
+            }
+            return value
+        }
+        let separators: [(Int, Character)] = [(4, "-"), (7, "-"), (10, "T"), (13, ":"), (16, ":"), (19, "Z")]
+        guard separators.allSatisfy({ bytes[$0.0] == $0.1.asciiValue }), let year = number(0..<4),
+            let month = number(5..<7), (1...12).contains(month), let day = number(8..<10), let hour = number(11..<13),
+            let minute = number(14..<16), let second = number(17..<19)
+        else { return nil }
+        return build(year: year, month: month, day: day, hms: [hour, minute, second])
+    }
+
     private static func month(_ text: String) -> Int? {
         months.firstIndex(of: text.lowercased()).map { $0 + 1 }
     }
 
     private static func build(year: Int, month: Int, day: Int, time: String) -> Int64? {
-        let hms = time.split(separator: ":").compactMap { Int($0) }
+        build(year: year, month: month, day: day, hms: time.split(separator: ":").compactMap { Int($0) })
+    }
+
+    private static func build(year: Int, month: Int, day: Int, hms: [Int]) -> Int64? {
         guard hms.count == 3, (1...31).contains(day), (0...23).contains(hms[0]), (0...59).contains(hms[1]),
             (0...60).contains(hms[2]), (1...9999).contains(year)
         else { return nil }

@@ -39,7 +39,7 @@ public func buildRouter(
     // Compact JSON with slashes as they are: listing 20,000 downloads pretty-printed doubled the bytes to write.
     try handler.registerHandlers(
         on: table, serverURL: URL(string: "/api/v1")!,
-        configuration: .init(jsonEncodingOptions: [.withoutEscapingSlashes]))
+        configuration: .init(dateTranscoder: APIDateTranscoder(), jsonEncodingOptions: [.withoutEscapingSlashes]))
     router.get("/metrics") { _, _ -> Response in
         let text = await metrics.render(manager: manager)
         return Response(

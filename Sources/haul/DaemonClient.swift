@@ -29,6 +29,7 @@ struct DaemonClient: Sendable {
         let encoded = path.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? path
         api = Client(
             serverURL: URL(string: "http+unix://\(encoded)/api/v1")!,
+            configuration: .init(dateTranscoder: APIDateTranscoder()),
             transport: AsyncHTTPClientTransport(configuration: .init(client: http, timeout: .seconds(60))))
     }
 
@@ -37,6 +38,7 @@ struct DaemonClient: Sendable {
         http = HTTPClient(eventLoopGroupProvider: .singleton, configuration: .init())
         api = Client(
             serverURL: server.appendingPathComponent("api/v1"),
+            configuration: .init(dateTranscoder: APIDateTranscoder()),
             transport: AsyncHTTPClientTransport(configuration: .init(client: http, timeout: .seconds(60))),
             middlewares: [BearerToken(token: token)])
     }

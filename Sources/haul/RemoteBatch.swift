@@ -27,6 +27,9 @@ actor RemoteBatch {
     private let endsWhenStopped: Bool
     /// The state of each download when following began (the first snapshot, or `track`).
     private var startStates: [DownloadID: DownloadState] = [:]
+    /// The followed downloads not yet stopped, kept as events arrive (checking every download on every event made
+    /// following a thousand downloads quadratic).
+    private var unstopped: Set<DownloadID> = []
 
     init(followsAll: Bool = false, endsWhenStopped: Bool = true) {
         (events, continuation) = AsyncStream<DownloadEvent>.makeStream()
@@ -54,6 +57,7 @@ actor RemoteBatch {
                 for download in snapshot.downloads {
                     latest[download.id] = download
                     startStates[download.id] = download.state
+                    recount(download.id)
                 }
             } else {
                 // After a reconnect that could not be replayed: what changed meanwhile, as changes.
@@ -83,8 +87,12 @@ actor RemoteBatch {
 
     private func forward(_ event: DownloadEvent) {
         switch event {
-        case .added(let download), .changed(let download): latest[download.id] = download
-        case .removed(let id): latest[id] = nil
+        case .added(let download), .changed(let download):
+            latest[download.id] = download
+            recount(download.id)
+        case .removed(let id):
+            latest[id] = nil
+            recount(id)
         default: break
         }
         continuation.yield(event)
@@ -93,11 +101,13 @@ actor RemoteBatch {
     /// Names the downloads to follow, as the daemon described them when they were added.
     func track(_ downloads: [DownloadSnapshot]) {
         ids = Set(downloads.map(\.id))
+        unstopped = []
         for download in downloads {
             first[download.id] = download
             // Named downloads count as failures when they end failed, whatever they were before.
             startStates[download.id] = followsAll ? download.state : nil
             if latest[download.id] == nil { latest[download.id] = download }
+            recount(download.id)
         }
         let pending = held
         held = []
@@ -136,13 +146,21 @@ actor RemoteBatch {
 
     /// Whether every followed download has stopped; finishes when so.
     private func checkDone() -> Bool {
-        guard endsWhenStopped, let ids else { return false }
-        let stopped = ids.allSatisfy { id in
-            guard let state = latest[id]?.state else { return followsAll }
-            return !(state == .queued || state.isActive)
-        }
+        guard endsWhenStopped, ids != nil else { return false }
+        let stopped = unstopped.isEmpty
         if stopped { finish() }
         return stopped
+    }
+
+    /// Puts one download in or out of `unstopped`: a followed download is stopped once its state is neither queued
+    /// nor active; one not seen yet counts as stopped only when following every download (it was removed).
+    private func recount(_ id: DownloadID) {
+        guard follows(id) else {
+            unstopped.remove(id)
+            return
+        }
+        let isStopped = latest[id].map { !($0.state == .queued || $0.state.isActive) } ?? followsAll
+        if isStopped { unstopped.remove(id) } else { unstopped.insert(id) }
     }
 
     /// Follows `client`'s event stream into this batch (in a task of its own, cancelled to stop), telling `output`

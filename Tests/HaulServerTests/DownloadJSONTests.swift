@@ -1,5 +1,7 @@
 import Foundation
 import HaulAPI
+import HaulCore
+import OpenAPIRuntime
 import Testing
 
 @testable import HaulServer
@@ -111,5 +113,36 @@ struct URLCheckTests {
             #expect(APIHandler.isAcceptedURL(text) == ((try regex.wholeMatch(in: text)) != nil), "\(text)")
         }
         #expect(checked == 20_000 && accepted > 500, "the strings should include many valid URLs (\(accepted))")
+    }
+}
+
+@Suite("The API's date transcoder")
+struct APIDateTranscoderTests {
+    @Test("it writes what the generated transcoder writes and reads it back, for dates from 1906 to 2223")
+    func agrees() throws {
+        let fast = APIDateTranscoder()
+        let reference = ISO8601DateTranscoder()
+        var generator = SystemRandomNumberGenerator()
+        let samples =
+            [0, 951_782_400, 1_795_000_000, 4_107_542_399]
+            + (0..<2_000).map { _ in
+                Int.random(in: -2_000_000_000...8_000_000_000, using: &generator)
+            }
+        for seconds in samples {
+            let date = Date(timeIntervalSince1970: TimeInterval(seconds))
+            let text = try fast.encode(date)
+            #expect(text == (try reference.encode(date)), "\(seconds)")
+            #expect(try fast.decode(text) == date, "\(text)")
+        }
+    }
+
+    @Test("forms it does not parse itself (fractions, offsets) go to the generated transcoder; nonsense fails")
+    func otherForms() throws {
+        let fast = APIDateTranscoder()
+        #expect(try fast.decode("2026-11-23T06:49:14+01:00") == (try fast.decode("2026-11-23T05:49:14Z")))
+        #expect(HTTPDate.parseISO8601UTC("2026-13-01T00:00:00Z") == nil)
+        #expect(HTTPDate.parseISO8601UTC("2026-11-23t05:49:14z") == nil)
+        #expect(HTTPDate.parseISO8601UTC("2026-11-23T05:49:14.5Z") == nil)
+        #expect(throws: (any Error).self) { try fast.decode("yesterday") }
     }
 }
