@@ -179,9 +179,10 @@ public struct DownloadStore: Sendable {
         try write { db in
             // One prepared statement for the whole list, its values bound straight to SQLite: building GRDB's
             // `StatementArguments` maps every value generically (by key path or existential), which cost three
-            // times the insert itself.
+            // times the insert itself. Cached: adding one by one would parse it for every download. Only this code
+            // runs it, and it leaves it reset with no bindings.
             let names = DownloadRecord.columnNames
-            let statement = try db.makeStatement(
+            let statement = try db.cachedStatement(
                 sql: "INSERT INTO download (\(names.joined(separator: ", "))) VALUES ("
                     + Array(repeating: "?", count: names.count).joined(separator: ", ") + ")")
             let handle = statement.sqliteStatement
