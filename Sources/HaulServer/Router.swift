@@ -9,8 +9,8 @@ import NIOCore
 import NIOSSL
 import OpenAPIHummingbird
 
-/// The daemon's routes for one door: the API (generated from `openapi.yaml`), `/metrics`, and `/` (sign-in for the
-/// browser, and later the web page). Shared by `haul serve` and the tests.
+/// The daemon's routes for one door: the API (generated from `openapi.yaml`), `/metrics`, and the web page at `/`
+/// with its files and sign-in. Shared by `haul serve` and the tests.
 public func buildRouter(
     manager: DownloadManager,
     configuration: DaemonConfiguration,
@@ -49,6 +49,12 @@ public func buildRouter(
     router.get("/") { request, _ -> Response in
         SignIn.answer(request, credentials: credentials, secure: configuration.usesTLS)
     }
+    router.post("/") { request, _ -> Response in
+        try await SignIn.answerForm(request, credentials: credentials, secure: configuration.usesTLS)
+    }
+    for path in WebAsset.all.keys where path != "/" {
+        router.get(RouterPath(path)) { request, _ -> Response in WebAsset.all[path]!.response(to: request) }
+    }
     return router
 }
 
@@ -65,58 +71,4 @@ public func buildApplication(
     return Application(
         router: router, server: server, configuration: .init(address: address, serverName: "haul"),
         onServerRunning: onRunning, logger: logger)
-}
-
-/// `GET /`: signing in with the token from the URL that `haul serve` prints, and what a browser sees meanwhile.
-enum SignIn {
-    static func answer(_ request: Request, credentials: Credentials, secure: Bool) -> Response {
-        if let token = request.uri.queryParameters.get("token") {
-            guard credentials.isToken(token) else {
-                return page(.unauthorized, signInForm(message: "That token is not this daemon's."))
-            }
-            var response = Response(status: .seeOther, headers: [.location: "/"])
-            response.setCookie(
-                Cookie(
-                    name: Credentials.cookieName, value: credentials.session, path: "/", secure: secure,
-                    httpOnly: true, sameSite: .strict))
-            return response
-        }
-        if let session = request.cookies[Credentials.cookieName]?.value, credentials.isSession(session) {
-            return page(
-                .ok,
-                """
-                <h1>Haul</h1>
-                <p>Signed in. The daemon's API is at <a href="/api/v1/downloads">/api/v1/downloads</a>, described by \
-                <a href="/api/v1/openapi.yaml">/api/v1/openapi.yaml</a>; live events at \
-                <a href="/api/v1/events">/api/v1/events</a>.</p>
-                """)
-        }
-        return page(.ok, signInForm(message: nil))
-    }
-
-    private static func signInForm(message: String?) -> String {
-        """
-        <h1>Haul</h1>
-        \(message.map { "<p role=\"alert\">\($0)</p>" } ?? "")
-        <form method="get" action="/">
-        <label for="token">Token</label>
-        <input id="token" name="token" type="password" autocomplete="current-password" required>
-        <button type="submit">Sign in</button>
-        </form>
-        <p>The token is in <code>serve.json</code> in Haul's state folder; <code>haul serve</code> prints a URL that \
-        signs in at once.</p>
-        """
-    }
-
-    private static func page(_ status: HTTPResponse.Status, _ body: String) -> Response {
-        let html = """
-            <!doctype html><html lang="en"><head><meta charset="utf-8">\
-            <meta name="viewport" content="width=device-width, initial-scale=1"><title>Haul</title></head>\
-            <body>\(body)</body></html>
-            """
-        return Response(
-            status: status,
-            headers: [.contentType: "text/html; charset=utf-8", .cacheControl: "no-store"],
-            body: .init(byteBuffer: ByteBuffer(string: html)))
-    }
 }

@@ -197,7 +197,7 @@ struct RouterTests {
                 }
             }
             let wrong = try await client.execute(uri: "/?token=nope", method: .get)
-            #expect(wrong.status == .unauthorized)
+            #expect(wrong.status == .seeOther && wrong.headers[.location] == "/?signin=failed")
             #expect(wrong.headers[.setCookie] == nil)
             let login = try await client.execute(uri: "/?token=\(ServerHarness.token)", method: .get)
             #expect(login.status == .seeOther && login.headers[.location] == "/")
@@ -207,10 +207,52 @@ struct RouterTests {
             let pair = try #require(cookie.split(separator: ";").first.map(String.init))
             let withCookie = try await client.execute(uri: "/api/v1/stats", method: .get, headers: [.cookie: pair])
             #expect(withCookie.status == .ok)
+            // The page's own form posts the token; a wrong one goes back to the form.
+            let formHeaders: HTTPFields = [.contentType: "application/x-www-form-urlencoded"]
+            let posted = try await client.execute(
+                uri: "/", method: .post, headers: formHeaders, body: ByteBuffer(string: "token=\(ServerHarness.token)"))
+            #expect(posted.status == .seeOther && posted.headers[.setCookie]?.contains("HttpOnly") == true)
+            let refused = try await client.execute(
+                uri: "/", method: .post, headers: formHeaders, body: ByteBuffer(string: "token=nope"))
+            #expect(refused.headers[.location] == "/?signin=failed" && refused.headers[.setCookie] == nil)
+            // The page holds no data: it is the same with and without the cookie, and shows the token field.
             let page = try await client.execute(uri: "/", method: .get, headers: [.cookie: pair])
-            #expect(String(buffer: page.body).contains("Signed in"))
-            let form = try await client.execute(uri: "/", method: .get)
-            #expect(form.status == .ok && String(buffer: form.body).contains("name=\"token\""))
+            let anonymous = try await client.execute(uri: "/", method: .get)
+            #expect(page.status == .ok && String(buffer: page.body) == String(buffer: anonymous.body))
+            #expect(String(buffer: anonymous.body).contains("name=\"token\""))
+        }
+    }
+
+    @Test("the page's files: content types, a strict CSP, ETag and 304, gzip when accepted")
+    func webFiles() async throws {
+        let h = try await ServerHarness.make()
+        defer { Task { await h.stop() } }
+        try await h.application().test(.router) { client in
+            let types = [
+                "/": "text/html", "/app.js": "text/javascript", "/app.css": "text/css", "/icon.svg": "image/svg+xml",
+            ]
+            for (path, type) in types {
+                let response = try await client.execute(uri: path, method: .get)
+                #expect(response.status == .ok, "\(path)")
+                #expect(response.headers[.contentType]?.hasPrefix(type) == true, "\(path)")
+                let policy = try #require(response.headers[.contentSecurityPolicy])
+                #expect(policy.contains("script-src 'self'") && !policy.contains("unsafe-inline"))
+                #expect(response.headers[.xContentTypeOptions] == "nosniff")
+                let etag = try #require(response.headers[.eTag])
+                let again = try await client.execute(uri: path, method: .get, headers: [.ifNoneMatch: etag])
+                #expect(again.status == .notModified && again.body.readableBytes == 0, "\(path)")
+            }
+            let script = try await client.execute(uri: "/app.js", method: .get)
+            let zipped = try await client.execute(uri: "/app.js", method: .get, headers: [.acceptEncoding: "gzip, br"])
+            #expect(zipped.headers[.contentEncoding] == "gzip")
+            #expect(zipped.body.readableBytes < script.body.readableBytes / 2)
+            #expect(zipped.body.getBytes(at: 0, length: 2) == [0x1F, 0x8B], "a gzip stream")
+            let refusing = try await client.execute(
+                uri: "/app.js", method: .get, headers: [.acceptEncoding: "gzip;q=0, identity"])
+            #expect(refusing.headers[.contentEncoding] == nil)
+            // No inline script in the page: everything runs from /app.js, which the policy allows.
+            let html = String(buffer: try await client.execute(uri: "/", method: .get).body)
+            #expect(html.components(separatedBy: "<script").count == 2 && html.contains(#"src="/app.js""#))
         }
     }
 

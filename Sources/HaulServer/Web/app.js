@@ -1,0 +1,485 @@
+// Haul's page: the daemon's download list, live from its event stream, built only on the public API.
+// Everything a server or user controls (names, URLs, messages) goes into the page as text (textContent), never as
+// HTML. Rows are drawn only for the part of the list in view, from a pool of row elements: a row taken for another
+// download is rebound in full (id, name, progress, buttons) in the same frame, so it never shows what it showed
+// before.
+
+const api = "/api/v1";
+const $ = (id) => document.getElementById(id);
+
+const state = {
+  downloads: new Map(), // id -> Download
+  order: [], // ids, in the daemon's order; new ones at the end
+  filter: "all",
+  query: "",
+  stats: null,
+  settings: null,
+  events: null,
+  renderQueued: false,
+  rowHeight: 84,
+  pool: [],
+};
+
+const filters = {
+  all: () => true,
+  active: (d) => d.state === "running" || d.state === "waitingForNetwork",
+  waiting: (d) => d.state === "queued",
+  paused: (d) => d.state === "paused",
+  completed: (d) => d.state === "completed",
+  failed: (d) => d.state === "failed" || d.state === "cancelled",
+};
+
+// MARK: Formatting
+
+function bytes(n) {
+  if (n == null) return "?";
+  const units = ["B", "KiB", "MiB", "GiB", "TiB"];
+  let i = 0;
+  let v = n;
+  while (v >= 1024 && i < units.length - 1) {
+    v /= 1024;
+    i += 1;
+  }
+  return (i === 0 ? String(v) : v.toFixed(v < 10 ? 1 : 0)) + " " + units[i];
+}
+
+function duration(seconds) {
+  if (seconds == null || !isFinite(seconds)) return "";
+  const s = Math.round(seconds);
+  if (s < 60) return s + " s";
+  if (s < 3600) return Math.floor(s / 60) + " min " + (s % 60) + " s";
+  return Math.floor(s / 3600) + " h " + Math.floor((s % 3600) / 60) + " min";
+}
+
+const stateNames = {
+  queued: "Waiting", running: "Downloading", paused: "Paused", waitingForNetwork: "Waiting for network",
+  completed: "Completed", failed: "Failed", cancelled: "Cancelled",
+};
+
+function nameOf(d) {
+  const path = d.path || "";
+  if (path) return path.slice(path.lastIndexOf("/") + 1);
+  try {
+    const url = new URL(d.url);
+    const last = decodeURIComponent(url.pathname.slice(url.pathname.lastIndexOf("/") + 1));
+    return last || url.host;
+  } catch {
+    return d.url;
+  }
+}
+
+// MARK: The API
+
+async function call(method, path, body) {
+  const init = { method, headers: {}, credentials: "same-origin" };
+  if (body !== undefined) {
+    init.headers["Content-Type"] = "application/json";
+    init.body = JSON.stringify(body);
+  }
+  const response = await fetch(api + path, init);
+  if (response.status === 401) {
+    showSignIn("Signed out: enter the token again.");
+    throw new Error("signed out");
+  }
+  const text = await response.text();
+  const json = text ? JSON.parse(text) : null;
+  if (!response.ok) {
+    const error = new Error((json && json.error && json.error.message) || response.status + " " + response.statusText);
+    error.detail = json && json.error;
+    throw error;
+  }
+  return json;
+}
+
+async function command(id, name) {
+  try {
+    if (name === "remove") {
+      const d = state.downloads.get(id);
+      const label = d ? nameOf(d) : id;
+      if (!confirm("Remove " + label + " from the list?")) return;
+      const deleteFile = d && d.state === "completed" && confirm("Also delete the file " + label + "?");
+      await call("DELETE", "/downloads/" + encodeURIComponent(id) + (deleteFile ? "?deleteFile=true" : ""));
+    } else {
+      await call("POST", "/downloads/" + encodeURIComponent(id) + "/" + name);
+    }
+  } catch (error) {
+    if (error.message !== "signed out") toast(error.message);
+  }
+}
+
+// MARK: Signing in
+
+function showSignIn(message) {
+  if (state.events) {
+    state.events.close();
+    state.events = null;
+  }
+  $("app").hidden = true;
+  $("signin").hidden = false;
+  $("signin-message").textContent = message || "";
+  $("token").focus();
+}
+
+async function start() {
+  const params = new URLSearchParams(location.search);
+  if (params.has("signin")) {
+    history.replaceState(null, "", "/");
+    showSignIn(params.get("signin") === "failed" ? "That token is not this daemon's." : "");
+    return;
+  }
+  const response = await fetch(api + "/stats", { credentials: "same-origin" }).catch(() => null);
+  if (!response || response.status === 401) {
+    showSignIn(response ? "" : "The daemon cannot be reached.");
+    return;
+  }
+  $("signin").hidden = true;
+  $("app").hidden = false;
+  connect();
+}
+
+// MARK: The event stream
+
+function setConnection(text, reconnecting) {
+  const element = $("connection");
+  element.textContent = text;
+  element.classList.toggle("reconnecting", reconnecting);
+}
+
+function connect() {
+  // EventSource sends the last id itself when it reconnects; a daemon that restarted answers with a new snapshot.
+  const events = new EventSource(api + "/events");
+  state.events = events;
+  events.onopen = () => setConnection("Live", false);
+  events.onerror = () => {
+    setConnection("Reconnecting…", true);
+    if (events.readyState === EventSource.CLOSED) {
+      // Refused for good (signed out, or an answer that was not a stream): check, then open a new one.
+      state.events = null;
+      setTimeout(async () => {
+        const response = await fetch(api + "/stats", { credentials: "same-origin" }).catch(() => null);
+        if (response && response.status === 401) showSignIn("Signed out: enter the token again.");
+        else connect();
+      }, 1000);
+    }
+  };
+  const on = (name, handle) =>
+    events.addEventListener(name, (event) => {
+      handle(JSON.parse(event.data));
+      scheduleRender();
+    });
+  on("snapshot", (snapshot) => {
+    state.downloads = new Map(snapshot.downloads.map((d) => [d.id, d]));
+    state.order = snapshot.downloads.map((d) => d.id);
+    state.stats = snapshot.stats;
+    state.settings = snapshot.settings;
+    setConnection("Live", false);
+  });
+  on("added", (d) => {
+    if (!state.downloads.has(d.id)) state.order.push(d.id);
+    state.downloads.set(d.id, d);
+  });
+  on("changed", (d) => {
+    const before = state.downloads.get(d.id);
+    if (!before) state.order.push(d.id);
+    state.downloads.set(d.id, d);
+    if (before && before.state !== d.state) announce(d);
+  });
+  on("progress", (p) => {
+    const d = state.downloads.get(p.id);
+    if (!d) return;
+    d.receivedBytes = p.receivedBytes;
+    if (p.totalBytes != null) d.totalBytes = p.totalBytes;
+    d.bytesPerSecond = p.bytesPerSecond;
+    d.etaSeconds = p.etaSeconds;
+    d.connections = p.connections;
+  });
+  on("retrying", (r) => {
+    const d = state.downloads.get(r.id);
+    if (d) d.error = r.error;
+  });
+  on("removed", (r) => {
+    if (state.downloads.delete(r.id)) state.order = state.order.filter((id) => id !== r.id);
+  });
+  on("stats", (stats) => {
+    state.stats = stats;
+  });
+  on("settings", (settings) => {
+    state.settings = settings;
+  });
+}
+
+// MARK: Notifications
+
+function announce(d) {
+  if (d.state !== "completed" && d.state !== "failed") return;
+  const text = nameOf(d) + (d.state === "completed" ? " completed" : " failed: " + (d.error ? d.error.message : ""));
+  if ("Notification" in window && Notification.permission === "granted" && document.hidden) {
+    new Notification("Haul", { body: text, icon: "/icon.svg" });
+  } else {
+    toast(text);
+  }
+}
+
+function toast(text) {
+  const element = document.createElement("div");
+  element.className = "toast";
+  element.textContent = text;
+  $("toasts").append(element);
+  setTimeout(() => element.remove(), 6000);
+}
+
+// MARK: Drawing
+
+function scheduleRender() {
+  if (state.renderQueued) return;
+  state.renderQueued = true;
+  requestAnimationFrame(() => {
+    state.renderQueued = false;
+    render();
+  });
+}
+
+function visibleIDs() {
+  const test = filters[state.filter];
+  const query = state.query.toLowerCase();
+  const ids = [];
+  for (const id of state.order) {
+    const d = state.downloads.get(id);
+    if (!d || !test(d)) continue;
+    if (query && !nameOf(d).toLowerCase().includes(query) && !d.url.toLowerCase().includes(query)) continue;
+    ids.push(id);
+  }
+  return ids;
+}
+
+function render() {
+  const counts = { all: 0, active: 0, waiting: 0, paused: 0, completed: 0, failed: 0 };
+  let speed = 0;
+  for (const d of state.downloads.values()) {
+    for (const name in filters) if (filters[name](d)) counts[name] += 1;
+    if (d.state === "running") speed += d.bytesPerSecond || 0;
+  }
+  for (const button of $("filters").querySelectorAll("button")) {
+    button.querySelector(".count").textContent = "(" + counts[button.dataset.filter] + ")";
+  }
+  $("total-speed").textContent = bytes(state.stats ? state.stats.bytesPerSecond : speed) + "/s";
+
+  const ids = visibleIDs();
+  const viewport = $("viewport");
+  const list = $("list");
+  state.rowHeight = matchMedia("(max-width: 600px)").matches ? 120 : 84;
+  list.style.height = ids.length * state.rowHeight + "px";
+  $("empty").hidden = ids.length > 0;
+  const first = Math.max(0, Math.floor(viewport.scrollTop / state.rowHeight) - 2);
+  const last = Math.min(ids.length, Math.ceil((viewport.scrollTop + viewport.clientHeight) / state.rowHeight) + 2);
+  const needed = Math.max(0, last - first);
+  while (state.pool.length < needed) {
+    const row = makeRow();
+    state.pool.push(row);
+    list.append(row);
+  }
+  for (let i = 0; i < state.pool.length; i += 1) {
+    const row = state.pool[i];
+    if (i < needed) {
+      bind(row, state.downloads.get(ids[first + i]), first + i);
+    } else if (!row.hidden) {
+      row.hidden = true;
+      row.dataset.downloadId = "";
+    }
+  }
+}
+
+const actions = [
+  ["pause", "Pause", (d) => d.state === "queued" || d.state === "running" || d.state === "waitingForNetwork"],
+  ["resume", "Resume", (d) => d.state === "paused"],
+  ["retry", "Retry", (d) => d.state === "failed" || d.state === "cancelled"],
+  ["cancel", "Cancel", (d) => d.state !== "completed" && d.state !== "failed" && d.state !== "cancelled"],
+  ["remove", "Remove", () => true],
+];
+
+function makeRow() {
+  const row = document.createElement("div");
+  row.className = "row";
+  row.setAttribute("role", "listitem");
+  row.tabIndex = 0;
+  const name = document.createElement("div");
+  name.className = "name";
+  const progress = document.createElement("progress");
+  progress.max = 1;
+  const meta = document.createElement("div");
+  meta.className = "meta";
+  const parts = {};
+  for (const part of ["size", "speed", "eta", "state", "connections", "error"]) {
+    const span = document.createElement("span");
+    span.className = part;
+    meta.append(span);
+    parts[part] = span;
+  }
+  const buttons = document.createElement("div");
+  buttons.className = "actions";
+  const actionButtons = {};
+  for (const [action, label] of actions) {
+    const button = document.createElement("button");
+    button.type = "button";
+    button.textContent = label;
+    button.dataset.action = action;
+    buttons.append(button);
+    actionButtons[action] = button;
+  }
+  row.append(name, buttons, progress, meta);
+  row.parts = { name, progress, ...parts, buttons: actionButtons };
+  return row;
+}
+
+function bind(row, d, index) {
+  const p = row.parts;
+  row.hidden = false;
+  row.style.top = index * state.rowHeight + "px";
+  row.dataset.downloadId = d.id;
+  row.dataset.state = d.state;
+  const name = nameOf(d);
+  row.setAttribute("aria-label", name + ", " + (stateNames[d.state] || d.state));
+  p.name.textContent = name;
+  p.name.title = d.url;
+  if (d.totalBytes) {
+    p.progress.value = Math.min(1, d.receivedBytes / d.totalBytes);
+  } else if (d.state === "completed") {
+    p.progress.value = 1;
+  } else {
+    p.progress.removeAttribute("value");
+  }
+  p.progress.setAttribute("aria-label", "Progress of " + name);
+  p.size.textContent = bytes(d.receivedBytes) + " of " + bytes(d.totalBytes);
+  const running = d.state === "running";
+  p.speed.textContent = running ? bytes(d.bytesPerSecond || 0) + "/s" : "";
+  p.eta.textContent = running && d.etaSeconds != null ? duration(d.etaSeconds) + " left" : "";
+  p.state.textContent = stateNames[d.state] || d.state;
+  p.connections.textContent = running ? d.connections + (d.connections === 1 ? " connection" : " connections") : "";
+  p.error.textContent = d.error && d.state !== "completed" ? d.error.message : "";
+  for (const [action, , shows] of actions) {
+    const button = p.buttons[action];
+    button.hidden = !shows(d);
+    button.setAttribute("aria-label", button.textContent + " " + name);
+  }
+}
+
+// MARK: Adding
+
+function openAdd() {
+  $("add-errors").textContent = "";
+  $("add-dialog").showModal();
+  $("add-urls").focus();
+}
+
+function parseHeaders(text) {
+  const headers = {};
+  for (const line of text.split("\n")) {
+    if (!line.trim()) continue;
+    const colon = line.indexOf(":");
+    if (colon < 1) throw new Error("Header '" + line + "' is not Name: value");
+    headers[line.slice(0, colon).trim()] = line.slice(colon + 1).trim();
+  }
+  return headers;
+}
+
+async function submitAdd(event) {
+  event.preventDefault();
+  const lines = $("add-urls").value.split("\n").map((line) => line.trim()).filter((line) => line);
+  const errors = [];
+  let headers = {};
+  try {
+    headers = parseHeaders($("add-headers").value);
+  } catch (error) {
+    errors.push(error.message);
+  }
+  const filename = $("add-filename").value.trim();
+  if (filename && lines.length !== 1) errors.push("A file name needs exactly one URL.");
+  if (errors.length) {
+    $("add-errors").textContent = errors.join("\n");
+    return;
+  }
+  const template = { paused: $("add-paused").checked, priority: $("add-priority").value, headers };
+  const folder = $("add-folder").value.trim();
+  if (folder) template.directory = folder;
+  if (filename) template.filename = filename;
+  const connections = $("add-connections").value.trim();
+  if (connections) template.connections = Number(connections);
+  const checksum = $("add-checksum").value.trim();
+  if (checksum) template.checksum = checksum;
+  // The daemon adds a list all or nothing; the page adds what is valid and names the rest: it sends the list,
+  // and on a refused item drops that line (named in the errors) and sends the rest again.
+  let pending = lines.map((url, line) => ({ url, line }));
+  $("add-submit").disabled = true;
+  try {
+    while (pending.length) {
+      try {
+        await call("POST", "/downloads", pending.map(({ url }) => ({ ...template, url })));
+        pending = [];
+      } catch (error) {
+        const index = error.detail && error.detail.index;
+        if (index == null || index >= pending.length) {
+          errors.push(error.message);
+          break;
+        }
+        const bad = pending[index];
+        errors.push("Line " + (bad.line + 1) + " (" + bad.url + "): " + error.message.replace(/^item \d+: /, ""));
+        pending.splice(index, 1);
+      }
+    }
+  } finally {
+    $("add-submit").disabled = false;
+  }
+  if (errors.length) {
+    $("add-errors").textContent = errors.join("\n");
+  } else {
+    $("add-dialog").close();
+    $("add-form").reset();
+  }
+}
+
+// MARK: Wiring
+
+function wire() {
+  $("signin-form").addEventListener("submit", () => {
+    // The form posts to / (the daemon sets the session cookie and sends the page back).
+  });
+  $("add-open").addEventListener("click", openAdd);
+  $("add-cancel").addEventListener("click", () => $("add-dialog").close());
+  $("add-form").addEventListener("submit", submitAdd);
+  $("pause-all").addEventListener("click", () => call("POST", "/pause-all").catch((e) => toast(e.message)));
+  $("resume-all").addEventListener("click", () => call("POST", "/resume-all").catch((e) => toast(e.message)));
+  $("clear-finished").addEventListener("click", () => call("POST", "/clean").catch((e) => toast(e.message)));
+  $("filters").addEventListener("click", (event) => {
+    const button = event.target.closest("button[data-filter]");
+    if (!button) return;
+    state.filter = button.dataset.filter;
+    for (const other of $("filters").querySelectorAll("button")) {
+      other.setAttribute("aria-pressed", String(other === button));
+    }
+    $("viewport").scrollTop = 0;
+    scheduleRender();
+  });
+  $("search").addEventListener("input", (event) => {
+    state.query = event.target.value;
+    scheduleRender();
+  });
+  $("viewport").addEventListener("scroll", scheduleRender, { passive: true });
+  window.addEventListener("resize", scheduleRender);
+  $("list").addEventListener("click", (event) => {
+    const button = event.target.closest("button[data-action]");
+    const row = event.target.closest(".row");
+    if (button && row && row.dataset.downloadId) command(row.dataset.downloadId, button.dataset.action);
+  });
+  document.addEventListener("keydown", (event) => {
+    if (event.key === "Delete") {
+      const row = document.activeElement && document.activeElement.closest && document.activeElement.closest(".row");
+      if (row && row.dataset.downloadId) command(row.dataset.downloadId, "remove");
+    }
+  });
+  if ("Notification" in window && Notification.permission === "default") {
+    document.addEventListener("click", () => Notification.requestPermission().catch(() => {}), { once: true });
+  }
+}
+
+wire();
+start();
