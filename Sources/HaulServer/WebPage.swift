@@ -40,7 +40,8 @@ struct WebAsset: Sendable {
         var headers: HTTPFields = [
             .contentType: contentType, .eTag: etag, .cacheControl: "no-cache", .vary: "Accept-Encoding",
             .contentSecurityPolicy: Self.contentSecurityPolicy, .xContentTypeOptions: "nosniff",
-            HTTPField.Name("Referrer-Policy")!: "no-referrer",
+            // same-origin, not no-referrer: with no-referrer the browser sends `Origin: null` on the form's POST.
+            HTTPField.Name("Referrer-Policy")!: "same-origin",
         ]
         if let held = request.headers[.ifNoneMatch],
             held.split(separator: ",").contains(where: {

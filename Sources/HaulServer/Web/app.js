@@ -255,14 +255,19 @@ function visibleIDs() {
 function render() {
   const counts = { all: 0, active: 0, waiting: 0, paused: 0, completed: 0, failed: 0 };
   let speed = 0;
+  let running = 0;
   for (const d of state.downloads.values()) {
     for (const name in filters) if (filters[name](d)) counts[name] += 1;
-    if (d.state === "running") speed += d.bytesPerSecond || 0;
+    if (d.state === "running") {
+      running += 1;
+      speed += d.bytesPerSecond || 0;
+    }
   }
   for (const button of $("filters").querySelectorAll("button")) {
     button.querySelector(".count").textContent = "(" + counts[button.dataset.filter] + ")";
   }
-  $("total-speed").textContent = bytes(state.stats ? state.stats.bytesPerSecond : speed) + "/s";
+  // The daemon's figure while anything runs (its last stats event stays as it was once nothing does).
+  $("total-speed").textContent = bytes(running === 0 ? 0 : state.stats ? state.stats.bytesPerSecond : speed) + "/s";
 
   const ids = visibleIDs();
   const viewport = $("viewport");

@@ -1,0 +1,281 @@
+#!/usr/bin/env python3
+"""The web page in a real browser: Debian's chromium through chromium-driver and python3-selenium, against a real
+`haul serve` and a real nginx. Run by .ci/browser-test (which builds haul and finds the binary):
+
+    /usr/bin/python3 Tests/browser/page_test.py HAUL_BINARY [SCREENSHOT.png]
+
+Every step waits for what it expects with a deadline (WebDriverWait polls); nothing sleeps to synchronise. One
+step measures: after a pause, the daemon's received bytes must stay the same over a second of wall time.
+Exits non-zero on the first failed expectation, naming it."""
+import hashlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+from selenium import webdriver
+from selenium.common.exceptions import NoAlertPresentException, TimeoutException
+from selenium.webdriver.chrome.service import Service as ChromeService
+from selenium.webdriver.common.by import By
+from selenium.webdriver.common.keys import Keys
+from selenium.webdriver.support import expected_conditions
+from selenium.webdriver.support.ui import WebDriverWait
+
+haul = sys.argv[1]
+screenshot = sys.argv[2] if len(sys.argv) > 2 else None
+work = tempfile.mkdtemp(prefix="haul-browser.")
+os.chmod(work, 0o755)  # nginx's workers (another user when run as root) read www/ inside it
+processes = []
+steps = 0
+
+
+def step(text):
+    global steps
+    steps += 1
+    print(f"  {steps:2}. {text}", flush=True)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_nginx():
+    """nginx serving www/: /files/ at full speed, /slow/ at 1 MiB/s (slow enough to watch, pause and resume)."""
+    port = free_port()
+    www = os.path.join(work, "www")
+    os.makedirs(os.path.join(www, "files"))
+    os.makedirs(os.path.join(www, "slow"))
+    with open(os.path.join(www, "files", "small.bin"), "wb") as f:
+        f.write(os.urandom(200_000))
+    with open(os.path.join(www, "slow", "big.bin"), "wb") as f:
+        f.write(os.urandom(6 * 1024 * 1024))
+    with open(os.path.join(www, "files", "<img src=x onerror=alert(1)>.bin"), "wb") as f:
+        f.write(b"not a picture\n")
+    conf = os.path.join(work, "nginx.conf")
+    with open(conf, "w") as f:
+        f.write(f"""
+daemon off; worker_processes 1; pid {work}/nginx.pid; error_log {work}/nginx-error.log;
+events {{ worker_connections 256; }}
+http {{
+  access_log off; client_body_temp_path {work}/tmp; proxy_temp_path {work}/tmp; fastcgi_temp_path {work}/tmp;
+  uwsgi_temp_path {work}/tmp; scgi_temp_path {work}/tmp;
+  server {{
+    listen 127.0.0.1:{port}; root {www};
+    location /slow/ {{ limit_rate 1m; }}
+  }}
+}}
+""")
+    os.makedirs(os.path.join(work, "tmp"))
+    nginx = shutil.which("nginx") or "/usr/sbin/nginx"
+    processes.append(subprocess.Popen([nginx, "-c", conf, "-e", os.path.join(work, "nginx-error.log")]))
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/files/small.bin").read()
+            return port
+        except OSError:
+            time.sleep(0.05)
+    with open(os.path.join(work, "nginx-error.log")) as log:
+        raise SystemExit("nginx did not start: " + log.read()[-2000:])
+
+
+def start_haul(port):
+    state = os.path.join(work, "state")
+    serve = subprocess.Popen([haul, "serve", "--listen", f"127.0.0.1:{port}", "--state-dir", state,
+                              "--download-dir", os.path.join(work, "downloads"), "--log-level", "error"])
+    processes.append(serve)
+    info = os.path.join(state, "serve.json")
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if os.path.exists(info):
+            with open(info) as f:
+                text = f.read()
+            if text:
+                return serve, json.loads(text)
+        time.sleep(0.05)
+    raise SystemExit("haul serve did not start")
+
+
+def api(info, path, method="GET"):
+    request = urllib.request.Request(info["url"] + "/api/v1" + path, method=method,
+                                     headers={"Authorization": "Bearer " + info["token"]})
+    with urllib.request.urlopen(request) as response:
+        return json.loads(response.read() or b"null")
+
+
+def sha256(path):
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+def main():
+    os.makedirs(os.path.join(work, "downloads"))
+    nginx_port = start_nginx()
+    haul_port = free_port()
+    serve, info = start_haul(haul_port)
+    base = info["url"]
+
+    options = webdriver.ChromeOptions()
+    for argument in ["--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1280,900"]:
+        options.add_argument(argument)
+    chromium = shutil.which("chromium")
+    if chromium:
+        options.binary_location = chromium
+    service = ChromeService(executable_path=shutil.which("chromedriver") or "/usr/bin/chromedriver")
+    driver = webdriver.Chrome(options=options, service=service)
+    wait = WebDriverWait(driver, 30, poll_frequency=0.05)
+
+    def row(name):
+        """The row whose name is `name` (None when not drawn)."""
+        for element in driver.find_elements(By.CSS_SELECTOR, "#list .row"):
+            if element.is_displayed() and element.find_element(By.CSS_SELECTOR, ".name").text == name:
+                return element
+        return None
+
+    def row_state(name):
+        element = row(name)
+        return element.find_element(By.CSS_SELECTOR, ".state").text if element else None
+
+    def until(condition, what, timeout=30):
+        try:
+            return WebDriverWait(driver, timeout, poll_frequency=0.05).until(lambda _: condition())
+        except TimeoutException:
+            raise SystemExit(f"FAILED: {what() if callable(what) else what}")
+
+    def expect(condition, what):
+        if not condition:
+            raise SystemExit(f"FAILED: {what}")
+
+    def focus_by_tab(predicate, what, limit=60):
+        """Presses Tab until the focused element satisfies `predicate` (a JS expression on `e`)."""
+        for _ in range(limit):
+            if driver.execute_script(f"const e = document.activeElement; return !!(e && ({predicate}));"):
+                return
+            webdriver.ActionChains(driver).send_keys(Keys.TAB).perform()
+        raise SystemExit(f"FAILED: Tab never reached {what}")
+
+    try:
+        step("the printed URL signs in: the list shows, live")
+        driver.get(base + "/?token=" + info["token"])
+        until(lambda: driver.find_element(By.ID, "app").is_displayed(), "the app shows after signing in")
+        expect(driver.current_url.rstrip("/") == base, f"the token is not left in the address: {driver.current_url}")
+        until(lambda: driver.find_element(By.ID, "connection").text == "Live", "the stream is live")
+        driver.execute_script("window.__notReloaded = true;")
+
+        step("add two URLs through the dialog; their rows appear")
+        driver.find_element(By.ID, "add-open").click()
+        urls = driver.find_element(By.ID, "add-urls")
+        urls.send_keys(f"http://127.0.0.1:{nginx_port}/slow/big.bin\nhttp://127.0.0.1:{nginx_port}/files/small.bin")
+        driver.find_element(By.ID, "add-submit").click()
+        until(lambda: not driver.find_element(By.ID, "add-dialog").is_displayed(), "the dialog closes")
+        until(lambda: row("big.bin") is not None and row("small.bin") is not None, "both rows appear")
+        for element in driver.find_elements(By.CSS_SELECTOR, "#list .row"):
+            if element.is_displayed():
+                ident = element.get_attribute("data-download-id")
+                expect(ident and api(info, "/downloads/" + ident)["url"].endswith(
+                    element.find_element(By.CSS_SELECTOR, ".name").text), "each row's id is its download's")
+
+        step("progress rises without a reload")
+        first = until(lambda: (v := row("big.bin").find_element(By.TAG_NAME, "progress").get_attribute("value"))
+                      and float(v) > 0 and float(v), "big.bin's progress moves")
+        until(lambda: float(row("big.bin").find_element(By.TAG_NAME, "progress").get_attribute("value")) > first,
+              "big.bin's progress rises")
+        until(lambda: row_state("small.bin") == "Completed", "small.bin completes")
+
+        step("pause with the keyboard: the state shows Paused and the daemon stops receiving")
+        big_id = row("big.bin").get_attribute("data-download-id")
+        focus_by_tab(f"e.dataset.action === 'pause' && e.closest('.row').dataset.downloadId === '{big_id}'",
+                     "big.bin's Pause button")
+        webdriver.ActionChains(driver).send_keys(Keys.SPACE).perform()
+        until(lambda: row_state("big.bin") == "Paused", "big.bin shows Paused")
+        received = api(info, "/downloads/" + big_id)["receivedBytes"]
+        time.sleep(1)  # a measurement over wall time, not a synchronisation
+        expect(api(info, "/downloads/" + big_id)["receivedBytes"] == received, "nothing more arrives while paused")
+        expect(0 < received < 6 * 1024 * 1024, f"paused part way ({received} bytes)")
+
+        step("resume with the keyboard; it completes, byte-identical")
+        focus_by_tab(f"e.dataset.action === 'resume' && e.closest('.row').dataset.downloadId === '{big_id}'",
+                     "big.bin's Resume button")
+        webdriver.ActionChains(driver).send_keys(Keys.ENTER).perform()
+        until(lambda: row_state("big.bin") == "Completed", "big.bin completes after resuming", timeout=60)
+        expect(sha256(os.path.join(work, "downloads", "big.bin")) ==
+               sha256(os.path.join(work, "www", "slow", "big.bin")), "big.bin is byte-identical")
+        expect(sha256(os.path.join(work, "downloads", "small.bin")) ==
+               sha256(os.path.join(work, "www", "files", "small.bin")), "small.bin is byte-identical")
+
+        step("remove a completed one (keeping its file)")
+        row("small.bin").find_element(By.CSS_SELECTOR, "button[data-action=remove]").click()
+        wait.until(expected_conditions.alert_is_present()).accept()  # remove it
+        wait.until(expected_conditions.alert_is_present()).dismiss()  # but not its file
+        until(lambda: row("small.bin") is None, "small.bin's row goes")
+        expect(os.path.exists(os.path.join(work, "downloads", "small.bin")), "the file stays")
+
+        step("add with the keyboard alone: a file named like HTML shows as text and runs nothing")
+        driver.find_element(By.ID, "search").click()
+        focus_by_tab("e.id === 'add-open'", "the Add button")
+        webdriver.ActionChains(driver).send_keys(Keys.ENTER).perform()
+        until(lambda: driver.switch_to.active_element.get_attribute("id") == "add-urls", "the URL field has focus")
+        hostile = f"http://127.0.0.1:{nginx_port}/files/%3Cimg%20src%3Dx%20onerror%3Dalert(1)%3E.bin"
+        webdriver.ActionChains(driver).send_keys(hostile).perform()
+        focus_by_tab("e.id === 'add-submit'", "the dialog's Add button")
+        webdriver.ActionChains(driver).send_keys(Keys.ENTER).perform()
+        until(lambda: any("onerror" in e.text for e in driver.find_elements(By.CSS_SELECTOR, "#list .row .name")),
+              "the hostile name shows as text")
+        expect(not driver.find_elements(By.CSS_SELECTOR, "#list img"), "no element was made from the name")
+        try:
+            driver.switch_to.alert
+            raise SystemExit("FAILED: the name ran a script")
+        except NoAlertPresentException:
+            pass
+
+        if screenshot:
+            driver.save_screenshot(screenshot)
+
+        step("restart the daemon: the page reconnects and the list comes back without a reload")
+        serve.send_signal(signal.SIGTERM)
+        serve.wait(timeout=10)
+        until(lambda: driver.find_element(By.ID, "connection").text == "Reconnecting…", "the page says reconnecting")
+        serve, info = start_haul(haul_port)
+        until(lambda: driver.find_element(By.ID, "connection").text == "Live", "the stream is live again")
+        until(lambda: row("big.bin") is not None and row_state("big.bin") == "Completed", "the list is back")
+        expect(driver.execute_script("return window.__notReloaded === true;"), "the page was not reloaded")
+
+        step("a wrong token shows the token field, never the data")
+        driver.delete_all_cookies()
+        driver.get(base + "/?token=wrong")
+        until(lambda: driver.find_element(By.ID, "token").is_displayed(), "the token field shows")
+        expect(not driver.find_element(By.ID, "app").is_displayed(), "the list is hidden")
+        expect("not this daemon's" in driver.find_element(By.ID, "signin-message").text, "the message says why")
+        expect(not driver.find_elements(By.CSS_SELECTOR, "#list .row[data-download-id]:not([hidden])")
+               or all(not e.is_displayed() for e in driver.find_elements(By.CSS_SELECTOR, "#list .row")),
+               "no download is shown")
+
+        step("signing in through the form")
+        driver.find_element(By.ID, "token").send_keys(info["token"] + Keys.ENTER)
+        until(lambda: driver.find_elements(By.ID, "app") and driver.find_element(By.ID, "app").is_displayed(),
+              lambda: f"the app shows after the form (at {driver.current_url}: {driver.page_source[:300]})")
+        until(lambda: row("big.bin") is not None, "the list shows after the form")
+        print(f"browser test: {steps} steps passed")
+    finally:
+        driver.quit()
+
+
+try:
+    main()
+finally:
+    for process in processes:
+        if process.poll() is None:
+            process.terminate()
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+    shutil.rmtree(work, ignore_errors=True)
