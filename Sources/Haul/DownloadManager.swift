@@ -144,6 +144,9 @@ public actor DownloadManager {
     private let hub: EventHub
     private var catalog = Catalog()
     private var ids = DownloadIDSource()
+    /// The last ten minutes of speed, one sample for each second of `run()`, and when the newest was taken.
+    private var speeds = SpeedHistory(capacity: 600)
+    private var speedsEnd: Date?
     private var settings: ManagerSettings
     private var tasks: [String: Task<Void, Never>] = [:]
     private let globalLimiter: RateLimiter
@@ -215,6 +218,7 @@ public actor DownloadManager {
         while !Task.isCancelled {
             do { try await clock.sleep(.seconds(1)) } catch { break }
             seconds += 1
+            recordSpeeds()
             if !tasks.isEmpty { hub.emit(.stats(stats())) }
             if seconds % max(1, heartbeatInterval) == 0 { hub.heartbeat() }
         }
@@ -661,6 +665,22 @@ public actor DownloadManager {
             next = chosen.last
         }
         return (chosen.map { DownloadID($0.id) }, next)
+    }
+
+    /// The speed samples `run()` took, one a second for the last ten minutes (oldest first), in total and for the
+    /// downloads that ran (of `id` only, when given), with the time of the newest sample (nil before the first).
+    public func speedSamples(of id: DownloadID? = nil) -> (
+        end: Date?, total: [Double], downloads: [String: SpeedHistory.Track]
+    ) {
+        (speedsEnd, speeds.total, speeds.tracks(of: id?.rawValue))
+    }
+
+    private func recordSpeeds() {
+        let progress = hub.allProgress()
+        var running: [String: Double] = [:]
+        for id in tasks.keys { running[id] = progress[DownloadID(id)]?.bytesPerSecond ?? 0 }
+        speeds.record(total: running.values.reduce(0, +), running: running)
+        speedsEnd = Date()
     }
 
     /// Speed of all running downloads and a count per state.

@@ -307,6 +307,19 @@ public struct APIHandler: APIProtocol {
         .ok(.init(body: .json(.init(await manager.stats()))))
     }
 
+    public func getSpeedSamples(_ input: Operations.GetSpeedSamples.Input) async throws
+        -> Operations.GetSpeedSamples.Output
+    {
+        let samples = await manager.speedSamples(of: input.query.download.map(DownloadID.init))
+        let downloads = samples.downloads.sorted { $0.key < $1.key }.map { id, track in
+            Components.Schemas.SpeedTrack(id: id, offset: track.offset, samples: track.samples)
+        }
+        return .ok(
+            .init(
+                body: .json(
+                    .init(intervalSeconds: 1, end: samples.end, total: samples.total, downloads: downloads))))
+    }
+
     public func getSettings(_ input: Operations.GetSettings.Input) async throws -> Operations.GetSettings.Output {
         .ok(.init(body: .json(.init(await manager.currentSettings(), configuration: configuration))))
     }

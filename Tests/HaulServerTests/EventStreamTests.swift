@@ -193,4 +193,34 @@ struct EventStreamTests {
             #expect((stats?.bytesPerSecond ?? 0) > 0)
         }
     }
+
+    @Test("/speed holds a sample for each second run: the total and the running download's track, aligned")
+    func speedSamples() async throws {
+        let h = try await ServerHarness.make { $0.clock = ContinuousClock() }
+        defer { Task { await h.stop() } }
+        h.server.serve("/slow", .init(body: testBytes(2_000_000, seed: 7), bytesPerSecond: 400_000))
+        let runner = Task { await h.manager.run(heartbeatEvery: 1000) }
+        defer { runner.cancel() }
+        try await h.application().test(.live) { client in
+            let port = try #require(client.port)
+            let added = try await client.add(h, "/slow")
+            // A stats event with a speed comes after the second's sample is recorded.
+            try await readEvents(port: port, lastEventID: nil) { event in
+                guard event.name == "stats" else { return true }
+                let stats = try apiDecoder.decode(Components.Schemas.Stats.self, from: Data(event.data.utf8))
+                return stats.bytesPerSecond == 0
+            }
+            let all = try body(Components.Schemas.SpeedSamples.self, try await client.get("/api/v1/speed"))
+            #expect(all.intervalSeconds == 1 && all.end != nil)
+            #expect(!all.total.isEmpty && (all.total.last ?? 0) > 0, "\(all.total)")
+            let track = try #require(all.downloads.first { $0.id == added.id })
+            #expect(track.offset + track.samples.count == all.total.count, "the running download's track ends now")
+            #expect(track.samples.last == all.total.last, "the only running download is the total")
+            let one = try body(
+                Components.Schemas.SpeedSamples.self, try await client.get("/api/v1/speed?download=\(added.id)"))
+            #expect(one.downloads.map(\.id) == [added.id])
+            let other = try body(Components.Schemas.SpeedSamples.self, try await client.get("/api/v1/speed?download=x"))
+            #expect(other.downloads.isEmpty && !other.total.isEmpty)
+        }
+    }
 }

@@ -211,6 +211,19 @@ def main():
         expect(sha256(os.path.join(work, "downloads", "small.bin")) ==
                sha256(os.path.join(work, "www", "files", "small.bin")), "small.bin is byte-identical")
 
+        step("the global settings change from the page: downloads at once and the rate limit")
+        concurrent = driver.find_element(By.ID, "setting-concurrent")
+        concurrent.clear()
+        concurrent.send_keys("2" + Keys.TAB)
+        until(lambda: api(info, "/settings")["maxConcurrentDownloads"] == 2, "at once is 2")
+        limit = driver.find_element(By.ID, "setting-limit")
+        limit.clear()
+        limit.send_keys("512" + Keys.TAB)
+        until(lambda: api(info, "/settings").get("limitRate") == 512 * 1024, "the limit is 512 KiB/s")
+        limit.clear()
+        limit.send_keys(Keys.TAB)
+        until(lambda: "limitRate" not in api(info, "/settings"), "no limit again")
+
         step("remove a completed one (keeping its file)")
         row("small.bin").find_element(By.CSS_SELECTOR, "button[data-action=remove]").click()
         wait.until(expected_conditions.alert_is_present()).accept()  # remove it

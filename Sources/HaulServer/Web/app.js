@@ -18,6 +18,7 @@ const state = {
   renderQueued: false,
   rowHeight: 84,
   pool: [],
+  speeds: [], // total bytes a second, one a second, oldest first (the last ten minutes)
 };
 
 const filters = {
@@ -135,6 +136,8 @@ async function start() {
   $("signin").hidden = true;
   $("app").hidden = false;
   connect();
+  loadSpeeds();
+  setInterval(sampleSpeed, 1000);
 }
 
 // MARK: The event stream
@@ -172,6 +175,7 @@ function connect() {
     state.order = snapshot.downloads.map((d) => d.id);
     state.stats = snapshot.stats;
     state.settings = snapshot.settings;
+    showSettings();
     setConnection("Live", false);
   });
   on("added", (d) => {
@@ -205,7 +209,67 @@ function connect() {
   });
   on("settings", (settings) => {
     state.settings = settings;
+    showSettings();
   });
+}
+
+// MARK: Settings and the speed graph
+
+function showSettings() {
+  const settings = state.settings;
+  if (!settings) return;
+  const concurrent = $("setting-concurrent");
+  const limit = $("setting-limit");
+  if (document.activeElement !== concurrent) concurrent.value = settings.maxConcurrentDownloads;
+  if (document.activeElement !== limit) limit.value = settings.limitRate ? Math.round(settings.limitRate / 1024) : "";
+}
+
+async function changeSetting(field, value) {
+  try {
+    state.settings = await call("PATCH", "/settings", { [field]: value });
+  } catch (error) {
+    if (error.message !== "signed out") toast(error.message);
+  }
+  showSettings();
+}
+
+async function loadSpeeds() {
+  try {
+    const samples = await call("GET", "/speed");
+    state.speeds = samples.total.slice(-600);
+  } catch {
+    state.speeds = [];
+  }
+  drawGraph();
+}
+
+function sampleSpeed() {
+  let running = 0;
+  for (const d of state.downloads.values()) if (d.state === "running") running += 1;
+  state.speeds.push(running && state.stats ? state.stats.bytesPerSecond : 0);
+  if (state.speeds.length > 600) state.speeds.splice(0, state.speeds.length - 600);
+  drawGraph();
+}
+
+function drawGraph() {
+  const canvas = $("speed-graph");
+  const context = canvas.getContext("2d");
+  const width = canvas.width;
+  const height = canvas.height;
+  context.clearRect(0, 0, width, height);
+  const samples = state.speeds;
+  if (!samples.length) return;
+  const top = Math.max(1, ...samples);
+  context.strokeStyle = getComputedStyle(document.documentElement).getPropertyValue("--accent") || "#2563eb";
+  context.lineWidth = 1.5;
+  context.beginPath();
+  samples.forEach((value, index) => {
+    const x = width - (samples.length - 1 - index) * (width / 600);
+    const y = height - 1 - (value / top) * (height - 2);
+    if (index === 0) context.moveTo(x, y);
+    else context.lineTo(x, y);
+  });
+  context.stroke();
 }
 
 // MARK: Notifications
@@ -463,6 +527,14 @@ function wire() {
     }
     $("viewport").scrollTop = 0;
     scheduleRender();
+  });
+  $("setting-concurrent").addEventListener("change", (event) => {
+    const value = Number(event.target.value);
+    if (value >= 1) changeSetting("maxConcurrentDownloads", value);
+  });
+  $("setting-limit").addEventListener("change", (event) => {
+    const text = event.target.value.trim();
+    changeSetting("limitRate", text === "" || Number(text) === 0 ? null : Math.round(Number(text) * 1024));
   });
   $("search").addEventListener("input", (event) => {
     state.query = event.target.value;
