@@ -124,6 +124,7 @@ def main():
     base = info["url"]
 
     options = webdriver.ChromeOptions()
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     for argument in ["--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1280,900"]:
         options.add_argument(argument)
     chromium = shutil.which("chromium")
@@ -148,7 +149,8 @@ def main():
         try:
             return WebDriverWait(driver, timeout, poll_frequency=0.05).until(lambda _: condition())
         except TimeoutException:
-            raise SystemExit(f"FAILED: {what() if callable(what) else what}")
+            console = [entry["message"] for entry in driver.get_log("browser") if entry["level"] == "SEVERE"]
+            raise SystemExit(f"FAILED: {what() if callable(what) else what}" + "".join("\n  console: " + m for m in console))
 
     def expect(condition, what):
         if not condition:
@@ -210,6 +212,23 @@ def main():
                sha256(os.path.join(work, "www", "slow", "big.bin")), "big.bin is byte-identical")
         expect(sha256(os.path.join(work, "downloads", "small.bin")) ==
                sha256(os.path.join(work, "www", "files", "small.bin")), "small.bin is byte-identical")
+
+        step("the detail panel shows the download's fields; Escape closes it")
+        row("big.bin").find_element(By.CSS_SELECTOR, ".name").click()
+        until(lambda: driver.find_element(By.ID, "detail").is_displayed(), "the panel opens")
+        expect(driver.find_element(By.ID, "detail-title").text == "big.bin", "the panel names the download")
+        fields = driver.find_element(By.ID, "detail-fields").text
+        expect(f"/slow/big.bin" in fields and "6291456 bytes" in fields, f"the fields are shown: {fields[:200]}")
+        webdriver.ActionChains(driver).send_keys(Keys.ESCAPE).perform()
+        until(lambda: not driver.find_element(By.ID, "detail").is_displayed(), "Escape closes the panel")
+
+        step("select two rows with a click and a shift-click: the bulk bar counts them")
+        row("big.bin").find_element(By.CSS_SELECTOR, ".select").click()
+        webdriver.ActionChains(driver).key_down(Keys.SHIFT).click(
+            row("small.bin").find_element(By.CSS_SELECTOR, ".select")).key_up(Keys.SHIFT).perform()
+        until(lambda: driver.find_element(By.ID, "bulk-count").text == "2 selected", "two are selected")
+        driver.find_element(By.ID, "bulk-clear").click()
+        until(lambda: not driver.find_element(By.ID, "bulk").is_displayed(), "the selection clears")
 
         step("the global settings change from the page: downloads at once and the rate limit")
         concurrent = driver.find_element(By.ID, "setting-concurrent")

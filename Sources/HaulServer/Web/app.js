@@ -19,6 +19,11 @@ const state = {
   rowHeight: 84,
   pool: [],
   speeds: [], // total bytes a second, one a second, oldest first (the last ten minutes)
+  orderDirty: false, // the order is re-sorted by position after an added, changed or removed event
+  selected: new Set(),
+  anchor: null, // the last row clicked for selection (shift-click selects from it)
+  detailID: null,
+  detailSpeeds: [],
 };
 
 const filters = {
@@ -173,6 +178,8 @@ function connect() {
   on("snapshot", (snapshot) => {
     state.downloads = new Map(snapshot.downloads.map((d) => [d.id, d]));
     state.order = snapshot.downloads.map((d) => d.id);
+    state.orderDirty = true;
+    for (const id of [...state.selected]) if (!state.downloads.has(id)) state.selected.delete(id);
     state.stats = snapshot.stats;
     state.settings = snapshot.settings;
     showSettings();
@@ -181,11 +188,13 @@ function connect() {
   on("added", (d) => {
     if (!state.downloads.has(d.id)) state.order.push(d.id);
     state.downloads.set(d.id, d);
+    state.orderDirty = true;
   });
   on("changed", (d) => {
     const before = state.downloads.get(d.id);
     if (!before) state.order.push(d.id);
     state.downloads.set(d.id, d);
+    if (!before || before.position !== d.position || before.priority !== d.priority) state.orderDirty = true;
     if (before && before.state !== d.state) announce(d);
   });
   on("progress", (p) => {
@@ -203,6 +212,8 @@ function connect() {
   });
   on("removed", (r) => {
     if (state.downloads.delete(r.id)) state.order = state.order.filter((id) => id !== r.id);
+    state.selected.delete(r.id);
+    if (state.detailID === r.id) closeDetail();
   });
   on("stats", (stats) => {
     state.stats = stats;
@@ -248,16 +259,25 @@ function sampleSpeed() {
   for (const d of state.downloads.values()) if (d.state === "running") running += 1;
   state.speeds.push(running && state.stats ? state.stats.bytesPerSecond : 0);
   if (state.speeds.length > 600) state.speeds.splice(0, state.speeds.length - 600);
+  const detail = state.detailID && state.downloads.get(state.detailID);
+  if (detail) {
+    state.detailSpeeds.push(detail.state === "running" ? detail.bytesPerSecond || 0 : 0);
+    if (state.detailSpeeds.length > 600) state.detailSpeeds.splice(0, state.detailSpeeds.length - 600);
+    drawLine($("detail-speed"), state.detailSpeeds);
+  }
   drawGraph();
 }
 
 function drawGraph() {
-  const canvas = $("speed-graph");
+  drawLine($("speed-graph"), state.speeds);
+}
+
+/// Ten minutes of samples as a line, the newest at the right edge, scaled to the highest.
+function drawLine(canvas, samples) {
   const context = canvas.getContext("2d");
   const width = canvas.width;
   const height = canvas.height;
   context.clearRect(0, 0, width, height);
-  const samples = state.speeds;
   if (!samples.length) return;
   const top = Math.max(1, ...samples);
   context.strokeStyle = getComputedStyle(document.documentElement).getPropertyValue("--accent") || "#2563eb";
@@ -303,7 +323,25 @@ function scheduleRender() {
   });
 }
 
+const priorityRank = { high: 0, normal: 1, low: 2 };
+
+/// The daemon's order: by priority, then position (what the queue starts first comes first).
+function sortOrder() {
+  if (!state.orderDirty) return;
+  state.orderDirty = false;
+  const rank = (id) => {
+    const d = state.downloads.get(id);
+    return d ? [priorityRank[d.priority] ?? 1, d.position] : [3, 0];
+  };
+  state.order.sort((a, b) => {
+    const [pa, xa] = rank(a);
+    const [pb, xb] = rank(b);
+    return pa - pb || xa - xb;
+  });
+}
+
 function visibleIDs() {
+  sortOrder();
   const test = filters[state.filter];
   const query = state.query.toLowerCase();
   const ids = [];
@@ -327,13 +365,17 @@ function render() {
       speed += d.bytesPerSecond || 0;
     }
   }
-  for (const button of $("filters").querySelectorAll("button")) {
+  for (const button of $("filters").querySelectorAll("button[data-filter]")) {
     button.querySelector(".count").textContent = "(" + counts[button.dataset.filter] + ")";
   }
   // The daemon's figure while anything runs (its last stats event stays as it was once nothing does).
   $("total-speed").textContent = bytes(running === 0 ? 0 : state.stats ? state.stats.bytesPerSecond : speed) + "/s";
 
   const ids = visibleIDs();
+  state.visible = ids;
+  $("bulk").hidden = state.selected.size === 0;
+  $("bulk-count").textContent = state.selected.size + " selected";
+  renderDetail();
   const viewport = $("viewport");
   const list = $("list");
   state.rowHeight = matchMedia("(max-width: 600px)").matches ? 120 : 84;
@@ -371,8 +413,15 @@ function makeRow() {
   row.className = "row";
   row.setAttribute("role", "listitem");
   row.tabIndex = 0;
-  const name = document.createElement("div");
+  const select = document.createElement("input");
+  select.type = "checkbox";
+  select.className = "select";
+  const name = document.createElement("button");
+  name.type = "button";
   name.className = "name";
+  const head = document.createElement("div");
+  head.className = "head";
+  head.append(select, name);
   const progress = document.createElement("progress");
   progress.max = 1;
   const meta = document.createElement("div");
@@ -395,8 +444,8 @@ function makeRow() {
     buttons.append(button);
     actionButtons[action] = button;
   }
-  row.append(name, buttons, progress, meta);
-  row.parts = { name, progress, ...parts, buttons: actionButtons };
+  row.append(head, buttons, progress, meta);
+  row.parts = { select, name, progress, ...parts, buttons: actionButtons };
   return row;
 }
 
@@ -410,6 +459,10 @@ function bind(row, d, index) {
   row.setAttribute("aria-label", name + ", " + (stateNames[d.state] || d.state));
   p.name.textContent = name;
   p.name.title = d.url;
+  p.name.setAttribute("aria-label", "Details of " + name);
+  p.select.checked = state.selected.has(d.id);
+  p.select.setAttribute("aria-label", "Select " + name);
+  row.classList.toggle("selected", p.select.checked);
   if (d.totalBytes) {
     p.progress.value = Math.min(1, d.receivedBytes / d.totalBytes);
   } else if (d.state === "completed") {
@@ -430,6 +483,168 @@ function bind(row, d, index) {
     button.hidden = !shows(d);
     button.setAttribute("aria-label", button.textContent + " " + name);
   }
+}
+
+// MARK: The detail panel
+
+function openDetail(id) {
+  state.detailID = id;
+  state.detailSpeeds = [];
+  $("detail").hidden = false;
+  call("GET", "/speed?download=" + encodeURIComponent(id))
+    .then((samples) => {
+      const track = samples.downloads.find((t) => t.id === id);
+      if (track && state.detailID === id) {
+        // Aligned to the end of the total: seconds after the track ended count 0.
+        const after = samples.total.length - (track.offset + track.samples.length);
+        state.detailSpeeds = track.samples.concat(new Array(Math.max(0, after)).fill(0)).slice(-600);
+      }
+      scheduleRender();
+    })
+    .catch(() => {});
+  scheduleRender();
+  $("detail-close").focus();
+}
+
+function closeDetail() {
+  const id = state.detailID;
+  state.detailID = null;
+  $("detail").hidden = true;
+  const row = document.querySelector('.row[data-download-id="' + CSS.escape(id || "") + '"] .name');
+  if (row) row.focus();
+}
+
+const fieldNames = [
+  ["id", "Id"], ["url", "URL"], ["path", "File"], ["directory", "Folder"], ["state", "State"],
+  ["priority", "Priority"], ["position", "Position"], ["receivedBytes", "Received"], ["totalBytes", "Size"],
+  ["bytesPerSecond", "Speed"], ["etaSeconds", "Time left"], ["connections", "Connections"],
+  ["limitRate", "Speed limit"], ["resumable", "Resumable"], ["sha256", "SHA-256"], ["error", "Error"],
+  ["after", "After"], ["origin", "Added through"], ["createdAt", "Added"], ["completedAt", "Completed"],
+  ["options", "Options"],
+];
+
+function fieldText(key, value) {
+  if (value == null) return "";
+  if (key === "receivedBytes" || key === "totalBytes") return bytes(value) + " (" + value + " bytes)";
+  if (key === "bytesPerSecond" || key === "limitRate") return bytes(value) + "/s";
+  if (key === "etaSeconds") return duration(value);
+  if (key === "error") return value.message + " (" + value.code + (value.httpStatus ? ", HTTP " + value.httpStatus : "") + ")";
+  if (typeof value === "object") return JSON.stringify(value);
+  return String(value);
+}
+
+function renderDetail() {
+  const d = state.detailID && state.downloads.get(state.detailID);
+  if (!d) {
+    if (state.detailID) closeDetail();
+    return;
+  }
+  $("detail-title").textContent = nameOf(d);
+  if (document.activeElement !== $("detail-priority")) $("detail-priority").value = d.priority;
+  if (document.activeElement !== $("detail-limit")) {
+    $("detail-limit").value = d.limitRate ? Math.round(d.limitRate / 1024) : "";
+  }
+  const list = $("detail-fields");
+  const items = [];
+  for (const [key, label] of fieldNames) {
+    const text = fieldText(key, d[key]);
+    if (text === "") continue;
+    const dt = document.createElement("dt");
+    dt.textContent = label;
+    const dd = document.createElement("dd");
+    dd.textContent = text;
+    items.push(dt, dd);
+  }
+  list.replaceChildren(...items);
+  drawSegments(d);
+  drawLine($("detail-speed"), state.detailSpeeds);
+}
+
+/// The file as a bar: each segment's fetched part filled; one segment (a single connection) is the received bytes.
+function drawSegments(d) {
+  const canvas = $("detail-segments");
+  const context = canvas.getContext("2d");
+  const width = canvas.width;
+  context.clearRect(0, 0, width, canvas.height);
+  const total = d.totalBytes;
+  const style = getComputedStyle(document.documentElement);
+  context.fillStyle = style.getPropertyValue("--bar");
+  context.fillRect(0, 0, width, canvas.height);
+  if (!total) return;
+  context.fillStyle = style.getPropertyValue("--accent");
+  const segments = d.segments && d.segments.length ? d.segments : [{ start: 0, end: total, offset: d.receivedBytes }];
+  for (const segment of segments) {
+    const x = (segment.start / total) * width;
+    const w = ((Math.min(segment.offset, segment.end) - segment.start) / total) * width;
+    context.fillRect(x, 0, Math.max(0, w), canvas.height);
+    context.fillStyle = style.getPropertyValue("--fg");
+    context.fillRect((segment.start / total) * width, 0, 1, canvas.height);
+    context.fillStyle = style.getPropertyValue("--accent");
+  }
+}
+
+async function move(where) {
+  const id = state.detailID;
+  if (!id) return;
+  sortOrder();
+  const index = state.order.indexOf(id);
+  let body;
+  if (where === "top" || where === "bottom") body = { to: where };
+  else if (where === "up") body = index > 0 ? { before: state.order[index - 1] } : { to: "top" };
+  else body = index + 2 < state.order.length ? { before: state.order[index + 2] } : { to: "bottom" };
+  try {
+    await call("POST", "/downloads/" + encodeURIComponent(id) + "/move", body);
+  } catch (error) {
+    if (error.message !== "signed out") toast(error.message);
+  }
+}
+
+async function update(field, value) {
+  const id = state.detailID;
+  if (!id) return;
+  try {
+    await call("PATCH", "/downloads/" + encodeURIComponent(id), { [field]: value });
+  } catch (error) {
+    if (error.message !== "signed out") toast(error.message);
+  }
+}
+
+// MARK: Selection
+
+function select(id, event) {
+  const ids = state.visible || [];
+  if (event.shiftKey && state.anchor && ids.includes(state.anchor)) {
+    const [a, b] = [ids.indexOf(state.anchor), ids.indexOf(id)].sort((x, y) => x - y);
+    for (const other of ids.slice(a, b + 1)) state.selected.add(other);
+  } else if (state.selected.has(id)) {
+    state.selected.delete(id);
+  } else {
+    state.selected.add(id);
+  }
+  state.anchor = id;
+  scheduleRender();
+}
+
+async function bulk(name) {
+  const ids = [...state.selected];
+  if (!ids.length) return;
+  if (name === "remove" && !confirm("Remove " + ids.length + " downloads from the list? Their files stay.")) return;
+  const failures = [];
+  for (const id of ids) {
+    const d = state.downloads.get(id);
+    if (!d) continue;
+    if (name === "pause" && !(d.state === "queued" || d.state === "running" || d.state === "waitingForNetwork")) continue;
+    if (name === "resume" && d.state !== "paused") continue;
+    try {
+      if (name === "remove") await call("DELETE", "/downloads/" + encodeURIComponent(id));
+      else await call("POST", "/downloads/" + encodeURIComponent(id) + "/" + name);
+    } catch (error) {
+      failures.push(nameOf(d) + ": " + error.message);
+    }
+  }
+  if (name === "remove") state.selected.clear();
+  if (failures.length) toast(failures.join("\n"));
+  scheduleRender();
 }
 
 // MARK: Adding
@@ -522,7 +737,7 @@ function wire() {
     const button = event.target.closest("button[data-filter]");
     if (!button) return;
     state.filter = button.dataset.filter;
-    for (const other of $("filters").querySelectorAll("button")) {
+    for (const other of $("filters").querySelectorAll("button[data-filter]")) {
       other.setAttribute("aria-pressed", String(other === button));
     }
     $("viewport").scrollTop = 0;
@@ -543,15 +758,54 @@ function wire() {
   $("viewport").addEventListener("scroll", scheduleRender, { passive: true });
   window.addEventListener("resize", scheduleRender);
   $("list").addEventListener("click", (event) => {
-    const button = event.target.closest("button[data-action]");
     const row = event.target.closest(".row");
-    if (button && row && row.dataset.downloadId) command(row.dataset.downloadId, button.dataset.action);
+    const id = row && row.dataset.downloadId;
+    if (!id) return;
+    const button = event.target.closest("button[data-action]");
+    if (button) command(id, button.dataset.action);
+    else if (event.target.closest(".name")) openDetail(id);
+    else if (event.target.closest(".select")) select(id, event);
+  });
+  $("select-all").addEventListener("click", () => {
+    for (const id of state.visible || []) state.selected.add(id);
+    scheduleRender();
+  });
+  $("bulk-pause").addEventListener("click", () => bulk("pause"));
+  $("bulk-resume").addEventListener("click", () => bulk("resume"));
+  $("bulk-remove").addEventListener("click", () => bulk("remove"));
+  $("bulk-clear").addEventListener("click", () => {
+    state.selected.clear();
+    scheduleRender();
+  });
+  $("detail-close").addEventListener("click", closeDetail);
+  $("detail-copy").addEventListener("click", async () => {
+    const d = state.detailID && state.downloads.get(state.detailID);
+    if (!d) return;
+    try {
+      await navigator.clipboard.writeText(d.url);
+      toast("Copied the URL");
+    } catch {
+      toast("The browser did not allow copying; the URL is in the fields below.");
+    }
+  });
+  for (const button of document.querySelectorAll("#detail [data-move]")) {
+    button.addEventListener("click", () => move(button.dataset.move));
+  }
+  $("detail-priority").addEventListener("change", (event) => update("priority", event.target.value));
+  $("detail-limit").addEventListener("change", (event) => {
+    const text = event.target.value.trim();
+    update("limitRate", text === "" || Number(text) === 0 ? null : Math.round(Number(text) * 1024));
   });
   document.addEventListener("keydown", (event) => {
-    if (event.key === "Delete") {
-      const row = document.activeElement && document.activeElement.closest && document.activeElement.closest(".row");
-      if (row && row.dataset.downloadId) command(row.dataset.downloadId, "remove");
+    if (event.key === "Escape" && state.detailID) closeDetail();
+    const inField = event.target.closest && event.target.closest("input, textarea, select, dialog");
+    if (event.key !== "Delete" || inField) return;
+    if (state.selected.size) {
+      bulk("remove");
+      return;
     }
+    const row = document.activeElement && document.activeElement.closest && document.activeElement.closest(".row");
+    if (row && row.dataset.downloadId) command(row.dataset.downloadId, "remove");
   });
   if ("Notification" in window && Notification.permission === "default") {
     document.addEventListener("click", () => Notification.requestPermission().catch(() => {}), { once: true });
