@@ -17,6 +17,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.parse
 import urllib.request
 
 from selenium import webdriver
@@ -279,6 +280,37 @@ def main():
         if screenshot:
             driver.save_screenshot(screenshot)
 
+        step("paste 500 URLs, three of them invalid: the valid ones are added and the invalid lines named")
+        before = len(api(info, "/downloads")["downloads"])
+        lines = [f"http://127.0.0.1:{nginx_port}/files/small.bin?paste={i}" for i in range(497)]
+        lines[10:10] = ["not a url"]
+        lines[200:200] = ["ftp://127.0.0.1/x.bin"]
+        lines[400:400] = ["http://"]
+        driver.find_element(By.ID, "add-open").click()
+        driver.execute_script("""
+            const field = document.getElementById('add-urls');
+            field.value = arguments[0];
+            field.dispatchEvent(new Event('input', { bubbles: true }));""", "\n".join(lines))
+        driver.find_element(By.ID, "add-paused").click()
+        driver.find_element(By.ID, "add-submit").click()
+        until(lambda: driver.find_element(By.ID, "add-errors").text.count("Line ") == 3, "three lines are named")
+        errors = driver.find_element(By.ID, "add-errors").text
+        expect("Line 11 (not a url)" in errors and "Line 201 (ftp://" in errors and "Line 401 (http://)" in errors,
+               f"the errors name the lines: {errors}")
+        expect(len(api(info, "/downloads")["downloads"]) == before + 497, "the 497 valid ones are added")
+        driver.find_element(By.ID, "add-cancel").click()
+        until(lambda: not driver.find_element(By.ID, "add-dialog").is_displayed(), "the dialog closes")
+
+        step("360 px wide: nothing overflows sideways and the buttons stay reachable")
+        driver.set_window_size(360, 800)
+        until(lambda: driver.execute_script(
+            "return document.documentElement.scrollWidth <= window.innerWidth"), "the page fits 360 px")
+        expect(driver.find_element(By.ID, "add-open").is_displayed(), "Add is visible")
+        shown = [r for r in driver.find_elements(By.CSS_SELECTOR, "#list .row") if r.is_displayed()]
+        expect(shown and shown[0].find_element(By.CSS_SELECTOR, "button[data-action=remove]").is_displayed(),
+               "a row's buttons are visible")
+        driver.set_window_size(1280, 900)
+
         step("restart the daemon: the page reconnects and the list comes back without a reload")
         serve.send_signal(signal.SIGTERM)
         serve.wait(timeout=10)
@@ -317,8 +349,10 @@ def main():
             {"url": f"http://127.0.0.1:{nginx_port}/slow/big.bin?r={i}", "filename": f"r-{i:02}.bin"}
             for i in range(16)])
         names.update({d["id"]: d["path"].rsplit("/", 1)[-1] for d in running["downloads"]})
-        names.update({d["id"]: d["path"].rsplit("/", 1)[-1] for d in api(info, "/downloads")["downloads"]
-                      if d["id"] not in names and d.get("path")})
+        # The page names a download by its file, or by the URL's last path segment until the file is known.
+        names.update({d["id"]: d["path"].rsplit("/", 1)[-1] if d.get("path") else urllib.parse.unquote(
+            urllib.parse.urlsplit(d["url"]).path.rsplit("/", 1)[-1]) for d in api(info, "/downloads")["downloads"]
+            if d["id"] not in names})
         driver.get(base + "/")
         until(lambda: driver.execute_script("return performance.getEntriesByName('haul-first-render').length") > 0,
               "the list renders")
@@ -343,12 +377,12 @@ def main():
             mismatches += [(ident, name) for ident, name in shown if names.get(ident) != name]
         expect(not mismatches, f"every row shows its own download: {mismatches[:3]}")
         rows = driver.execute_script("return document.querySelectorAll('#list .row').length")
-        expect(rows < 60, f"only the rows in view exist ({rows} for 5,016 downloads)")
+        expect(rows < 60, f"only the rows in view exist ({rows} for {len(names):,} downloads)")
         time.sleep(5)  # the measurement window: five seconds of progress from the running downloads
         tasks = driver.execute_script("return window.haulLongTasks")
         loading = [duration for start, duration in tasks if start < first_render]
         streaming = [duration for start, duration in tasks if start >= first_render]
-        print(f"      5,016 downloads: first render {first_render:.0f} ms after navigation "
+        print(f"      {len(names):,} downloads: first render {first_render:.0f} ms after navigation "
               f"(tasks over 50 ms before it: {', '.join(f'{d:.0f} ms' for d in loading) or 'none'}); "
               f"{rows} row elements; while 16 ran for 5 s: {len(streaming)} tasks over 50 ms"
               + (f", the longest {max(streaming):.0f} ms" if streaming else ""), flush=True)
