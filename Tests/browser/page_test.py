@@ -239,6 +239,25 @@ def main():
         driver.find_element(By.ID, "bulk-clear").click()
         until(lambda: not driver.find_element(By.ID, "bulk").is_displayed(), "the selection clears")
 
+        step("drag a row onto another: it moves before it")
+        order = lambda: [r.find_element(By.CSS_SELECTOR, ".name").text for r in sorted(
+            (r for r in driver.find_elements(By.CSS_SELECTOR, "#list .row") if r.is_displayed()),
+            key=lambda r: r.location["y"])]
+        expect(order()[:2] == ["big.bin", "small.bin"], f"the order before: {order()}")
+        # Selenium cannot drive HTML5 drag and drop; the test sends the browser's own drag events with one DataTransfer.
+        driver.execute_script("""
+            const [source, target] = arguments;
+            const data = new DataTransfer();
+            const box = target.getBoundingClientRect();
+            const at = { bubbles: true, cancelable: true, dataTransfer: data, clientX: box.left + 5, clientY: box.top + 5 };
+            source.dispatchEvent(new DragEvent('dragstart', at));
+            target.dispatchEvent(new DragEvent('dragover', at));
+            target.dispatchEvent(new DragEvent('drop', at));
+            source.dispatchEvent(new DragEvent('dragend', at));""", row("small.bin"), row("big.bin"))
+        until(lambda: order()[:2] == ["small.bin", "big.bin"], "small.bin is now first")
+        small_id = row("small.bin").get_attribute("data-download-id")
+        expect([d["id"] for d in api(info, "/downloads")["downloads"]][0] == small_id, "the daemon's order too")
+
         step("the global settings change from the page: downloads at once and the rate limit")
         concurrent = driver.find_element(By.ID, "setting-concurrent")
         concurrent.clear()

@@ -421,6 +421,7 @@ function makeRow() {
   row.className = "row";
   row.setAttribute("role", "listitem");
   row.tabIndex = 0;
+  row.draggable = true;
   const select = document.createElement("input");
   select.type = "checkbox";
   select.className = "select";
@@ -607,6 +608,23 @@ async function move(where) {
   }
 }
 
+/// Dropping a dragged row on another moves it before that one (or to the bottom when dropped on the last row's
+/// lower half).
+async function moveBefore(id, targetID, after) {
+  if (!id || !targetID || id === targetID) return;
+  sortOrder();
+  let body = { before: targetID };
+  if (after) {
+    const next = state.order[state.order.indexOf(targetID) + 1];
+    body = next && next !== id ? { before: next } : { to: "bottom" };
+  }
+  try {
+    await call("POST", "/downloads/" + encodeURIComponent(id) + "/move", body);
+  } catch (error) {
+    if (error.message !== "signed out") toast(error.message);
+  }
+}
+
 async function update(field, value) {
   const id = state.detailID;
   if (!id) return;
@@ -773,6 +791,23 @@ function wire() {
     if (button) command(id, button.dataset.action);
     else if (event.target.closest(".name")) openDetail(id);
     else if (event.target.closest(".select")) select(id, event);
+  });
+  $("list").addEventListener("dragstart", (event) => {
+    const row = event.target.closest(".row");
+    if (!row || !row.dataset.downloadId) return;
+    event.dataTransfer.setData("application/x-haul-download", row.dataset.downloadId);
+    event.dataTransfer.effectAllowed = "move";
+  });
+  $("list").addEventListener("dragover", (event) => {
+    if (event.dataTransfer.types.includes("application/x-haul-download")) event.preventDefault();
+  });
+  $("list").addEventListener("drop", (event) => {
+    const row = event.target.closest(".row");
+    const id = event.dataTransfer.getData("application/x-haul-download");
+    if (!row || !id) return;
+    event.preventDefault();
+    const box = row.getBoundingClientRect();
+    moveBefore(id, row.dataset.downloadId, event.clientY > box.top + box.height / 2);
   });
   $("select-all").addEventListener("click", () => {
     for (const id of state.visible || []) state.selected.add(id);
