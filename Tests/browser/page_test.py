@@ -355,6 +355,47 @@ def main():
               lambda: f"the app shows after the form (at {driver.current_url}: {driver.page_source[:300]})")
         until(lambda: row("big.bin") is not None, "the list shows after the form")
 
+        step("the detail panel changes the priority and the download's speed limit")
+        paused = next(r for r in driver.find_elements(By.CSS_SELECTOR, "#list .row")
+                      if r.is_displayed() and r.find_element(By.CSS_SELECTOR, ".state").text == "Paused")
+        big = paused.get_attribute("data-download-id")
+        paused.find_element(By.CSS_SELECTOR, ".name").click()
+        until(lambda: driver.find_element(By.ID, "detail").is_displayed(), "the panel opens")
+        from selenium.webdriver.support.ui import Select
+        Select(driver.find_element(By.ID, "detail-priority")).select_by_value("low")
+        until(lambda: api(info, "/downloads/" + big)["priority"] == "low", "the priority is low")
+        limit = driver.find_element(By.ID, "detail-limit")
+        limit.send_keys("100" + Keys.TAB)
+        until(lambda: api(info, "/downloads/" + big).get("limitRate") == 100 * 1024, "its limit is 100 KiB/s")
+        expect("not known yet" in driver.find_element(By.ID, "detail-segments-text").text, "the segment map's text")
+        driver.find_element(By.ID, "detail-close").click()
+
+        step("bulk: select the pasted downloads' first rows and resume them, then pause all and resume all")
+        pasted = [r for r in driver.find_elements(By.CSS_SELECTOR, "#list .row")
+                  if r.is_displayed() and r.find_element(By.CSS_SELECTOR, ".state").text == "Paused"]
+        expect(len(pasted) >= 2, "paused rows are shown")
+        ids = [r.get_attribute("data-download-id") for r in pasted[:2]]
+        pasted[0].find_element(By.CSS_SELECTOR, ".select").click()
+        webdriver.ActionChains(driver).key_down(Keys.SHIFT).click(
+            pasted[1].find_element(By.CSS_SELECTOR, ".select")).key_up(Keys.SHIFT).perform()
+        driver.find_element(By.ID, "bulk-resume").click()
+        until(lambda: all(api(info, "/downloads/" + i)["state"] != "paused" for i in ids), "the two resume")
+        driver.find_element(By.ID, "bulk-clear").click()
+        driver.find_element(By.ID, "pause-all").click()
+        until(lambda: all(d["state"] not in ("queued", "running") for d in api(info, "/downloads")["downloads"]),
+              "pause all leaves nothing queued or running")
+        driver.find_element(By.ID, "resume-all").click()
+        until(lambda: all(d["state"] != "paused" for d in api(info, "/downloads")["downloads"]),
+              "resume all leaves nothing paused", timeout=60)
+
+        step("clear finished forgets the completed downloads; their files stay")
+        until(lambda: all(d["state"] == "completed" for d in api(info, "/downloads")["downloads"]),
+              "every download completes", timeout=90)
+        driver.find_element(By.ID, "clear-finished").click()
+        until(lambda: not api(info, "/downloads")["downloads"], "the list is empty")
+        until(lambda: driver.find_element(By.ID, "empty").is_displayed(), "the page says so")
+        expect(os.path.exists(os.path.join(work, "downloads", "big.bin")), "big.bin stays")
+
         step("5,000 downloads and 16 running: measured; only the rows in view exist, each showing its own download")
         api_post(info, "/settings", {"maxConcurrentDownloads": 16}, method="PATCH")
         small = f"http://127.0.0.1:{nginx_port}/files/small.bin"

@@ -297,9 +297,28 @@ function drawLine(canvas, samples) {
 
 // MARK: Notifications
 
+/// Completions and failures are told once a second at most, together: a list of 500 small files finishing makes one
+/// message ("37 downloads completed"), not 500.
+const pendingNews = { completed: [], failed: [], timer: null };
+
 function announce(d) {
   if (d.state !== "completed" && d.state !== "failed") return;
-  const text = nameOf(d) + (d.state === "completed" ? " completed" : " failed: " + (d.error ? d.error.message : ""));
+  pendingNews[d.state].push(d);
+  if (!pendingNews.timer) pendingNews.timer = setTimeout(tellNews, 1000);
+}
+
+function tellNews() {
+  pendingNews.timer = null;
+  const lines = [];
+  const { completed, failed } = pendingNews;
+  if (completed.length === 1) lines.push(nameOf(completed[0]) + " completed");
+  else if (completed.length > 1) lines.push(completed.length + " downloads completed");
+  if (failed.length === 1) lines.push(nameOf(failed[0]) + " failed: " + (failed[0].error ? failed[0].error.message : ""));
+  else if (failed.length > 1) lines.push(failed.length + " downloads failed");
+  pendingNews.completed = [];
+  pendingNews.failed = [];
+  if (!lines.length) return;
+  const text = lines.join("\n");
   if ("Notification" in window && Notification.permission === "granted" && document.hidden) {
     new Notification("Haul", { body: text, icon: "/icon.svg" });
   } else {
@@ -308,6 +327,9 @@ function announce(d) {
 }
 
 function toast(text) {
+  // Three at most: the oldest goes first.
+  const shown = $("toasts").children;
+  while (shown.length >= 3) shown[0].remove();
   const element = document.createElement("div");
   element.className = "toast";
   element.textContent = text;
@@ -579,9 +601,16 @@ function drawSegments(d) {
   const style = getComputedStyle(document.documentElement);
   context.fillStyle = style.getPropertyValue("--bar");
   context.fillRect(0, 0, width, canvas.height);
-  if (!total) return;
+  if (!total) {
+    $("detail-segments-text").textContent = "The size is not known yet.";
+    return;
+  }
   context.fillStyle = style.getPropertyValue("--accent");
   const segments = d.segments && d.segments.length ? d.segments : [{ start: 0, end: total, offset: d.receivedBytes }];
+  const open = segments.filter((segment) => segment.offset < segment.end).length;
+  $("detail-segments-text").textContent =
+    segments.length + (segments.length === 1 ? " part" : " parts") + ", " + (segments.length - open) + " fetched" +
+    (d.state === "running" ? "; " + d.connections + (d.connections === 1 ? " connection" : " connections") : "");
   for (const segment of segments) {
     const x = (segment.start / total) * width;
     const w = ((Math.min(segment.offset, segment.end) - segment.start) / total) * width;
