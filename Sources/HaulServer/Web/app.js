@@ -498,8 +498,10 @@ function bind(row, d, index) {
     p.progress.value = Math.min(1, d.receivedBytes / d.totalBytes);
   } else if (d.state === "completed") {
     p.progress.value = 1;
+  } else if (d.state === "running") {
+    p.progress.removeAttribute("value"); // size not known yet: the bar moves without a fraction
   } else {
-    p.progress.removeAttribute("value");
+    p.progress.value = 0;
   }
   p.progress.setAttribute("aria-label", "Progress of " + name);
   p.size.textContent = bytes(d.receivedBytes) + " of " + bytes(d.totalBytes);
