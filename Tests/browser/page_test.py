@@ -320,6 +320,27 @@ def main():
         driver.find_element(By.ID, "add-cancel").click()
         until(lambda: not driver.find_element(By.ID, "add-dialog").is_displayed(), "the dialog closes")
 
+        step("filters: Completed shows the completed ones only, with its count; All shows every one again")
+        completed = sum(1 for d in api(info, "/downloads")["downloads"] if d["state"] == "completed")
+        button = driver.find_element(By.CSS_SELECTOR, "#filters button[data-filter=completed]")
+        expect(button.find_element(By.CSS_SELECTOR, ".count").text == f"({completed})", "the count is the daemon's")
+        button.click()
+        until(lambda: all(r.find_element(By.CSS_SELECTOR, ".state").text == "Completed"
+                          for r in driver.find_elements(By.CSS_SELECTOR, "#list .row") if r.is_displayed()),
+              "only completed rows show")
+        expect(button.get_attribute("aria-pressed") == "true", "the filter says it is on")
+        driver.find_element(By.CSS_SELECTOR, "#filters button[data-filter=all]").click()
+        until(lambda: row("big.bin") is not None, "All shows every download again")
+
+        step("dark: the page follows prefers-color-scheme")
+        light = driver.execute_script("return getComputedStyle(document.documentElement).backgroundColor")
+        driver.execute_cdp_cmd("Emulation.setEmulatedMedia",
+                               {"features": [{"name": "prefers-color-scheme", "value": "dark"}]})
+        dark = driver.execute_script("return getComputedStyle(document.documentElement).backgroundColor")
+        driver.execute_cdp_cmd("Emulation.setEmulatedMedia",
+                               {"features": [{"name": "prefers-color-scheme", "value": "light"}]})
+        expect(light != dark, f"the background changes with the scheme ({light} / {dark})")
+
         step("360 px wide: nothing overflows sideways and the buttons stay reachable")
         driver.set_window_size(360, 800)
         until(lambda: driver.execute_script(
