@@ -188,7 +188,7 @@ struct DownloadIDSource {
 
     mutating func make() -> DownloadID {
         if next + 16 > pool.count { refill() }
-        var bytes = pool[next..<next + 16].map { $0 }
+        var bytes = Array(pool[next..<next + 16])
         next += 16
         bytes[6] = bytes[6] & 0x0F | 0x40  // version 4
         bytes[8] = bytes[8] & 0x3F | 0x80  // RFC 4122 variant

@@ -123,9 +123,6 @@ public struct APIHandler: APIProtocol {
             if let value, value.utf8.count > 4096 {
                 throw .invalidField(field, "is longer than 4096 bytes", index: index)
             }
-            if let value, value.utf8.contains(0) {
-                throw .invalidField(field, "has a NUL character, which no path can hold", index: index)
-            }
         }
         var checksum: Checksum?
         if let text = item.checksum {

@@ -92,8 +92,8 @@ struct FolderPolicy: Sendable {
         -> DownloadManager.Destination
     {
         let requested = directory ?? ""
-        if requested.contains("\0") {
-            throw .invalidField("directory", "contains a NUL character", index: index)
+        for (field, value) in [("directory", requested), ("filename", filename ?? "")] where value.utf8.contains(0) {
+            throw .invalidField(field, "contains a NUL character, which no path can hold", index: index)
         }
         let lexical: String
         if requested.isEmpty {
@@ -120,9 +120,7 @@ struct FolderPolicy: Sendable {
         if door == .network {
             name = FileNameSanitizer.sanitize(filename)
         } else {
-            guard !filename.isEmpty, !filename.contains("/"), filename != ".", filename != "..",
-                !filename.contains("\0")
-            else {
+            guard !filename.isEmpty, !filename.contains("/"), filename != ".", filename != ".." else {
                 throw .invalidField("filename", "'\(filename)' is not a single file name", index: index)
             }
             name = filename

@@ -305,11 +305,6 @@ struct MethodMiddleware: RouterMiddleware {
     func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response)
         async throws -> Response
     {
-        // The generated parser reads an empty list (`state=`) as no filter; the document says a state is one of the
-        // names, so an empty one is refused as any other wrong name.
-        if let query = request.uri.query, query.split(separator: "&").contains("state=") {
-            throw APIError.invalidField("state", "is empty; leave the parameter out for every state")
-        }
         do {
             return try await next(request, context)
         } catch let error as HTTPError where error.status == .notFound {
@@ -338,6 +333,11 @@ struct ListBodyMiddleware: RouterMiddleware {
     {
         guard request.uri.path == "/api/v1/downloads", request.method == .get || request.method == .post else {
             return try await next(request, context)
+        }
+        // The generated parser reads an empty list (`state=`) as no filter; the document says a state is one of the
+        // names, so an empty one is refused as any other wrong name.
+        if request.method == .get, let query = request.uri.query, query.split(separator: "&").contains("state=") {
+            throw APIError.invalidField("state", "is empty; leave the parameter out for every state")
         }
         let slot = ListBody.Slot()
         var response = try await ListBody.$slot.withValue(slot) { try await next(request, context) }

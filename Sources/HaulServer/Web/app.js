@@ -99,6 +99,17 @@ async function call(method, path, body) {
   return json;
 }
 
+/// Tells a failed call's message (signing out already shows the token field).
+function report(error) {
+  if (error.message !== "signed out") toast(error.message);
+}
+
+/// A limit typed in KiB/s as the API takes it: bytes a second, or null (none) for empty or 0.
+function limitFromKiB(text) {
+  const value = Number(text.trim());
+  return text.trim() === "" || value === 0 ? null : Math.round(value * 1024);
+}
+
 async function command(id, name) {
   try {
     if (name === "remove") {
@@ -111,7 +122,7 @@ async function command(id, name) {
       await call("POST", "/downloads/" + encodeURIComponent(id) + "/" + name);
     }
   } catch (error) {
-    if (error.message !== "signed out") toast(error.message);
+    report(error);
   }
 }
 
@@ -242,7 +253,7 @@ async function changeSetting(field, value) {
   try {
     state.settings = await call("PATCH", "/settings", { [field]: value });
   } catch (error) {
-    if (error.message !== "signed out") toast(error.message);
+    report(error);
   }
   showSettings();
 }
@@ -635,7 +646,7 @@ async function move(where) {
   try {
     await call("POST", "/downloads/" + encodeURIComponent(id) + "/move", body);
   } catch (error) {
-    if (error.message !== "signed out") toast(error.message);
+    report(error);
   }
 }
 
@@ -652,7 +663,7 @@ async function moveBefore(id, targetID, after) {
   try {
     await call("POST", "/downloads/" + encodeURIComponent(id) + "/move", body);
   } catch (error) {
-    if (error.message !== "signed out") toast(error.message);
+    report(error);
   }
 }
 
@@ -662,7 +673,7 @@ async function update(field, value) {
   try {
     await call("PATCH", "/downloads/" + encodeURIComponent(id), { [field]: value });
   } catch (error) {
-    if (error.message !== "signed out") toast(error.message);
+    report(error);
   }
 }
 
@@ -781,15 +792,12 @@ async function submitAdd(event) {
 // MARK: Wiring
 
 function wire() {
-  $("signin-form").addEventListener("submit", () => {
-    // The form posts to / (the daemon sets the session cookie and sends the page back).
-  });
   $("add-open").addEventListener("click", openAdd);
   $("add-cancel").addEventListener("click", () => $("add-dialog").close());
   $("add-form").addEventListener("submit", submitAdd);
-  $("pause-all").addEventListener("click", () => call("POST", "/pause-all").catch((e) => toast(e.message)));
-  $("resume-all").addEventListener("click", () => call("POST", "/resume-all").catch((e) => toast(e.message)));
-  $("clear-finished").addEventListener("click", () => call("POST", "/clean").catch((e) => toast(e.message)));
+  $("pause-all").addEventListener("click", () => call("POST", "/pause-all").catch(report));
+  $("resume-all").addEventListener("click", () => call("POST", "/resume-all").catch(report));
+  $("clear-finished").addEventListener("click", () => call("POST", "/clean").catch(report));
   $("filters").addEventListener("click", (event) => {
     const button = event.target.closest("button[data-filter]");
     if (!button) return;
@@ -804,10 +812,7 @@ function wire() {
     const value = Number(event.target.value);
     if (value >= 1) changeSetting("maxConcurrentDownloads", value);
   });
-  $("setting-limit").addEventListener("change", (event) => {
-    const text = event.target.value.trim();
-    changeSetting("limitRate", text === "" || Number(text) === 0 ? null : Math.round(Number(text) * 1024));
-  });
+  $("setting-limit").addEventListener("change", (event) => changeSetting("limitRate", limitFromKiB(event.target.value)));
   $("search").addEventListener("input", (event) => {
     state.query = event.target.value;
     scheduleRender();
@@ -866,10 +871,7 @@ function wire() {
     button.addEventListener("click", () => move(button.dataset.move));
   }
   $("detail-priority").addEventListener("change", (event) => update("priority", event.target.value));
-  $("detail-limit").addEventListener("change", (event) => {
-    const text = event.target.value.trim();
-    update("limitRate", text === "" || Number(text) === 0 ? null : Math.round(Number(text) * 1024));
-  });
+  $("detail-limit").addEventListener("change", (event) => update("limitRate", limitFromKiB(event.target.value)));
   document.addEventListener("keydown", (event) => {
     if (event.key === "Escape" && state.detailID) closeDetail();
     const inField = event.target.closest && event.target.closest("input, textarea, select, dialog");
