@@ -1,6 +1,7 @@
 import Foundation
 import HaulCore
 import Logging
+import Synchronization
 
 /// The public API of Haul: add downloads, control them, watch them. Downloads run under a concurrency limit,
 /// survive the process being killed (the store keeps every byte's offset), and report state and progress as an
@@ -44,6 +45,10 @@ public actor DownloadManager {
         /// Whether downloads left queued in the store by an earlier process start by themselves. The `haul get`
         /// command turns this off so that it only runs what it was given.
         public var startsStoredDownloads = true
+        /// Whether this process owns the state folder for as long as the manager runs (the daemon, which holds the
+        /// folder's lock): the store is then opened for this process alone, which makes every commit cheaper. Other
+        /// processes cannot open it meanwhile.
+        public var ownsStateDirectory = false
         /// Who `add(_:to:options:priority:after:)` records as having added a download.
         public var origin = DownloadOrigin.library
         /// How many of the newest events are kept for subscribers that reconnect.
@@ -147,7 +152,11 @@ public actor DownloadManager {
     /// The last ten minutes of speed, one sample for each second of `run()`, and when the newest was taken.
     private var speeds = SpeedHistory(capacity: 600)
     private var speedsEnd: Date?
-    private var settings: ManagerSettings
+    private var settings: ManagerSettings {
+        didSet { settingsMirror.withLock { $0 = settings } }
+    }
+    /// `settings`, readable without a hop onto the actor (`settingsNow`).
+    private let settingsMirror: Mutex<ManagerSettings>
     private var tasks: [String: Task<Void, Never>] = [:]
     private let globalLimiter: RateLimiter
     private var downloadLimiters: [String: RateLimiter] = [:]
@@ -175,7 +184,7 @@ public actor DownloadManager {
     {
         self.configuration = configuration
         if let directory = configuration.stateDirectory {
-            store = try DownloadStore(directory: directory)
+            store = try DownloadStore(directory: directory, exclusive: configuration.ownsStateDirectory)
         } else {
             store = try DownloadStore()
         }
@@ -186,6 +195,7 @@ public actor DownloadManager {
             connectionsPerDownload: configuration.connectionsPerDownload)
         if configuration.persistsSettings, let stored = try store.settings() { settings = stored }
         self.settings = settings
+        settingsMirror = Mutex(settings)
         globalLimiter = RateLimiter(bytesPerSecond: settings.rateLimit)
         var recovered: [DownloadRecord] = []
         var catalog = Catalog()
@@ -251,6 +261,63 @@ public actor DownloadManager {
     /// one) or, when one cannot be, none is and the error names its index. Costs O(log n) per download in the
     /// manager, whatever it holds.
     public func add(_ requests: [DownloadRequest]) throws(BatchError) -> [Added] {
+        try add(requests, deferringCommit: false).added
+    }
+
+    /// Adds as `add(_:)` does but returns before the store has committed the new downloads: the manager's view,
+    /// the events and the schedule already have them, and `committed(_:rollingBack:)` with the commit waits until
+    /// the store has them too (and undoes the add when the store refused them). The daemon answers an add only then;
+    /// meanwhile the manager takes further adds, and the store commits those that come together in one transaction.
+    public func addDeferringCommit(_ requests: [DownloadRequest]) throws(BatchError) -> (
+        added: [Added], commit: DownloadStore.Commit
+    ) {
+        let result = try add(requests, deferringCommit: true)
+        guard let commit = result.commit else {
+            throw BatchError(index: 0, error: DownloadError(.store, "the add was not queued for the store"))
+        }
+        return (result.added, commit)
+    }
+
+    /// `addDeferringCommit` for one download, with the download as it is now.
+    public func addOneDeferringCommit(_ request: DownloadRequest) throws(DownloadError) -> (
+        added: Added, download: Snapshot, commit: DownloadStore.Commit
+    ) {
+        let result: (added: [Added], commit: DownloadStore.Commit)
+        do { result = try addDeferringCommit([request]) } catch { throw error.error }
+        return (result.added[0], try snapshot(result.added[0].id), result.commit)
+    }
+
+    /// Waits until the store has committed an add made with `addDeferringCommit`. When it could not (the disk failed
+    /// under it), the downloads it added are forgotten again (subscribers get `removed`) and the store's error is
+    /// thrown.
+    public nonisolated func committed(_ commit: DownloadStore.Commit, rollingBack added: [Added])
+        async throws(DownloadError)
+    {
+        do { try await store.committed(commit) } catch {
+            await rollBack(added.filter(\.isNew).map(\.id))
+            throw error
+        }
+    }
+
+    private func rollBack(_ ids: [DownloadID]) async {
+        for id in ids {
+            if let task = tasks[id.rawValue] {
+                stopReasons[id.rawValue] = .cancel
+                task.cancel()
+                await task.value
+            }
+            guard let record = catalog[id.rawValue] else { continue }
+            forget(record)
+            sessionIDs.remove(id.rawValue)
+            results[id.rawValue] = nil
+            errors[id.rawValue] = nil
+            hub.emit(.removed(id))
+        }
+    }
+
+    private func add(_ requests: [DownloadRequest], deferringCommit: Bool) throws(BatchError) -> (
+        added: [Added], commit: DownloadStore.Commit?
+    ) {
         if isShutDown {
             throw BatchError(index: 0, error: DownloadError(.illegalTransition, "the manager has shut down"))
         }
@@ -286,7 +353,12 @@ public actor DownloadManager {
             }
         }
         let changed = reused.values.filter { catalog[$0.id] != $0 }
-        do { try store.insert(fresh, saving: changed) } catch { throw BatchError(index: 0, error: error) }
+        var commit: DownloadStore.Commit?
+        if deferringCommit {
+            commit = store.submitInsert(fresh, saving: changed)
+        } else {
+            do { try store.insert(fresh, saving: changed) } catch { throw BatchError(index: 0, error: error) }
+        }
         for record in fresh {
             keep(record)
             hub.emit(.added(snapshot(of: record)))
@@ -299,7 +371,7 @@ public actor DownloadManager {
         }
         for item in added { sessionIDs.insert(item.id.rawValue) }
         try? schedule()
-        return added
+        return (added, commit)
     }
 
     /// Checks one request and makes its record (not yet stored); returns the key that finds the same URL and
@@ -503,6 +575,10 @@ public actor DownloadManager {
 
     /// The settings now.
     public func currentSettings() -> ManagerSettings { settings }
+
+    /// The settings now, read without waiting for the actor (a request that only needs the defaults does not queue
+    /// behind the manager's work).
+    public nonisolated var settingsNow: ManagerSettings { settingsMirror.withLock { $0 } }
 
     /// Changes the settings at once (and stores them when `persistsSettings`); subscribers get a `settings` event.
     public func update(_ new: ManagerSettings) throws(DownloadError) {

@@ -6,12 +6,18 @@ import HaulCore
 /// The SQLite store of downloads (GRDB, WAL mode), safe to share between tasks.
 public struct DownloadStore: Sendable {
     private let writer: any DatabaseWriter
+    /// Every write goes through it, in order, committed in groups.
+    private let queue: CommitQueue
     /// Where the database lives; nil in memory.
     public let path: String?
 
     /// Opens (creating when needed) the store in `directory`, as `haul.sqlite`. Errors name the path and the cause
     /// (locked by another process, unreadable, not a database).
-    public init(directory: String) throws(DownloadError) {
+    ///
+    /// With `exclusive`, for a process that owns the state folder (the daemon holds its lock), the store keeps one
+    /// connection with SQLite's exclusive locking mode: no other process may open it meanwhile, and in return no
+    /// commit takes and releases file locks or touches the shared-memory index (a few percent of every add).
+    public init(directory: String, exclusive: Bool = false) throws(DownloadError) {
         let path = (directory as NSString).appendingPathComponent("haul.sqlite")
         do {
             try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
@@ -23,12 +29,21 @@ public struct DownloadStore: Sendable {
             // A page cache of 512 KiB a connection (SQLite's default is 2 MiB): the manager keeps what it reads
             // often in memory already, and a daemon holding 20,000 downloads stays small.
             configuration.prepareDatabase { db in
+                // Before the first access in WAL mode, so that the WAL index lives in this process's memory.
+                if exclusive { try db.execute(sql: "PRAGMA locking_mode = EXCLUSIVE") }
                 try db.execute(sql: "PRAGMA synchronous = NORMAL")
                 try db.execute(sql: "PRAGMA cache_size = -512")
             }
-            let pool = try DatabasePool(path: path, configuration: configuration)
-            try Self.migrator.migrate(pool)
-            writer = pool
+            let writer: any DatabaseWriter
+            if exclusive {
+                configuration.journalMode = .wal
+                writer = try DatabaseQueue(path: path, configuration: configuration)
+            } else {
+                writer = try DatabasePool(path: path, configuration: configuration)
+            }
+            try Self.migrator.migrate(writer)
+            self.writer = writer
+            queue = CommitQueue(writer: writer, describe: Self.writeError)
             self.path = path
         } catch {
             throw DownloadError(
@@ -42,6 +57,7 @@ public struct DownloadStore: Sendable {
             let queue = try DatabaseQueue()
             try Self.migrator.migrate(queue)
             writer = queue
+            self.queue = CommitQueue(writer: queue, describe: Self.writeError)
             path = nil
         } catch {
             throw DownloadError(.store, "cannot create an in-memory database: \(error)", underlying: error)
@@ -134,16 +150,27 @@ public struct DownloadStore: Sendable {
                         """)
             }
         }
+        migrator.registerMigration("v6: no index on url") { db in
+            // Nothing looks a download up by URL in the store (the manager keeps its own index in memory), and every
+            // add paid for this index with a page written to the WAL.
+            try db.drop(index: "download_on_url")
+        }
         return migrator
     }
 
-    private func write<T>(_ body: (Database) throws -> T) throws(DownloadError) -> T {
-        do { return try writer.write(body) } catch {
-            throw DownloadError(.store, "state database write failed: \(Self.describe(error))", underlying: error)
-        }
+    @Sendable private static func writeError(_ error: any Error) -> DownloadError {
+        if let error = error as? DownloadError { return error }
+        return DownloadError(.store, "state database write failed: \(describe(error))", underlying: error)
     }
 
+    /// Writes in the store's order and returns once committed (with the writes queued beside it).
+    private func write<T>(_ body: @escaping @Sendable (Database) throws -> T) throws(DownloadError) -> T {
+        try queue.perform(body)
+    }
+
+    /// Reads what is committed, after every write queued before it.
     private func read<T>(_ body: (Database) throws -> T) throws(DownloadError) -> T {
+        queue.waitUntilIdle()
         do { return try writer.read(body) } catch {
             throw DownloadError(.store, "state database read failed: \(Self.describe(error))", underlying: error)
         }
@@ -176,37 +203,66 @@ public struct DownloadStore: Sendable {
     /// Inserts new records and saves changed ones in one transaction: all or none.
     public func insert(_ records: [DownloadRecord], saving changed: [DownloadRecord] = []) throws(DownloadError) {
         let now = Date()
-        try write { db in
-            // One prepared statement for the whole list, its values bound straight to SQLite: building GRDB's
-            // `StatementArguments` maps every value generically (by key path or existential), which cost three
-            // times the insert itself. Cached: adding one by one would parse it for every download. Only this code
-            // runs it, and it leaves it reset with no bindings.
-            let names = DownloadRecord.columnNames
-            let statement = try db.cachedStatement(
-                sql: "INSERT INTO download (\(names.joined(separator: ", "))) VALUES ("
-                    + Array(repeating: "?", count: names.count).joined(separator: ", ") + ")")
-            let handle = statement.sqliteStatement
-            defer {
-                sqlite3_reset(handle)
-                sqlite3_clear_bindings(handle)
+        try write { db in try Self.insert(records, saving: changed, now: now, in: db) }
+    }
+
+    /// A commit to wait for: `committed(_:)` returns when the writes before it are in the store.
+    public struct Commit: Sendable, Hashable {
+        fileprivate var ticket: UInt64
+    }
+
+    /// Queues what `insert(_:saving:)` writes and returns at once; `committed(_:)` tells when it is in the store
+    /// (the daemon answers an add then, and goes on with other work meanwhile, so adds that arrive together commit
+    /// together). Later writes of the same downloads are queued behind it.
+    public func submitInsert(_ records: [DownloadRecord], saving changed: [DownloadRecord] = []) -> Commit {
+        let now = Date()
+        return Commit(ticket: queue.submit { db in try Self.insert(records, saving: changed, now: now, in: db) })
+    }
+
+    /// Waits until `commit` is in the store; throws when its write failed (nothing of it was stored).
+    public func committed(_ commit: Commit) async throws(DownloadError) {
+        if let failure = await queue.completion(of: commit.ticket) { throw failure }
+    }
+
+    /// Commits made and writes they held since the store was opened (several writes a commit when they come
+    /// together).
+    public var commitStatistics: (commits: Int, writes: Int) { queue.statistics }
+
+    private static let insertSQL =
+        "INSERT INTO download (\(DownloadRecord.columnNames.joined(separator: ", "))) VALUES ("
+        + Array(repeating: "?", count: DownloadRecord.columnNames.count).joined(separator: ", ") + ")"
+
+    private static func insert(
+        _ records: [DownloadRecord], saving changed: [DownloadRecord], now: Date, in db: Database
+    )
+        throws
+    {
+        // One prepared statement for the whole list, its values bound straight to SQLite: building GRDB's
+        // `StatementArguments` maps every value generically (by key path or existential), which cost three
+        // times the insert itself. Cached: adding one by one would parse it for every download. Only this code
+        // runs it, and it leaves it reset with no bindings.
+        let statement = try db.cachedStatement(sql: insertSQL)
+        let handle = statement.sqliteStatement
+        defer {
+            sqlite3_reset(handle)
+            sqlite3_clear_bindings(handle)
+        }
+        for record in records {
+            sqlite3_reset(handle)
+            for (offset, value) in try record.columnValues().enumerated() {
+                Self.bind(value, to: handle, at: CInt(offset + 1))
             }
-            for record in records {
-                sqlite3_reset(handle)
-                for (offset, value) in try record.columnValues().enumerated() {
-                    Self.bind(value, to: handle, at: CInt(offset + 1))
-                }
-                let code = sqlite3_step(handle)
-                guard code == SQLITE_DONE else {
-                    throw DatabaseError(
-                        resultCode: ResultCode(rawValue: code),
-                        message: String(cString: sqlite3_errmsg(db.sqliteConnection)),
-                        sql: statement.sql)
-                }
+            let code = sqlite3_step(handle)
+            guard code == SQLITE_DONE else {
+                throw DatabaseError(
+                    resultCode: ResultCode(rawValue: code),
+                    message: String(cString: sqlite3_errmsg(db.sqliteConnection)),
+                    sql: statement.sql)
             }
-            for var record in changed {
-                record.updatedAt = now
-                try record.save(db)
-            }
+        }
+        for var record in changed {
+            record.updatedAt = now
+            try record.save(db)
         }
     }
 
@@ -292,7 +348,10 @@ public struct DownloadStore: Sendable {
 
     private func update(_ id: String, _ columns: [(String, (any DatabaseValueConvertible)?)]) throws(DownloadError) {
         let assignments = (columns.map { "\($0.0) = ?" } + ["updatedAt = ?"]).joined(separator: ", ")
-        let values: [(any DatabaseValueConvertible)?] = columns.map(\.1) + [Date().timeIntervalSince1970, id]
+        // Turned into values here: the write may run on the committing thread.
+        let values = (columns.map(\.1) + [Date().timeIntervalSince1970, id]).map {
+            $0?.databaseValue ?? .null
+        }
         try write { db in
             try db.execute(
                 sql: "UPDATE download SET \(assignments) WHERE id = ?", arguments: StatementArguments(values))

@@ -152,9 +152,9 @@ enum FileSystem {
     }
 
     static func isWritableDirectory(_ path: String) -> Bool {
-        var info = stat()
-        guard stat(path, &info) == 0, (info.st_mode & S_IFMT) == S_IFDIR else { return false }
-        return access(path, W_OK | X_OK) == 0
+        // "/." makes the kernel resolve the path as a folder (ENOTDIR for anything else): one system call instead
+        // of a stat and an access, once for every download added.
+        access(path.hasSuffix("/") ? path + "." : path + "/.", W_OK | X_OK) == 0
     }
 
     static func remove(_ path: String) {

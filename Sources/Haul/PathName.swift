@@ -5,6 +5,7 @@ import Foundation
 public enum PathName {
     /// `path` with `.`, `..`, repeated and trailing slashes removed; relative paths stay relative.
     public static func normalized(_ path: String) -> String {
+        if isNormalizedAbsolute(path) { return path }
         let isAbsolute = path.hasPrefix("/")
         var parts: [Substring] = []
         for component in path.split(separator: "/", omittingEmptySubsequences: true) {
@@ -22,6 +23,30 @@ public enum PathName {
         let joined = parts.joined(separator: "/")
         if isAbsolute { return "/" + joined }
         return joined.isEmpty ? "." : joined
+    }
+
+    /// Whether `path` is absolute with no empty, `.` or `..` component and no trailing slash: what `normalized`
+    /// would return unchanged (the common case, checked without splitting).
+    static func isNormalizedAbsolute(_ path: String) -> Bool {
+        var utf8 = path.utf8.makeIterator()
+        guard utf8.next() == UInt8(ascii: "/") else { return false }
+        // Bytes of the current component so far, and whether it is only dots.
+        var length = 0
+        var dots = 0
+        var sawAny = false
+        while let byte = utf8.next() {
+            sawAny = true
+            if byte == UInt8(ascii: "/") {
+                if length == 0 || (length == dots && dots <= 2) { return false }
+                length = 0
+                dots = 0
+            } else {
+                length += 1
+                if byte == UInt8(ascii: ".") { dots += 1 }
+            }
+        }
+        // "/" alone is normalised; otherwise the last component must be a real name.
+        return !sawAny || (length > 0 && !(length == dots && dots <= 2))
     }
 
     /// `path` made absolute against `base` (the current folder when nil), `~` expanded, then normalised.

@@ -87,7 +87,7 @@ public struct APIHandler: APIProtocol {
     }
 
     /// The engine's request for one item of an add, every field checked; errors name the item and the field.
-    private func request(from item: Components.Schemas.AddDownload, index: Int?, defaults: ManagerSettings)
+    func request(from item: Components.Schemas.AddDownload, index: Int?, defaults: ManagerSettings)
         throws(APIError) -> DownloadRequest
     {
         guard Self.isAcceptedURL(item.url), let url = URL(string: item.url), url.host?.isEmpty == false else {

@@ -5,6 +5,7 @@ import Hummingbird
 import HummingbirdCore
 import Logging
 import NIOCore
+import NIOPosix
 import NIOSSL
 import ServiceLifecycle
 
@@ -105,6 +106,8 @@ public enum Daemon {
         let token = try options.token ?? storedToken(in: state)
         var managerConfiguration = DownloadManager.Configuration(stateDirectory: state)
         managerConfiguration.persistsSettings = true
+        // The folder's lock is held until the daemon exits: no other process opens the store meanwhile.
+        managerConfiguration.ownsStateDirectory = true
         managerConfiguration.origin = .api
         managerConfiguration.engine.progressInterval = .milliseconds(250)
         managerConfiguration.logger = logger
@@ -185,7 +188,10 @@ public enum Daemon {
             unlink(socketPath)
         }
         do {
-            try await ServiceGroup(configuration: group).run()
+            // Requests are handled on the event loop that read them (see `EventLoopTaskExecutor`).
+            try await withTaskExecutorPreference(EventLoopTaskExecutor(group: .singleton)) {
+                try await ServiceGroup(configuration: group).run()
+            }
         } catch {
             await manager.shutdown()
             throw DaemonError(description: "\(error)")

@@ -174,8 +174,9 @@ struct AuthMiddleware: RouterMiddleware {
         guard path.hasPrefix("/api/") || path == "/api" || path == "/metrics" else {
             return try await next(request, context)
         }
-        if let authorization = request.headers[.authorization], authorization.lowercased().hasPrefix("bearer "),
-            credentials.isToken(String(authorization.dropFirst(7)).trimmingCharacters(in: .whitespaces))
+        if let authorization = request.headers[.authorization],
+            authorization.utf8.prefix(7).elementsEqual("bearer ".utf8, by: { $0 | 0x20 == $1 }),
+            credentials.isToken(authorization.dropFirst(7).trimmingHTTPSpace)
         {
             return try await next(request, context)
         }

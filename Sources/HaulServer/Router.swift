@@ -30,12 +30,13 @@ public func buildRouter(
         router.add(middleware: PeerMiddleware(peerUID: peerUID))
     }
     let table = RouteTable(router: router)
-    // The most frequent read first, past as few layers as possible.
+    let handler = APIHandler(manager: manager, configuration: configuration, door: door)
+    // The most frequent read and write first, past as few layers as possible.
     router.add(middleware: DownloadReadMiddleware(manager: manager))
+    router.add(middleware: AddDownloadMiddleware(handler: handler))
     router.add(middleware: MethodMiddleware(table: table))
     router.add(middleware: ListBodyMiddleware())
     router.add(middleware: BodyMiddleware())
-    let handler = APIHandler(manager: manager, configuration: configuration, door: door)
     // Compact JSON with slashes as they are: listing 20,000 downloads pretty-printed doubled the bytes to write.
     try handler.registerHandlers(
         on: table, serverURL: URL(string: "/api/v1")!,

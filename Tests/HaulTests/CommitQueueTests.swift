@@ -1,0 +1,105 @@
+import Foundation
+import GRDB
+import HaulCore
+import Testing
+
+@testable import Haul
+
+@Suite("The store's write queue (group commit)")
+struct CommitQueueTests {
+    static func queue() throws -> (CommitQueue, DatabaseQueue) {
+        let database = try DatabaseQueue()
+        try database.write { db in
+            try db.execute(sql: "CREATE TABLE t (id INTEGER PRIMARY KEY, value TEXT NOT NULL)")
+        }
+        let queue = CommitQueue(writer: database) { error in
+            DownloadError(.store, "write failed: \(error)", underlying: error)
+        }
+        return (queue, database)
+    }
+
+    @Test("writes queued together commit in one transaction, in the order they were queued")
+    func grouped() async throws {
+        let (queue, database) = try Self.queue()
+        var tickets: [UInt64] = []
+        for index in 0..<100 {
+            tickets.append(
+                queue.submit { db in
+                    try db.execute(sql: "INSERT INTO t (id, value) VALUES (?, 'a')", arguments: [index])
+                    // Each write sees the ones queued before it.
+                    let count = try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM t")
+                    if count != index + 1 { throw DownloadError(.store, "out of order at \(index)") }
+                })
+        }
+        // Nothing is committed before someone waits; the first to wait commits all hundred at once.
+        #expect(queue.statistics.commits == 0)
+        let last = await queue.completion(of: tickets[99])
+        #expect(last == nil)
+        #expect(queue.statistics.commits == 1 && queue.statistics.writes == 100)
+        for ticket in tickets {
+            let failure = await queue.completion(of: ticket)
+            #expect(failure == nil)
+        }
+        #expect(try await database.read { db in try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM t") } == 100)
+    }
+
+    @Test("a write that fails is reported to its caller alone; the writes around it are committed")
+    func failureIsolated() async throws {
+        let (queue, database) = try Self.queue()
+        let first = queue.submit { db in try db.execute(sql: "INSERT INTO t (id, value) VALUES (1, 'a')") }
+        let clash = queue.submit { db in try db.execute(sql: "INSERT INTO t (id, value) VALUES (1, 'b')") }
+        let third = queue.submit { db in try db.execute(sql: "INSERT INTO t (id, value) VALUES (3, 'c')") }
+        let thirdFailure = await queue.completion(of: third)
+        let firstFailure = await queue.completion(of: first)
+        #expect(thirdFailure == nil && firstFailure == nil)
+        let failure = await queue.completion(of: clash)
+        #expect(failure?.code == .store)
+        #expect(failure?.message.contains("UNIQUE") == true)
+        let rows = try await database.read { db in try String.fetchAll(db, sql: "SELECT value FROM t ORDER BY id") }
+        #expect(rows == ["a", "c"])
+    }
+
+    @Test("perform waits for its own write and returns its value; it commits what was queued before it too")
+    func perform() async throws {
+        let (queue, _) = try Self.queue()
+        let queued = queue.submit { db in try db.execute(sql: "INSERT INTO t (id, value) VALUES (1, 'a')") }
+        let count = try queue.perform { db in try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM t") ?? -1 }
+        #expect(count == 1)
+        let queuedFailure = await queue.completion(of: queued)
+        #expect(queuedFailure == nil)
+        #expect(throws: DownloadError.self) {
+            try queue.perform { db in try db.execute(sql: "INSERT INTO t (id, value) VALUES (1, 'again')") }
+        }
+    }
+
+    @Test("many tasks writing at once: every write lands once")
+    func concurrent() async throws {
+        let (queue, database) = try Self.queue()
+        await withTaskGroup(of: DownloadError?.self) { group in
+            for index in 0..<400 {
+                group.addTask {
+                    let ticket = queue.submit { db in
+                        try db.execute(sql: "INSERT INTO t (id, value) VALUES (?, 'x')", arguments: [index])
+                    }
+                    return await queue.completion(of: ticket)
+                }
+            }
+            for await failure in group { #expect(failure == nil) }
+        }
+        #expect(try await database.read { db in try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM t") } == 400)
+        #expect(queue.statistics.writes == 400)
+        queue.waitUntilIdle()
+    }
+
+    @Test("waitUntilIdle returns once everything queued before it is committed")
+    func idle() async throws {
+        let (queue, database) = try Self.queue()
+        for index in 0..<10 {
+            _ = queue.submit { db in
+                try db.execute(sql: "INSERT INTO t (id, value) VALUES (?, 'x')", arguments: [index])
+            }
+        }
+        queue.waitUntilIdle()
+        #expect(try await database.read { db in try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM t") } == 10)
+    }
+}

@@ -1,0 +1,125 @@
+import Foundation
+import GRDB
+import HaulCore
+import HaulTesting
+import Testing
+
+@testable import Haul
+
+/// The daemon's add: the manager takes the download at once and the store commits it with the adds around it.
+@Suite("Adds whose commit is awaited later", .timeLimit(.minutes(1)))
+struct DeferredAddTests {
+    func request(_ h: Harness, _ path: String) -> DownloadRequest {
+        DownloadRequest(url: h.server.url(path), destination: .directory(h.folder), isPaused: true, origin: .api)
+    }
+
+    @Test("once committed, the downloads are in the store: a new manager on it finds them, in order")
+    func committedIsStored() async throws {
+        let h = try await Harness.make()
+        defer { Task { await h.stop() } }
+        let manager = try h.manager()
+        var commits: [(DownloadManager.Added, DownloadStore.Commit)] = []
+        for index in 0..<20 {
+            let added = try await manager.addOneDeferringCommit(request(h, "/f\(index)"))
+            #expect(added.download.state == .paused && added.added.isNew)
+            commits.append((added.added, added.commit))
+        }
+        // The same URL again is found before its row is committed.
+        let again = try await manager.addOneDeferringCommit(request(h, "/f3"))
+        #expect(!again.added.isNew && again.added.id == commits[3].0.id)
+        for (added, commit) in commits.reversed() { try await manager.committed(commit, rollingBack: [added]) }
+        await manager.shutdown()
+        let reopened = try h.manager()
+        let stored = try await reopened.snapshots()
+        #expect(stored.map(\.id) == commits.map(\.0.id))
+        await reopened.shutdown()
+    }
+
+    @Test("a commit the store refuses undoes the add: the download is gone and subscribers are told")
+    func refusedCommitRollsBack() async throws {
+        let h = try await Harness.make()
+        defer { Task { await h.stop() } }
+        let manager = try h.manager()
+        let events = manager.events()
+        // Another connection breaks the store under the manager: its insert will fail.
+        let other = try DatabaseQueue(path: h.stateDirectory + "/haul.sqlite")
+        try await other.write { db in try db.execute(sql: "DROP TABLE download") }
+        let added = try await manager.addOneDeferringCommit(request(h, "/f"))
+        await #expect(throws: DownloadError.self) {
+            try await manager.committed(added.commit, rollingBack: [added.added])
+        }
+        await #expect(throws: DownloadError.self) { try await manager.snapshot(added.added.id) }
+        var seen: [String] = []
+        for await event in events {
+            switch event {
+            case .added(let download): seen.append("added \(download.id)")
+            case .removed(let id): seen.append("removed \(id)")
+            default: continue
+            }
+            if seen.count == 2 { break }
+        }
+        #expect(seen == ["added \(added.added.id)", "removed \(added.added.id)"])
+        await manager.shutdown()
+    }
+}
+
+@Suite("A store owned by one process")
+struct ExclusiveStoreTests {
+    @Test("opened for one process, it keeps what the manager writes; an ordinary open after it sees it all")
+    func exclusiveRoundTrip() async throws {
+        let h = try await Harness.make()
+        defer { Task { await h.stop() } }
+        var configuration = DownloadManager.Configuration(stateDirectory: h.stateDirectory)
+        configuration.ownsStateDirectory = true
+        configuration.startsStoredDownloads = false
+        do {
+            let manager = try DownloadManager(configuration: configuration)
+            for index in 0..<5 {
+                let added = try await manager.addOneDeferringCommit(
+                    DownloadRequest(url: h.server.url("/f\(index)"), destination: .directory(h.folder), isPaused: true))
+                try await manager.committed(added.commit, rollingBack: [added.added])
+            }
+            try await manager.setPriority(.high, for: try await manager.snapshots()[2].id)
+            await manager.shutdown()
+        }
+        // No shared-memory index was made: the WAL index lived in the process.
+        #expect(!FileManager.default.fileExists(atPath: h.stateDirectory + "/haul.sqlite-shm"))
+        let reopened = try h.manager()
+        let stored = try await reopened.snapshots()
+        #expect(stored.count == 5 && stored[0].priority == .high)
+        await reopened.shutdown()
+    }
+}
+
+@Suite("Paths and folders")
+struct PathNameTests {
+    @Test("the quick check for a normalised absolute path agrees with normalising, over every short path")
+    func quickCheckAgrees() {
+        // Every string of up to 7 characters from an alphabet that makes every kind of component.
+        let alphabet: [Character] = ["/", ".", "a"]
+        var paths = [""]
+        var all: [String] = []
+        for _ in 0..<7 {
+            paths = paths.flatMap { path in alphabet.map { path + String($0) } }
+            all += paths
+        }
+        for path in all {
+            #expect(
+                PathName.isNormalizedAbsolute(path) == (path.hasPrefix("/") && PathName.normalized(path) == path),
+                "\(path)")
+        }
+    }
+
+    @Test("a writable folder is one; a file, a missing path and a file's child are not")
+    func writableFolder() throws {
+        let root = NSTemporaryDirectory() + "haul-paths-" + UUID().uuidString
+        try FileManager.default.createDirectory(atPath: root + "/dir", withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: root) }
+        FileManager.default.createFile(atPath: root + "/file", contents: Data("x".utf8))
+        #expect(FileSystem.isWritableDirectory(root + "/dir"))
+        #expect(FileSystem.isWritableDirectory(root + "/dir/"))
+        #expect(!FileSystem.isWritableDirectory(root + "/file"))
+        #expect(!FileSystem.isWritableDirectory(root + "/missing"))
+        #expect(!FileSystem.isWritableDirectory(root + "/file/x"))
+    }
+}
