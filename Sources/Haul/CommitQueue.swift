@@ -1,4 +1,3 @@
-import Dispatch
 import Foundation
 import GRDB
 import HaulCore
@@ -16,7 +15,7 @@ import HaulCore
 /// the manager goes on with the next add, and answers once the row is committed. Whoever waits commits, when no one
 /// else is committing: the caller's thread runs the transaction (with whatever else is queued), so a lone write costs
 /// no switch to another thread, and the others waiting meanwhile are committed together next. Writes still queued
-/// when a committing caller has its own are committed by a background drain.
+/// when a committing caller has its own are committed by the queue's drain thread.
 final class CommitQueue: @unchecked Sendable {
     /// A write waiting in the queue.
     private struct Entry {
@@ -37,6 +36,11 @@ final class CommitQueue: @unchecked Sendable {
     /// Errors of finished writes whose callers have not collected them yet.
     private var failures: [UInt64: DownloadError] = [:]
     private var waiters: [UInt64: CheckedContinuation<DownloadError?, Never>] = [:]
+    /// Callers blocked in `wait(for:)`: any of them takes over committing when the committer leaves.
+    private var blockedWaiters = 0
+    /// Whether the drain thread runs, and whether it was asked to commit.
+    private var hasDrainThread = false
+    private var drainRequested = false
     private var counts = (commits: 0, writes: 0)
 
     init(writer: any DatabaseWriter, describe: @escaping @Sendable (any Error) -> DownloadError) {
@@ -116,6 +120,7 @@ final class CommitQueue: @unchecked Sendable {
     /// Blocks until `ticket` is committed, committing itself when no one else is; returns the write's error.
     private func wait(for ticket: UInt64, collecting: Bool = true) -> DownloadError? {
         condition.lock()
+        blockedWaiters += 1
         while committed < ticket {
             if isDraining {
                 condition.wait()
@@ -128,28 +133,57 @@ final class CommitQueue: @unchecked Sendable {
             isDraining = false
             condition.broadcast()
         }
+        blockedWaiters -= 1
         let failure = collecting ? failures.removeValue(forKey: ticket) : nil
-        // Writes queued behind this one are committed by the background drain, not by this caller.
-        let handsOff = !pending.isEmpty && !isDraining
+        // Writes queued behind this one are not this caller's to commit: a caller still waiting commits them, or,
+        // when none waits, the drain thread.
+        let handsOff = !pending.isEmpty && !isDraining && blockedWaiters == 0
         if handsOff { isDraining = true }
         condition.unlock()
         if handsOff { scheduleDrain() }
         return failure
     }
 
-    /// Commits in the background until nothing is queued.
+    /// Has the drain thread commit until nothing is queued. The caller has set `isDraining`.
+    ///
+    /// The drain has a thread of its own, not one of Dispatch's or Swift's pool: writers that wait for a commit
+    /// block their thread (as SQLite's own lock would), and on a two-core machine the pool has two threads. With the
+    /// drain queued on that pool, sixteen downloads writing their checkpoints could block both threads waiting for a
+    /// drain that had no thread to run on, until the pool grew: 1000 small files took twice as long.
     private func scheduleDrain() {
-        DispatchQueue.global().async { [self] in
-            while true {
-                condition.lock()
-                if pending.isEmpty {
-                    isDraining = false
-                    condition.broadcast()
+        condition.lock()
+        drainRequested = true
+        let starts = !hasDrainThread
+        hasDrainThread = true
+        condition.broadcast()
+        condition.unlock()
+        if starts {
+            let thread = Thread { [self] in drainLoop() }
+            thread.name = "haul-store-commits"
+            thread.start()
+        }
+    }
+
+    /// The drain thread: commits when asked, and ends after a few idle seconds (a store that is written rarely
+    /// keeps no thread).
+    private func drainLoop() {
+        condition.lock()
+        while true {
+            if drainRequested {
+                drainRequested = false
+                while !pending.isEmpty {
                     condition.unlock()
-                    return
+                    commitPending()
+                    condition.lock()
                 }
+                isDraining = false
+                condition.broadcast()
+                continue
+            }
+            if !condition.wait(until: Date(timeIntervalSinceNow: 5)), !drainRequested {
+                hasDrainThread = false
                 condition.unlock()
-                commitPending()
+                return
             }
         }
     }

@@ -322,10 +322,12 @@ public actor DownloadManager {
             throw BatchError(index: 0, error: DownloadError(.illegalTransition, "the manager has shut down"))
         }
         var added: [Added] = []
+        added.reserveCapacity(requests.count)
         var fresh: [DownloadRecord] = []
         fresh.reserveCapacity(requests.count)
         var reused: [String: DownloadRecord] = [:]
         var inBatch: [Catalog.Target: String] = [:]
+        if requests.count > 1 { inBatch.reserveCapacity(requests.count) }
         var folders = FolderMemo()
         for (index, request) in requests.enumerated() {
             do {
@@ -369,7 +371,10 @@ public actor DownloadManager {
             keep(record)
             hub.emit(.changed(snapshot(of: record)))
         }
-        for item in added { sessionIDs.insert(item.id.rawValue) }
+        // Only a manager that leaves stored downloads alone needs to know which ones this process added.
+        if !configuration.startsStoredDownloads {
+            for item in added { sessionIDs.insert(item.id.rawValue) }
+        }
         try? schedule()
         return (added, commit)
     }

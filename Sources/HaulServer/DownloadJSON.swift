@@ -139,7 +139,7 @@ struct ObjectWriter {
     mutating func integer(_ name: String, _ value: Int64?, _ out: inout [UInt8]) {
         guard let value else { return }
         key(name, &out)
-        out.append(contentsOf: String(value).utf8)
+        JSONText.appendInteger(value, to: &out)
     }
 
     mutating func number(_ name: String, _ value: Double?, _ out: inout [UInt8]) {
@@ -171,9 +171,15 @@ enum JSONText {
 
     static func appendString(_ text: String, to out: inout [UInt8]) {
         out.append(UInt8(ascii: "\""))
-        // Most strings need no escape: copied whole.
-        if text.utf8.allSatisfy({ $0 >= 0x20 && $0 != UInt8(ascii: "\"") && $0 != UInt8(ascii: "\\") }) {
-            out.append(contentsOf: text.utf8)
+        // Most strings need no escape: copied whole, from the string's own storage when it has one.
+        let copied = text.utf8.withContiguousStorageIfAvailable { bytes -> Bool in
+            for byte in bytes where byte < 0x20 || byte == UInt8(ascii: "\"") || byte == UInt8(ascii: "\\") {
+                return false
+            }
+            out.append(contentsOf: bytes)
+            return true
+        }
+        if copied == true {
             out.append(UInt8(ascii: "\""))
             return
         }
@@ -202,9 +208,30 @@ enum JSONText {
             return
         }
         if value == value.rounded(), abs(value) < 1e15 {
-            out.append(contentsOf: String(Int64(value)).utf8)
+            appendInteger(Int64(value), to: &out)
         } else {
             out.append(contentsOf: value.description.utf8)
+        }
+    }
+
+    /// An integer in decimal, written digit by digit (no `String` made for it).
+    static func appendInteger(_ value: Int64, to out: inout [UInt8]) {
+        if value < 0 { out.append(UInt8(ascii: "-")) }
+        // The magnitude as unsigned, so that Int64.min has one.
+        var magnitude = value.magnitude
+        if magnitude < 10 {
+            out.append(UInt8(ascii: "0") + UInt8(magnitude))
+            return
+        }
+        var digits: (UInt64, UInt64, UInt64, UInt64) = (0, 0, 0, 0)
+        var count = 0
+        withUnsafeMutableBytes(of: &digits) { buffer in
+            while magnitude > 0 {
+                buffer[31 - count] = UInt8(ascii: "0") + UInt8(magnitude % 10)
+                magnitude /= 10
+                count += 1
+            }
+            out.append(contentsOf: buffer[(32 - count)...])
         }
     }
 

@@ -64,6 +64,29 @@ struct DownloadJSONTests {
         }
     }
 
+    @Test("integers are written as Swift writes them, from Int64.min to Int64.max")
+    func integers() {
+        var generator = SplitMix(seed: 7)
+        var values: [Int64] = [0, 1, -1, 9, 10, -10, 99, 100, Int64.max, Int64.min, Int64.max - 1, Int64.min + 1]
+        for _ in 0..<10_000 { values.append(Int64(bitPattern: generator.next()) >> (generator.next() % 64)) }
+        for value in values {
+            var bytes: [UInt8] = []
+            JSONText.appendInteger(value, to: &bytes)
+            #expect(String(decoding: bytes, as: UTF8.self) == String(value))
+        }
+    }
+
+    @Test("strings with and without escapes read back as they were")
+    func strings() {
+        for text in [
+            "", "plain", "a\"b", "back\\slash", "tab\t", "\u{1}", "naïve 😀", String(repeating: "x", count: 500),
+        ] {
+            var bytes: [UInt8] = []
+            JSONText.appendString(text, to: &bytes)
+            #expect((try? JSONDecoder().decode(String.self, from: Data(bytes))) == text)
+        }
+    }
+
     @Test("a list is one JSON object however it is cut into chunks")
     func list() async throws {
         var chunks: [[UInt8]] = []

@@ -91,6 +91,48 @@ struct CommitQueueTests {
         queue.waitUntilIdle()
     }
 
+    @Test(
+        "writers that wait (on threads of their own) and writers that are answered later, all at once: each write lands once, in each writer's order"
+    )
+    func mixedWriters() async throws {
+        let (queue, database) = try Self.queue()
+        try await database.write { db in try db.execute(sql: "CREATE TABLE log (writer INTEGER, step INTEGER)") }
+        let threads = (0..<8).map { writer in
+            Thread {
+                for step in 0..<50 {
+                    try? queue.perform { db in
+                        try db.execute(sql: "INSERT INTO log VALUES (?, ?)", arguments: [writer, step])
+                    }
+                }
+            }
+        }
+        for thread in threads { thread.start() }
+        await withTaskGroup(of: Void.self) { group in
+            for writer in 8..<24 {
+                group.addTask {
+                    for step in 0..<50 {
+                        let ticket = queue.submit { db in
+                            try db.execute(sql: "INSERT INTO log VALUES (?, ?)", arguments: [writer, step])
+                        }
+                        let failure = await queue.completion(of: ticket)
+                        #expect(failure == nil)
+                    }
+                }
+            }
+        }
+        while threads.contains(where: { !$0.isFinished }) { await Task.yield() }
+        queue.waitUntilIdle()
+        let rows = try await database.read { db in
+            try Row.fetchAll(db, sql: "SELECT writer, step FROM log ORDER BY rowid").map {
+                ($0[0] as Int, $0[1] as Int)
+            }
+        }
+        #expect(rows.count == 24 * 50)
+        for writer in 0..<24 {
+            #expect(rows.filter { $0.0 == writer }.map(\.1) == Array(0..<50), "writer \(writer)")
+        }
+    }
+
     @Test("waitUntilIdle returns once everything queued before it is committed")
     func idle() async throws {
         let (queue, database) = try Self.queue()
