@@ -64,11 +64,7 @@ extension HaulCommand {
         }
 
         func run() async throws {
-            LoggingSystem.bootstrap { label in
-                var handler = StreamLogHandler.standardError(label: label)
-                handler.logLevel = verbose ? .info : .warning
-                return handler
-            }
+            LoggingSystem.bootstrap { label in StandardErrorLogHandler(label: label, level: verbose ? .info : .warning) }
             let list: [String]
             do { list = try collectURLs(urls, inputFile: inputFile) } catch let error as ValidationError {
                 FileHandle.standardError.write(Data("Error: \(error.message)\n".utf8))

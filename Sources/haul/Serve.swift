@@ -91,11 +91,7 @@ extension HaulCommand {
 
         func run() async throws {
             let level = Logger.Level(rawValue: logLevel) ?? .notice
-            LoggingSystem.bootstrap { label in
-                var handler = StreamLogHandler.standardError(label: label)
-                handler.logLevel = level
-                return handler
-            }
+            LoggingSystem.bootstrap { label in StandardErrorLogHandler(label: label, level: level) }
             var options = DaemonOptions(stateDirectory: stateDir ?? DownloadManager.defaultStateDirectory())
             let (host, port) = Self.split(listen)!
             options.listenHost = host
