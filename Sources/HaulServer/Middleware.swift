@@ -8,6 +8,7 @@ import Hummingbird
 import NIOCore
 import OpenAPIHummingbird
 import OpenAPIRuntime
+import Synchronization
 
 #if canImport(Glibc)
     import Glibc
@@ -94,7 +95,7 @@ struct BodyMiddleware: RouterMiddleware {
     func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response)
         async throws -> Response
     {
-        guard [.post, .put, .patch, .delete].contains(request.method) else { return try await next(request, context) }
+        guard request.method.changesState else { return try await next(request, context) }
         if let length = request.headers[.contentLength].flatMap(Int.init), length > Self.limit {
             throw APIError(.contentTooLarge, "payloadTooLarge", "the body is \(length) bytes, over \(Self.limit)")
         }
@@ -117,20 +118,40 @@ struct BodyMiddleware: RouterMiddleware {
     }
 }
 
+/// The `Host` values a `HostMiddleware` accepted.
+private final class AcceptedHosts: Sendable {
+    let set = Mutex<Set<String>>([])
+}
+
+extension HTTPRequest.Method {
+    /// POST, PUT, PATCH or DELETE: a method that may change the daemon's state.
+    var changesState: Bool { self == .post || self == .put || self == .patch || self == .delete }
+}
+
 /// DNS rebinding: a request whose `Host` is not a loopback name or address, the listen address, or an allowed name
 /// gets 403.
 struct HostMiddleware: RouterMiddleware {
     typealias Context = HaulRequestContext
     let names: Set<String>
+    /// `Host` values accepted before, exactly as sent (a client sends the same one every time): one lookup instead
+    /// of lowering and splitting it on every request. A few dozen at most.
+    private let accepted = AcceptedHosts()
+
+    init(names: Set<String>) {
+        self.names = names
+    }
 
     func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response)
         async throws -> Response
     {
         let host = request.head.authority ?? ""
-        guard names.contains(Self.name(of: host)) else {
-            throw APIError(
-                .forbidden, "forbiddenHost",
-                "Host '\(host)' is not this daemon's name; start it with --allow-host NAME to answer to it")
+        if !accepted.set.withLock({ $0.contains(host) }) {
+            guard names.contains(Self.name(of: host)) else {
+                throw APIError(
+                    .forbidden, "forbiddenHost",
+                    "Host '\(host)' is not this daemon's name; start it with --allow-host NAME to answer to it")
+            }
+            accepted.set.withLock { if $0.count < 64 { $0.insert(host) } }
         }
         return try await next(request, context)
     }
@@ -150,7 +171,7 @@ struct OriginMiddleware: RouterMiddleware {
     func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response)
         async throws -> Response
     {
-        if [.post, .patch, .put, .delete].contains(request.method), let origin = request.headers[.origin] {
+        if request.method.changesState, let origin = request.headers[.origin] {
             let host = request.head.authority ?? ""
             let own = ["http://" + host, "https://" + host].map { $0.lowercased() }
             guard own.contains(origin.lowercased()) else {

@@ -64,7 +64,8 @@ extension HaulCommand {
         }
 
         func run() async throws {
-            LoggingSystem.bootstrap { label in StandardErrorLogHandler(label: label, level: verbose ? .info : .warning) }
+            LoggingSystem.bootstrap { label in StandardErrorLogHandler(label: label, level: verbose ? .info : .warning)
+            }
             let list: [String]
             do { list = try collectURLs(urls, inputFile: inputFile) } catch let error as ValidationError {
                 FileHandle.standardError.write(Data("Error: \(error.message)\n".utf8))
