@@ -118,42 +118,69 @@ struct BodyMiddleware: RouterMiddleware {
     }
 }
 
-/// The `Host` values a `HostMiddleware` accepted.
-private final class AcceptedHosts: Sendable {
-    let set = Mutex<Set<String>>([])
-}
-
 extension HTTPRequest.Method {
     /// POST, PUT, PATCH or DELETE: a method that may change the daemon's state.
     var changesState: Bool { self == .post || self == .put || self == .patch || self == .delete }
 }
 
-/// DNS rebinding: a request whose `Host` is not a loopback name or address, the listen address, or an allowed name
-/// gets 403.
-struct HostMiddleware: RouterMiddleware {
+/// The network door's checks, in this order, in one layer (each layer of middleware costs every request a little):
+///
+/// - DNS rebinding: a request whose `Host` is not a loopback name or address, the listen address, or an allowed
+///   name gets 403.
+/// - CSRF: a POST, PATCH, PUT or DELETE whose `Origin` is present and not the daemon's own gets 403.
+/// - Every `/api` and `/metrics` request needs the token, as a bearer token or as the session cookie; else 401.
+struct NetworkDoorMiddleware: RouterMiddleware {
     typealias Context = HaulRequestContext
     let names: Set<String>
+    let credentials: Credentials
     /// `Host` values accepted before, exactly as sent (a client sends the same one every time): one lookup instead
     /// of lowering and splitting it on every request. A few dozen at most.
     private let accepted = AcceptedHosts()
 
-    init(names: Set<String>) {
+    init(names: Set<String>, credentials: Credentials) {
         self.names = names
+        self.credentials = credentials
     }
 
     func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response)
         async throws -> Response
     {
         let host = request.head.authority ?? ""
-        if !accepted.set.withLock({ $0.contains(host) }) {
-            guard names.contains(Self.name(of: host)) else {
+        try checkHost(host)
+        if request.method.changesState, let origin = request.headers[.origin] {
+            let own = ["http://" + host, "https://" + host].map { $0.lowercased() }
+            guard own.contains(origin.lowercased()) else {
                 throw APIError(
-                    .forbidden, "forbiddenHost",
-                    "Host '\(host)' is not this daemon's name; start it with --allow-host NAME to answer to it")
+                    .forbidden, "forbiddenOrigin", "a request from the page at \(origin) may not change this daemon")
             }
-            accepted.set.withLock { if $0.count < 64 { $0.insert(host) } }
         }
+        let path = request.uri.path
+        if path.hasPrefix("/api/") || path == "/api" || path == "/metrics" { try authenticate(request) }
         return try await next(request, context)
+    }
+
+    private func checkHost(_ host: String) throws(APIError) {
+        if accepted.set.withLock({ $0.contains(host) }) { return }
+        guard names.contains(Self.name(of: host)) else {
+            throw APIError(
+                .forbidden, "forbiddenHost",
+                "Host '\(host)' is not this daemon's name; start it with --allow-host NAME to answer to it")
+        }
+        accepted.set.withLock { if $0.count < 64 { $0.insert(host) } }
+    }
+
+    private func authenticate(_ request: Request) throws(APIError) {
+        if let authorization = request.headers[.authorization],
+            authorization.utf8.prefix(7).elementsEqual("bearer ".utf8, by: { $0 | 0x20 == $1 }),
+            credentials.isToken(authorization.dropFirst(7).trimmingHTTPSpace)
+        {
+            return
+        }
+        if let session = request.cookies[Credentials.cookieName]?.value, credentials.isSession(session) { return }
+        throw APIError(
+            .unauthorized, "unauthorized",
+            "send 'Authorization: Bearer TOKEN' (the token is in the state folder's serve.json) or open the URL "
+                + "haul serve printed")
     }
 
     /// The host name of a `Host` value, without the port, lowercased (`[::1]:7165` gives `[::1]`).
@@ -164,51 +191,9 @@ struct HostMiddleware: RouterMiddleware {
     }
 }
 
-/// CSRF: a POST, PATCH, PUT or DELETE whose `Origin` is present and not the daemon's own gets 403.
-struct OriginMiddleware: RouterMiddleware {
-    typealias Context = HaulRequestContext
-
-    func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response)
-        async throws -> Response
-    {
-        if request.method.changesState, let origin = request.headers[.origin] {
-            let host = request.head.authority ?? ""
-            let own = ["http://" + host, "https://" + host].map { $0.lowercased() }
-            guard own.contains(origin.lowercased()) else {
-                throw APIError(
-                    .forbidden, "forbiddenOrigin", "a request from the page at \(origin) may not change this daemon")
-            }
-        }
-        return try await next(request, context)
-    }
-}
-
-/// Every `/api` and `/metrics` request needs the token, as a bearer token or as the session cookie.
-struct AuthMiddleware: RouterMiddleware {
-    typealias Context = HaulRequestContext
-    let credentials: Credentials
-
-    func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response)
-        async throws -> Response
-    {
-        let path = request.uri.path
-        guard path.hasPrefix("/api/") || path == "/api" || path == "/metrics" else {
-            return try await next(request, context)
-        }
-        if let authorization = request.headers[.authorization],
-            authorization.utf8.prefix(7).elementsEqual("bearer ".utf8, by: { $0 | 0x20 == $1 }),
-            credentials.isToken(authorization.dropFirst(7).trimmingHTTPSpace)
-        {
-            return try await next(request, context)
-        }
-        if let session = request.cookies[Credentials.cookieName]?.value, credentials.isSession(session) {
-            return try await next(request, context)
-        }
-        throw APIError(
-            .unauthorized, "unauthorized",
-            "send 'Authorization: Bearer TOKEN' (the token is in the state folder's serve.json) or open the URL "
-                + "haul serve printed")
-    }
+/// The `Host` values a `NetworkDoorMiddleware` accepted.
+private final class AcceptedHosts: Sendable {
+    let set = Mutex<Set<String>>([])
 }
 
 /// The Unix socket: a request is served only when the process at the other end runs as this daemon's user.

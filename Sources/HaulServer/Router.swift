@@ -23,9 +23,7 @@ public func buildRouter(
     router.add(middleware: ErrorMiddleware())
     switch door {
     case .network:
-        router.add(middleware: HostMiddleware(names: configuration.hostNames))
-        router.add(middleware: OriginMiddleware())
-        router.add(middleware: AuthMiddleware(credentials: credentials))
+        router.add(middleware: NetworkDoorMiddleware(names: configuration.hostNames, credentials: credentials))
     case .socket:
         router.add(middleware: PeerMiddleware(peerUID: peerUID))
     }
