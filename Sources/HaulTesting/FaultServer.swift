@@ -206,7 +206,19 @@ public final class FaultServer: Sendable {
         var bytes: [UInt8]
         var after: After
         var bytesPerSecond: Int?
+        /// Where the answer is in the log, and how many of `bytes` are the head (for counting what a throttled
+        /// answer wrote before the client went away).
+        var logIndex = -1
+        var headLength = 0
         enum After { case keepAlive, close, stall }
+    }
+
+    /// A throttled answer ended after `bytes` bytes of its body went out (the client may close before the end).
+    fileprivate func recordWritten(_ logIndex: Int, bodyBytes: Int) {
+        state.withLock { state in
+            guard state.log.indices.contains(logIndex) else { return }
+            state.log[logIndex].bodyBytesSent = min(state.log[logIndex].bodyBytesSent, max(0, bodyBytes))
+        }
     }
 
     fileprivate func answer(path: String, headers: HTTPHeaders) -> Answer {
@@ -232,7 +244,11 @@ public final class FaultServer: Sendable {
             recorded.status = 404
         }
         let final = recorded
-        state.withLock { $0.log.append(final) }
+        answer.logIndex = state.withLock { state in
+            state.log.append(final)
+            return state.log.count - 1
+        }
+        answer.headLength = answer.bytes.count - final.bodyBytesSent
         return answer
     }
 
@@ -455,9 +471,11 @@ private final class FaultHandler: ChannelInboundHandler {
             let path = String(head.uri.split(separator: "?", maxSplits: 1).first ?? "/")
             let answer = server.answer(path: path, headers: head.headers)
             let buffer = context.channel.allocator.buffer(bytes: answer.bytes)
-            if let rate = answer.bytesPerSecond, answer.after == .keepAlive {
+            if let rate = answer.bytesPerSecond, answer.after != .stall {
                 stalled = true
-                writeThrottled(buffer, rate: rate, channel: context.channel)
+                writeThrottled(buffer, rate: rate, channel: context.channel) { [server] written in
+                    server.recordWritten(answer.logIndex, bodyBytes: written - answer.headLength)
+                }
                 return
             }
             switch answer.after {
@@ -473,16 +491,21 @@ private final class FaultHandler: ChannelInboundHandler {
         }
     }
 
-    /// Writes `buffer` in slices every 10 ms so that about `rate` bytes go out a second; one answer per connection.
-    private func writeThrottled(_ buffer: ByteBuffer, rate: Int, channel: any Channel) {
+    /// Writes `buffer` in slices every 10 ms so that about `rate` bytes go out a second, then closes (one answer per
+    /// connection, cut or whole), and tells `ended` how many bytes went out before the end or the client's close.
+    private func writeThrottled(_ buffer: ByteBuffer, rate: Int, channel: any Channel, ended: @escaping (Int) -> Void) {
         var remaining = buffer
+        var written = 0
         let slice = max(1, rate / 100)
         func next() {
             guard channel.isActive, let piece = remaining.readSlice(length: min(slice, remaining.readableBytes)) else {
+                ended(written)
                 return
             }
+            written += piece.readableBytes
             channel.writeAndFlush(piece, promise: nil)
             if remaining.readableBytes == 0 {
+                ended(written)
                 channel.close(promise: nil)
                 return
             }

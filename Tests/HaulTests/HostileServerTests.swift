@@ -12,7 +12,7 @@ struct HostileServerTests {
     let body = testBytes(size)
 
     /// A short idle timeout: a `.stall(afterBytes:)` fault then cuts the transfer at exactly that many bytes, since
-    /// every byte sent is consumed before the timeout fires (a hard close may drop bytes the client had buffered).
+    /// every byte sent is consumed before the timeout fires.
     static var stallOptions: DownloadOptions {
         var options = DownloadOptions()
         options.idleTimeoutSeconds = 1.0
@@ -271,16 +271,34 @@ struct HostileServerTests {
             let requests = h.server.requests(to: "/f")
             #expect(requests.count >= 2)
             #expect(h.clock.sleeps.count >= requests.count - 1, "each cut is retried after a backoff")
-            // A resumed request never starts past the bytes the server had sent before it (a hard close may drop
-            // bytes the client had buffered, so it can start earlier, never later).
+            // Every byte the server sent before it closed was written: each request starts exactly there.
             var sentBefore = 0
             for request in requests {
                 let start = request.range.flatMap { Int($0.dropFirst(6).dropLast()) } ?? 0
-                #expect(start <= sentBefore)
+                #expect(start == sentBefore)
                 sentBefore += request.bodyBytesSent
             }
+            #expect(h.server.bodyBytesSent(for: "/f") == Self.size, "no byte fetched twice")
             await h.stop()
         }
+    }
+
+    @Test(
+        "17: a server that cuts every answer after 3 MiB: 16 MiB cost exactly 16 MiB, each request where the last stopped"
+    )
+    func noWastedByte() async throws {
+        let h = try await Harness.make()
+        defer { Task { await h.stop() } }
+        let body = testBytes(16 << 20, seed: 17)
+        h.server.serve("/f", .init(body: body) { _, _ in .cut(afterBytes: 3 << 20) })
+        var options = DownloadOptions()
+        options.maxConnectionsPerDownload = 1
+        _ = try await h.fetch("/f", options: options)
+        #expect(h.holds("file.bin", body))
+        let requests = h.server.requests(to: "/f")
+        #expect(requests.count == 6)
+        #expect(requests.dropFirst().map(\.range) == (1...5).map { "bytes=\($0 * (3 << 20))-" })
+        #expect(h.server.bodyBytesSent(for: "/f") == 16 << 20)
     }
 
     @Test("18: headers then silence: abandoned after the idle timeout, then resumed")

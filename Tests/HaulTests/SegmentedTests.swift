@@ -71,6 +71,34 @@ struct SegmentedTests {
         return Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
     }
 
+    @Test("several connections, every answer cut: the bytes fetched are the file and at most 64 KiB a cut")
+    func noWastedByteWithSeveralConnections() async throws {
+        let h = try await Harness.make()
+        defer { Task { await h.stop() } }
+        // 8 MiB at 2 MiB/s a connection, every answer cut after 1.25 MiB: the first lasts long enough for the ramp to
+        // open more connections (0.6 s, even with both cores busy), and every connection is cut at least once.
+        let body = testBytes(8 << 20, seed: 44)
+        let cut = 1280 << 10
+        h.server.serve("/f", .init(body: body, bytesPerSecond: 2 << 20) { _, _ in .cut(afterBytes: cut) })
+        var configuration = DownloadManager.Configuration(stateDirectory: h.stateDirectory)
+        configuration.startsStoredDownloads = false
+        Self.configure(&configuration)
+        let manager = try DownloadManager(configuration: configuration)
+        let id = try await manager.add(h.server.url("/f"), to: .file(h.path("f.bin")), options: Self.options())
+        _ = try await manager.result(of: id)
+        await manager.shutdown()
+        #expect(h.holds("f.bin", body))
+        let requests = h.server.requests(to: "/f")
+        let described = requests.map { "\($0.range ?? "-") \($0.bodyBytesSent)" }
+        #expect(requests.filter(Self.isSegmentRequest).count >= 3, "it did split: \(described)")
+        #expect(h.server.peakConnections >= 2)
+        let cuts = requests.filter { $0.bodyBytesSent == cut }.count
+        #expect(cuts >= 3, "\(described)")
+        // A segment's connection stops reading at the segment's end; what the server had already pushed for an
+        // answer that ran past it (the first, open-ended one) is the only excess, well under 64 KiB a cut.
+        #expect(h.server.bodyBytesSent(for: "/f") <= (8 << 20) + cuts * (64 << 10), "\(described)")
+    }
+
     @Test("-x 4 is about four times faster than -x 1 when each connection is capped")
     func fourConnectionsAreFaster() async throws {
         let h = try await Harness.make()
