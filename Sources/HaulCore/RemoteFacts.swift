@@ -24,20 +24,26 @@ public struct RangeRequest: Hashable, Sendable {
     public var overlap: Int64
     /// The strong validator to send in `If-Range`, if any.
     public var ifRange: String?
+    /// One past the last byte asked for (a segment: `Range: bytes=offset-(end-1)`); nil for the rest of the file.
+    public var end: Int64?
 
     /// Makes a request description.
-    public init(offset: Int64, overlap: Int64 = 0, ifRange: String? = nil) {
+    public init(offset: Int64, overlap: Int64 = 0, ifRange: String? = nil, end: Int64? = nil) {
         self.offset = offset
         self.overlap = overlap
         self.ifRange = ifRange
+        self.end = end
     }
 
     /// A request for the whole file with no `Range` header.
     public static let whole = RangeRequest(offset: 0)
 
     /// The first byte asked for, nil when no `Range` header is sent.
-    public var rangeStart: Int64? { offset > 0 ? offset - overlap : nil }
+    public var rangeStart: Int64? { offset > 0 || end != nil ? offset - overlap : nil }
 
     /// The `Range` header value, nil for a whole-file request.
-    public var rangeHeader: String? { rangeStart.map { "bytes=\($0)-" } }
+    public var rangeHeader: String? {
+        guard let start = rangeStart else { return nil }
+        return end.map { "bytes=\(start)-\($0 - 1)" } ?? "bytes=\(start)-"
+    }
 }

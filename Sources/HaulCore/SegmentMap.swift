@@ -158,6 +158,12 @@ public struct SegmentMap: Hashable, Sendable {
         isHeld[index] = false
     }
 
+    /// Moves segment `index`'s offset back to `offset` (bytes claimed past it were not written), keeping it held.
+    public mutating func rewind(_ index: Int, to offset: Int64) {
+        let segment = segments[index]
+        segments[index].offset = min(max(offset, segment.start), segment.offset)
+    }
+
     /// The segments with each offset replaced by `offsets[i]` (for storing what is durable rather than claimed).
     public func segments(withOffsets offsets: [Int64]) -> [Segment] {
         segments.indices.map { index in

@@ -1,0 +1,214 @@
+/// The rules of several connections: a `SegmentMap` hands out ranges, each answer checked by `SegmentValidator`, a
+/// `ConnectionRamp` adds connections while they make the download faster.
+extension TransferMachine {
+    /// A stored map, restored: each segment continues at its stored offset (bytes past it, or past the part file's
+    /// end, are fetched again). Nil when it cannot be used.
+    mutating func restoreSegments(_ stored: [Segment], start: Start, now: Duration) -> [Action]? {
+        guard let partLength = start.partLength, start.isPartVerified, let facts = start.facts,
+            facts.validators.isStrong, facts.isResumable, let total = facts.totalLength
+        else { return nil }
+        let clamped = stored.map { segment in
+            var segment = segment
+            segment.offset = min(segment.offset, max(segment.start, partLength))
+            return segment
+        }
+        guard
+            let map = SegmentMap(
+                restoring: clamped, total: total, minimumSize: settings.minimumSplitSize,
+                pieces: settings.maxConnections)
+        else { return nil }
+        mode = .segmented(map)
+        segmentWritten = map.segments.map(\.offset)
+        resumedFrom = map.fetchedBytes
+        wasResumed = map.fetchedBytes > 0
+        lastCheckpoint.bytes = map.fetchedBytes
+        if isComplete {
+            phase = .finalizing
+            return [.finalize(total: total)]
+        }
+        return takeWork(newConnection(now: now), now: now)
+    }
+
+    /// Whether every segment has every byte written.
+    var isComplete: Bool {
+        guard case .segmented(let map) = mode else { return false }
+        return zip(map.segments, segmentWritten).allSatisfy { $0.1 >= $0.0.end }
+    }
+
+    /// Gives `id` a segment to fetch and sends its request; closes `id` when there is none.
+    mutating func takeWork(_ id: ConnectionID, now: Duration) -> [Action] {
+        guard case .segmented(var map) = mode, let index = map.take() else {
+            connections[id] = nil
+            return [.close(id)]
+        }
+        mode = .segmented(map)
+        if segmentWritten.count < map.segments.count {
+            segmentWritten += map.segments[segmentWritten.count...].map(\.offset)
+        }
+        connections[id]?.segment = index
+        return resendSegment(id, now: now)
+    }
+
+    /// Sends the request for what is left of `id`'s segment, or takes other work when it is done.
+    mutating func resendSegment(_ id: ConnectionID, now: Duration) -> [Action] {
+        guard case .segmented(var map) = mode, let connection = connections[id], let index = connection.segment else {
+            return takeWork(id, now: now)
+        }
+        // Bytes claimed but not written are handed out again.
+        map.rewind(index, to: segmentWritten[index])
+        mode = .segmented(map)
+        let segment = map.segments[index]
+        guard segment.offset < segment.end else {
+            map.release(index)
+            mode = .segmented(map)
+            connections[id]?.segment = nil
+            return takeWork(id, now: now)
+        }
+        let request = RangeRequest(offset: segment.offset, ifRange: facts?.validators.ifRangeValue, end: segment.end)
+        return send(id, request, now: now)
+    }
+
+    /// The answer to a segment's request.
+    mutating func segmentAnswer(
+        _ id: ConnectionID, segment: Int, head: ResponseHead, map: SegmentMap, now: Duration
+    ) -> [Action] {
+        guard let connection = connections[id], let known = facts, let end = connection.request.end else {
+            return [.discard(id)]
+        }
+        let from = connection.request.offset
+        switch SegmentValidator().decide(start: from, end: end, head: head, known: known) {
+        case .write(let length):
+            return [.stream(id, acceptSegment(id, from: from, length: length))]
+        case .versionChanged(let reason):
+            // Every segment goes; a 200 carrying the new version is kept as the whole file.
+            return restart(
+                reason, closing: Array(connections.keys), keeping: head.status == 200 ? (id, head) : nil, now: now)
+        case .oneConnection(let reason):
+            // The server does not serve ranges correctly: one connection from 0 (its 200, if it sent one).
+            segmentationDisabled = true
+            return restart(
+                reason + "; going on with one connection", closing: Array(connections.keys),
+                keeping: head.status == 200 ? (id, head) : nil, now: now)
+        case .fail(let error):
+            return [.discard(id)] + segmentFailed(id, segment: segment, error: error, now: now, jitter: 1)
+        }
+    }
+
+    private mutating func acceptSegment(_ id: ConnectionID, from: Int64, length: Int64) -> Body {
+        let body = Body(start: from, compareUntil: from, end: from + length)
+        connections[id]?.phase = .streaming
+        connections[id]?.bodyStart = from
+        connections[id]?.position = from
+        connections[id]?.compareUntil = from
+        connections[id]?.end = body.end
+        connections[id]?.wasActive = true
+        connections[id]?.isFlowing = false
+        return body
+    }
+
+    /// A segment's answer ended, or its connection stopped reading (the segment's end moved, or it retires).
+    mutating func segmentBodyEnded(
+        _ id: ConnectionID, segment: Int, connection: Connection, now: Duration
+    ) -> [Action] {
+        guard case .segmented(var map) = mode else { return [] }
+        let position = connection.position
+        let segmentEnd = map.segments[segment].end
+        connections[id]?.isFlowing = false
+        if position < segmentEnd, let end = connection.end, position < end, !connection.retiring {
+            let error = DownloadError(
+                .bodyTooShort,
+                "connection closed after \(position - connection.bodyStart) of \(end - connection.bodyStart) bytes",
+                isRetryable: true)
+            return segmentFailed(id, segment: segment, error: error, now: now, jitter: 1)
+        }
+        if isComplete {
+            // Every byte is written: whatever else is open has nothing left to do.
+            let others = connections.keys.filter { $0 != id }.sorted()
+            connections.removeAll()
+            phase = .finalizing
+            return others.map { .close($0) } + [.close(id), .finalize(total: map.total)]
+        }
+        if connection.retiring {
+            map.release(segment, keepingUpTo: segmentWritten[segment])
+            mode = .segmented(map)
+            connections[id] = nil
+            return [.close(id)]
+        }
+        if segmentWritten[segment] >= segmentEnd {
+            map.release(segment)
+            mode = .segmented(map)
+            connections[id]?.segment = nil
+            connections[id]?.failures = 0
+            return takeWork(id, now: now)
+        }
+        // The answer ended before the segment did (a server may send less than asked): ask for the rest.
+        return resendSegment(id, now: now)
+    }
+
+    /// A connection of several failed.
+    mutating func segmentFailed(
+        _ id: ConnectionID, segment: Int, error: DownloadError, now: Duration, jitter: Double
+    ) -> [Action] {
+        guard var connection = connections[id], case .segmented(var map) = mode else { return [] }
+        guard error.isRetryable else { return fail(error) }
+        let others = connections.keys.filter { $0 != id }.count
+        connection.isFlowing = false
+        // A 429 or 503 while others run, or a refused connection beside others: the server limits connections.
+        // This one closes, and the ramp adds none beyond those left.
+        if others > 0, error.status == 429 || error.status == 503 || error.code == .connectionFailed {
+            if error.status != nil { ramp.serverOverloaded(connections: others + 1) }
+            map.release(segment, keepingUpTo: segmentWritten[segment])
+            mode = .segmented(map)
+            connections[id] = nil
+            return [.close(id)]
+        }
+        if error.code == .connectionFailed, facts != nil {
+            // Alone, and the server answered before: the network is away.
+            networkWaits += 1
+            connection.phase = .waiting
+            connections[id] = connection
+            let delay = settings.retryPolicy.backoff(failures: networkWaits, jitter: jitter)
+            return (networkWaits == 1 ? [.report(.waitingForNetwork(error))] : []) + [.wait(id, delay)]
+        }
+        connection.phase = .waiting
+        if connection.progressed {
+            connection.failures = 0
+            connection.progressed = false
+            connections[id] = connection
+            return resendSegment(id, now: now)
+        }
+        connection.failures += 1
+        connections[id] = connection
+        switch settings.retryPolicy.decide(failures: connection.failures, error: error, jitter: jitter) {
+        case .giveUp:
+            var final = error
+            final.isRetryable = false
+            final.message =
+                "\(error.message) (one connection gave up after \(connection.failures) attempts without progress)"
+            return fail(final)
+        case .retry(let delay):
+            return [.report(.retrying(error, delay: delay, attempts: nil)), .wait(id, delay)]
+        }
+    }
+
+    /// The ramp's look at the connections: add one, drop some, or hold.
+    mutating func rampStep(now: Duration) -> [Action] {
+        guard case .segmented(let map) = mode else { return [] }
+        let flowing = connections.values.filter { $0.phase == .streaming && $0.isFlowing }.count
+        switch ramp.decide(
+            now: now, bytes: heldBytes, connections: connections.count, flowing: flowing, canAdd: map.hasWorkToTake)
+        {
+        case .add:
+            return takeWork(newConnection(now: now), now: now)
+        case .drop(let count):
+            // The newest streaming connections close at their next chunk.
+            let streaming = connections.filter { $0.value.phase == .streaming && !$0.value.retiring }.keys.sorted()
+            for id in streaming.reversed().prefix(count) where connections.count > 1 {
+                connections[id]?.retiring = true
+            }
+            return []
+        case .hold:
+            return []
+        }
+    }
+}

@@ -1,0 +1,673 @@
+/// The loop of one download as a value: what to request, what to do with each answer and each byte, when to
+/// checkpoint, retry, wait, split over more connections, restart or finalise. Events go in (`start`,
+/// `responseReceived`, `claim` and `wrote` for the bytes of a body, `bodyEnded`, `connectionFailed`, `waitEnded`,
+/// `checkpointed`, `tick`, `finalized`, `stop`); each returns the `Action`s for the runner to perform, in order.
+///
+/// It never sleeps, reads a clock or touches a file: times come in with the events, and the runner does the I/O. One
+/// connection and several are the same loop: with one, the part file grows from its start; with several, a
+/// `SegmentMap` hands out the ranges. The rules are DESIGN.md's resume table (through `ResumePlanner`,
+/// `ResponseValidator`, `SegmentValidator`), with three that are the machine's own:
+///
+/// - **No wasted byte.** Every byte of a body that was written counts, and after a connection breaks, the next request
+///   starts exactly after it (within a run; after a crash, at the last checkpoint). A break after bytes arrived is
+///   retried at once; only attempts that brought nothing back off.
+/// - **A restart is not a failure.** A changed file, a server that stops honouring ranges, a bad segment answer, an
+///   overlap that differs or a checksum mismatch after a resumed download start the download again at once: no retry
+///   is spent, no backoff waited, and a 200 that carries the whole new file is kept as its body. The runner tells it
+///   as `restarted(reason)`. Versions are never mixed: the part file is emptied first.
+/// - **Waiting for the network is not a failure either.** A server that answered before and cannot be reached at all
+///   makes the download wait, probing with backoff, until it answers again.
+public struct TransferMachine: Sendable {
+    /// A connection of this download, as the machine numbers them.
+    public typealias ConnectionID = Int
+
+    /// What the machine works with.
+    public struct Settings: Sendable, Equatable {
+        /// The most connections (1: exactly one).
+        public var maxConnections: Int
+        /// No segment smaller than this is started by splitting.
+        public var minimumSplitSize: Int64
+        /// Bytes before the resume point fetched again and compared when no strong validator exists.
+        public var overlapLength: Int64
+        /// Backoff and the bound on attempts without progress (per connection).
+        public var retryPolicy: RetryPolicy
+        /// A connection that brings nothing for this long is abandoned.
+        public var idleTimeout: Duration
+        /// Checkpoint after this many bytes...
+        public var checkpointBytes: Int64
+        /// ...or after this long with bytes to checkpoint.
+        public var checkpointInterval: Duration
+        /// At most one progress report this often.
+        public var progressInterval: Duration
+        /// How long the connection ramp measures before judging.
+        public var rampWindow: Duration
+        /// A checksum is checked at the end: a mismatch after a resumed download fetches it whole once.
+        public var verifiesChecksum: Bool
+
+        /// Settings with DESIGN.md's defaults where not given.
+        public init(
+            maxConnections: Int = 4,
+            minimumSplitSize: Int64 = 4 << 20,
+            overlapLength: Int64 = 64 << 10,
+            retryPolicy: RetryPolicy = RetryPolicy(),
+            idleTimeout: Duration = .seconds(30),
+            checkpointBytes: Int64 = 16 << 20,
+            checkpointInterval: Duration = .seconds(1),
+            progressInterval: Duration = .milliseconds(100),
+            rampWindow: Duration = .milliseconds(100),
+            verifiesChecksum: Bool = false
+        ) {
+            self.maxConnections = max(1, maxConnections)
+            self.minimumSplitSize = max(1, minimumSplitSize)
+            self.overlapLength = overlapLength
+            self.retryPolicy = retryPolicy
+            self.idleTimeout = idleTimeout
+            self.checkpointBytes = checkpointBytes
+            self.checkpointInterval = checkpointInterval
+            self.progressInterval = progressInterval
+            self.rampWindow = rampWindow
+            self.verifiesChecksum = verifiesChecksum
+        }
+    }
+
+    /// What the runner found before the first request.
+    public struct Start: Sendable, Equatable {
+        /// The part file's length; nil when there is none (a folder download before its name, or deleted).
+        public var partLength: Int64?
+        /// The stored durable offset.
+        public var durableOffset: Int64
+        /// The stored segment map of a download split over several connections.
+        public var segments: [Segment]?
+        /// Whether the part file's bytes were written by Haul for this download (false: compared before trusted).
+        public var isPartVerified: Bool
+        /// What is known of the remote file.
+        public var facts: RemoteFacts?
+
+        /// Makes a start.
+        public init(
+            partLength: Int64?, durableOffset: Int64, segments: [Segment]? = nil, isPartVerified: Bool,
+            facts: RemoteFacts?
+        ) {
+            self.partLength = partLength
+            self.durableOffset = durableOffset
+            self.segments = segments
+            self.isPartVerified = isPartVerified
+            self.facts = facts
+        }
+    }
+
+    /// How to take the body of an accepted answer.
+    public struct Body: Sendable, Equatable {
+        /// Where its first byte belongs in the file.
+        public var start: Int64
+        /// Bytes before this are compared with the part file, not written.
+        public var compareUntil: Int64
+        /// One past the last byte it carries, when announced.
+        public var end: Int64?
+
+        /// Makes a body plan.
+        public init(start: Int64, compareUntil: Int64, end: Int64?) {
+            self.start = start
+            self.compareUntil = compareUntil
+            self.end = end
+        }
+    }
+
+    /// What a checkpoint stores once the part file is synced.
+    public enum Checkpoint: Sendable, Equatable {
+        /// One connection: the bytes before this offset.
+        case offset(Int64)
+        /// Several: each segment with the bytes before its offset, and their sum.
+        case segments([Segment], bytes: Int64)
+    }
+
+    /// What the runner tells the download's manager.
+    public enum Report: Sendable, Equatable {
+        /// An answer told what the remote file is (to store, with the part file's state).
+        case factsLearned(RemoteFacts)
+        /// The download starts again from 0: a restart, not a failure.
+        case restarted(reason: String)
+        /// A retryable error; the connection waits `delay` (nil attempts: one connection of several).
+        case retrying(DownloadError, delay: Duration, attempts: Int?)
+        /// The server cannot be reached; the download waits for the network.
+        case waitingForNetwork(DownloadError)
+        /// It answers again.
+        case networkReturned
+        /// Connections open now.
+        case connections(Int)
+    }
+
+    /// Progress, as the machine counts it.
+    public struct Progress: Sendable, Equatable {
+        /// Bytes held (written by this run and earlier ones).
+        public var receivedBytes: Int64
+        /// The file's length, when known.
+        public var totalBytes: Int64?
+        /// Speed over the last few seconds.
+        public var bytesPerSecond: Double
+        /// Time left at that speed, when the length is known.
+        public var secondsRemaining: Double?
+        /// Connections open.
+        public var connections: Int
+    }
+
+    /// What the runner does.
+    public enum Action: Sendable, Equatable {
+        /// Send this request on this connection (opening it).
+        case send(ConnectionID, RangeRequest)
+        /// Take this answer's body: claim, compare or write, report each chunk.
+        case stream(ConnectionID, Body)
+        /// Drop this answer without reading its body.
+        case discard(ConnectionID)
+        /// Stop this connection (its body, its wait) and close it.
+        case close(ConnectionID)
+        /// Empty the part file from `to` on: lower the stored offset first (and forget segments and facts when
+        /// `forgetting`), then truncate.
+        case truncate(to: Int64, forgetting: Bool)
+        /// Sync the part file, then store the mark; tell `checkpointed` or `checkpointFailed`.
+        case checkpoint(Checkpoint)
+        /// Wait this long, then tell `waitEnded`.
+        case wait(ConnectionID, Duration)
+        /// Tell the manager.
+        case report(Report)
+        /// Publish progress.
+        case progress(Progress)
+        /// Every byte is held: verify the `total` bytes and move them into place; tell `finalized`.
+        case finalize(total: Int64)
+        /// The download fails with this error.
+        case fail(DownloadError)
+        /// Stopped on request: every connection is closed; sync and store the written bytes, then end.
+        case stopped(Checkpoint)
+    }
+
+    /// What a chunk of a body may do, from `claim`.
+    public struct Grant: Sendable, Equatable {
+        /// Where the chunk's first byte belongs.
+        public var offset: Int64
+        /// Its first bytes that are compared with the part file.
+        public var compare: Int
+        /// The bytes after those that are written.
+        public var write: Int
+        /// Read no further on this connection after this chunk (its range is done, or it is asked to close).
+        public var stop: Bool
+        /// The answer sent more than it announced: the excess is not written, and the connection fails.
+        public var overrun: Bool
+
+        /// Makes a grant.
+        public init(offset: Int64, compare: Int, write: Int, stop: Bool, overrun: Bool) {
+            self.offset = offset
+            self.compare = compare
+            self.write = write
+            self.stop = stop
+            self.overrun = overrun
+        }
+    }
+
+    /// How the end of a download went, from the runner's verification.
+    public enum FinalizeOutcome: Sendable, Equatable {
+        /// Verified and in place.
+        case completed
+        /// The checksum did not match (the error says how).
+        case checksumMismatch(DownloadError)
+    }
+
+    // MARK: State
+
+    struct Connection: Sendable, Equatable {
+        enum Phase: Sendable, Equatable {
+            /// A request is out; waiting for its answer's head.
+            case requesting
+            /// Its answer's body is being taken.
+            case streaming
+            /// Waiting before sending again.
+            case waiting
+        }
+
+        var phase: Phase
+        /// The last request sent.
+        var request: RangeRequest
+        /// The segment it fetches (several connections).
+        var segment: Int?
+        /// Where its answer's body began, and where the next byte of it belongs.
+        var bodyStart: Int64 = 0
+        var position: Int64 = 0
+        /// Bytes before this are compared, not written.
+        var compareUntil: Int64 = 0
+        /// One past the last byte its answer may write.
+        var end: Int64?
+        /// Attempts in a row that brought no byte.
+        var failures = 0
+        /// Bytes were written since the last request.
+        var progressed = false
+        /// Bytes arrived since the last tick; when it was last quiet.
+        var wasActive = false
+        var quietSince: Duration
+        /// Asked to close after its current chunk (the ramp dropping a connection).
+        var retiring = false
+        /// The first connection of a segmented transfer carries the probe's answer.
+        var isFlowing = false
+    }
+
+    enum Mode: Sendable, Equatable {
+        case single
+        case segmented(SegmentMap)
+    }
+
+    enum Phase: Sendable, Equatable {
+        case idle, transferring, finalizing, stopping, done
+    }
+
+    /// The settings.
+    public let settings: Settings
+    var mode: Mode = .single
+    var facts: RemoteFacts?
+    var isPartVerified = true
+    /// One connection: bytes before this are in the part file (written by this run or trusted from before).
+    var written: Int64 = 0
+    /// One connection: the stored durable offset.
+    var durable: Int64 = 0
+    /// Several: per segment, bytes `start..<written` are written.
+    var segmentWritten: [Int64] = []
+    var connections: [ConnectionID: Connection] = [:]
+    var nextID = 0
+    var freshFetchTried = false
+    var segmentationDisabled = false
+    var networkWaits = 0
+    var restartsWithoutProgress = 0
+    var ramp: ConnectionRamp
+    var lastCheckpoint: (time: Duration, bytes: Int64) = (.zero, 0)
+    var isCheckpointing = false
+    var lastProgress: Duration?
+    var meter = SpeedMeter()
+    var phase: Phase = .idle
+    var shownConnections = 0
+    /// Whether bytes held from before this run were kept (resumed, not fetched whole).
+    public internal(set) var wasResumed = false
+    /// Where this run started from: the bytes it did not fetch.
+    public internal(set) var resumedFrom: Int64?
+
+    /// A machine for one run of a download.
+    public init(settings: Settings) {
+        self.settings = settings
+        ramp = ConnectionRamp(maximum: settings.maxConnections, window: settings.rampWindow)
+    }
+
+    /// The bytes held now, over all connections.
+    public var heldBytes: Int64 {
+        switch mode {
+        case .single: written
+        case .segmented(let map): zip(map.segments, segmentWritten).reduce(0) { $0 + $1.1 - $1.0.start }
+        }
+    }
+
+    /// The file's length, when known.
+    public var totalBytes: Int64? {
+        if case .segmented(let map) = mode { return map.total }
+        return facts?.totalLength
+    }
+
+    /// The connections open (requesting or streaming, not waiting).
+    public var openConnections: Int { connections.values.filter { $0.phase != .waiting }.count }
+
+    /// What the remote file is, as last learned.
+    public var remoteFacts: RemoteFacts? { facts }
+
+    /// What a checkpoint now would store.
+    public var checkpointMark: Checkpoint {
+        switch mode {
+        case .single: .offset(written)
+        case .segmented(let map):
+            .segments(map.segments(withOffsets: segmentWritten), bytes: heldBytes)
+        }
+    }
+
+    // MARK: Starting
+
+    /// The first actions of a run, from what the runner found.
+    public mutating func start(_ start: Start, now: Duration) -> [Action] {
+        phase = .transferring
+        facts = start.facts
+        isPartVerified = start.isPartVerified
+        durable = start.durableOffset
+        lastCheckpoint = (now, 0)
+        if let stored = start.segments, let restored = restoreSegments(stored, start: start, now: now) {
+            return restored
+        }
+        if start.segments != nil {
+            // A map that does not fit the part file or the facts: the download starts over.
+            facts = nil
+            isPartVerified = true
+            durable = 0
+            written = 0
+            return [.report(.restarted(reason: "the stored segment map is unusable"))]
+                + [.truncate(to: 0, forgetting: true)] + send(newConnection(now: now), .whole, now: now)
+        }
+        let plan = ResumePlanner(overlapLength: settings.overlapLength).plan(
+            ResumePlanner.Input(
+                partLength: start.partLength, durableOffset: start.durableOffset, hasRecord: start.isPartVerified,
+                remote: start.facts))
+        var actions: [Action] = []
+        switch plan {
+        case .finalize(let truncateTo):
+            if let truncateTo { actions.append(.truncate(to: truncateTo, forgetting: false)) }
+            written = truncateTo ?? start.partLength ?? 0
+            durable = min(durable, written)
+            resumedFrom = written
+            wasResumed = written > 0
+            lastCheckpoint.bytes = written
+            phase = .finalizing
+            return actions + [.finalize(total: written)]
+        case .request(let request, let truncateTo):
+            if let truncateTo {
+                actions.append(.truncate(to: truncateTo, forgetting: truncateTo == 0 && start.facts != nil))
+                if truncateTo == 0 { facts = nil }
+            }
+            written = truncateTo ?? start.partLength ?? 0
+            written = min(written, request.offset)
+            durable = min(durable, written)
+            lastCheckpoint.bytes = written
+            return actions + send(newConnection(now: now), request, now: now)
+        }
+    }
+
+    // MARK: Answers
+
+    /// The head of the answer to the last request on `connection` arrived.
+    public mutating func responseReceived(_ id: ConnectionID, _ head: ResponseHead, now: Duration) -> [Action] {
+        guard var connection = connections[id], connection.phase == .requesting, phase == .transferring else {
+            return [.discard(id)]
+        }
+        connection.wasActive = true
+        connections[id] = connection
+        var actions: [Action] = []
+        if networkWaits > 0 {
+            networkWaits = 0
+            actions.append(.report(.networkReturned))
+        }
+        if let segment = connection.segment, case .segmented(let map) = mode {
+            return actions + segmentAnswer(id, segment: segment, head: head, map: map, now: now)
+        }
+        return actions + singleAnswer(id, head: head, now: now)
+    }
+
+    // MARK: Bytes
+
+    /// A chunk of `count` bytes arrived on `connection`: what to compare and write of it, and where. Call `wrote` once
+    /// it is done.
+    public mutating func claim(_ id: ConnectionID, count: Int) -> Grant {
+        guard var connection = connections[id], connection.phase == .streaming, phase == .transferring else {
+            return Grant(offset: 0, compare: 0, write: 0, stop: true, overrun: false)
+        }
+        connection.wasActive = true
+        connection.isFlowing = true
+        defer { connections[id] = connection }
+        let position = connection.position
+        var compare = 0
+        if position < connection.compareUntil {
+            compare = Int(min(Int64(count), connection.compareUntil - position))
+        }
+        var remaining = Int64(count - compare)
+        var overrun = false
+        if let end = connection.end, position + Int64(compare) + remaining > end {
+            remaining = max(0, end - position - Int64(compare))
+            overrun = connection.segment == nil
+        }
+        var stop = overrun
+        if let segment = connection.segment, case .segmented(var map) = mode {
+            let start = position + Int64(compare)
+            let granted = map.claim(segment, at: start, count: remaining)
+            mode = .segmented(map)
+            if granted < remaining || start + granted >= map.segments[segment].end { stop = true }
+            remaining = granted
+            if connection.retiring { stop = true }
+        }
+        connection.position = position + Int64(compare) + remaining
+        return Grant(offset: position, compare: compare, write: Int(remaining), stop: stop, overrun: overrun)
+    }
+
+    /// The chunk `claim` granted on `connection` is compared and written.
+    public mutating func wrote(_ id: ConnectionID, now: Duration) -> [Action] {
+        guard var connection = connections[id], phase == .transferring else { return [] }
+        let position = connection.position
+        if position > connection.compareUntil { connection.progressed = true }
+        connections[id] = connection
+        if let segment = connection.segment, case .segmented = mode {
+            segmentWritten[segment] = max(segmentWritten[segment], position)
+        } else if position > connection.compareUntil || position > written {
+            written = max(written, position)
+            if !isPartVerified, position >= connection.compareUntil, connection.compareUntil > 0 {
+                isPartVerified = true
+            }
+        }
+        restartsWithoutProgress = 0
+        return checkpointIfDue(now: now)
+    }
+
+    /// The bytes held before the resume point differ from the server's: the download starts again.
+    public mutating func overlapDiffered(_ id: ConnectionID, now: Duration) -> [Action] {
+        guard connections[id] != nil, phase == .transferring else { return [] }
+        return restart(
+            "the bytes held differ from the server's", closing: Array(connections.keys), now: now)
+    }
+
+    /// The body on `connection` ended cleanly.
+    public mutating func bodyEnded(_ id: ConnectionID, now: Duration) -> [Action] {
+        guard let connection = connections[id], connection.phase == .streaming, phase == .transferring else {
+            return []
+        }
+        if let segment = connection.segment, case .segmented = mode {
+            return segmentBodyEnded(id, segment: segment, connection: connection, now: now)
+        }
+        return singleBodyEnded(id, connection: connection, now: now)
+    }
+
+    // MARK: Failures
+
+    /// The request or the body on `connection` failed with `error` (the bytes written before it still count).
+    /// `jitter` in 0...1 scales the backoff (`RetryPolicy`); the runner draws it.
+    public mutating func connectionFailed(
+        _ id: ConnectionID, _ error: DownloadError, now: Duration, jitter: Double = 1
+    ) -> [Action] {
+        guard let connection = connections[id], phase == .transferring else { return [] }
+        if let segment = connection.segment, case .segmented = mode {
+            return segmentFailed(id, segment: segment, error: error, now: now, jitter: jitter)
+        }
+        return singleFailed(id, error: error, now: now, jitter: jitter)
+    }
+
+    /// The wait of `connection` ended: send again.
+    public mutating func waitEnded(_ id: ConnectionID, now: Duration) -> [Action] {
+        guard let connection = connections[id], connection.phase == .waiting, phase == .transferring else {
+            return []
+        }
+        _ = connection
+        if case .segmented = mode {
+            return resendSegment(id, now: now)
+        }
+        return resendSingle(id, now: now)
+    }
+
+    // MARK: Checkpoints
+
+    /// A checkpoint is synced and stored.
+    public mutating func checkpointed(_ mark: Checkpoint) -> [Action] {
+        isCheckpointing = false
+        if case .offset(let offset) = mark { durable = max(durable, offset) }
+        return []
+    }
+
+    /// A checkpoint failed: the download fails with its error (a full disk keeps its bytes).
+    public mutating func checkpointFailed(_ error: DownloadError) -> [Action] {
+        isCheckpointing = false
+        guard phase == .transferring else { return [] }
+        return fail(error)
+    }
+
+    mutating func checkpointIfDue(now: Duration) -> [Action] {
+        guard !isCheckpointing else { return [] }
+        let held = heldBytes
+        let dueByBytes = held - lastCheckpoint.bytes >= settings.checkpointBytes
+        let dueByTime = now - lastCheckpoint.time >= settings.checkpointInterval && held > lastCheckpoint.bytes
+        guard dueByBytes || dueByTime else { return [] }
+        lastCheckpoint = (now, held)
+        isCheckpointing = true
+        return [.checkpoint(checkpointMark)]
+    }
+
+    // MARK: Time
+
+    /// Time passed (called often, about every tenth of the idle timeout or the ramp's window): idle connections,
+    /// checkpoints due by time, the ramp, progress.
+    public mutating func tick(now: Duration, jitter: Double = 1) -> [Action] {
+        guard phase == .transferring else { return [] }
+        var actions: [Action] = []
+        for id in connections.keys.sorted() {
+            guard var connection = connections[id], connection.phase != .waiting else { continue }
+            if connection.wasActive {
+                connection.wasActive = false
+                connection.quietSince = now
+                connections[id] = connection
+            } else if now - connection.quietSince >= settings.idleTimeout {
+                let seconds =
+                    Double(settings.idleTimeout.components.seconds)
+                    + Double(settings.idleTimeout.components.attoseconds) / 1e18
+                let error = DownloadError(
+                    .idleTimeout, "no data for \(seconds.formatted()) s; abandoning the connection")
+                actions.append(.close(id))
+                actions += connectionFailed(id, error, now: now, jitter: jitter)
+                guard phase == .transferring else { return actions }
+            }
+        }
+        actions += checkpointIfDue(now: now)
+        if case .segmented = mode { actions += rampStep(now: now) }
+        actions += progressIfDue(now: now)
+        return actions
+    }
+
+    /// Whether the runner should tick fast now (the ramp is measuring or judging a connection).
+    public var wantsFastTicks: Bool {
+        guard case .segmented = mode else { return false }
+        return ramp.isMeasuring
+    }
+
+    mutating func progressIfDue(now: Duration, force: Bool = false) -> [Action] {
+        var actions: [Action] = []
+        let open = openConnections
+        if open != shownConnections, case .segmented = mode {
+            shownConnections = open
+            actions.append(.report(.connections(open)))
+        }
+        if !force, let last = lastProgress, now - last < settings.progressInterval { return actions }
+        lastProgress = now
+        let held = heldBytes
+        meter.record(bytes: held, at: now)
+        return actions + [
+            .progress(
+                Progress(
+                    receivedBytes: held, totalBytes: totalBytes, bytesPerSecond: meter.bytesPerSecond,
+                    secondsRemaining: meter.secondsRemaining(total: totalBytes), connections: max(1, open)))
+        ]
+    }
+
+    // MARK: Ending
+
+    /// The runner verified (or failed to verify) the file `finalize` asked for.
+    public mutating func finalized(_ outcome: FinalizeOutcome, now: Duration) -> [Action] {
+        guard phase == .finalizing else { return [] }
+        switch outcome {
+        case .completed:
+            phase = .done
+            return []
+        case .checksumMismatch(let error):
+            if settings.verifiesChecksum, wasResumed || (resumedFrom ?? 0) > 0, !freshFetchTried {
+                freshFetchTried = true
+                phase = .transferring
+                wasResumed = false
+                return restart(
+                    "checksum mismatch after a resumed download; fetching it whole", closing: [], now: now)
+            }
+            phase = .done
+            return [.fail(error)]
+        }
+    }
+
+    /// Stop (a pause, a cancel, a shutdown): close every connection; the runner then syncs and stores what was
+    /// written, exactly.
+    public mutating func stop() -> [Action] {
+        guard phase != .done, phase != .stopping else { return [] }
+        let ids = connections.keys.sorted()
+        connections.removeAll()
+        phase = .stopping
+        return ids.map { .close($0) } + [.stopped(checkpointMark)]
+    }
+
+    // MARK: Shared steps
+
+    mutating func newConnection(now: Duration) -> ConnectionID {
+        let id = nextID
+        nextID += 1
+        connections[id] = Connection(phase: .requesting, request: .whole, quietSince: now)
+        return id
+    }
+
+    mutating func send(_ id: ConnectionID, _ request: RangeRequest, now: Duration) -> [Action] {
+        guard var connection = connections[id] else { return [] }
+        connection.phase = .requesting
+        connection.request = request
+        connection.progressed = false
+        connection.wasActive = false
+        connection.quietSince = now
+        connection.isFlowing = false
+        connections[id] = connection
+        if resumedFrom == nil { resumedFrom = request.offset }
+        return [.send(id, request)]
+    }
+
+    mutating func fail(_ error: DownloadError) -> [Action] {
+        let ids = connections.keys.sorted()
+        connections.removeAll()
+        phase = .done
+        return ids.map { .close($0) } + [.fail(error)]
+    }
+
+    /// Starts the download again from 0 on one connection: closes `closing`, empties the part file, forgets what
+    /// was known, and either keeps `body` (a 200 with the whole file arrived on `keeping`) or sends a new request.
+    mutating func restart(
+        _ reason: String, closing: [ConnectionID], keeping: (ConnectionID, ResponseHead)? = nil, now: Duration
+    ) -> [Action] {
+        restartsWithoutProgress += 1
+        var actions: [Action] = []
+        for id in closing.sorted() where id != keeping?.0 {
+            connections[id] = nil
+            actions.append(.close(id))
+        }
+        actions.append(.report(.restarted(reason: reason)))
+        if restartsWithoutProgress > 3 {
+            // A server that makes every answer a restart would loop for ever: this counts as a failure.
+            return actions
+                + fail(
+                    DownloadError(
+                        .invalidResponse, "gave up after \(restartsWithoutProgress - 1) restarts in a row: \(reason)"))
+        }
+        mode = .single
+        segmentWritten = []
+        facts = nil
+        isPartVerified = true
+        durable = 0
+        written = 0
+        lastCheckpoint.bytes = 0
+        wasResumed = false
+        shownConnections = 0
+        actions.append(.truncate(to: 0, forgetting: true))
+        if let (id, head) = keeping {
+            var connection = connections[id] ?? Connection(phase: .requesting, request: .whole, quietSince: now)
+            connection.segment = nil
+            connection.phase = .requesting
+            connection.request = .whole
+            connections[id] = connection
+            return actions + singleAnswer(id, head: head, now: now)
+        }
+        let id = newConnection(now: now)
+        return actions + send(id, .whole, now: now)
+    }
+}
