@@ -102,6 +102,10 @@ public enum DownloadEvent: Sendable, Equatable, Codable {
     case progress(DownloadProgress)
     /// A retryable error; the download (or one of its connections) waits `delay`, then resumes.
     case retrying(DownloadID, error: DownloadError, delay: Duration)
+    /// The download starts again from 0, at once: the remote file changed, the server stopped honouring ranges or
+    /// answered a segment wrongly, the bytes held differed from the server's, or the checksum of a resumed download
+    /// did not match. Not a failure: no retry is spent.
+    case restarted(DownloadID, reason: String)
     /// A download was forgotten.
     case removed(DownloadID)
     /// Totals: speed of all downloads and a count per state (about once a second while anything runs).
@@ -114,7 +118,7 @@ public enum DownloadEvent: Sendable, Equatable, Codable {
         switch self {
         case .added(let snapshot), .changed(let snapshot): snapshot.id
         case .progress(let progress): progress.id
-        case .retrying(let id, _, _), .removed(let id): id
+        case .retrying(let id, _, _), .removed(let id), .restarted(let id, _): id
         case .snapshot, .stats, .settings: nil
         }
     }

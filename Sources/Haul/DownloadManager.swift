@@ -688,8 +688,8 @@ public actor DownloadManager {
     /// Everything now: the downloads (only `id` when given), totals and settings.
     public func managerSnapshot(for id: DownloadID? = nil) -> ManagerSnapshot {
         let downloads =
-            id.map { id in catalog[id.rawValue].map { [snapshot(of: $0, live: true)] } ?? [] }
-            ?? queueOrder(catalog.all).map { snapshot(of: $0, live: true) }
+            id.map { id in catalog[id.rawValue].map { [snapshot(of: $0)] } ?? [] }
+            ?? queueOrder(catalog.all).map { snapshot(of: $0) }
         return ManagerSnapshot(downloads: downloads, stats: stats(), settings: settings)
     }
 
@@ -698,25 +698,25 @@ public actor DownloadManager {
 
     /// The download now (live bytes, speed and segments while it runs).
     public func snapshot(_ id: DownloadID) throws(DownloadError) -> Snapshot {
-        snapshot(of: try require(id), live: true)
+        snapshot(of: try require(id))
     }
 
     /// The downloads with these ids that the manager still has, in the order given.
     public func snapshots(ofExisting ids: [DownloadID]) -> [Snapshot] {
-        ids.compactMap { catalog[$0.rawValue].map { snapshot(of: $0, live: true) } }
+        ids.compactMap { catalog[$0.rawValue].map { snapshot(of: $0) } }
     }
 
     /// The downloads with these ids, in the order given (one actor hop for a whole list).
     public func snapshots(of ids: [DownloadID]) throws(DownloadError) -> [Snapshot] {
         var all: [Snapshot] = []
         all.reserveCapacity(ids.count)
-        for id in ids { all.append(snapshot(of: try require(id), live: true)) }
+        for id in ids { all.append(snapshot(of: try require(id))) }
         return all
     }
 
     /// Every download, in queue order.
     public func snapshots() throws(DownloadError) -> [Snapshot] {
-        queueOrder(catalog.all).map { snapshot(of: $0, live: true) }
+        queueOrder(catalog.all).map { snapshot(of: $0) }
     }
 
     /// A page of the downloads in queue order: those in `states` (all when nil) after `cursor`, at most `limit`
@@ -726,7 +726,7 @@ public actor DownloadManager {
         -> (downloads: [Snapshot], next: QueueCursor?)
     {
         let page = page(in: states, after: cursor, limit: limit)
-        return (page.ids.compactMap { catalog[$0.rawValue].map { snapshot(of: $0, live: true) } }, page.next)
+        return (page.ids.compactMap { catalog[$0.rawValue].map { snapshot(of: $0) } }, page.next)
     }
 
     /// The ids of a page, as `snapshots(in:after:limit:)` chooses them, for a reader that fetches the downloads a
@@ -899,7 +899,6 @@ public actor DownloadManager {
         let ownLimiter = RateLimiter(bytesPerSecond: record.rateLimit)
         downloadLimiters[id] = ownLimiter
         let environment = RunnerEnvironment(
-            store: store,
             transport: transport,
             clock: EngineClock(configuration.clock),
             idleClock: EngineClock(configuration.idleClock),
@@ -907,36 +906,67 @@ public actor DownloadManager {
             settings: configuration.engine,
             logger: configuration.logger,
             limiters: [globalLimiter, ownLimiter],
-            report: { [weak self] report in await self?.runnerReported(id, report) }
+            report: { [weak self] report throws(DownloadError) in try await self?.runnerReported(id, report) },
+            isDestinationClaimed: { [weak self] path in await self?.isDestinationClaimed(path, excluding: id) ?? false }
         )
         let started = record
         tasks[id] = Task {
-            var runner = DownloadRunner(record: started, environment: environment)
+            let runner = DownloadRunner(record: started, environment: environment)
             let outcome = await runner.run()
             await self.finished(id, outcome: outcome, record: runner.record)
         }
         hub.emit(.changed(snapshot(of: record)))
     }
 
-    /// Takes in what a runner reports and tells subscribers.
-    private func runnerReported(_ id: String, _ report: RunnerReport) {
+    /// Takes in what a runner reports: the manager is the only writer of a download's record and its row. Stores
+    /// what must be stored before the runner goes on (the transfer's state: a checkpoint is durable once this
+    /// returns) and tells subscribers.
+    private func runnerReported(_ id: String, _ report: RunnerReport) throws(DownloadError) {
         guard var record = catalog[id], tasks[id] != nil else { return }
         switch report {
         case .destinationResolved(let path):
             record.destination = path
+            try store.saveTransfer(record)
+        case .transfer(let transfer):
+            record = record.adoptingTransfer(of: transfer)
+            try store.saveTransfer(record)
+            keep(record)
+            // Facts and offsets are not news for subscribers: progress tells the bytes.
+            return
+        case .restarted(let reason):
+            record.error = nil
+            record.attempts = 0
+            keep(record)
+            hub.emit(.restarted(DownloadID(id), reason: reason))
+            return
         case .waitingForNetwork(let error):
-            record.state = .waitingForNetwork
+            var machine = DownloadStateMachine(state: record.state)
+            record.state = (try? machine.apply(.networkLost)) ?? record.state
             record.error = error
+            try store.saveState(record.state, for: id)
         case .networkReturned:
             record.state = .running
             record.error = nil
+            try store.saveState(.running, for: id)
         case .retrying(let error, let delay, let attempts):
             if let attempts { record.attempts = attempts }
             record.error = error
+            try? store.saveAttempts(record)
             hub.emit(.retrying(DownloadID(id), error: error, delay: delay))
+        case .connections(let count):
+            // Stored too: `haul ls` in another process reads the store.
+            record.activeConnections = count
+            try? store.saveActiveConnections(count, for: id)
+            keep(record)
+            return
         }
         keep(record)
         hub.emit(.changed(snapshot(of: record)))
+    }
+
+    /// Whether a download other than `id` has `path` as its destination (a folder download choosing its name).
+    private func isDestinationClaimed(_ path: String, excluding id: String) -> Bool {
+        (try? store.isDestinationClaimed(path, excluding: id)) ?? false
     }
 
     private func finished(_ id: String, outcome: RunOutcome, record runnerRecord: DownloadRecord) {
@@ -944,14 +974,17 @@ public actor DownloadManager {
         downloadLimiters[id] = nil
         hub.clearProgress(of: DownloadID(id))
         let reason = stopReasons.removeValue(forKey: id)
-        // The runner's record is current for what the transfer changed: it saved every such change. The manager's
-        // own fields (priority, place, limit, connections) may have changed meanwhile and stay as the manager has
-        // them. The runner's offset may trail one the checkpoint queue stored; writing it back can only lower the
-        // stored offset, which is always safe.
+        // The runner's record is current for what the transfer changed, and the manager stored each change as it
+        // was reported. The manager's own fields (priority, place, limit, connections) may have changed meanwhile
+        // and stay as the manager has them.
         var record = catalog[id].map { $0.adoptingTransfer(of: runnerRecord) } ?? runnerRecord
+        record.activeConnections = 0
         switch outcome {
         case .completed(let result):
             record.state = .completed
+            do { try store.saveCompletion(record) } catch {
+                configuration.logger.error("\(record.url): completed, but storing that failed: \(error.message)")
+            }
             keep(record)
             finish(id, with: .success(result))
         case .failed(let error) where reason == nil:
@@ -1099,14 +1132,10 @@ public actor DownloadManager {
         }
     }
 
-    /// The download as subscribers see it. With `live`, a running download's bytes, segments and total are read
-    /// from the store, which its runner keeps current (events skip that read: their readers get progress too).
-    private func snapshot(of record: DownloadRecord, live: Bool = false) -> Snapshot {
-        var record = record
+    /// The download as subscribers see it: the manager's record (its runner reports every change of the transfer,
+    /// so it is current) with the live progress of a running download.
+    private func snapshot(of record: DownloadRecord) -> Snapshot {
         let isRunning = tasks[record.id] != nil
-        if live, isRunning, let stored = try? store.record(id: record.id) {
-            record = record.adoptingTransfer(of: stored)
-        }
         let progress = isRunning ? hub.progress(of: DownloadID(record.id)) : nil
         return Snapshot(
             id: DownloadID(record.id), url: record.url, path: record.destination, directory: record.directory,

@@ -6,42 +6,41 @@ import Synchronization
 
 /// Everything a runner needs from its manager.
 struct RunnerEnvironment: Sendable {
-    let store: DownloadStore
     let transport: any HTTPTransport
+    /// The clock backoffs sleep on.
     let clock: EngineClock
+    /// The clock of the transfer's own time: idle timeouts, the ramp, checkpoints and progress by time.
     let idleClock: EngineClock
     let events: EventHub
     let settings: DownloadManager.Configuration.Engine
     let logger: Logger
     /// The limits this download's bytes count against (all downloads', its own).
     let limiters: [RateLimiter]
-    /// Tells the manager what the runner learned or did, in order; the manager updates its view and tells
-    /// subscribers. Progress goes to `events` directly.
-    let report: @Sendable (RunnerReport) async -> Void
+    /// Tells the manager what the runner learned or did, in order. The manager is the only writer of a download's
+    /// record and its row in the store; the runner waits until a report is taken (a checkpoint is stored when this
+    /// returns). Progress goes to `events` directly.
+    let report: @Sendable (RunnerReport) async throws(DownloadError) -> Void
+    /// Whether another download of the manager already claims `path` (a folder download choosing its name).
+    let isDestinationClaimed: @Sendable (String) async -> Bool
 }
 
 /// What a runner tells its manager while it runs.
 enum RunnerReport: Sendable {
     /// A folder download has its file name.
     case destinationResolved(String)
+    /// What the transfer learned or did to its part file: final URL, remote facts, durable offset, segments,
+    /// whether the part's bytes are verified. Stored before the runner goes on.
+    case transfer(DownloadRecord)
+    /// The download starts again from 0 (a changed file, a server that stopped honouring ranges, …): not a failure.
+    case restarted(String)
     /// The server cannot be reached; the download waits for the network.
     case waitingForNetwork(DownloadError)
     /// The server answers again after a wait for the network.
     case networkReturned
     /// A retryable error; the download or one of its connections waits `delay`.
     case retrying(DownloadError, delay: Duration, attempts: Int?)
-}
-
-extension RunnerEnvironment {
-    /// The manager's backoff with the download's own limit of attempts without progress.
-    func retryPolicy(for options: DownloadOptions) -> RetryPolicy {
-        RetryPolicy(
-            maximumAttemptsWithoutProgress: options.maximumAttemptsWithoutProgress,
-            initialDelay: settings.retryPolicy.initialDelay,
-            maximumDelay: settings.retryPolicy.maximumDelay,
-            maximumRetryAfter: settings.retryPolicy.maximumRetryAfter
-        )
-    }
+    /// Connections open now.
+    case connections(Int)
 }
 
 /// How a run ended.
@@ -52,409 +51,476 @@ enum RunOutcome: Sendable {
     case stopped
 }
 
-/// Bytes written by the transfer in flight, shared with the idle watchdog and read back after a failure.
-final class TransferActivity: Sendable {
-    private let activity = Atomic<Int64>(0)
-    private let writtenOffset = Atomic<Int64>(-1)
-
-    func touch() { activity.add(1, ordering: .relaxed) }
-    var ticks: Int64 { activity.load(ordering: .relaxed) }
-
-    func setWritten(_ offset: Int64) { writtenOffset.store(offset, ordering: .relaxed) }
-    /// The end of the contiguous bytes written so far, -1 before the first write.
-    var written: Int64 { writtenOffset.load(ordering: .relaxed) }
-}
-
-/// The bytes of the part file before this offset did not match what the server sent again.
-struct OverlapMismatch: Error {}
-
-/// Runs one download from the store's record to a completed file, a failure, or a clean stop: the loop of plan,
-/// request, validate, stream, checkpoint, retry, finalise.
-struct DownloadRunner {
-    private(set) var record: DownloadRecord
+/// Runs one download from the manager's record to a completed file, a failure, or a clean stop, by performing the
+/// actions of its `TransferMachine`: it sends the requests, streams the bodies into the part file with positional
+/// writes (comparing an overlap where the machine asks), syncs and stores checkpoints, sleeps the backoffs, ticks the
+/// machine's clock, and verifies and moves the finished file into place. The decisions are all the machine's.
+final class DownloadRunner: Sendable {
     private let environment: RunnerEnvironment
-    private var part: PartFile?
-    private var failures = 0
-    private var durableAtLastFailure: Int64 = -1
-    private var forceWhole = false
-    private var freshFetchTried = false
-    private var wasResumed = false
-    private var resumedFrom: Int64?
-    private var currentActivity: TransferActivity?
-    private var networkWaits = 0
-    /// Set when a server mishandled a segment's range: the rest of this run uses one connection.
-    private var segmentationDisabled = false
+    private let id: DownloadID
+    private let state: Mutex<State>
+    private let machine: Mutex<TransferMachine>
     private let startedAt: Duration
-    private let planner = ResumePlanner()
-    private let validator = ResponseValidator()
 
-    init(record: DownloadRecord, environment: RunnerEnvironment) {
-        self.record = record
-        self.environment = environment
-        startedAt = environment.clock.now()
+    private struct State: Sendable {
+        var record: DownloadRecord
+        var part: PartFile?
+        /// Per connection: its task (request, body or wait) and its generation (events of an older one are stale).
+        var tasks: [Int: Task<Void, Never>] = [:]
+        var generations: [Int: UInt64] = [:]
+        var nextGeneration: UInt64 = 0
+        /// Answers whose body waits for the machine's decision.
+        var responses: [Int: TransportResponse] = [:]
+        var checkpoint: Task<Void, Never>?
     }
 
-    private var id: DownloadID { DownloadID(record.id) }
+    /// Something that happened, for the loop.
+    private enum Event: Sendable {
+        case responded(Int, UInt64, TransportResponse)
+        case failed(Int, UInt64, DownloadError)
+        case bodyEnded(Int, UInt64)
+        case overlapDiffered(Int, UInt64)
+        case waitEnded(Int, UInt64)
+        case actions([TransferMachine.Action])
+        case tick
+        case checkpointed(TransferMachine.Checkpoint)
+        case checkpointFailed(DownloadError)
+    }
+
+    init(record: DownloadRecord, environment: RunnerEnvironment) {
+        self.environment = environment
+        id = DownloadID(record.id)
+        state = Mutex(State(record: record))
+        let options = record.options
+        var retry = environment.settings.retryPolicy
+        retry.maximumAttemptsWithoutProgress = options.maximumAttemptsWithoutProgress
+        machine = Mutex(
+            TransferMachine(
+                settings: TransferMachine.Settings(
+                    maxConnections: options.maxConnectionsPerDownload,
+                    minimumSplitSize: options.minimumSplitSize,
+                    retryPolicy: retry,
+                    idleTimeout: .milliseconds(Int64(options.idleTimeoutSeconds * 1000)),
+                    checkpointBytes: environment.settings.checkpointBytes,
+                    checkpointInterval: environment.settings.checkpointInterval,
+                    progressInterval: environment.settings.progressInterval,
+                    rampWindow: environment.settings.connectionRampWindow,
+                    verifiesChecksum: options.checksum != nil)))
+        startedAt = environment.idleClock.now()
+    }
+
+    /// The record as the runner last knew it.
+    var record: DownloadRecord { state.withLock { $0.record } }
+
+    private var part: PartFile? { state.withLock { $0.part } }
 
     /// Runs to the end; never throws.
-    mutating func run() async -> RunOutcome {
-        // Every write of this run has been awaited by the time it returns; the lock goes with it.
+    func run() async -> RunOutcome {
         defer { part?.unlock() }
         do {
-            return .completed(try await runLoop())
+            if let result = try await recognizeFinishedFile() { return .completed(result) }
+            if let destination = record.destination {
+                let opened = try PartFile.open(path: destination + ".part")
+                state.withLock { $0.part = opened }
+            }
+            return try await loop()
         } catch {
             if error is CancellationError || Task.isCancelled || (error as? DownloadError)?.code == .cancelled {
-                await flushAfterStop()
-                return .stopped
+                // Stopped in the middle of an action: the writes end, and what they wrote is stored exactly.
+                return (try? await stop()) ?? .stopped
             }
-            let failure = (error as? DownloadError) ?? DownloadError(.fileSystem, String(describing: error))
-            await flushAfterStop()
-            return .failed(failure)
+            cancelAll()
+            await awaitConnections()
+            await flush(machine.withLock { $0.checkpointMark })
+            return .failed((error as? DownloadError) ?? DownloadError(.fileSystem, String(describing: error)))
         }
     }
 
     // MARK: The loop
 
-    private mutating func runLoop() async throws -> DownloadResult {
-        if let result = try await recognizeFinishedFile() { return result }
-        if let destination = record.destination { try openPart(destination: destination) }
+    private func loop() async throws -> RunOutcome {
+        let (events, continuation) = AsyncStream<Event>.makeStream()
+        let ticker = Task { [self] in
+            while !Task.isCancelled {
+                let fast = machine.withLock { $0.wantsFastTicks }
+                let base = min(environment.settings.progressInterval, .milliseconds(100))
+                do { try await environment.idleClock.sleep(fast ? .milliseconds(1) : base) } catch { return }
+                continuation.yield(.tick)
+            }
+        }
+        defer {
+            ticker.cancel()
+            continuation.finish()
+        }
+        let partLength = try part?.length()
+        let current = record
+        var pending = machine.withLock {
+            $0.start(
+                TransferMachine.Start(
+                    partLength: partLength, durableOffset: current.durableOffset, segments: current.segments,
+                    isPartVerified: current.isPartVerified, facts: current.remoteFacts),
+                now: now())
+        }
+        var iterator = events.makeAsyncIterator()
         while true {
+            for action in pending {
+                if let outcome = try await perform(action, continuation: continuation) { return outcome }
+            }
+            guard let event = await iterator.next() else {
+                // Cancelled: a pause, a cancel or a shutdown.
+                return try await stop()
+            }
+            pending = handle(event)
+        }
+    }
+
+    /// The machine's answer to `event` (stale events of a replaced connection are dropped).
+    private func handle(_ event: Event) -> [TransferMachine.Action] {
+        let time = now()
+        switch event {
+        case .responded(let id, let generation, let response):
+            guard isCurrent(id, generation) else { return [] }
+            state.withLock { $0.responses[id] = response }
+            return machine.withLock { $0.responseReceived(id, response.head, now: time) }
+        case .failed(let id, let generation, let error):
+            guard isCurrent(id, generation) else { return [] }
+            let jitter = environment.settings.jitter()
+            return machine.withLock { $0.connectionFailed(id, error, now: time, jitter: jitter) }
+        case .bodyEnded(let id, let generation):
+            guard isCurrent(id, generation) else { return [] }
+            return machine.withLock { $0.bodyEnded(id, now: time) }
+        case .overlapDiffered(let id, let generation):
+            guard isCurrent(id, generation) else { return [] }
+            return machine.withLock { $0.overlapDiffered(id, now: time) }
+        case .waitEnded(let id, let generation):
+            guard isCurrent(id, generation) else { return [] }
+            return machine.withLock { $0.waitEnded(id, now: time) }
+        case .actions(let actions):
+            return actions
+        case .tick:
+            let jitter = environment.settings.jitter()
+            return machine.withLock { $0.tick(now: time, jitter: jitter) }
+        case .checkpointed(let mark):
+            return machine.withLock { $0.checkpointed(mark) }
+        case .checkpointFailed(let error):
+            return machine.withLock { $0.checkpointFailed(error) }
+        }
+    }
+
+    private func now() -> Duration { environment.idleClock.now() }
+
+    private func isCurrent(_ id: Int, _ generation: UInt64) -> Bool {
+        state.withLock { $0.generations[id] == generation }
+    }
+
+    /// A new generation for connection `id`: what its older tasks still report is stale from now on.
+    private func renew(_ id: Int) -> UInt64 {
+        state.withLock { state in
+            state.nextGeneration += 1
+            state.generations[id] = state.nextGeneration
+            return state.nextGeneration
+        }
+    }
+
+    /// Performs one action; returns an outcome when the run ends with it.
+    private func perform(_ action: TransferMachine.Action, continuation: AsyncStream<Event>.Continuation)
+        async throws -> RunOutcome?
+    {
+        switch action {
+        case .send(let id, let request):
+            cancel(id)
+            let generation = renew(id)
             try Task.checkCancellation()
-            if let stored = record.segments {
+            start(id, generation) { [self] in
                 do {
-                    if try await resumeSegments(stored), let result = try await finalize() { return result }
-                } catch let error as DownloadError where error.isRetryable {
-                    try await handleRetryable(error)
+                    let response = try await environment.transport.send(
+                        TransportRequest(url: try url(), headers: headers(for: request)))
+                    continuation.yield(.responded(id, generation, response))
+                } catch {
+                    continuation.yield(.failed(id, generation, connectionError(error)))
                 }
-                continue
             }
-            let plan = try currentPlan()
-            let request: RangeRequest
-            switch plan {
-            case .finalize(let truncateTo):
-                if let truncateTo { try truncate(to: truncateTo) }
-                if resumedFrom == nil { resumedFrom = record.durableOffset }
-                if let result = try await finalize() { return result }
-                continue
-            case .request(let planned, let truncateTo):
-                if let truncateTo { try truncate(to: truncateTo) }
-                request = planned
-            }
-            if resumedFrom == nil { resumedFrom = request.offset }
-            do {
-                let isComplete = try await attempt(request)
-                failures = 0
-                if isComplete, let result = try await finalize() { return result }
-            } catch let error as DownloadError where error.isRetryable {
-                try await handleRetryable(error)
-                continue
-            }
-            // The next plan finalises once every byte is durable, or asks for the rest.
-        }
-    }
-
-    private func currentPlan() throws -> ResumePlanner.Plan {
-        guard let part, !forceWhole else { return .request(.whole, truncateTo: part == nil ? nil : 0) }
-        let input = ResumePlanner.Input(
-            partLength: try part.length(),
-            durableOffset: record.durableOffset,
-            hasRecord: record.isPartVerified,
-            remote: record.remoteFacts
-        )
-        return planner.plan(input)
-    }
-
-    /// One request and, when the answer is usable, its body streamed to the part file. Returns whether the part file
-    /// now holds the whole file (finalising syncs it, so no checkpoint is taken for it first).
-    private mutating func attempt(_ request: RangeRequest) async throws -> Bool {
-        // Always the URL the user gave: redirect targets are often short-lived signed URLs. Haul follows redirects
-        // itself, so the Range still reaches the final target.
-        guard let url = URL(string: record.url) else {
-            throw DownloadError(.invalidURL, "the stored URL '\(record.url)' cannot be parsed")
-        }
-        let transportRequest = TransportRequest(url: url, headers: headers(for: request))
-        let transport = environment.transport
-        let activity = TransferActivity()
-        currentActivity = activity
-        let response = try await withIdleWatchdog(activity) {
-            let response = try await transport.send(transportRequest)
-            activity.touch()
-            return response
-        }
-        if networkWaits > 0 {
-            networkWaits = 0
-            try environment.store.saveState(.running, for: record.id)
-            await environment.report(.networkReturned)
-        }
-        let held = request.offset
-        let decision = validator.decide(
-            request: request, head: response.head, known: record.remoteFacts, partLength: held)
-        let start: Int64
-        let compareUntil: Int64
-        let expected: Int64?
-        switch decision {
-        case .fail(let error):
-            throw error
-        case .restart(let reason):
-            environment.logger.notice("restarting \(record.url) from 0: \(reason)")
-            try resetToZero()
-            forceWhole = true
-            throw DownloadError(.invalidResponse, "restarting from 0: \(reason)", isRetryable: true)
-        case .complete(let facts):
-            record.remoteFacts = facts
-            try environment.store.saveTransfer(record)
-            return false
-        case .rewrite(let length, let facts):
+        case .stream(let id, let body):
+            guard let response = state.withLock({ $0.responses.removeValue(forKey: id) }) else { return nil }
             if part == nil { try await resolveDestination(response: response) }
-            if held > 0 {
-                environment.logger.notice("\(record.url): whole body from 0 (range ignored or file changed)")
+            let finalURL = response.finalURL.absoluteString
+            if record.finalURL != finalURL { try await saveTransfer { $0.finalURL = finalURL } }
+            let generation = state.withLock { $0.generations[id] ?? 0 }
+            start(id, generation) { [self] in
+                await stream(id, generation, response: response, body: body, continuation: continuation)
             }
-            record.remoteFacts = facts
-            record.finalURL = response.finalURL.absoluteString
-            record.durableOffset = 0
-            record.isPartVerified = true
-            try environment.store.saveTransfer(record)
-            try part?.truncate(to: 0)
-            forceWhole = false
-            start = 0
-            compareUntil = 0
-            expected = length
-        case .write(let offset, let overlap, let length, let facts):
-            guard part != nil else {
-                throw DownloadError(.invalidResponse, "server answered 206 to a request for the whole file")
+        case .discard(let id), .close(let id):
+            cancel(id)
+            _ = state.withLock { $0.responses.removeValue(forKey: id) }
+            _ = renew(id)
+        case .truncate(let length, let forgetting):
+            try await truncate(to: length, forgetting: forgetting)
+        case .checkpoint(let mark):
+            startCheckpoint(mark, continuation: continuation)
+        case .wait(let id, let delay):
+            cancel(id)
+            let generation = renew(id)
+            start(id, generation) { [environment] in
+                do { try await environment.clock.sleep(delay) } catch { return }
+                continuation.yield(.waitEnded(id, generation))
             }
-            record.remoteFacts = facts
-            record.finalURL = response.finalURL.absoluteString
-            try environment.store.saveTransfer(record)
-            start = offset - overlap
-            compareUntil = offset
-            expected = length
-            if offset > 0 { wasResumed = true }
+        case .report(let report):
+            try await tell(report)
+        case .progress(let progress):
+            environment.events.emit(
+                .progress(
+                    DownloadProgress(
+                        id: id, receivedBytes: progress.receivedBytes, totalBytes: progress.totalBytes,
+                        bytesPerSecond: progress.bytesPerSecond, secondsRemaining: progress.secondsRemaining,
+                        connections: progress.connections)))
+        case .finalize(let total):
+            await awaitConnections()
+            let outcome: TransferMachine.FinalizeOutcome
+            let result: DownloadResult
+            do { result = try await finalize(total: total) } catch let error as DownloadError
+                where error.code == .checksumMismatch
+            {
+                outcome = .checksumMismatch(error)
+                let next = machine.withLock { $0.finalized(outcome, now: now()) }
+                for action in next {
+                    if let ended = try await perform(action, continuation: continuation) { return ended }
+                }
+                return nil
+            }
+            _ = machine.withLock { $0.finalized(.completed, now: now()) }
+            return .completed(result)
+        case .fail(let error):
+            cancelAll()
+            await awaitConnections()
+            if error.code == .checksumMismatch, let part {
+                // The bytes are not the file asked for: nothing of them is kept.
+                FileSystem.remove(part.path)
+            } else {
+                await flush(machine.withLock { $0.checkpointMark })
+            }
+            return .failed(error)
+        case .stopped(let mark):
+            await awaitConnections()
+            await flush(mark)
+            return .stopped
         }
-        guard let part else { throw DownloadError(.fileSystem, "no part file for \(record.url)") }
-        if let expected, shouldSplit(start: start, compareUntil: compareUntil, expected: expected) {
-            // This answer becomes the first connection of a segmented transfer.
-            currentActivity = nil
-            let total = start + expected
-            let map = SegmentMap(
-                total: total, minimumSize: record.options.minimumSplitSize, fetched: start,
-                pieces: record.options.maxConnectionsPerDownload)
-            let first = OpenedBody(body: response.body, start: start, end: total, activity: activity)
-            try await runSegments(map: map, first: first)
-            return true
+        return nil
+    }
+
+    /// Runs `work` as the task of connection `id` (generation `generation`).
+    private func start(_ id: Int, _ generation: UInt64, _ work: @escaping @Sendable () async -> Void) {
+        let task = Task { await work() }
+        state.withLock { $0.tasks[id] = task }
+    }
+
+    private func cancel(_ id: Int) {
+        state.withLock { $0.tasks.removeValue(forKey: id) }?.cancel()
+    }
+
+    private func cancelAll() {
+        let tasks = state.withLock { state in
+            defer { state.tasks.removeAll() }
+            return Array(state.tasks.values)
         }
-        activity.setWritten(compareUntil)
-        let context = TransferContext(
-            id: id,
-            part: part,
-            store: environment.store,
-            events: environment.events,
-            clock: environment.clock,
-            settings: environment.settings,
-            total: record.totalLength,
-            limiters: environment.limiters
-        )
-        let body = response.body
-        do {
-            let end = try await withIdleWatchdog(activity) {
-                try await context.stream(
-                    body, start: start, compareUntil: compareUntil, expected: expected, activity: activity)
-            }
-            if compareUntil > 0, !record.isPartVerified { record.isPartVerified = true }
-            // No length announced and a clean end: that end is the file's end.
-            let total = record.totalLength ?? end
-            if end >= total {
-                record.totalLength = total
-                return true
-            }
-            try await checkpoint(end)
-            try environment.store.saveTransfer(record)
-            return false
-        } catch is OverlapMismatch {
-            environment.logger.notice("\(record.url): the bytes held differ from the server's; restarting from 0")
-            try resetToZero()
-            forceWhole = true
-            throw DownloadError(
-                .invalidResponse, "the part file does not match the server's bytes; restarting", isRetryable: true)
-        } catch {
-            if activity.written > record.durableOffset, activity.written >= compareUntil {
-                try? await checkpoint(activity.written)
-            }
-            if error is DownloadError || error is CancellationError || Task.isCancelled { throw error }
-            let host = response.finalURL.host ?? record.url
-            throw DownloadError(.connectionLost, "connection to \(host) broke during the body", underlying: error)
+        for task in tasks { task.cancel() }
+        state.withLock { $0.responses.removeAll() }
+    }
+
+    /// Waits until no connection writes any more (their tasks ended), and for the checkpoint in flight.
+    private func awaitConnections() async {
+        let tasks = state.withLock { state in
+            defer { state.tasks.removeAll() }
+            return Array(state.tasks.values) + (state.checkpoint.map { [$0] } ?? [])
+        }
+        for task in tasks {
+            task.cancel()
+            await task.value
         }
     }
 
-    // MARK: Several connections
-
-    /// Whether the answer just validated may be split over several connections: more than one allowed, the file's
-    /// length and a strong validator known (so every segment's answer can be checked to be the same version), ranges
-    /// honoured, no overlap being compared, and enough left for two segments of the minimum size.
-    private func shouldSplit(start: Int64, compareUntil: Int64, expected: Int64) -> Bool {
-        guard !segmentationDisabled, record.options.maxConnectionsPerDownload > 1, record.isPartVerified,
-            compareUntil == start, let facts = record.remoteFacts, facts.isResumable,
-            facts.validators.ifRangeValue != nil, let total = facts.totalLength, start + expected == total
-        else { return false }
-        return expected >= 2 * record.options.minimumSplitSize
+    /// After a stop or a failure: every write of this run has ended, so after a sync the bytes written are
+    /// durable, and the store gets them exactly.
+    private func flush(_ mark: TransferMachine.Checkpoint) async {
+        guard let part, record.isPartVerified else { return }
+        if (try? await Blocking.run({ try part.syncData() })) != nil {
+            try? await store(mark)
+        }
     }
 
-    /// Continues a segmented download from its stored map. Returns true when every byte is durable.
-    private mutating func resumeSegments(_ stored: [Segment]) async throws -> Bool {
-        let partLength = try part?.length() ?? 0
-        // Bytes past the part file's end are gone, whatever the map says.
-        let clamped = stored.map { segment in
-            var segment = segment
-            segment.offset = min(segment.offset, max(segment.start, partLength))
-            return segment
-        }
-        guard part != nil, record.isPartVerified, let facts = record.remoteFacts, facts.validators.isStrong,
-            let total = facts.totalLength,
-            let map = SegmentMap(
-                restoring: clamped, total: total, minimumSize: record.options.minimumSplitSize,
-                pieces: record.options.maxConnectionsPerDownload)
-        else {
-            environment.logger.notice("\(record.url): the stored segment map is unusable; starting over")
-            try resetToZero()
-            return false
-        }
-        if resumedFrom == nil { resumedFrom = map.fetchedBytes }
-        if map.fetchedBytes > 0 { wasResumed = true }
-        if map.isComplete { return true }
-        if networkWaits > 0 {
-            networkWaits = 0
-            try environment.store.saveState(.running, for: record.id)
-            await environment.report(.networkReturned)
-        }
-        try await runSegments(map: map, first: nil)
-        return true
-    }
-
-    /// Runs a segmented transfer over `map`, then takes over what it stored. A server that changed the file or
-    /// mishandled a range sends the download back to one connection from 0.
-    private mutating func runSegments(map: SegmentMap, first: OpenedBody?) async throws {
-        guard let part, let facts = record.remoteFacts, let validator = facts.validators.ifRangeValue,
-            let url = URL(string: record.url)
-        else { throw DownloadError(.fileSystem, "cannot split \(record.url): its facts are incomplete") }
-        let options = record.options
-        let userAgent = environment.settings.userAgent
-        let transfer = SegmentedTransfer(
-            id: id, url: url, part: part, facts: facts, validator: validator, map: map, options: options,
-            environment: environment
-        ) { range, ifRange in
-            Self.headers(options: options, defaultUserAgent: userAgent, range: range, ifRange: ifRange)
-        }
-        currentActivity = nil
-        do {
-            try await transfer.run(first: first)
-            adoptCheckpoint(of: transfer)
-        } catch let fallback as SegmentFallback {
-            let reason: String
-            switch fallback {
-            case .versionChanged(let why):
-                reason = why
-            case .oneConnection(let why):
-                reason = why
-                segmentationDisabled = true
+    private func stop() async throws -> RunOutcome {
+        let actions = machine.withLock { $0.stop() }
+        for action in actions {
+            switch action {
+            case .close(let id): cancel(id)
+            case .stopped(let mark):
+                await awaitConnections()
+                await flush(mark)
+            default: break
             }
-            environment.logger.notice("\(record.url): \(reason); restarting from 0 with one connection")
-            try resetToZero()
-            forceWhole = true
-            throw DownloadError(.invalidResponse, "restarting from 0: \(reason)", isRetryable: true)
-        } catch {
-            adoptCheckpoint(of: transfer)
-            throw error
         }
+        return .stopped
     }
 
-    /// Takes over what a segmented transfer last stored, so the record stays what the store holds.
-    private mutating func adoptCheckpoint(of transfer: SegmentedTransfer) {
-        if let stored = transfer.storedSegments {
-            record.segments = stored.segments
-            record.durableOffset = stored.bytes
-        }
-        record.activeConnections = 0
-    }
+    // MARK: Bodies
 
-    private mutating func handleRetryable(_ error: DownloadError) async throws {
-        // The server answered before and now cannot be reached: the network is away. Wait for it, probing with
-        // backoff, without spending the retries (a host that never answered still fails after them).
-        if error.code == .connectionFailed, record.remoteFacts != nil {
-            networkWaits += 1
-            if networkWaits == 1 {
-                try environment.store.saveState(.waitingForNetwork, for: record.id)
-                await environment.report(.waitingForNetwork(error))
-            }
-            let delay = environment.settings.retryPolicy.backoff(
-                failures: networkWaits, jitter: environment.settings.jitter())
-            environment.logger.info("\(record.url): \(error.message); waiting for the network, next try in \(delay)")
-            try await environment.clock.sleep(delay)
+    /// Streams an accepted answer into the part file, as the machine grants each chunk.
+    private func stream(
+        _ id: Int, _ generation: UInt64, response: TransportResponse, body: TransferMachine.Body,
+        continuation: AsyncStream<Event>.Continuation
+    ) async {
+        guard let part else {
+            continuation.yield(.failed(id, generation, DownloadError(.fileSystem, "no part file for \(record.url)")))
             return
         }
-        if record.durableOffset > durableAtLastFailure, durableAtLastFailure >= 0 { failures = 0 }
-        durableAtLastFailure = record.durableOffset
-        failures += 1
-        switch environment.retryPolicy(for: record.options).decide(
-            failures: failures, error: error, jitter: environment.settings.jitter())
-        {
-        case .giveUp:
-            var final = error
-            final.isRetryable = false
-            final.message =
-                "\(error.message) (gave up after \(failures) attempt\(failures == 1 ? "" : "s") without progress)"
-            throw final
-        case .retry(let delay):
-            record.attempts = failures
-            record.error = error
-            try? environment.store.saveAttempts(record)
-            environment.logger.info("\(record.url): \(error.message); retrying in \(delay)")
-            await environment.report(.retrying(error, delay: delay, attempts: failures))
-            try await environment.clock.sleep(delay)
+        var writeback = WritebackStarter(part: part, from: body.start)
+        let limiters = environment.limiters
+        let clock = environment.clock
+        do {
+            for try await chunk in response.body {
+                let count = chunk.readableBytes
+                let grant = machine.withLock { $0.claim(id, count: count) }
+                var index = chunk.readerIndex
+                if grant.compare > 0 {
+                    let held = try part.read(count: grant.compare, at: grant.offset)
+                    guard let received = chunk.getBytes(at: index, length: grant.compare), held == received else {
+                        continuation.yield(.overlapDiffered(id, generation))
+                        return
+                    }
+                    index += grant.compare
+                }
+                if grant.write > 0, let slice = chunk.getSlice(at: index, length: grant.write) {
+                    try part.write(slice, at: grant.offset + Int64(grant.compare))
+                    writeback.wrote(upTo: grant.offset + Int64(grant.compare + grant.write))
+                }
+                let actions = machine.withLock { $0.wrote(id, now: environment.idleClock.now()) }
+                if !actions.isEmpty { continuation.yield(.actions(actions)) }
+                if grant.overrun {
+                    let error = DownloadError(
+                        .bodyTooLong, "server sent more than it announced; not saving the excess", isRetryable: true)
+                    continuation.yield(.failed(id, generation, error))
+                    return
+                }
+                if grant.stop {
+                    continuation.yield(.bodyEnded(id, generation))
+                    return
+                }
+                for limiter in limiters {
+                    try await limiter.acquire(count, clock: clock) { machine.withLock { $0.touch(id) } }
+                }
+            }
+            continuation.yield(.bodyEnded(id, generation))
+        } catch {
+            if Task.isCancelled || error is CancellationError { return }
+            if let error = error as? DownloadError, !error.isRetryable || error.code == .diskFull {
+                continuation.yield(.failed(id, generation, error))
+                return
+            }
+            let host = response.finalURL.host ?? record.url
+            continuation.yield(
+                .failed(
+                    id, generation,
+                    DownloadError(.connectionLost, "connection to \(host) broke during the body", underlying: error)))
         }
     }
 
     // MARK: Part file and store
 
-    private mutating func openPart(destination: String) throws {
-        part = try PartFile.open(path: destination + ".part")
+    /// Syncs the part file, then has the manager store the mark, off the loop; the machine hears when it is done.
+    private func startCheckpoint(_ mark: TransferMachine.Checkpoint, continuation: AsyncStream<Event>.Continuation) {
+        guard let part else {
+            continuation.yield(.checkpointed(mark))
+            return
+        }
+        let task = Task { [self] in
+            do {
+                try await Blocking.run { try part.syncData() }
+                try await store(mark)
+                continuation.yield(.checkpointed(mark))
+            } catch {
+                continuation.yield(
+                    .checkpointFailed((error as? DownloadError) ?? DownloadError(.fileSystem, "\(error)")))
+            }
+        }
+        state.withLock { $0.checkpoint = task }
     }
 
-    /// Truncates the part file; the store's offset is lowered first, so it never exceeds the bytes on disk.
-    private mutating func truncate(to length: Int64) throws {
-        if record.durableOffset > length {
-            record.durableOffset = length
-            try environment.store.saveDurableOffset(length, for: record.id)
+    /// Has the manager store a checkpoint's mark (after the sync that makes it true).
+    private func store(_ mark: TransferMachine.Checkpoint) async throws(DownloadError) {
+        try await saveTransfer { record in
+            switch mark {
+            case .offset(let offset):
+                record.durableOffset = offset
+                record.segments = nil
+            case .segments(let segments, let bytes):
+                record.segments = segments
+                record.durableOffset = bytes
+            }
+        }
+    }
+
+    /// Changes the runner's record and has the manager store what changed of the transfer.
+    private func saveTransfer(_ change: (inout DownloadRecord) -> Void) async throws(DownloadError) {
+        let updated = state.withLock { state in
+            change(&state.record)
+            if let facts = machine.withLock({ $0.remoteFacts }) { state.record.remoteFacts = facts }
+            return state.record
+        }
+        try await environment.report(.transfer(updated))
+    }
+
+    /// Lowers the stored offset first (it never exceeds the bytes on disk), forgets the segments and, when asked,
+    /// what was known of the remote file, then truncates.
+    private func truncate(to length: Int64, forgetting: Bool) async throws {
+        try await saveTransfer { record in
+            record.durableOffset = min(record.durableOffset, length)
+            record.segments = nil
+            record.isPartVerified = true
+            if forgetting {
+                record.etag = nil
+                record.lastModified = nil
+                record.isLastModifiedStrong = false
+                record.isResumable = nil
+                record.totalLength = nil
+            }
         }
         try part?.truncate(to: length)
     }
 
-    /// Forgets the bytes and what was known of the remote version.
-    private mutating func resetToZero() throws {
-        record.durableOffset = 0
-        record.segments = nil
-        record.remoteFacts = nil
-        record.isPartVerified = true
-        try environment.store.saveTransfer(record)
-        try part?.truncate(to: 0)
-    }
-
-    /// Invariant 1: fsync the part, then store the offset.
-    private mutating func checkpoint(_ offset: Int64) async throws {
-        guard let part else { return }
-        try await Blocking.run { try part.syncData() }
-        record.durableOffset = offset
-        try environment.store.saveDurableOffset(offset, for: record.id)
-    }
-
-    /// After a stop: the bytes this run wrote are contiguous from the durable offset, so after an fsync they are
-    /// durable too, and the store gets the exact offset.
-    private mutating func flushAfterStop() async {
-        guard let part, let written = currentActivity?.written, written > record.durableOffset, record.isPartVerified
-        else { return }
-        if (try? await Blocking.run({ try part.syncData() })) != nil {
-            record.durableOffset = written
-            try? environment.store.saveDurableOffset(written, for: record.id)
+    private func tell(_ report: TransferMachine.Report) async throws {
+        switch report {
+        case .factsLearned(let facts):
+            try await saveTransfer { $0.remoteFacts = facts }
+        case .restarted(let reason):
+            environment.logger.notice("\(record.url): \(reason)")
+            try await environment.report(.restarted(reason))
+        case .retrying(let error, let delay, let attempts):
+            environment.logger.info("\(record.url): \(error.message); retrying in \(delay)")
+            try await environment.report(.retrying(error, delay: delay, attempts: attempts))
+        case .waitingForNetwork(let error):
+            environment.logger.info("\(record.url): \(error.message); waiting for the network")
+            try await environment.report(.waitingForNetwork(error))
+        case .networkReturned:
+            try await environment.report(.networkReturned)
+        case .connections(let count):
+            try await environment.report(.connections(count))
         }
+    }
+
+    // MARK: Requests
+
+    private func url() throws -> URL {
+        // Always the URL the user gave: redirect targets are often short-lived signed URLs. Haul follows redirects
+        // itself, so the Range still reaches the final target.
+        guard let url = URL(string: record.url) else {
+            throw DownloadError(.invalidURL, "the stored URL '\(record.url)' cannot be parsed")
+        }
+        return url
+    }
+
+    private func connectionError(_ error: any Error) -> DownloadError {
+        if let error = error as? DownloadError { return error }
+        if error is CancellationError { return DownloadError(.cancelled, "request cancelled") }
+        return DownloadError(.connectionLost, "request to \(record.url) failed", underlying: error)
     }
 
     private func headers(for request: RangeRequest) -> [(name: String, value: String)] {
@@ -464,7 +530,7 @@ struct DownloadRunner {
     }
 
     /// The request headers: the user's, with Haul's own `Range`, `If-Range` and `Accept-Encoding: identity`.
-    private static func headers(options: DownloadOptions, defaultUserAgent: String, range: String?, ifRange: String?)
+    static func headers(options: DownloadOptions, defaultUserAgent: String, range: String?, ifRange: String?)
         -> [(name: String, value: String)]
     {
         var headers: [(name: String, value: String)] = [
@@ -487,7 +553,8 @@ struct DownloadRunner {
     }
 
     /// Picks the file name for a folder download from the first answer, never over a file Haul did not create.
-    private mutating func resolveDestination(response: TransportResponse) async throws {
+    private func resolveDestination(response: TransportResponse) async throws {
+        let record = record
         guard let directory = record.directory else {
             throw DownloadError(.fileSystem, "download \(record.id) has neither a destination nor a folder")
         }
@@ -500,18 +567,21 @@ struct DownloadRunner {
                 number == 0 ? name : FileNameSanitizer.alternative(name, number: number)
             )
             if FileSystem.exists(candidate) || FileSystem.exists(candidate + ".part") { continue }
-            if try environment.store.isDestinationClaimed(candidate, excluding: record.id) { continue }
+            if await environment.isDestinationClaimed(candidate) { continue }
             // Creating the part file exclusively claims the name against folder downloads running beside this one.
+            let claimed: PartFile
             switch Result(catching: { () throws(DownloadError) in
                 try PartFile.open(path: candidate + ".part", exclusive: true)
             }) {
-            case .success(let claimed): part = claimed
+            case .success(let file): claimed = file
             case .failure(let error) where error.code == .destinationExists: continue
             case .failure(let error): throw error
             }
-            // Stored with the rest of the first answer's facts, before any byte is written.
-            record.destination = candidate
-            await environment.report(.destinationResolved(candidate))
+            state.withLock { state in
+                state.part = claimed
+                state.record.destination = candidate
+            }
+            try await environment.report(.destinationResolved(candidate))
             return
         }
         throw DownloadError(.destinationExists, "no free name for \(name) in \(directory)")
@@ -521,7 +591,8 @@ struct DownloadRunner {
 
     /// A run that finds no part file, and at the destination a file of exactly the length its record durably held in
     /// full, is looking at its own finished file: the previous process died between the rename and the completed state.
-    private mutating func recognizeFinishedFile() async throws -> DownloadResult? {
+    private func recognizeFinishedFile() async throws -> DownloadResult? {
+        let record = record
         guard let destination = record.destination, let total = record.totalLength, record.durableOffset == total,
             record.isPartVerified, !FileSystem.exists(destination + ".part"), FileSystem.size(destination) == total
         else { return nil }
@@ -533,44 +604,35 @@ struct DownloadRunner {
             return algorithms.isEmpty ? [:] : try FileDigest.hexDigests(of: destination, algorithms: algorithms)
         }
         if let checksum = record.options.checksum, digests[checksum.algorithm] != checksum.hex { return nil }
-        record.state = .completed
-        record.mayReplaceDestination = true
-        record.completedAt = record.completedAt ?? Date()
-        try environment.store.saveCompletion(record)
+        state.withLock { state in
+            state.record.mayReplaceDestination = true
+            state.record.completedAt = state.record.completedAt ?? Date()
+        }
         return DownloadResult(
             id: id, url: record.url, path: destination, bytes: total, sha256: digests[.sha256], seconds: 0,
             resumedFrom: total, wasAlreadyComplete: true)
     }
 
-    /// Verifies and moves the part file to its destination; nil when a fresh full fetch must be tried first.
-    private mutating func finalize() async throws -> DownloadResult? {
+    /// Verifies the part file's `total` bytes and moves them to the destination; throws `checksumMismatch` (with
+    /// the part file emptied) when the checksum does not match.
+    private func finalize(total: Int64) async throws -> DownloadResult {
         guard let part, let destination = record.destination else {
             throw DownloadError(.fileSystem, "nothing to finalise for \(record.url)")
         }
         let length = try part.length()
-        if let total = record.totalLength, length > total { try part.truncate(to: total) }
-        let size = min(length, record.totalLength ?? length)
+        if length > total { try part.truncate(to: total) }
+        let size = min(length, total)
+        let options = record.options
         var algorithms = Set<Checksum.Algorithm>()
-        if let checksum = record.options.checksum { algorithms.insert(checksum.algorithm) }
-        if record.options.computesSHA256 { algorithms.insert(.sha256) }
+        if let checksum = options.checksum { algorithms.insert(checksum.algorithm) }
+        if options.computesSHA256 { algorithms.insert(.sha256) }
         let digests = try await Blocking.run { [algorithms] in
             try part.sync()
             return algorithms.isEmpty ? [:] : try FileDigest.hexDigests(of: part.path, algorithms: algorithms)
         }
-        if let checksum = record.options.checksum, digests[checksum.algorithm] != checksum.hex {
+        if let checksum = options.checksum, digests[checksum.algorithm] != checksum.hex {
             let got = digests[checksum.algorithm] ?? "nothing"
-            if (wasResumed || (resumedFrom ?? 0) > 0) && !freshFetchTried {
-                environment.logger.notice(
-                    "\(record.url): checksum mismatch after a resumed download; fetching it whole")
-                freshFetchTried = true
-                wasResumed = false
-                try resetToZero()
-                forceWhole = true
-                return nil
-            }
-            FileSystem.remove(part.path)
-            record.durableOffset = 0
-            record.remoteFacts = nil
+            try await truncate(to: 0, forgetting: true)
             throw DownloadError(
                 .checksumMismatch,
                 "checksum mismatch for \(record.url): expected \(checksum), got \(checksum.algorithm.rawValue)=\(got); "
@@ -579,10 +641,11 @@ struct DownloadRunner {
         }
         // Stored before the rename: if the process dies between the rename and the completed state, the next run
         // recognises the whole file at the destination as its own (`recognizeFinishedFile`).
-        record.durableOffset = size
-        record.totalLength = size
-        record.segments = nil
-        try environment.store.saveTransfer(record)
+        try await saveTransfer { record in
+            record.durableOffset = size
+            record.totalLength = size
+            record.segments = nil
+        }
         let replacing = record.mayReplaceDestination
         let isFolderDownload = record.directory != nil
         let target = try await Blocking.run {
@@ -591,17 +654,18 @@ struct DownloadRunner {
             FileSystem.syncDirectory(of: target)
             return target
         }
-        self.part = nil
-        record.destination = target
-        record.state = .completed
-        record.completedAt = Date()
-        record.durableOffset = size
-        record.totalLength = size
-        record.attempts = 0
-        record.error = nil
-        record.mayReplaceDestination = true
-        try environment.store.saveCompletion(record)
-        let elapsed = environment.clock.now() - startedAt
+        let resumedFrom = machine.withLock { $0.resumedFrom } ?? 0
+        state.withLock { state in
+            state.part = nil
+            state.record.destination = target
+            state.record.completedAt = Date()
+            state.record.durableOffset = size
+            state.record.totalLength = size
+            state.record.attempts = 0
+            state.record.error = nil
+            state.record.mayReplaceDestination = true
+        }
+        let elapsed = environment.idleClock.now() - startedAt
         return DownloadResult(
             id: id,
             url: record.url,
@@ -609,7 +673,7 @@ struct DownloadRunner {
             bytes: size,
             sha256: digests[.sha256],
             seconds: Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18,
-            resumedFrom: resumedFrom ?? 0,
+            resumedFrom: resumedFrom,
             wasAlreadyComplete: false
         )
     }
@@ -635,128 +699,5 @@ struct DownloadRunner {
             }
         }
         throw DownloadError(.destinationExists, "no free name for \(name) in \(folder)")
-    }
-
-    // MARK: Idle timeout
-
-    /// Runs `body`, abandoning it when `activity` does not move for the idle timeout.
-    private func withIdleWatchdog<T: Sendable>(
-        _ activity: TransferActivity,
-        _ body: @escaping @Sendable () async throws -> T
-    ) async throws -> T {
-        try await Haul.withIdleWatchdog(
-            activity, seconds: record.options.idleTimeoutSeconds, clock: environment.idleClock,
-            host: URL(string: record.url)?.host ?? record.url, body)
-    }
-}
-
-/// The streaming half of a request: compare the overlap, write the rest with positional writes, checkpoint, and
-/// report throttled progress.
-struct TransferContext: Sendable {
-    let id: DownloadID
-    let part: PartFile
-    let store: DownloadStore
-    let events: EventHub
-    let clock: EngineClock
-    let settings: DownloadManager.Configuration.Engine
-    let total: Int64?
-    let limiters: [RateLimiter]
-
-    /// Streams `body` (whose first byte belongs at `start`) and returns the offset after the last byte written.
-    func stream(
-        _ body: any AsyncSequence<ByteBuffer, any Error> & Sendable,
-        start: Int64,
-        compareUntil: Int64,
-        expected: Int64?,
-        activity: TransferActivity
-    ) async throws -> Int64 {
-        var position = start
-        let end = expected.map { start + $0 }
-        var lastCheckpointOffset = compareUntil
-        var lastCheckpointTime = clock.now()
-        var lastProgressTime = Duration.zero - settings.progressInterval
-        var meter = SpeedMeter()
-        var writeback = WritebackStarter(part: part, from: max(start, compareUntil))
-        meter.record(bytes: compareUntil, at: lastCheckpointTime)
-        let checkpointer = Checkpointer<Int64>(part: part) { [store, id] offset throws(DownloadError) in
-            try store.saveDurableOffset(offset, for: id.rawValue)
-        }
-        do {
-            try await streamChunks()
-        } catch {
-            // The original error wins; the checkpoint in flight only has to finish before the runner moves on.
-            try? await checkpointer.drain()
-            throw error
-        }
-        try await checkpointer.drain()
-        if let end, position < end {
-            throw DownloadError(
-                .bodyTooShort,
-                "connection closed after \(position - start) of \(end - start) bytes",
-                isRetryable: true
-            )
-        }
-        return max(position, compareUntil)
-
-        func streamChunks() async throws {
-            for try await chunk in body {
-                activity.touch()
-                var buffer = chunk
-                if let end, position + Int64(buffer.readableBytes) > end {
-                    let keep = Int(end - position)
-                    buffer = buffer.getSlice(at: buffer.readerIndex, length: max(0, keep)) ?? ByteBuffer()
-                    if buffer.readableBytes > 0 {
-                        try write(&buffer, at: &position, compareUntil: compareUntil, activity: activity)
-                    }
-                    throw DownloadError(
-                        .bodyTooLong,
-                        "server sent more than the \(expected ?? 0) bytes it announced; not saving the excess",
-                        isRetryable: true
-                    )
-                }
-                let received = buffer.readableBytes
-                try write(&buffer, at: &position, compareUntil: compareUntil, activity: activity)
-                writeback.wrote(upTo: position)
-                for limiter in limiters { try await limiter.acquire(received, clock: clock, activity: activity) }
-                let now = clock.now()
-                if position - lastCheckpointOffset >= settings.checkpointBytes
-                    || (now - lastCheckpointTime >= settings.checkpointInterval && position > lastCheckpointOffset)
-                {
-                    try checkpointer.request(position)
-                    lastCheckpointOffset = position
-                    lastCheckpointTime = now
-                }
-                if now - lastProgressTime >= settings.progressInterval {
-                    lastProgressTime = now
-                    meter.record(bytes: position, at: now)
-                    events.emit(
-                        .progress(
-                            DownloadProgress(
-                                id: id,
-                                receivedBytes: position,
-                                totalBytes: total,
-                                bytesPerSecond: meter.bytesPerSecond,
-                                secondsRemaining: meter.secondsRemaining(total: total)
-                            )
-                        )
-                    )
-                }
-            }
-        }
-    }
-
-    private func write(
-        _ buffer: inout ByteBuffer, at position: inout Int64, compareUntil: Int64, activity: TransferActivity
-    ) throws {
-        if position < compareUntil {
-            let count = Int(min(compareUntil - position, Int64(buffer.readableBytes)))
-            let held = try part.read(count: count, at: position)
-            guard let received = buffer.readBytes(length: count), held == received else { throw OverlapMismatch() }
-            position += Int64(count)
-            if buffer.readableBytes == 0 { return }
-        }
-        try part.write(buffer, at: position)
-        position += Int64(buffer.readableBytes)
-        activity.setWritten(position)
     }
 }

@@ -203,11 +203,6 @@ public struct DownloadStore: Sendable {
         }
     }
 
-    /// Inserts a new record.
-    public func insert(_ record: DownloadRecord) throws(DownloadError) {
-        try write { db in try record.insert(db) }
-    }
-
     /// Inserts new records and saves changed ones in one transaction: all or none.
     public func insert(_ records: [DownloadRecord], saving changed: [DownloadRecord] = []) throws(DownloadError) {
         let now = Date()
@@ -378,27 +373,6 @@ public struct DownloadStore: Sendable {
             try db.execute(
                 sql: "UPDATE download SET state = ?, updatedAt = ? WHERE id = ?",
                 arguments: [state.rawValue, Date().timeIntervalSince1970, id]
-            )
-        }
-    }
-
-    /// Writes only the durable offset (the checkpoint's second half).
-    public func saveDurableOffset(_ offset: Int64, for id: String) throws(DownloadError) {
-        try write { db in
-            try db.execute(
-                sql: "UPDATE download SET durableOffset = ?, updatedAt = ? WHERE id = ?",
-                arguments: [offset, Date().timeIntervalSince1970, id]
-            )
-        }
-    }
-
-    /// Writes a segmented download's checkpoint: its segments with their durable offsets, and their sum.
-    public func saveSegments(_ segments: [Segment]?, durableBytes: Int64, for id: String) throws(DownloadError) {
-        let text = try Self.json(segments)
-        try write { db in
-            try db.execute(
-                sql: "UPDATE download SET segments = ?, durableOffset = ?, updatedAt = ? WHERE id = ?",
-                arguments: [text, durableBytes, Date().timeIntervalSince1970, id]
             )
         }
     }

@@ -20,13 +20,14 @@ final class RateLimiter: Sendable {
     }
 
     /// Accounts for `bytes` just received and sleeps on `clock` as long as the limit requires, in slices of at most
-    /// a quarter second that each count as activity, so throttling is never mistaken for a stalled server.
-    func acquire(_ bytes: Int, clock: EngineClock, activity: TransferActivity) async throws {
+    /// a quarter second after each of which `touch` tells the connection is active, so throttling is never mistaken
+    /// for a stalled server.
+    func acquire(_ bytes: Int, clock: EngineClock, touch: () -> Void) async throws {
         var wait = bucket.withLock { $0?.take(bytes, at: clock.now()) } ?? .zero
         while wait > .zero {
             let slice = min(wait, .milliseconds(250))
             try await clock.sleep(slice)
-            activity.touch()
+            touch()
             wait -= slice
         }
     }

@@ -443,6 +443,11 @@ public struct TransferMachine: Sendable {
         return checkpointIfDue(now: now)
     }
 
+    /// `connection` is busy though no byte arrived (it waits for a rate limit): not idle.
+    public mutating func touch(_ id: ConnectionID) {
+        connections[id]?.wasActive = true
+    }
+
     /// The bytes held before the resume point differ from the server's: the download starts again.
     public mutating func overlapDiffered(_ id: ConnectionID, now: Duration) -> [Action] {
         guard connections[id] != nil, phase == .transferring else { return [] }

@@ -6,11 +6,12 @@ import Prometheus
 import Synchronization
 
 /// The daemon's Prometheus metrics: bytes received, downloads by state, open connections, retries and failures by
-/// error code. Counters follow the engine's events (`observe`); the gauges are read from the manager when scraped.
+/// error code, restarts. Counters follow the engine's events (`observe`); the gauges are read from the manager when scraped.
 public final class DaemonMetrics: Sendable {
     private let registry = PrometheusCollectorRegistry()
     private let factory: PrometheusMetricsFactory
     private let received: Metrics.Counter
+    private let restarts: Metrics.Counter
     private let connections: Metrics.Gauge
     private let states: [DownloadState: Metrics.Gauge]
     /// The bytes each running download had at its last event, to count only what arrives after.
@@ -21,6 +22,7 @@ public final class DaemonMetrics: Sendable {
     public init() {
         factory = PrometheusMetricsFactory(registry: registry)
         received = Metrics.Counter(label: "haul_received_bytes_total", factory: factory)
+        restarts = Metrics.Counter(label: "haul_restarts_total", factory: factory)
         connections = Metrics.Gauge(label: "haul_connections_open", factory: factory)
         var states: [DownloadState: Metrics.Gauge] = [:]
         for state in DownloadState.allCases {
@@ -61,6 +63,8 @@ public final class DaemonMetrics: Sendable {
             }
         case .retrying(_, let error, _):
             counter("haul_retries_total", code: error.code.description).increment()
+        case .restarted:
+            restarts.increment()
         case .removed(let id):
             _ = lastBytes.withLock { $0.removeValue(forKey: id) }
         case .snapshot, .stats, .settings:

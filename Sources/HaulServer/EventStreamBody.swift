@@ -78,6 +78,10 @@ struct EventStreamBody: AsyncSequence, Sendable {
                 frame.append(
                     contentsOf: try encoder.encode(
                         Components.Schemas.Retrying(id: id.rawValue, error: .init(error), delaySeconds: seconds)))
+            case .restarted(let id, let reason):
+                named("restarted")
+                frame.append(
+                    contentsOf: try encoder.encode(Components.Schemas.Restarted(id: id.rawValue, reason: reason)))
             case .removed(let id):
                 named("removed")
                 frame.append(contentsOf: try encoder.encode(Components.Schemas.Removed(id: id.rawValue)))

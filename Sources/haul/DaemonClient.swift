@@ -280,6 +280,9 @@ struct RemoteEvents: Sendable {
                     DownloadError.Code(named: retrying.error.code) ?? .invalidResponse, retrying.error.message,
                     status: retrying.error.httpStatus),
                 delay: .milliseconds(Int64(retrying.delaySeconds * 1000)))
+        case "restarted":
+            let restarted = try decoder.decode(Components.Schemas.Restarted.self, from: data)
+            return .restarted(DownloadID(restarted.id), reason: restarted.reason)
         case "removed":
             return .removed(DownloadID(try decoder.decode(Components.Schemas.Removed.self, from: data).id))
         default:

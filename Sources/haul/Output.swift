@@ -128,6 +128,8 @@ struct Output: Sendable {
                 board.draw()
             case .retrying(_, let error, let delay):
                 if !quiet { say("haul: \(error.message); retrying in \(Format.duration(delay))") }
+            case .restarted(_, let reason):
+                if !quiet { say("haul: \(reason)") }
             default:
                 break
             }

@@ -11,9 +11,15 @@ struct LocalStateTests {
     static let cut = 120_000
     let body = testBytes(size)
 
-    /// Leaves a failed download with exactly `cut` bytes durable in `file.bin.part`.
+    /// Leaves a failed download with exactly `cut` bytes durable in `file.bin.part`: the first answer stalls after
+    /// them (a break after progress is resumed at once), the second sends nothing, which with one attempt allowed
+    /// without progress fails.
     func leavePartial(_ h: Harness) async throws {
-        h.server.serve("/f", .init(body: body) { index, _ in index == 0 ? .stall(afterBytes: Self.cut) : nil })
+        h.server.serve(
+            "/f",
+            .init(body: body) { index, _ in
+                index == 0 ? .stall(afterBytes: Self.cut) : index == 1 ? .stallBeforeHead : nil
+            })
         var options = DownloadOptions(maximumAttemptsWithoutProgress: 1)
         options.idleTimeoutSeconds = 1.0
         let error = await h.fetchError("/f", options: options)

@@ -224,6 +224,11 @@ function connect() {
     const d = state.downloads.get(r.id);
     if (d) d.error = r.error;
   });
+  on("restarted", (r) => {
+    // Not a failure: the download goes on from 0; its error, if one was shown, is over.
+    const d = state.downloads.get(r.id);
+    if (d) d.error = null;
+  });
   on("removed", (r) => {
     if (state.downloads.delete(r.id)) state.order = state.order.filter((id) => id !== r.id);
     state.selected.delete(r.id);
