@@ -52,6 +52,7 @@ extension HaulCommand {
             }
             let client = try state.requireDaemon()
             defer { Task { await client.shutdown() } }
+            if let directory, client.isLocal { try createFolder(directory) }
             let items = try list.map { url in
                 try transfer.item(
                     url: url, output: output, directory: directory, continuePartial: `continue`, computesSHA256: false,

@@ -22,9 +22,12 @@ struct ClientError: Error, CustomStringConvertible {
 struct DaemonClient: Sendable {
     let api: Client
     private let http: HTTPClient
+    /// Whether it reaches the daemon through the local socket (the daemon runs on this machine as this user).
+    let isLocal: Bool
 
     /// A client of the daemon that owns `stateDirectory`, through its socket (no token: the socket checks the user).
     init(socket path: String) {
+        isLocal = true
         http = HTTPClient(eventLoopGroupProvider: .singleton, configuration: .init())
         let encoded = path.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? path
         api = Client(
@@ -35,6 +38,7 @@ struct DaemonClient: Sendable {
 
     /// A client of the daemon at `server` (its URL, as `serve.json` holds it), sending `token`.
     init(server: URL, token: String) {
+        isLocal = false
         http = HTTPClient(eventLoopGroupProvider: .singleton, configuration: .init())
         api = Client(
             serverURL: server.appendingPathComponent("api/v1"),

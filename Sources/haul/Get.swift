@@ -78,9 +78,11 @@ extension HaulCommand {
             let output = Output(quiet: quiet, json: json)
             switch try state.connect() {
             case .standalone:
+                if let directory { try createFolder(directory) }
                 try await runHere(list, output: output)
             case .daemon(let client):
                 defer { Task { await client.shutdown() } }
+                if let directory, client.isLocal { try createFolder(directory) }
                 try await runThroughDaemon(client, list: list, output: output)
             }
         }

@@ -67,6 +67,28 @@ struct BatchCommandTests {
         await server.stop()
     }
 
+    @Test("-d DIR that does not exist: created with its parents, as wget -P and aria2c -d do; a file in the way: exit 1")
+    func createsTheFolder() async throws {
+        let workspace = try Workspace()
+        defer { workspace.remove() }
+        let server = try await FaultServer.start()
+        server.serve("/a.bin", .init(body: body))
+        server.serve("/b.bin", .init(body: body))
+        let folder = workspace.root + "/new/nested/folder"
+        let result = try await HaulProcess.run(
+            ["get", server.url("/a.bin").absoluteString, server.url("/b.bin").absoluteString, "-d", folder],
+            in: workspace)
+        #expect(result.status == 0, "\(result.stderr)")
+        #expect(FileManager.default.contents(atPath: folder + "/a.bin").map { [UInt8]($0) } == body)
+        #expect(FileManager.default.contents(atPath: folder + "/b.bin").map { [UInt8]($0) } == body)
+        FileManager.default.createFile(atPath: workspace.root + "/plain", contents: Data("x".utf8))
+        let blocked = try await HaulProcess.run(
+            ["get", server.url("/a.bin").absoluteString, "-d", workspace.root + "/plain/sub"], in: workspace)
+        #expect(blocked.status == 1)
+        #expect(blocked.stderr.contains("cannot create the folder"))
+        await server.stop()
+    }
+
     @Test("kill -9 during a batch, then the same command: completed files are not fetched again, partial ones resume")
     func killBatch() async throws {
         let workspace = try Workspace()
