@@ -67,7 +67,7 @@ struct BatchCommandTests {
         await server.stop()
     }
 
-    @Test("-d DIR that does not exist: created with its parents, as wget -P and aria2c -d do; a file in the way: exit 1")
+    @Test("-d DIR that does not exist is made with its parents, as wget -P and aria2c -d do; a file in the way: exit 1")
     func createsTheFolder() async throws {
         let workspace = try Workspace()
         defer { workspace.remove() }
