@@ -67,9 +67,20 @@ final class CommitQueue: @unchecked Sendable {
         return value
     }
 
-    /// Queues `work` and returns at once; `completion(of:)` with the ticket waits for its commit.
-    func submit(_ work: @escaping @Sendable (Database) throws -> Void) -> UInt64 {
-        enqueue(work)
+    /// Queues `work` and returns at once; `completion(of:)` with the ticket waits for its commit. With `awaited` the
+    /// caller will wait for it (and commits it then, when no one else is); otherwise the drain thread commits it soon,
+    /// with whatever else is queued: a write no one waits for is still in the store within moments, not at the next
+    /// write that is waited for.
+    func submit(awaited: Bool, _ work: @escaping @Sendable (Database) throws -> Void) -> UInt64 {
+        let ticket = enqueue(work)
+        if !awaited {
+            condition.lock()
+            let starts = !isDraining
+            if starts { isDraining = true }
+            condition.unlock()
+            if starts { scheduleDrain() }
+        }
+        return ticket
     }
 
     /// Waits until the write of `ticket` is committed, committing it on this thread when no one else is; returns

@@ -659,6 +659,8 @@ public actor DownloadManager {
             task.cancel()
         }
         for task in Array(tasks.values) { await task.value }
+        // Every queued write reaches the store before the manager lets go of it.
+        store.flush()
         for id in Array(waiters.keys) {
             finish(id, with: .failure(DownloadError(.cancelled, "download paused: the manager shut down")))
             errors[id] = nil
@@ -893,7 +895,8 @@ public actor DownloadManager {
     private func start(_ record: DownloadRecord) throws(DownloadError) {
         var record = record
         record.state = .running
-        try store.saveState(.running, for: record.id)
+        // Queued, not waited for: after a crash a download stored as queued resumes as one stored as running would.
+        store.submit(.state(.running, for: record.id))
         keep(record)
         let id = record.id
         let ownLimiter = RateLimiter(bytesPerSecond: record.rateLimit)
@@ -907,6 +910,7 @@ public actor DownloadManager {
             logger: configuration.logger,
             limiters: [globalLimiter, ownLimiter],
             report: { [weak self] report throws(DownloadError) in try await self?.runnerReported(id, report) },
+            committed: { [store] commit throws(DownloadError) in try await store.committed(commit) },
             isDestinationClaimed: { [weak self] path in await self?.isDestinationClaimed(path, excluding: id) ?? false }
         )
         let started = record
@@ -921,52 +925,56 @@ public actor DownloadManager {
     /// Takes in what a runner reports: the manager is the only writer of a download's record and its row. Stores
     /// what must be stored before the runner goes on (the transfer's state: a checkpoint is durable once this
     /// returns) and tells subscribers.
-    private func runnerReported(_ id: String, _ report: RunnerReport) throws(DownloadError) {
-        guard var record = catalog[id], tasks[id] != nil else { return }
+    ///
+    /// The writes are queued, not waited for (the store commits those of many downloads together): the runner waits
+    /// for the returned commit only where a later step depends on it (the row must hold the finished length before
+    /// the file is renamed). Every other write may trail: a stored offset that lags behind the part file, or facts
+    /// a run did not store, are what a crash leaves anyway, and the resume rules handle them.
+    private func runnerReported(_ id: String, _ report: RunnerReport) throws(DownloadError) -> DownloadStore.Commit? {
+        guard var record = catalog[id], tasks[id] != nil else { return nil }
+        var commit: DownloadStore.Commit?
         switch report {
-        case .destinationResolved(let path):
-            record.destination = path
-            try store.saveTransfer(record)
         case .transfer(let transfer):
+            let named = record.destination != transfer.destination
             record = record.adoptingTransfer(of: transfer)
-            try store.saveTransfer(record)
             keep(record)
-            // Facts and offsets are not news for subscribers: progress tells the bytes.
-            return
+            // A folder download's name is news for subscribers; facts and offsets are not (progress tells the bytes).
+            if named { hub.emit(.changed(snapshot(of: record))) }
+            return store.submit(try .transfer(record))
         case .restarted(let reason):
             record.error = nil
             record.attempts = 0
             keep(record)
             hub.emit(.restarted(DownloadID(id), reason: reason))
-            return
+            return nil
         case .waitingForNetwork(let error):
             var machine = DownloadStateMachine(state: record.state)
             record.state = (try? machine.apply(.networkLost)) ?? record.state
             record.error = error
-            try store.saveState(record.state, for: id)
+            commit = store.submit(.state(record.state, for: id))
         case .networkReturned:
             record.state = .running
             record.error = nil
-            try store.saveState(.running, for: id)
+            commit = store.submit(.state(.running, for: id))
         case .retrying(let error, let delay, let attempts):
             if let attempts { record.attempts = attempts }
             record.error = error
-            try? store.saveAttempts(record)
+            commit = store.submit(.attempts(record))
             hub.emit(.retrying(DownloadID(id), error: error, delay: delay))
         case .connections(let count):
             // Stored too: `haul ls` in another process reads the store.
             record.activeConnections = count
-            try? store.saveActiveConnections(count, for: id)
             keep(record)
-            return
+            return store.submit(.activeConnections(count, for: id))
         }
         keep(record)
         hub.emit(.changed(snapshot(of: record)))
+        return commit
     }
 
     /// Whether a download other than `id` has `path` as its destination (a folder download choosing its name).
     private func isDestinationClaimed(_ path: String, excluding id: String) -> Bool {
-        (try? store.isDestinationClaimed(path, excluding: id)) ?? false
+        catalog.isClaimed(path, excluding: id)
     }
 
     private func finished(_ id: String, outcome: RunOutcome, record runnerRecord: DownloadRecord) {
@@ -982,7 +990,8 @@ public actor DownloadManager {
         switch outcome {
         case .completed(let result):
             record.state = .completed
-            do { try store.saveCompletion(record) } catch {
+            // Queued: should it not reach the store, the next run recognises the finished file as its own.
+            do { store.submit(try .completion(record)) } catch {
                 configuration.logger.error("\(record.url): completed, but storing that failed: \(error.message)")
             }
             keep(record)
@@ -1177,6 +1186,9 @@ private struct Catalog {
     /// every record. The older ones of a target (rare: a target added again after it was cancelled) wait in
     /// `olderByTarget`, oldest first.
     private var byTarget: [Target: String] = [:]
+    /// The ids of the downloads (not cancelled) that have each destination: a folder download choosing its name asks
+    /// here instead of the store (a query for every small file).
+    private var destinations: [String: Set<String>] = [:]
     private var olderByTarget: [Target: [String]] = [:]
     /// How many records are in each state.
     var counts: [DownloadState: Int] = [:]
@@ -1211,6 +1223,7 @@ private struct Catalog {
             }
         }
         if let box = boxes[record.id] {
+            unclaim(box.record)
             counts[box.record.state, default: 0] -= 1
             if box.record.state == .queued { dequeue(DownloadManager.QueueCursor(box.record)) }
             box.record = record
@@ -1226,7 +1239,22 @@ private struct Catalog {
             let key = DownloadManager.QueueCursor(record)
             queue.insert(key, at: place(of: key))
         }
+        if let destination = record.destination, record.state != .cancelled {
+            destinations[destination, default: []].insert(record.id)
+        }
         lastPosition = max(lastPosition, record.queuePosition)
+    }
+
+    /// Whether a download other than `id` that is not cancelled has `destination`.
+    func isClaimed(_ destination: String, excluding id: String) -> Bool {
+        guard let ids = destinations[destination] else { return false }
+        return ids.contains { $0 != id }
+    }
+
+    private mutating func unclaim(_ record: DownloadRecord) {
+        guard let destination = record.destination else { return }
+        destinations[destination]?.remove(record.id)
+        if destinations[destination]?.isEmpty == true { destinations[destination] = nil }
     }
 
     /// Where `key` is or belongs in `queue` (binary search).
@@ -1247,6 +1275,7 @@ private struct Catalog {
 
     mutating func forget(_ record: DownloadRecord) {
         guard let old = boxes.removeValue(forKey: record.id)?.record else { return }
+        unclaim(old)
         counts[old.state, default: 0] -= 1
         if old.state == .queued { dequeue(DownloadManager.QueueCursor(old)) }
         let key = Self.target(of: old)

@@ -17,19 +17,19 @@ struct RunnerEnvironment: Sendable {
     /// The limits this download's bytes count against (all downloads', its own).
     let limiters: [RateLimiter]
     /// Tells the manager what the runner learned or did, in order. The manager is the only writer of a download's
-    /// record and its row in the store; the runner waits until a report is taken (a checkpoint is stored when this
-    /// returns). Progress goes to `events` directly.
-    let report: @Sendable (RunnerReport) async throws(DownloadError) -> Void
+    /// record and its row in the store. Progress goes to `events` directly. The manager queues what it stores; the commit it returns says when
+    /// it is in the store.
+    let report: @Sendable (RunnerReport) async throws(DownloadError) -> DownloadStore.Commit?
+    /// Waits until a commit is in the store.
+    let committed: @Sendable (DownloadStore.Commit) async throws(DownloadError) -> Void
     /// Whether another download of the manager already claims `path` (a folder download choosing its name).
     let isDestinationClaimed: @Sendable (String) async -> Bool
 }
 
 /// What a runner tells its manager while it runs.
 enum RunnerReport: Sendable {
-    /// A folder download has its file name.
-    case destinationResolved(String)
-    /// What the transfer learned or did to its part file: final URL, remote facts, durable offset, segments,
-    /// whether the part's bytes are verified. Stored before the runner goes on.
+    /// What the transfer learned or did to its part file: the file name a folder download chose, final URL, remote
+    /// facts, durable offset, segments, whether the part's bytes are verified.
     case transfer(DownloadRecord)
     /// The download starts again from 0 (a changed file, a server that stopped honouring ranges, …): not a failure.
     case restarted(String)
@@ -242,9 +242,13 @@ final class DownloadRunner: Sendable {
             }
         case .stream(let id, let body):
             guard let response = state.withLock({ $0.responses.removeValue(forKey: id) }) else { return nil }
-            if part == nil { try await resolveDestination(response: response) }
+            let naming = part == nil
+            if naming { try await resolveDestination(response: response) }
+            // One write for what the answer told: the name, the final URL, the remote file's facts. A name just
+            // chosen is in the store before any byte is written: after a crash the part file is found as this
+            // download's own, not left behind while another name is chosen.
             let finalURL = response.finalURL.absoluteString
-            if record.finalURL != finalURL { try await saveTransfer { $0.finalURL = finalURL } }
+            try await saveTransfer(waiting: naming) { $0.finalURL = finalURL }
             let generation = state.withLock { $0.generations[id] ?? 0 }
             start(id, generation) { [self] in
                 await stream(id, generation, response: response, body: body, continuation: continuation)
@@ -458,14 +462,22 @@ final class DownloadRunner: Sendable {
         }
     }
 
-    /// Changes the runner's record and has the manager store what changed of the transfer.
-    private func saveTransfer(_ change: (inout DownloadRecord) -> Void) async throws(DownloadError) {
+    /// Changes the runner's record and has the manager store what changed of the transfer; with `waiting`, returns
+    /// once it is committed.
+    private func saveTransfer(waiting: Bool = false, _ change: (inout DownloadRecord) -> Void)
+        async throws(DownloadError)
+    {
         let updated = state.withLock { state in
             change(&state.record)
             if let facts = machine.withLock({ $0.remoteFacts }) { state.record.remoteFacts = facts }
             return state.record
         }
-        try await environment.report(.transfer(updated))
+        let commit = try await environment.report(.transfer(updated))
+        if waiting, let commit { try await environment.committed(commit) }
+    }
+
+    private func tellManager(_ report: RunnerReport) async throws(DownloadError) {
+        _ = try await environment.report(report)
     }
 
     /// Lowers the stored offset first (it never exceeds the bytes on disk), forgets the segments and, when asked,
@@ -489,20 +501,21 @@ final class DownloadRunner: Sendable {
     private func tell(_ report: TransferMachine.Report) async throws {
         switch report {
         case .factsLearned(let facts):
-            try await saveTransfer { $0.remoteFacts = facts }
+            // Stored with the next write of the transfer (when its body starts, or before the rename).
+            state.withLock { $0.record.remoteFacts = facts }
         case .restarted(let reason):
             environment.logger.notice("\(record.url): \(reason)")
-            try await environment.report(.restarted(reason))
+            try await tellManager(.restarted(reason))
         case .retrying(let error, let delay, let attempts):
             environment.logger.info("\(record.url): \(error.message); retrying in \(delay)")
-            try await environment.report(.retrying(error, delay: delay, attempts: attempts))
+            try await tellManager(.retrying(error, delay: delay, attempts: attempts))
         case .waitingForNetwork(let error):
             environment.logger.info("\(record.url): \(error.message); waiting for the network")
-            try await environment.report(.waitingForNetwork(error))
+            try await tellManager(.waitingForNetwork(error))
         case .networkReturned:
-            try await environment.report(.networkReturned)
+            try await tellManager(.networkReturned)
         case .connections(let count):
-            try await environment.report(.connections(count))
+            try await tellManager(.connections(count))
         }
     }
 
@@ -581,7 +594,6 @@ final class DownloadRunner: Sendable {
                 state.part = claimed
                 state.record.destination = candidate
             }
-            try await environment.report(.destinationResolved(candidate))
             return
         }
         throw DownloadError(.destinationExists, "no free name for \(name) in \(directory)")
@@ -641,7 +653,7 @@ final class DownloadRunner: Sendable {
         }
         // Stored before the rename: if the process dies between the rename and the completed state, the next run
         // recognises the whole file at the destination as its own (`recognizeFinishedFile`).
-        try await saveTransfer { record in
+        try await saveTransfer(waiting: true) { record in
             record.durableOffset = size
             record.totalLength = size
             record.segments = nil

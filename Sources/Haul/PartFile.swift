@@ -189,11 +189,7 @@ enum FileSystem {
 
     /// Flushes a directory entry change (a rename) to disk.
     static func syncDirectory(of path: String) {
-        let directory = (path as NSString).deletingLastPathComponent
-        let descriptor = open(directory.isEmpty ? "." : directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-        guard descriptor >= 0 else { return }
-        fsync(descriptor)
-        close(descriptor)
+        FolderSyncs.shared.sync((path as NSString).deletingLastPathComponent)
     }
 }
 

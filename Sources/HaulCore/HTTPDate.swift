@@ -6,8 +6,7 @@ public enum HTTPDate {
 
     /// Seconds since 1970-01-01 UTC, or nil when `text` is not an HTTP date.
     public static func parse(_ text: String) -> Int64? {
-        let cleaned = text.replacingOccurrences(of: ",", with: " ")
-        let parts = cleaned.split(whereSeparator: { $0 == " " || $0 == "\t" }).map(String.init)
+        let parts = text.split(whereSeparator: { $0 == " " || $0 == "\t" || $0 == "," }).map(String.init)
         // IMF-fixdate: Sun, 06 Nov 1994 08:49:37 GMT
         if parts.count == 6, parts[5].uppercased() == "GMT", let day = Int(parts[1]), let month = month(parts[2]),
             let year = Int(parts[3]), parts[3].count == 4

@@ -19,3 +19,12 @@ extension StringProtocol {
         }
     }
 }
+
+/// Whether two header names are equal ignoring ASCII case (RFC 9110 field names are case-insensitive ASCII).
+@inlinable
+public func headerNamesEqual(_ a: String, _ b: String) -> Bool {
+    a.utf8.count == b.utf8.count
+        && a.utf8.elementsEqual(b.utf8) { x, y in
+            x == y || (x | 0x20 == y | 0x20 && (x | 0x20) >= 0x61 && (x | 0x20) <= 0x7A)
+        }
+}

@@ -21,7 +21,7 @@ public struct ResponseHead: Sendable, Equatable {
 
     /// Every value of a header, case-insensitively by name.
     public func values(_ name: String) -> [String] {
-        headers.filter { $0.name.caseInsensitiveCompare(name) == .orderedSame }.map(\.value)
+        headers.filter { headerNamesEqual($0.name, name) }.map(\.value)
     }
 
     /// The first value of a header.
@@ -38,9 +38,7 @@ public struct ResponseHead: Sendable, Equatable {
     /// The body length this response announces.
     public var contentLength: ContentLength {
         if isChunked { return .absent }
-        let raw = values("Content-Length").flatMap { $0.split(separator: ",") }.map {
-            $0.trimmingCharacters(in: .whitespaces)
-        }
+        let raw = values("Content-Length").flatMap { $0.split(separator: ",") }.map(\.trimmingHTTPSpace)
         guard !raw.isEmpty else { return .absent }
         let parsed = raw.map { ContentRange.number(Substring($0)) }
         guard let first = parsed.first, let length = first, parsed.allSatisfy({ $0 == length }) else {
@@ -65,19 +63,19 @@ public struct ResponseHead: Sendable, Equatable {
     /// Whether the server declared byte ranges (`Accept-Ranges: bytes`).
     public var acceptsByteRanges: Bool {
         values("Accept-Ranges").contains {
-            $0.lowercased().split(separator: ",").contains { $0.trimmingCharacters(in: .whitespaces) == "bytes" }
+            $0.lowercased().split(separator: ",").contains { $0.trimmingHTTPSpace == "bytes" }
         }
     }
 
     /// Whether the server said `Accept-Ranges: none`.
     public var refusesRanges: Bool {
-        values("Accept-Ranges").contains { $0.trimmingCharacters(in: .whitespaces).lowercased() == "none" }
+        values("Accept-Ranges").contains { $0.trimmingHTTPSpace.lowercased() == "none" }
     }
 
     /// A content coding other than identity, if the server applied one.
     public var contentEncoding: String? {
         let codings = values("Content-Encoding").flatMap { $0.split(separator: ",") }.map {
-            $0.trimmingCharacters(in: .whitespaces).lowercased()
+            $0.trimmingHTTPSpace.lowercased()
         }.filter { !$0.isEmpty && $0 != "identity" }
         return codings.isEmpty ? nil : codings.joined(separator: ", ")
     }

@@ -111,12 +111,24 @@ extension HaulCommand {
             }
             var outcomes: [(url: String, outcome: Result<DownloadResult, any Error>)] = []
             var ids: [(String, DownloadID)] = []
-            for url in list {
+            // The whole list in one transaction (a thousand single adds committed a thousand times while the first
+            // downloads ran); an item that cannot be added is told and left out, and the rest added again.
+            var pending = list.map { url in
+                (
+                    url: url,
+                    request: DownloadRequest(
+                        url: URL(string: url)!, destination: destination, options: options, origin: .commandLine)
+                )
+            }
+            while !pending.isEmpty {
                 do {
-                    ids.append((url, try await manager.add(URL(string: url)!, to: destination, options: options)))
+                    let added = try await manager.add(pending.map(\.request))
+                    ids += zip(pending, added).map { ($0.url, $1.id) }
+                    pending = []
                 } catch {
-                    outcomes.append((url, .failure(error)))
-                    output.failedToAdd(url: url, error)
+                    let failed = pending.remove(at: error.index)
+                    outcomes.append((failed.url, .failure(error.error)))
+                    output.failedToAdd(url: failed.url, error.error)
                 }
             }
             for (url, id) in ids {

@@ -24,7 +24,7 @@ struct CommitQueueTests {
         var tickets: [UInt64] = []
         for index in 0..<100 {
             tickets.append(
-                queue.submit { db in
+                queue.submit(awaited: true) { db in
                     try db.execute(sql: "INSERT INTO t (id, value) VALUES (?, 'a')", arguments: [index])
                     // Each write sees the ones queued before it.
                     let count = try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM t")
@@ -46,9 +46,12 @@ struct CommitQueueTests {
     @Test("a write that fails is reported to its caller alone; the writes around it are committed")
     func failureIsolated() async throws {
         let (queue, database) = try Self.queue()
-        let first = queue.submit { db in try db.execute(sql: "INSERT INTO t (id, value) VALUES (1, 'a')") }
-        let clash = queue.submit { db in try db.execute(sql: "INSERT INTO t (id, value) VALUES (1, 'b')") }
-        let third = queue.submit { db in try db.execute(sql: "INSERT INTO t (id, value) VALUES (3, 'c')") }
+        let first = queue.submit(awaited: true) { db in try db.execute(sql: "INSERT INTO t (id, value) VALUES (1, 'a')")
+        }
+        let clash = queue.submit(awaited: true) { db in try db.execute(sql: "INSERT INTO t (id, value) VALUES (1, 'b')")
+        }
+        let third = queue.submit(awaited: true) { db in try db.execute(sql: "INSERT INTO t (id, value) VALUES (3, 'c')")
+        }
         let thirdFailure = await queue.completion(of: third)
         let firstFailure = await queue.completion(of: first)
         #expect(thirdFailure == nil && firstFailure == nil)
@@ -62,7 +65,9 @@ struct CommitQueueTests {
     @Test("perform waits for its own write and returns its value; it commits what was queued before it too")
     func perform() async throws {
         let (queue, _) = try Self.queue()
-        let queued = queue.submit { db in try db.execute(sql: "INSERT INTO t (id, value) VALUES (1, 'a')") }
+        let queued = queue.submit(awaited: true) { db in
+            try db.execute(sql: "INSERT INTO t (id, value) VALUES (1, 'a')")
+        }
         let count = try queue.perform { db in try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM t") ?? -1 }
         #expect(count == 1)
         let queuedFailure = await queue.completion(of: queued)
@@ -78,7 +83,7 @@ struct CommitQueueTests {
         await withTaskGroup(of: DownloadError?.self) { group in
             for index in 0..<400 {
                 group.addTask {
-                    let ticket = queue.submit { db in
+                    let ticket = queue.submit(awaited: true) { db in
                         try db.execute(sql: "INSERT INTO t (id, value) VALUES (?, 'x')", arguments: [index])
                     }
                     return await queue.completion(of: ticket)
@@ -111,7 +116,7 @@ struct CommitQueueTests {
             for writer in 8..<24 {
                 group.addTask {
                     for step in 0..<50 {
-                        let ticket = queue.submit { db in
+                        let ticket = queue.submit(awaited: true) { db in
                             try db.execute(sql: "INSERT INTO log VALUES (?, ?)", arguments: [writer, step])
                         }
                         let failure = await queue.completion(of: ticket)
@@ -133,11 +138,26 @@ struct CommitQueueTests {
         }
     }
 
+    @Test("a write no one waits for is committed anyway, by the drain thread, not at the next write waited for")
+    func unawaited() async throws {
+        let (queue, database) = try Self.queue()
+        // The write itself says when it ran: nothing here asks the queue for its commit.
+        await withCheckedContinuation { (ran: CheckedContinuation<Void, Never>) in
+            _ = queue.submit(awaited: false) { db in
+                try db.execute(sql: "INSERT INTO t (id, value) VALUES (1, 'a')")
+                ran.resume()
+            }
+        }
+        queue.waitUntilIdle()
+        #expect(try await database.read { db in try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM t") } == 1)
+        #expect(queue.statistics.commits == 1)
+    }
+
     @Test("waitUntilIdle returns once everything queued before it is committed")
     func idle() async throws {
         let (queue, database) = try Self.queue()
         for index in 0..<10 {
-            _ = queue.submit { db in
+            _ = queue.submit(awaited: true) { db in
                 try db.execute(sql: "INSERT INTO t (id, value) VALUES (?, 'x')", arguments: [index])
             }
         }

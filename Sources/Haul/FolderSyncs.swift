@@ -1,0 +1,67 @@
+import Foundation
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// The `fsync` of a folder that makes a rename into it durable, shared: one sync covers every rename made before it
+/// started, so files finishing together in one folder pay for one sync, not one each (group commit, as the store's
+/// writes). A caller whose rename came while a sync of its folder ran waits for the next one, which starts as soon as
+/// that one ends.
+final class FolderSyncs: @unchecked Sendable {
+    /// The process's syncs: every download's renames go through the same one.
+    static let shared = FolderSyncs(sync: FolderSyncs.fsyncFolder)
+
+    private struct Progress {
+        /// Requests made (each a ticket), and the newest ticket covered by a finished sync.
+        var requested: UInt64 = 0
+        var synced: UInt64 = 0
+        var isSyncing = false
+    }
+
+    private let condition = NSCondition()
+    private var folders: [String: Progress] = [:]
+    private let syncFolder: @Sendable (String) -> Void
+    /// Syncs made (for tests).
+    private(set) var syncs = 0
+
+    init(sync: @escaping @Sendable (String) -> Void) {
+        syncFolder = sync
+    }
+
+    /// Returns once a sync of `folder` that started after this call has finished. Blocking: call it off the
+    /// cooperative pool (from `Blocking.run`).
+    func sync(_ folder: String) {
+        condition.lock()
+        var progress = folders[folder, default: Progress()]
+        progress.requested += 1
+        let ticket = progress.requested
+        folders[folder] = progress
+        while folders[folder]!.synced < ticket {
+            if folders[folder]!.isSyncing {
+                condition.wait()
+                continue
+            }
+            // This caller syncs, for itself and every request made until now.
+            folders[folder]!.isSyncing = true
+            let covered = folders[folder]!.requested
+            condition.unlock()
+            syncFolder(folder)
+            condition.lock()
+            syncs += 1
+            folders[folder]!.synced = covered
+            folders[folder]!.isSyncing = false
+            condition.broadcast()
+        }
+        // The entry stays (a few numbers for each folder downloads went to): a waiter woken by this sync still reads
+        // it.
+        condition.unlock()
+    }
+
+    private static func fsyncFolder(_ folder: String) {
+        let descriptor = open(folder.isEmpty ? "." : folder, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        guard descriptor >= 0 else { return }
+        fsync(descriptor)
+        close(descriptor)
+    }
+}
