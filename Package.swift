@@ -29,6 +29,7 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-metrics.git", from: "2.13.0"),
         .package(url: "https://github.com/swift-server/swift-prometheus.git", from: "2.4.1"),
         .package(url: "https://github.com/apple/swift-nio-ssl.git", from: "2.37.6"),
+        .package(url: "https://github.com/x-sheep/swift-property-based.git", from: "2.0.1"),
     ],
     targets: [
         .target(name: "HaulCore"),
@@ -98,7 +99,10 @@ let package = Package(
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ]
         ),
-        .testTarget(name: "HaulCoreTests", dependencies: ["HaulCore"]),
+        .testTarget(
+            name: "HaulCoreTests",
+            dependencies: ["HaulCore", .product(name: "PropertyBased", package: "swift-property-based")]
+        ),
         .testTarget(
             name: "HaulTests",
             dependencies: ["Haul", "HaulTesting", .product(name: "Crypto", package: "swift-crypto")]

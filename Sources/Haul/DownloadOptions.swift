@@ -4,42 +4,7 @@ import HaulCore
 /// How one download is fetched and where it may write.
 public struct DownloadOptions: Codable, Sendable, Equatable {
     /// One request header.
-    public struct Header: Codable, Sendable, Equatable {
-        /// The field name.
-        public var name: String
-        /// The field value.
-        public var value: String
-
-        /// Makes a header.
-        public init(name: String, value: String) {
-            self.name = name
-            self.value = value
-        }
-
-        /// Parses `Name: value`; the error names what is wrong.
-        public init(parsing text: String) throws(DownloadError) {
-            guard let colon = text.firstIndex(of: ":") else {
-                throw DownloadError(.invalidArgument, "header '\(text)' is not 'Name: value'")
-            }
-            let name = text[..<colon].trimmingCharacters(in: .whitespaces)
-            let value = text[text.index(after: colon)...].trimmingCharacters(in: .whitespaces)
-            let allowed = CharacterSet(charactersIn: "!#$%&'*+-.^_`|~").union(.alphanumerics)
-            guard !name.isEmpty, name.unicodeScalars.allSatisfy({ $0.isASCII && allowed.contains($0) }) else {
-                throw DownloadError(.invalidArgument, "header name '\(name)' is not a valid HTTP field name")
-            }
-            guard Self.isValidValue(value) else {
-                throw DownloadError(
-                    .invalidArgument, "header '\(name)' has a line break or another control character in its value")
-            }
-            self.name = name
-            self.value = value
-        }
-
-        /// Whether `value` can be sent as a header value: no control characters but tab (no line breaks, no NUL).
-        public static func isValidValue(_ value: String) -> Bool {
-            value.unicodeScalars.allSatisfy { $0 == "\t" || ($0.value >= 0x20 && $0.value != 0x7F) }
-        }
-    }
+    public typealias Header = RequestHeader
 
     /// Extra request headers.
     public var headers: [Header]

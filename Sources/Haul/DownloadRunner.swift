@@ -66,7 +66,11 @@ final class DownloadRunner: Sendable {
         var record: DownloadRecord
         var part: PartFile?
         /// Per connection: its task (request, body or wait) and its generation (events of an older one are stale).
-        var tasks: [Int: Task<Void, Never>] = [:]
+        var tasks: [Int: (key: UInt64, task: Task<Void, Never>, writes: Bool)] = [:]
+        /// Body tasks of closed connections until they end: a write in progress ends before the part file is
+        /// truncated or flushed, so no byte of a closed answer lands after that.
+        var closing: [UInt64: Task<Void, Never>] = [:]
+        var nextTask: UInt64 = 0
         var generations: [Int: UInt64] = [:]
         var nextGeneration: UInt64 = 0
         /// Answers whose body waits for the machine's decision.
@@ -250,7 +254,7 @@ final class DownloadRunner: Sendable {
             let finalURL = response.finalURL.absoluteString
             try await saveTransfer(waiting: naming) { $0.finalURL = finalURL }
             let generation = state.withLock { $0.generations[id] ?? 0 }
-            start(id, generation) { [self] in
+            start(id, generation, writes: true) { [self] in
                 await stream(id, generation, response: response, body: body, continuation: continuation)
             }
         case .discard(let id), .close(let id):
@@ -311,30 +315,58 @@ final class DownloadRunner: Sendable {
         return nil
     }
 
-    /// Runs `work` as the task of connection `id` (generation `generation`).
-    private func start(_ id: Int, _ generation: UInt64, _ work: @escaping @Sendable () async -> Void) {
-        let task = Task { await work() }
-        state.withLock { $0.tasks[id] = task }
+    /// Runs `work` as the task of connection `id` (generation `generation`); `writes` for a body's task.
+    private func start(
+        _ id: Int, _ generation: UInt64, writes: Bool = false, _ work: @escaping @Sendable () async -> Void
+    ) {
+        let key = state.withLock { state in
+            state.nextTask += 1
+            return state.nextTask
+        }
+        let task = Task { [self] in
+            await work()
+            if writes { _ = state.withLock { $0.closing.removeValue(forKey: key) } }
+        }
+        state.withLock { $0.tasks[id] = (key, task, writes) }
     }
 
+    /// Cancels connection `id`'s task; it is awaited before the next truncate or flush.
     private func cancel(_ id: Int) {
-        state.withLock { $0.tasks.removeValue(forKey: id) }?.cancel()
+        let task = state.withLock { state -> Task<Void, Never>? in
+            guard let (key, task, writes) = state.tasks.removeValue(forKey: id) else { return nil }
+            if writes { state.closing[key] = task }
+            return task
+        }
+        task?.cancel()
     }
 
     private func cancelAll() {
         let tasks = state.withLock { state in
             defer { state.tasks.removeAll() }
-            return Array(state.tasks.values)
+            return state.tasks.values.map(\.task)
         }
         for task in tasks { task.cancel() }
         state.withLock { $0.responses.removeAll() }
     }
 
+    /// Waits until the tasks of closed connections ended (a cancelled body stream ends at its next chunk).
+    private func awaitClosed() async {
+        let tasks = state.withLock { state in
+            defer { state.closing.removeAll() }
+            return Array(state.closing.values)
+        }
+        for task in tasks { await task.value }
+    }
+
     /// Waits until no connection writes any more (their tasks ended), and for the checkpoint in flight.
     private func awaitConnections() async {
         let tasks = state.withLock { state in
-            defer { state.tasks.removeAll() }
-            return Array(state.tasks.values) + (state.checkpoint.map { [$0] } ?? [])
+            defer {
+                state.tasks.removeAll()
+                state.closing.removeAll()
+            }
+            return state.tasks.values.map(\.task) + Array(state.closing.values)
+                + (state.checkpoint.map { [$0] } ?? [])
         }
         for task in tasks {
             task.cancel()
@@ -495,6 +527,8 @@ final class DownloadRunner: Sendable {
                 record.totalLength = nil
             }
         }
+        // A closed connection may be inside a write: it lands before the truncate, never after it.
+        await awaitClosed()
         try part?.truncate(to: length)
     }
 

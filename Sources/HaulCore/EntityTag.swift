@@ -16,7 +16,10 @@ public struct EntityTag: Hashable, Sendable, Codable, CustomStringConvertible {
             weak = true
             text.removeFirst(2)
         }
-        guard !text.isEmpty, !text.contains(","), text.allSatisfy({ $0.isASCII && !$0.isWhitespace }) else {
+        // Visible ASCII only (RFC 9110's etagc without obs-text): a tag is sent back in If-Range, and a control
+        // character there would make the request invalid.
+        guard !text.isEmpty, !text.contains(","), text.unicodeScalars.allSatisfy({ (0x21...0x7E).contains($0.value) })
+        else {
             return nil
         }
         if text.count >= 2, text.hasPrefix("\""), text.hasSuffix("\"") {

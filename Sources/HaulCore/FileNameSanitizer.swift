@@ -20,22 +20,49 @@ public enum FileNameSanitizer {
                 }
             )
         )
-        name = name.trimmingCharacters(in: .whitespacesAndNewlines)
-        while name.hasPrefix(".") || name.hasPrefix(" ") || name.hasPrefix("-") { name.removeFirst() }
-        while name.hasSuffix(".") || name.hasSuffix(" ") { name.removeLast() }
+        name = trimmed(name)
         guard !name.isEmpty else { return fallbackName }
         return truncated(name)
     }
 
+    /// `name` without white space at either end, leading dots and dashes (a hidden file, an option to a shell
+    /// command) or trailing dots, until none is left.
+    private static func trimmed(_ name: String) -> String {
+        var name = name
+        while true {
+            let before = name
+            name = name.trimmingCharacters(in: .whitespacesAndNewlines)
+            while name.hasPrefix(".") || name.hasPrefix("-") { name.removeFirst() }
+            while name.hasSuffix(".") { name.removeLast() }
+            if name == before { return name }
+        }
+    }
+
+    /// Cuts a long name to `maximumBytes`, keeping a short extension; what the cut leaves at the end of the stem (a
+    /// dot, a space) goes too, so the result is as safe as the input. A stem that is one huge character (a letter with
+    /// hundreds of combining marks) is cut between its scalars; one that vanishes becomes `download`.
     private static func truncated(_ name: String) -> String {
         guard name.utf8.count > maximumBytes else { return name }
         let (stem, ext) = split(name)
         let keptExtension = ext.utf8.count <= 20 ? ext : ""
+        let room = maximumBytes - keptExtension.utf8.count
         var shortened = ""
         for character in stem {
-            if shortened.utf8.count + character.utf8.count + keptExtension.utf8.count > maximumBytes { break }
+            if shortened.utf8.count + character.utf8.count > room { break }
             shortened.append(character)
         }
+        if shortened.isEmpty {
+            var scalars = String.UnicodeScalarView()
+            var used = 0
+            for scalar in stem.unicodeScalars {
+                used += String(scalar).utf8.count
+                if used > room { break }
+                scalars.append(scalar)
+            }
+            shortened = String(scalars)
+        }
+        shortened = trimmed(shortened)
+        if shortened.isEmpty { shortened = "download" }
         return shortened + keptExtension
     }
 

@@ -119,9 +119,8 @@ struct TransferOptions: ParsableArguments {
     }
 }
 
-/// The URLs of a command: its arguments, then an input file (one a line; blank lines and # comments skipped; `-` is
-/// standard input); each once, in first-seen order. A line that is not an http or https URL is a usage error that
-/// names its line.
+/// The URLs of a command: its arguments, then an input file read by `URLList` (`-` is standard input); each once, in
+/// first-seen order. A line that is not an http or https URL is a usage error that names its line.
 func collectURLs(_ arguments: [String], inputFile: String?) throws -> [String] {
     var list = arguments
     if let inputFile {
@@ -134,12 +133,7 @@ func collectURLs(_ arguments: [String], inputFile: String?) throws -> [String] {
             }
             text = String(decoding: data, as: UTF8.self)
         }
-        for (number, raw) in text.split(separator: "\n", omittingEmptySubsequences: false).enumerated() {
-            let line = raw.trimmingCharacters(in: .whitespaces.union(.init(charactersIn: "\r")))
-            if line.isEmpty || line.hasPrefix("#") { continue }
-            try checkURL(line, line: number + 1)
-            list.append(line)
-        }
+        do { list += try URLList.parse(text) } catch { throw ValidationError(error.message) }
     }
     var seen = Set<String>()
     return list.filter { seen.insert($0).inserted }
@@ -159,13 +153,8 @@ func checkTargets(urls: [String], inputFile: String?, output: String?, directory
 }
 
 /// Throws a usage error when `url` is not an http or https URL with a host.
-func checkURL(_ url: String, line: Int? = nil) throws {
-    guard let parsed = URL(string: url), let scheme = parsed.scheme?.lowercased(), ["http", "https"].contains(scheme),
-        parsed.host?.isEmpty == false
-    else {
-        let place = line.map { " (line \($0))" } ?? ""
-        throw ValidationError("'\(url)'\(place) is not an http or https URL")
-    }
+func checkURL(_ url: String) throws {
+    do { try URLList.check(url) } catch { throw ValidationError(error.message) }
 }
 
 /// Creates the folder of `-d DIR` and its parents when they are missing, as wget's `-P`, aria2c's `-d` and curl's

@@ -88,6 +88,21 @@ struct ContentDispositionTests {
         #expect(name.hasSuffix(".tar.gz"))
     }
 
+    @Test(
+        "a cut leaves no trailing space or dot, and a name that is one huge character keeps part of it (found by fuzz/)"
+    )
+    func cutsStaySafe() {
+        let spaced = FileNameSanitizer.sanitize(String(repeating: "n", count: 198) + "   tail")
+        #expect(spaced == String(repeating: "n", count: 198))
+        let dotted = FileNameSanitizer.sanitize(
+            String(repeating: "n", count: 199) + "." + String(repeating: "x", count: 30))
+        #expect(dotted == String(repeating: "n", count: 199))
+        let huge = FileNameSanitizer.sanitize("a" + String(repeating: "\u{301}", count: 300) + ".txt")
+        #expect(huge.unicodeScalars.first == "a" && huge.hasSuffix(".txt") && huge.utf8.count <= FileNameSanitizer.maximumBytes)
+        #expect(FileNameSanitizer.sanitize(".\u{3000}-x.") == "x")
+        for name in [spaced, dotted, huge] { #expect(FileNameSanitizer.sanitize(name) == name) }
+    }
+
     @Test func alternativesKeepTheExtension() {
         #expect(FileNameSanitizer.alternative("file.txt", number: 1) == "file (1).txt")
         #expect(FileNameSanitizer.alternative("archive.tar.gz", number: 2) == "archive (2).tar.gz")
@@ -114,6 +129,8 @@ struct ValidatorTests {
         #expect(EntityTag("unquoted")?.isWeak == true)
         #expect(EntityTag("") == nil)
         #expect(EntityTag("\"a\", \"b\"") == nil)
+        #expect(EntityTag("\"a\u{1A}\"") == nil, "a control character would make If-Range invalid (found by fuzz/)")
+        #expect(EntityTag("\"caf\u{E9}\"") == nil)
     }
 
     @Test func weakTagsAreNeverUsedInIfRange() {

@@ -1,0 +1,40 @@
+import Foundation
+
+/// The URLs of an input file (`haul get -i FILE`, `haul add -i FILE`): one a line; blank lines and lines starting with
+/// `#` skipped, spaces, tabs and a carriage return around a URL trimmed; each URL kept once, in first-seen order. A line
+/// that is not an http or https URL with a host is an error that names its line, so nothing of a file with a typo is
+/// added.
+public enum URLList {
+    /// The URLs of `text`, the contents of an input file.
+    public static func parse(_ text: String) throws(DownloadError) -> [String] {
+        var urls: [String] = []
+        var seen = Set<String>()
+        for (number, raw) in text.split(separator: "\n", omittingEmptySubsequences: false).enumerated() {
+            let line = raw.trimmingCharacters(in: trimmed)
+            if line.isEmpty || line.hasPrefix("#") { continue }
+            try check(line, line: number + 1)
+            if seen.insert(line).inserted { urls.append(line) }
+        }
+        return urls
+    }
+
+    /// Throws when `url` is not an http or https URL with a host; the message names `line` when given.
+    public static func check(_ url: String, line: Int? = nil) throws(DownloadError) {
+        guard isHTTP(url) else {
+            let place = line.map { " (line \($0))" } ?? ""
+            throw DownloadError(.invalidArgument, "'\(url)'\(place) is not an http or https URL")
+        }
+    }
+
+    /// Whether `url` is an http or https URL with a host, and nothing Foundation would have to mend (spaces, control
+    /// characters).
+    public static func isHTTP(_ url: String) -> Bool {
+        guard let parsed = URL(string: url), let scheme = parsed.scheme?.lowercased(),
+            scheme == "http" || scheme == "https",
+            parsed.host?.isEmpty == false
+        else { return false }
+        return !url.unicodeScalars.contains { $0.value <= 0x20 || $0.value == 0x7F }
+    }
+
+    private static let trimmed = CharacterSet.whitespaces.union(CharacterSet(charactersIn: "\r"))
+}
