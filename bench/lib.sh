@@ -14,10 +14,10 @@ for i in range(1000):
 PY
 }
 
-# Starts nginx serving WORK/www on 127.0.0.1:PORT (with EXTRA inside its server block), in the background, and waits
-# until it answers; its pid is in $nginx_pid. Everything it writes stays in WORK.
+# Starts nginx serving WORK/www on 127.0.0.1:PORT (with EXTRA inside its server block and HTTP_EXTRA inside its http
+# block), in the background, and waits until it answers; its pid is in $nginx_pid. Everything it writes stays in WORK.
 start_nginx() {
-    local work=$1 port=$2 extra=${3:-}
+    local work=$1 port=$2 extra=${3:-} http_extra=${4:-}
     cat > "$work/nginx.conf" <<CONF
 daemon off;
 master_process off;
@@ -27,6 +27,7 @@ error_log $work/nginx-error.log;
 events { worker_connections 256; }
 http {
     access_log off;
+    $http_extra
     sendfile on;
     client_body_temp_path $work/tmp-body;
     proxy_temp_path $work/tmp-proxy;

@@ -21,6 +21,9 @@ final class CommitQueue: @unchecked Sendable {
     private struct Entry {
         var ticket: UInt64
         var work: @Sendable (Database) throws -> Void
+        /// Whether a caller is expected to collect its outcome; a failed write no one was expected to wait for is
+        /// also told to `lostWrite`.
+        var awaited = true
     }
 
     private let writer: any DatabaseWriter
@@ -42,10 +45,19 @@ final class CommitQueue: @unchecked Sendable {
     private var hasDrainThread = false
     private var drainRequested = false
     private var counts = (commits: 0, writes: 0)
+    private var lostWriteHandler: (@Sendable (DownloadError) -> Void)?
 
     init(writer: any DatabaseWriter, describe: @escaping @Sendable (any Error) -> DownloadError) {
         self.writer = writer
         self.describe = describe
+    }
+
+    /// Has `handler` told of each write that no one waits for and that failed (a full disk): nothing of it is
+    /// stored, and there is no caller to throw to.
+    func onLostWrite(_ handler: @escaping @Sendable (DownloadError) -> Void) {
+        condition.lock()
+        lostWriteHandler = handler
+        condition.unlock()
     }
 
     /// Commits made, and the writes they held.
@@ -72,7 +84,7 @@ final class CommitQueue: @unchecked Sendable {
     /// with whatever else is queued: a write no one waits for is still in the store within moments, not at the next
     /// write that is waited for.
     func submit(awaited: Bool, _ work: @escaping @Sendable (Database) throws -> Void) -> UInt64 {
-        let ticket = enqueue(work)
+        let ticket = enqueue(work, awaited: awaited)
         if !awaited {
             condition.lock()
             let starts = !isDraining
@@ -119,12 +131,12 @@ final class CommitQueue: @unchecked Sendable {
         return committed < ticket && !isDraining
     }
 
-    private func enqueue(_ work: @escaping @Sendable (Database) throws -> Void) -> UInt64 {
+    private func enqueue(_ work: @escaping @Sendable (Database) throws -> Void, awaited: Bool = true) -> UInt64 {
         condition.lock()
         defer { condition.unlock() }
         let ticket = nextTicket
         nextTicket += 1
-        pending.append(Entry(ticket: ticket, work: work))
+        pending.append(Entry(ticket: ticket, work: work, awaited: awaited))
         return ticket
     }
 
@@ -207,6 +219,7 @@ final class CommitQueue: @unchecked Sendable {
         condition.unlock()
         guard let last = batch.last else { return }
         var errors: [UInt64: DownloadError] = [:]
+        var lost: [DownloadError] = []
         do {
             try writer.write { db in
                 for entry in batch { try entry.work(db) }
@@ -216,7 +229,12 @@ final class CommitQueue: @unchecked Sendable {
             // (a constraint, a full disk) is told to its caller alone. Rare: no savepoint is paid for on the common
             // path.
             for entry in batch {
-                do { try writer.write { db in try entry.work(db) } } catch { errors[entry.ticket] = describe(error) }
+                do { try writer.write { db in try entry.work(db) } } catch {
+                    // Kept for a caller that waits for it after all (`completion(of:)`), and told as lost when no
+                    // one was expected to.
+                    errors[entry.ticket] = describe(error)
+                    if !entry.awaited { lost.append(describe(error)) }
+                }
             }
         }
         condition.lock()
@@ -224,15 +242,21 @@ final class CommitQueue: @unchecked Sendable {
         counts.commits += 1
         counts.writes += batch.count
         for (ticket, error) in errors { failures[ticket] = error }
+        if failures.count > 10_000, let oldest = failures.keys.min() {
+            // Errors of writes no one collected (a full disk fails many): the oldest go.
+            failures.removeValue(forKey: oldest)
+        }
         var ready: [(CheckedContinuation<DownloadError?, Never>, DownloadError?)] = []
         for ticket in waiters.keys where ticket <= last.ticket {
             if let waiter = waiters.removeValue(forKey: ticket) {
                 ready.append((waiter, failures.removeValue(forKey: ticket)))
             }
         }
+        let handler = lostWriteHandler
         condition.broadcast()
         condition.unlock()
         for (waiter, failure) in ready { waiter.resume(returning: failure) }
+        if let handler { for error in lost { handler(error) } }
     }
 }
 

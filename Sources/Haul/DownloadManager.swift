@@ -188,6 +188,10 @@ public actor DownloadManager {
         } else {
             store = try DownloadStore()
         }
+        let logger = configuration.logger
+        store.onLostWrite { error in
+            logger.error("a state database write was lost: \(error.message); the record keeps its earlier values")
+        }
         self.transport = transport ?? LiveTransport()
         hub = EventHub(run: try store.beginRun(), replayCapacity: configuration.replayCapacity)
         var settings = ManagerSettings(
@@ -934,13 +938,13 @@ public actor DownloadManager {
         guard var record = catalog[id], tasks[id] != nil else { return nil }
         var commit: DownloadStore.Commit?
         switch report {
-        case .transfer(let transfer):
+        case .transfer(let transfer, let waiting):
             let named = record.destination != transfer.destination
             record = record.adoptingTransfer(of: transfer)
             keep(record)
             // A folder download's name is news for subscribers; facts and offsets are not (progress tells the bytes).
             if named { hub.emit(.changed(snapshot(of: record))) }
-            return store.submit(try .transfer(record))
+            return store.submit(try .transfer(record), awaited: waiting)
         case .restarted(let reason):
             record.error = nil
             record.attempts = 0

@@ -29,8 +29,9 @@ struct RunnerEnvironment: Sendable {
 /// What a runner tells its manager while it runs.
 enum RunnerReport: Sendable {
     /// What the transfer learned or did to its part file: the file name a folder download chose, final URL, remote
-    /// facts, durable offset, segments, whether the part's bytes are verified.
-    case transfer(DownloadRecord)
+    /// facts, durable offset, segments, whether the part's bytes are verified. With `waiting`, the runner waits for
+    /// the commit (and hears of its failure).
+    case transfer(DownloadRecord, waiting: Bool)
     /// The download starts again from 0 (a changed file, a server that stopped honouring ranges, …): not a failure.
     case restarted(String)
     /// The server cannot be reached; the download waits for the network.
@@ -378,9 +379,69 @@ final class DownloadRunner: Sendable {
     /// durable, and the store gets them exactly.
     private func flush(_ mark: TransferMachine.Checkpoint) async {
         guard let part, record.isPartVerified else { return }
-        if (try? await Blocking.run({ try part.syncData() })) != nil {
+        guard (try? await Blocking.run({ try part.syncData() })) != nil else { return }
+        if let (_, intact) = await Self.tampering(of: part, with: mark) {
+            try? await storeTampered(intact)
+        } else {
             try? await store(mark)
         }
+    }
+
+    /// What another program did to the part file behind Haul's back, checked after a sync against the bytes `mark`
+    /// counts: deleted (or replaced), or cut short. Nil when every byte is there. Returns the error to stop with and
+    /// the mark of what is left: nothing of a deleted file, each range up to its first missing byte of a cut one.
+    private static func tampering(of part: PartFile, with mark: TransferMachine.Checkpoint) async -> (
+        DownloadError, intact: TransferMachine.Checkpoint?
+    )? {
+        let found = try? await Blocking.run { () -> (DownloadError, intact: TransferMachine.Checkpoint?)? in
+            guard part.isStillAtPath() else {
+                let folder = (part.path as NSString).deletingLastPathComponent
+                let what =
+                    FileSystem.exists(folder)
+                    ? "the part file \(part.path) was deleted or replaced by another program"
+                    : "the folder \(folder) was deleted"
+                let message = "\(what) while downloading; its bytes are gone (run the command again to start over)"
+                return (DownloadError(.fileSystem, message), nil)
+            }
+            let ranges: [(start: Int64, end: Int64)] =
+                switch mark {
+                case .offset(let offset): [(0, offset)]
+                case .segments(let segments, _): segments.map { ($0.start, $0.offset) }
+                }
+            let cuts = ranges.map { part.firstMissingByte(from: $0.start, to: $0.end) }
+            guard let first = cuts.compactMap({ $0 }).min() else { return nil }
+            let intact: TransferMachine.Checkpoint
+            switch mark {
+            case .offset(let offset): intact = .offset(min(offset, cuts[0] ?? offset))
+            case .segments(let segments, _):
+                let kept = zip(segments, cuts).map { segment, cut in
+                    var segment = segment
+                    if let cut { segment.offset = max(segment.start, min(segment.offset, cut)) }
+                    return segment
+                }
+                intact = .segments(kept, bytes: kept.reduce(0) { $0 + $1.offset - $1.start })
+            }
+            let error = DownloadError(
+                .fileSystem,
+                "the part file \(part.path) was cut short by another program while downloading (bytes from about "
+                    + "\(first) on are missing); run the command again to resume from what is left")
+            return (error, intact)
+        }
+        return found ?? nil
+    }
+
+    /// Stores what is left after another program changed the part file: the intact bytes, or, for a file that is
+    /// gone, nothing (and whatever is at its path later is compared before it is trusted).
+    private func storeTampered(_ intact: TransferMachine.Checkpoint?) async throws(DownloadError) {
+        guard let intact else {
+            try await saveTransfer(waiting: true) { record in
+                record.durableOffset = 0
+                record.segments = nil
+                record.isPartVerified = false
+            }
+            return
+        }
+        try await store(intact)
     }
 
     private func stop() async throws -> RunOutcome {
@@ -470,6 +531,8 @@ final class DownloadRunner: Sendable {
         let task = Task { [self] in
             do {
                 try await Blocking.run { try part.syncData() }
+                // The failure that follows stores what is left (`flush`).
+                if let (problem, _) = await Self.tampering(of: part, with: mark) { throw problem }
                 try await store(mark)
                 continuation.yield(.checkpointed(mark))
             } catch {
@@ -480,9 +543,11 @@ final class DownloadRunner: Sendable {
         state.withLock { $0.checkpoint = task }
     }
 
-    /// Has the manager store a checkpoint's mark (after the sync that makes it true).
+    /// Has the manager store a checkpoint's mark (after the sync that makes it true), and waits for the commit: off
+    /// the loop, so it costs the transfer nothing, and a store that cannot write (a full disk) stops the download
+    /// instead of letting it run on with nothing recorded.
     private func store(_ mark: TransferMachine.Checkpoint) async throws(DownloadError) {
-        try await saveTransfer { record in
+        try await saveTransfer(waiting: true) { record in
             switch mark {
             case .offset(let offset):
                 record.durableOffset = offset
@@ -504,7 +569,7 @@ final class DownloadRunner: Sendable {
             if let facts = machine.withLock({ $0.remoteFacts }) { state.record.remoteFacts = facts }
             return state.record
         }
-        let commit = try await environment.report(.transfer(updated))
+        let commit = try await environment.report(.transfer(updated, waiting: waiting))
         if waiting, let commit { try await environment.committed(commit) }
     }
 
@@ -672,9 +737,14 @@ final class DownloadRunner: Sendable {
         var algorithms = Set<Checksum.Algorithm>()
         if let checksum = options.checksum { algorithms.insert(checksum.algorithm) }
         if options.computesSHA256 { algorithms.insert(.sha256) }
+        try await Blocking.run { try part.sync() }
+        if let (problem, intact) = await Self.tampering(of: part, with: .offset(total)) {
+            // Every byte was written, and some are not there any more: nothing wrong goes under the final name.
+            try? await storeTampered(intact)
+            throw problem
+        }
         let digests = try await Blocking.run { [algorithms] in
-            try part.sync()
-            return algorithms.isEmpty ? [:] : try FileDigest.hexDigests(of: part.path, algorithms: algorithms)
+            algorithms.isEmpty ? [:] : try FileDigest.hexDigests(of: part.path, algorithms: algorithms)
         }
         if let checksum = options.checksum, digests[checksum.algorithm] != checksum.hex {
             let got = digests[checksum.algorithm] ?? "nothing"

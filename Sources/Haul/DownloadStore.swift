@@ -71,6 +71,7 @@ public struct DownloadStore: Sendable {
             case .SQLITE_BUSY, .SQLITE_LOCKED: return "it is locked by another process"
             case .SQLITE_NOTADB, .SQLITE_CORRUPT: return "it is not a Haul database or is damaged"
             case .SQLITE_CANTOPEN, .SQLITE_PERM, .SQLITE_READONLY: return "it cannot be opened for writing"
+            case .SQLITE_FULL: return "the disk is full"
             default: return error.message ?? String(describing: error)
             }
         }
@@ -168,6 +169,12 @@ public struct DownloadStore: Sendable {
 
     @Sendable private static func writeError(_ error: any Error) -> DownloadError {
         if let error = error as? DownloadError { return error }
+        if let error = error as? DatabaseError, error.resultCode == .SQLITE_FULL {
+            // Nothing of the write is stored, and what was stored before stays readable: the download stops with
+            // its bytes and resumes once there is room.
+            return DownloadError(
+                .diskFull, "cannot save to the state database: the disk is full", underlying: error)
+        }
         return DownloadError(.store, "state database write failed: \(describe(error))", underlying: error)
     }
 
@@ -226,6 +233,12 @@ public struct DownloadStore: Sendable {
     /// Waits until `commit` is in the store; throws when its write failed (nothing of it was stored).
     public func committed(_ commit: Commit) async throws(DownloadError) {
         if let failure = await queue.completion(of: commit.ticket) { throw failure }
+    }
+
+    /// Has `handler` told of each queued write that no one waited for and that failed: the row keeps its previous
+    /// values (a lower offset, an earlier state), which the next run recovers from.
+    public func onLostWrite(_ handler: @escaping @Sendable (DownloadError) -> Void) {
+        queue.onLostWrite(handler)
     }
 
     /// Waits until every write queued so far is committed (before the process ends).
@@ -389,9 +402,9 @@ public struct DownloadStore: Sendable {
     /// Queues `update` and returns at once (`committed(_:)` waits for it): writes that no later step depends on are
     /// committed with others in one transaction, within moments.
     @discardableResult
-    public func submit(_ update: RowUpdate) -> Commit {
+    public func submit(_ update: RowUpdate, awaited: Bool = false) -> Commit {
         Commit(
-            ticket: queue.submit(awaited: false) { db in
+            ticket: queue.submit(awaited: awaited) { db in
                 try db.cachedStatement(sql: update.sql).execute(arguments: StatementArguments(update.values))
             })
     }

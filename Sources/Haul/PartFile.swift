@@ -129,6 +129,56 @@ public final class PartFile: @unchecked Sendable {
         guard fsync(descriptor) == 0 else { throw Self.fileError(errno, "cannot sync \(path)") }
     }
 
+    /// Whether the path still names this open file: false when another program deleted it (or its folder), or put
+    /// another file in its place.
+    public func isStillAtPath() -> Bool {
+        var open = stat()
+        var named = stat()
+        guard fstat(descriptor, &open) == 0, open.st_nlink > 0, stat(path, &named) == 0 else { return false }
+        return open.st_dev == named.st_dev && open.st_ino == named.st_ino
+    }
+
+    /// Where the intact bytes of `start..<end` end, nil when every one is there: the file's end when someone cut it
+    /// there, or, when a later write made it long again, a mebibyte before the hole the cut left, where the file
+    /// system reports holes only where nothing was written (a hole starts at a block boundary, and the cut may lie
+    /// anywhere in the block before it, which reads as zeros). Haul wrote every byte of the ranges it asks about,
+    /// so a missing one means another program changed the file.
+    public func firstMissingByte(from start: Int64, to end: Int64) -> Int64? {
+        guard start < end else { return nil }
+        var info = stat()
+        guard fstat(descriptor, &info) == 0 else { return start }
+        let length = Int64(info.st_size)
+        var missing = length < end ? max(start, length) : nil
+        if start < length, Self.holesAreTrustworthy(descriptor) {
+            // SEEK_HOLE: the next hole at or after `start` (the end of the file counts as one).
+            let hole = Int64(lseek(descriptor, off_t(start), 4))
+            if hole >= 0, hole < min(end, length) {
+                let margin = max(Int64(info.st_blksize), 1 << 20)
+                let intact = max(start, (hole - margin) / margin * margin)
+                missing = min(missing ?? intact, intact)
+            }
+        }
+        return missing
+    }
+
+    /// Whether the file system keeps written bytes as data even when they are zeros, so a hole means nothing was
+    /// written there: ext4, XFS, Btrfs, tmpfs, F2FS. Not ZFS, which stores blocks of zeros as holes when it
+    /// compresses; there only the length is checked.
+    private static func holesAreTrustworthy(_ descriptor: Int32) -> Bool {
+        // `struct statfs` starts with `f_type` (a long); the buffer is larger than the whole struct.
+        guard let fstatfs else { return false }
+        var buffer = [Int](repeating: 0, count: 32)
+        guard buffer.withUnsafeMutableBytes({ fstatfs(descriptor, $0.baseAddress!) }) == 0 else { return false }
+        let trusted: Set<Int> = [0xEF53, 0x5846_5342, 0x9123_683E, 0x0102_1994, 0xF2F5_2010]
+        return trusted.contains(buffer[0])
+    }
+
+    /// `fstatfs`, which Swift's Glibc module does not import (`sys/vfs.h`).
+    private static let fstatfs: (@convention(c) (Int32, UnsafeMutableRawPointer) -> Int32)? = {
+        guard let symbol = dlsym(UnsafeMutableRawPointer(bitPattern: 0), "fstatfs") else { return nil }
+        return unsafeBitCast(symbol, to: (@convention(c) (Int32, UnsafeMutableRawPointer) -> Int32).self)
+    }()
+
     /// A file-system error naming the cause; ENOSPC becomes `diskFull`.
     static func fileError(_ code: Int32, _ what: String) -> DownloadError {
         let reason = String(cString: strerror(code))
@@ -165,9 +215,7 @@ enum FileSystem {
     /// (link + unlink: atomic no-replace on every POSIX file system that has hard links).
     static func move(_ source: String, to destination: String, replacing: Bool) throws(DownloadError) {
         if replacing {
-            guard rename(source, destination) == 0 else {
-                throw PartFile.fileError(errno, "cannot rename \(source) to \(destination)")
-            }
+            guard rename(source, destination) == 0 else { throw movingError(errno, source, destination) }
             return
         }
         if link(source, destination) == 0 {
@@ -182,8 +230,25 @@ enum FileSystem {
         guard !exists(destination) else {
             throw DownloadError(.destinationExists, "\(destination) appeared while downloading; not overwriting it")
         }
-        guard rename(source, destination) == 0 else {
-            throw PartFile.fileError(errno, "cannot rename \(source) to \(destination)")
+        guard rename(source, destination) == 0 else { throw movingError(errno, source, destination) }
+    }
+
+    /// Why a part file cannot be moved into place; its bytes stay where they are, so the same command finishes once
+    /// the cause is gone.
+    private static func movingError(_ code: Int32, _ source: String, _ destination: String) -> DownloadError {
+        let folder = (destination as NSString).deletingLastPathComponent
+        let reason = String(cString: strerror(code))
+        switch code {
+        case EACCES, EPERM, EROFS:
+            return DownloadError(
+                .destinationNotWritable,
+                "cannot move the finished download into \(folder): the folder is not writable (\(reason)); "
+                    + "its bytes stay in \(source)")
+        case ENOENT where !exists(folder):
+            return DownloadError(
+                .destinationNotWritable, "cannot move the finished download into \(folder): the folder is gone")
+        default:
+            return PartFile.fileError(code, "cannot rename \(source) to \(destination)")
         }
     }
 

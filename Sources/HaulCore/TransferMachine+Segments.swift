@@ -128,7 +128,10 @@ extension TransferMachine {
             phase = .finalizing
             return others.map { .close($0) } + [.close(id), .finalize(total: map.total)]
         }
-        if connection.retiring {
+        if connection.retiring, connections.count == 1 {
+            // The others ended since the ramp chose this one to go: the last connection stays.
+            connections[id]?.retiring = false
+        } else if connection.retiring {
             map.release(segment, keepingUpTo: segmentWritten[segment])
             mode = .segmented(map)
             connections[id] = nil
@@ -194,6 +197,11 @@ extension TransferMachine {
     /// The ramp's look at the connections: add one, drop some, or hold.
     mutating func rampStep(now: Duration) -> [Action] {
         guard case .segmented(let map) = mode else { return [] }
+        if connections.isEmpty, phase == .transferring, map.hasWorkToTake {
+            // Work left and no connection at all (the last ones ended or were refused): one opens, whatever the ramp
+            // would say.
+            return takeWork(newConnection(now: now), now: now)
+        }
         let flowing = connections.values.filter { $0.phase == .streaming && $0.isFlowing }.count
         switch ramp.decide(
             now: now, bytes: heldBytes, connections: connections.count, flowing: flowing, canAdd: map.hasWorkToTake)

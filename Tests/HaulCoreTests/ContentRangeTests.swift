@@ -98,7 +98,8 @@ struct ContentDispositionTests {
             String(repeating: "n", count: 199) + "." + String(repeating: "x", count: 30))
         #expect(dotted == String(repeating: "n", count: 199))
         let huge = FileNameSanitizer.sanitize("a" + String(repeating: "\u{301}", count: 300) + ".txt")
-        #expect(huge.unicodeScalars.first == "a" && huge.hasSuffix(".txt") && huge.utf8.count <= FileNameSanitizer.maximumBytes)
+        #expect(huge.unicodeScalars.first == "a" && huge.hasSuffix(".txt"))
+        #expect(huge.utf8.count <= FileNameSanitizer.maximumBytes)
         #expect(FileNameSanitizer.sanitize(".\u{3000}-x.") == "x")
         for name in [spaced, dotted, huge] { #expect(FileNameSanitizer.sanitize(name) == name) }
     }

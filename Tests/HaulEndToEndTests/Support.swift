@@ -58,7 +58,9 @@ final class HaulProcess: @unchecked Sendable {
         _ = FileManager.default.createFile(atPath: outPath, contents: nil)
         _ = FileManager.default.createFile(atPath: errPath, contents: nil)
         process.executableURL = URL(fileURLWithPath: haulBinary)
-        process.arguments = arguments.first == "get" ? arguments + ["--state-dir", workspace.state] : arguments
+        process.arguments =
+            arguments.first == "get" && !arguments.contains("--state-dir")
+            ? arguments + ["--state-dir", workspace.state] : arguments
         process.currentDirectoryURL = URL(fileURLWithPath: workspace.files)
         process.standardOutput = FileHandle(forWritingAtPath: outPath)
         process.standardError = FileHandle(forWritingAtPath: errPath)
