@@ -580,6 +580,9 @@ final class DownloadRunner: Sendable {
     /// Lowers the stored offset first (it never exceeds the bytes on disk), forgets the segments and, when asked,
     /// what was known of the remote file, then truncates.
     private func truncate(to length: Int64, forgetting: Bool) async throws {
+        // A checkpoint in flight ends first: its mark, stored after the offset is lowered, would count bytes the
+        // truncate removes (and its look at the part file would take the truncate for someone else's).
+        await state.withLock { $0.checkpoint }?.value
         try await saveTransfer { record in
             record.durableOffset = min(record.durableOffset, length)
             record.segments = nil

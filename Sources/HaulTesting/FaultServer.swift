@@ -124,7 +124,18 @@ public final class FaultServer: Sendable {
         var peakOpen = 0
     }
 
+    /// An answer that went quiet (`stall`, `stallChunked`, `stallBeforeHead`), told once its bytes are sent.
+    public struct Stall: Sendable {
+        /// The path asked for.
+        public var path: String
+        /// One past the file offset of the last body byte sent (nil: no body byte, the head was all).
+        public var end: Int?
+        /// The last body bytes sent (up to 16), to see them land in the client's file.
+        public var tail: [UInt8]
+    }
+
     private let state = Mutex(State())
+    private let stallHandler = Mutex<(@Sendable (Stall) -> Void)?>(nil)
     private let channel = Mutex<(any Channel)?>(nil)
     /// The port the server listens on.
     public let port: Int
@@ -174,6 +185,16 @@ public final class FaultServer: Sendable {
     /// Every request so far, in order.
     public var requests: [RecordedRequest] { state.withLock { $0.log } }
 
+    /// Has `handler` told of every answer that goes quiet, once its bytes are written to the socket (a test moves
+    /// its idle clock then, instead of waiting out an idle timeout).
+    public func onStall(_ handler: @escaping @Sendable (Stall) -> Void) {
+        stallHandler.withLock { $0 = handler }
+    }
+
+    fileprivate func stalled(_ stall: Stall) {
+        stallHandler.withLock { $0 }?(stall)
+    }
+
     /// Requests to `path`.
     public func requests(to path: String) -> [RecordedRequest] { requests.filter { $0.path == path } }
 
@@ -210,6 +231,8 @@ public final class FaultServer: Sendable {
         /// answer wrote before the client went away).
         var logIndex = -1
         var headLength = 0
+        /// For an answer that stalls: what to tell of it.
+        var stall: Stall?
         enum After { case keepAlive, close, stall }
     }
 
@@ -243,6 +266,10 @@ public final class FaultServer: Sendable {
                 status: 404, reason: "Not Found", headers: [("Content-Length", "9")], body: Array("not found".utf8))
             recorded.status = 404
         }
+        if answer.after == .stall, answer.stall == nil {
+            answer.stall = Stall(path: path, end: nil, tail: [])
+        }
+        answer.stall?.path = path
         let final = recorded
         answer.logIndex = state.withLock { state in
             state.log.append(final)
@@ -399,15 +426,19 @@ public final class FaultServer: Sendable {
         case .stallChunked(let count):
             let sentBytes = slice.prefix(count)
             sent.bodyBytesSent = sentBytes.count
-            return raw(
+            var answer = raw(
                 status: status, reason: reason, headers: headers + [("Transfer-Encoding", "chunked")],
                 body: chunked(sentBytes, terminate: false), after: .stall)
+            answer.stall = Stall(path: "", end: sentBytes.endIndex, tail: Array(sentBytes.suffix(16)))
+            return answer
         case .stall(let count):
             let sentBytes = slice.prefix(count)
             sent.bodyBytesSent = sentBytes.count
-            return raw(
+            var answer = raw(
                 status: status, reason: reason, headers: headers + [("Content-Length", "\(slice.count)")],
                 body: Array(sentBytes), after: .stall)
+            answer.stall = Stall(path: "", end: sentBytes.endIndex, tail: Array(sentBytes.suffix(16)))
+            return answer
         case .lengthAndChunked:
             sent.bodyBytesSent = slice.count
             return raw(
@@ -486,7 +517,14 @@ private final class FaultHandler: ChannelInboundHandler {
                 context.writeAndFlush(wrapOutboundOut(buffer)).whenComplete { _ in channel.close(promise: nil) }
             case .stall:
                 stalled = true
-                if !answer.bytes.isEmpty { context.writeAndFlush(wrapOutboundOut(buffer), promise: nil) }
+                let stall = answer.stall
+                if answer.bytes.isEmpty {
+                    if let stall { server.stalled(stall) }
+                } else {
+                    context.writeAndFlush(wrapOutboundOut(buffer)).whenSuccess { [server] in
+                        if let stall { server.stalled(stall) }
+                    }
+                }
             }
         }
     }

@@ -9,7 +9,7 @@ import Testing
 #endif
 
 /// `haul get -x N` as a child process: kill -9 during a segmented download, and `haul ls` showing connections.
-@Suite("haul get -x, end to end", .serialized, .timeLimit(.minutes(2)))
+@Suite("haul get -x, end to end", .serialized, .timeLimit(.minutes(2)), .teardowns)
 struct SegmentedCommandTests {
     /// Each connection's cap: four connections fetch about 3.5 MiB of the 16 MiB between a run's start and its kill,
     /// so the three kills all land before the end.
@@ -25,7 +25,7 @@ struct SegmentedCommandTests {
         let workspace = try Workspace()
         defer { workspace.remove() }
         let server = try await FaultServer.start()
-        defer { Task { await server.stop() } }
+        Teardowns.add { await server.stop() }
         server.serve("/big", .init(body: body, bytesPerSecond: Self.rate))
         let store = try DownloadStore(directory: workspace.state)
         var generator = SystemRandomNumberGenerator()
@@ -75,7 +75,7 @@ struct SegmentedCommandTests {
         let workspace = try Workspace()
         defer { workspace.remove() }
         let server = try await FaultServer.start()
-        defer { Task { await server.stop() } }
+        Teardowns.add { await server.stop() }
         server.serve("/big", .init(body: body, bytesPerSecond: Self.rate / 2))
         let store = try DownloadStore(directory: workspace.state)
         let haul = try HaulProcess(Self.arguments(server.url("/big")), in: workspace)

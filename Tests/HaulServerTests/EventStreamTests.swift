@@ -48,7 +48,7 @@ func readEvents(
     }
 }
 
-@Suite("The event stream", .serialized, .timeLimit(.minutes(2)))
+@Suite("The event stream", .serialized, .timeLimit(.minutes(2)), .teardowns)
 struct EventStreamTests {
     @Test("reconnecting with Last-Event-ID at random points of a busy run: no event missed, none twice")
     func reconnects() async throws {
@@ -56,7 +56,6 @@ struct EventStreamTests {
             configuration.engine.progressInterval = .milliseconds(20)
             configuration.maxConcurrentDownloads = 8
         }
-        defer { Task { await h.stop() } }
         let file = testBytes(400_000, seed: 4)
         for index in 0..<8 { h.server.serve("/\(index).bin", .init(body: file, bytesPerSecond: 400_000)) }
         try await h.application().test(.live) { client in
@@ -112,7 +111,6 @@ struct EventStreamTests {
     @Test("an id older than the replay window gets a fresh snapshot; a garbled one too")
     func staleID() async throws {
         let h = try await ServerHarness.make { $0.replayCapacity = 20 }
-        defer { Task { await h.stop() } }
         try await h.application().test(.live) { client in
             let port = try #require(client.port)
             let items = (0..<30).map { #"{"url": "http://example.com/\#($0)", "paused": true}"# }
@@ -144,7 +142,6 @@ struct EventStreamTests {
     @Test("?download=ID streams one download only; an unknown id is a 404; heartbeats are comment lines")
     func filterAndHeartbeat() async throws {
         let h = try await ServerHarness.make()
-        defer { Task { await h.stop() } }
         let runner = Task { await h.manager.run(heartbeatEvery: 1) }
         defer { runner.cancel() }
         try await h.application().test(.live) { client in
@@ -175,7 +172,6 @@ struct EventStreamTests {
     func stats() async throws {
         // The real clock: the speed is measured over time.
         let h = try await ServerHarness.make { $0.clock = ContinuousClock() }
-        defer { Task { await h.stop() } }
         h.server.serve("/slow", .init(body: testBytes(2_000_000, seed: 6), bytesPerSecond: 400_000))
         let runner = Task { await h.manager.run(heartbeatEvery: 1000) }
         defer { runner.cancel() }
@@ -197,7 +193,6 @@ struct EventStreamTests {
     @Test("/speed holds a sample for each second run: the total and the running download's track, aligned")
     func speedSamples() async throws {
         let h = try await ServerHarness.make { $0.clock = ContinuousClock() }
-        defer { Task { await h.stop() } }
         h.server.serve("/slow", .init(body: testBytes(2_000_000, seed: 7), bytesPerSecond: 400_000))
         let runner = Task { await h.manager.run(heartbeatEvery: 1000) }
         defer { runner.cancel() }

@@ -6,7 +6,7 @@ import Hummingbird
 import HummingbirdTesting
 import Testing
 
-@Suite("Folders a request may write to", .timeLimit(.minutes(1)))
+@Suite("Folders a request may write to", .timeLimit(.minutes(1)), .teardowns)
 struct FolderPolicyTests {
     /// `path` with symbolic links resolved.
     static func real(_ path: String) -> String {
@@ -18,7 +18,6 @@ struct FolderPolicyTests {
     @Test("escaping the download folder through .., an absolute path or a symbolic link: 403 naming the folders")
     func escapes() async throws {
         let h = try await ServerHarness.make()
-        defer { Task { await h.stop() } }
         let outside = h.root + "/outside"
         try FileManager.default.createDirectory(atPath: outside, withIntermediateDirectories: true)
         try FileManager.default.createSymbolicLink(atPath: h.downloads + "/link", withDestinationPath: outside)
@@ -44,7 +43,6 @@ struct FolderPolicyTests {
         try FileManager.default.createDirectory(atPath: extra, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(atPath: extra) }
         let h = try await ServerHarness.make(allowed: [extra])
-        defer { Task { await h.stop() } }
         try await h.application().test(.router) { client in
             let nested = try await client.post(
                 "/api/v1/downloads", #"{"url": "http://h/a", "directory": "music/2024", "paused": true}"#)

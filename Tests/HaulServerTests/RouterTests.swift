@@ -13,14 +13,13 @@ import Testing
 
 @testable import HaulServer
 
-@Suite("The daemon's API", .timeLimit(.minutes(2)))
+@Suite("The daemon's API", .timeLimit(.minutes(2)), .teardowns)
 struct RouterTests {
     let bytes = testBytes(40_000, seed: 3)
 
     @Test("adding one download: 201 with a Location, the file lands byte for byte; the same again: 200, same id")
     func addOne() async throws {
         let h = try await ServerHarness.make()
-        defer { Task { await h.stop() } }
         h.server.serve("/a.bin", .init(body: bytes))
         try await h.application().test(.router) { client in
             let response = try await client.post("/api/v1/downloads", #"{"url": "\#(h.server.url("/a.bin"))"}"#)
@@ -45,7 +44,6 @@ struct RouterTests {
     @Test("a list is added in one transaction, in order; one bad item adds none and the 400 names its index and field")
     func addList() async throws {
         let h = try await ServerHarness.make()
-        defer { Task { await h.stop() } }
         try await h.application().test(.router) { client in
             let items = (0..<5).map { index in
                 let url = h.server.url("/\(index)")
@@ -76,7 +74,6 @@ struct RouterTests {
     @Test("malformed JSON, an unknown field, a wrong type, a bad URL: 400 naming the problem; not JSON: 415")
     func badBodies() async throws {
         let h = try await ServerHarness.make()
-        defer { Task { await h.stop() } }
         try await h.application().test(.router) { client in
             let malformed = try await client.post("/api/v1/downloads", #"{"url": "#)
             #expect(malformed.status == .badRequest)
@@ -116,7 +113,6 @@ struct RouterTests {
     )
     func strictFields() async throws {
         let h = try await ServerHarness.make()
-        defer { Task { await h.stop() } }
         try await h.application().test(.router) { client in
             let cases: [(String, String)] = [
                 (#"{"url": "http://h/a", "connections": null}"#, "connections"),
@@ -158,7 +154,6 @@ struct RouterTests {
     @Test("a method a path does not take: 405 with Allow; an unknown path: 404")
     func methods() async throws {
         let h = try await ServerHarness.make()
-        defer { Task { await h.stop() } }
         try await h.application().test(.router) { client in
             let put = try await client.execute(uri: "/api/v1/downloads/x/pause", method: .put, headers: authorized)
             #expect(put.status == .methodNotAllowed)
@@ -175,7 +170,6 @@ struct RouterTests {
     @Test("a body over 8 MiB: 413")
     func tooLarge() async throws {
         let h = try await ServerHarness.make()
-        defer { Task { await h.stop() } }
         try await h.application().test(.router) { client in
             let big = "[" + String(repeating: #"{"url": "http://h/a"},"#, count: 400_000) + #"{"url": "http://h/a"}]"#
             let response = try await client.post("/api/v1/downloads", big)
@@ -187,7 +181,6 @@ struct RouterTests {
     @Test("no token or a wrong one: 401; the sign-in URL sets an HttpOnly SameSite=Strict cookie that works")
     func authentication() async throws {
         let h = try await ServerHarness.make()
-        defer { Task { await h.stop() } }
         try await h.application().test(.router) { client in
             for headers: HTTPFields in [[:], [.authorization: "Bearer wrong"], [.authorization: "Basic x"]] {
                 for path in ["/api/v1/downloads", "/api/v1/stats", "/api/v1/openapi.yaml", "/metrics"] {
@@ -226,7 +219,6 @@ struct RouterTests {
     @Test("the page's files: content types, a strict CSP, ETag and 304, gzip when accepted")
     func webFiles() async throws {
         let h = try await ServerHarness.make()
-        defer { Task { await h.stop() } }
         try await h.application().test(.router) { client in
             let types = [
                 "/": "text/html", "/app.js": "text/javascript", "/app.css": "text/css", "/icon.svg": "image/svg+xml",
@@ -259,7 +251,6 @@ struct RouterTests {
     @Test("a POST from another site's page: 403; from the daemon's own page or without Origin: served")
     func origin() async throws {
         let h = try await ServerHarness.make()
-        defer { Task { await h.stop() } }
         try await h.application().test(.router) { client in
             var foreign = authorized
             foreign[.origin] = "http://evil.example"
@@ -282,7 +273,6 @@ struct RouterTests {
     @Test("a Host that is not the daemon's (DNS rebinding): 403; loopback names and --allow-host names: served")
     func host() async throws {
         let h = try await ServerHarness.make()
-        defer { Task { await h.stop() } }
         var configuration = h.configuration
         configuration.allowedHosts = ["nas.local"]
         let responder = try buildRouter(manager: h.manager, configuration: configuration).buildResponder()
@@ -307,7 +297,6 @@ struct RouterTests {
     @Test("commands: pause, resume, cancel, retry, move, priority, limit, connections, delete; 404 and 409")
     func commands() async throws {
         let h = try await ServerHarness.make()
-        defer { Task { await h.stop() } }
         h.server.serve("/a", .init(body: bytes))
         h.server.serve("/gone", .init(body: bytes) { _, _ in .status(404, headers: [:]) })
         try await h.application().test(.router) { client in
@@ -384,7 +373,6 @@ struct RouterTests {
     @Test("listing: by state, in pages that stay stable; a bad state or cursor is a 400")
     func listing() async throws {
         let h = try await ServerHarness.make()
-        defer { Task { await h.stop() } }
         try await h.application().test(.router) { client in
             let items = (0..<7).map { index in
                 let url = h.server.url("/\(index)")
@@ -420,7 +408,6 @@ struct RouterTests {
     @Test("stats, settings (changes apply, survive a restart, null removes the limit), the document, metrics")
     func daemon() async throws {
         let h = try await ServerHarness.make()
-        defer { Task { await h.stop() } }
         h.server.serve("/a", .init(body: bytes))
         try await h.application().test(.router) { client in
             let a = try await client.add(h, "/a")
@@ -465,7 +452,6 @@ struct RouterTests {
     @Test("the Unix socket door: no token, any folder; refused when the peer is another user")
     func socketDoor() async throws {
         let h = try await ServerHarness.make()
-        defer { Task { await h.stop() } }
         h.server.serve("/a", .init(body: bytes))
         let elsewhere = h.root + "/elsewhere"
         try FileManager.default.createDirectory(atPath: elsewhere, withIntermediateDirectories: true)

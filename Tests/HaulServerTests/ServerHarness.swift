@@ -35,11 +35,13 @@ struct ServerHarness {
         configure(&managerConfiguration)
         let manager = try DownloadManager(configuration: managerConfiguration)
         try await manager.start()
-        return ServerHarness(
+        let harness = ServerHarness(
             server: try await FaultServer.start(), root: root, downloads: downloads, state: root + "/state",
             manager: manager,
             configuration: DaemonConfiguration(
                 token: token, downloadDirectory: downloads, allowedDirectories: allowed))
+        Teardowns.add { await harness.stop() }
+        return harness
     }
 
     func application(door: Door = .network, peerUID: UInt32? = getuid()) throws -> some ApplicationProtocol {

@@ -7,7 +7,7 @@ import Testing
 @testable import Haul
 
 /// The daemon's add: the manager takes the download at once and the store commits it with the adds around it.
-@Suite("Adds whose commit is awaited later", .timeLimit(.minutes(1)))
+@Suite("Adds whose commit is awaited later", .timeLimit(.minutes(1)), .teardowns)
 struct DeferredAddTests {
     func request(_ h: Harness, _ path: String) -> DownloadRequest {
         DownloadRequest(url: h.server.url(path), destination: .directory(h.folder), isPaused: true, origin: .api)
@@ -16,7 +16,6 @@ struct DeferredAddTests {
     @Test("once committed, the downloads are in the store: a new manager on it finds them, in order")
     func committedIsStored() async throws {
         let h = try await Harness.make()
-        defer { Task { await h.stop() } }
         let manager = try h.manager()
         var commits: [(DownloadManager.Added, DownloadStore.Commit)] = []
         for index in 0..<20 {
@@ -38,7 +37,6 @@ struct DeferredAddTests {
     @Test("a commit the store refuses undoes the add: the download is gone and subscribers are told")
     func refusedCommitRollsBack() async throws {
         let h = try await Harness.make()
-        defer { Task { await h.stop() } }
         let manager = try h.manager()
         let events = manager.events()
         // Another connection breaks the store under the manager: its insert will fail.
@@ -63,12 +61,11 @@ struct DeferredAddTests {
     }
 }
 
-@Suite("A store owned by one process")
+@Suite("A store owned by one process", .teardowns)
 struct ExclusiveStoreTests {
     @Test("opened for one process, it keeps what the manager writes; an ordinary open after it sees it all")
     func exclusiveRoundTrip() async throws {
         let h = try await Harness.make()
-        defer { Task { await h.stop() } }
         var configuration = DownloadManager.Configuration(stateDirectory: h.stateDirectory)
         configuration.ownsStateDirectory = true
         configuration.startsStoredDownloads = false
@@ -91,7 +88,7 @@ struct ExclusiveStoreTests {
     }
 }
 
-@Suite("Paths and folders")
+@Suite("Paths and folders", .teardowns)
 struct PathNameTests {
     @Test("the quick check for a normalised absolute path agrees with normalising, over every short path")
     func quickCheckAgrees() {

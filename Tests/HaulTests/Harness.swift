@@ -11,11 +11,50 @@ struct Harness {
     let folder: String
     let stateDirectory: String
     let clock = RecordingClock()
+    /// The engine's own time: when an answer of the server goes quiet, and its bytes are in the download's file,
+    /// it jumps past the idle timeout, so no test waits one out.
+    let idleClock = JumpClock()
 
-    static func make() async throws -> Harness {
+    /// With `jumpsPastStalls` false the idle clock runs with real time only (a test where other connections flow
+    /// beside the quiet one: a jump would make them look quiet too).
+    static func make(jumpsPastStalls: Bool = true) async throws -> Harness {
         let root = NSTemporaryDirectory() + "haul-tests-" + UUID().uuidString
         try FileManager.default.createDirectory(atPath: root + "/files", withIntermediateDirectories: true)
-        return Harness(server: try await FaultServer.start(), folder: root + "/files", stateDirectory: root + "/state")
+        let harness = Harness(
+            server: try await FaultServer.start(), folder: root + "/files", stateDirectory: root + "/state")
+        let (folder, idleClock) = (harness.folder, harness.idleClock)
+        Teardowns.add { await harness.stop() }
+        guard jumpsPastStalls else { return harness }
+        harness.server.onStall { stall in
+            Task {
+                await Self.waitUntilLanded(stall, in: folder)
+                await idleClock.jump(by: Self.idleJump, afterTicks: 3)
+            }
+        }
+        return harness
+    }
+
+    /// Longer than the default idle timeout (30 s), which the tests keep.
+    static let idleJump: Duration = .seconds(31)
+
+    /// Waits until the last bytes a stalled answer sent are in a file of `folder` (the engine has taken all it was
+    /// sent), at most 10 s.
+    static func waitUntilLanded(_ stall: FaultServer.Stall, in folder: String) async {
+        guard let end = stall.end, !stall.tail.isEmpty else { return }
+        let start = UInt64(end - stall.tail.count)
+        let deadline = ContinuousClock.now + .seconds(10)
+        while ContinuousClock.now < deadline {
+            let names = (try? FileManager.default.contentsOfDirectory(atPath: folder)) ?? []
+            for name in names {
+                guard let handle = FileHandle(forReadingAtPath: folder + "/" + name) else { continue }
+                defer { try? handle.close() }
+                guard (try? handle.seek(toOffset: start)) != nil,
+                    let bytes = try? handle.read(upToCount: stall.tail.count)
+                else { continue }
+                if [UInt8](bytes) == stall.tail { return }
+            }
+            try? await Task.sleep(for: .milliseconds(1))
+        }
     }
 
     func path(_ name: String) -> String { folder + "/" + name }
@@ -23,6 +62,7 @@ struct Harness {
     func manager() throws -> DownloadManager {
         var configuration = DownloadManager.Configuration(stateDirectory: stateDirectory)
         configuration.clock = clock
+        configuration.idleClock = idleClock
         configuration.startsStoredDownloads = false
         configuration.engine.jitter = { 1 }
         return try DownloadManager(configuration: configuration)
@@ -35,6 +75,7 @@ struct Harness {
     ) async throws -> DownloadResult {
         var configuration = DownloadManager.Configuration(stateDirectory: stateDirectory)
         configuration.clock = clock
+        configuration.idleClock = idleClock
         configuration.engine.jitter = { 1 }
         configure(&configuration)
         return try await DownloadManager.download(

@@ -5,7 +5,7 @@ import HaulTesting
 import Testing
 
 /// HOSTILE.md 28–35 for one download, checksums, and the destination rules.
-@Suite("Local state", .timeLimit(.minutes(2)))
+@Suite("Local state", .timeLimit(.minutes(2)), .teardowns)
 struct LocalStateTests {
     static let size = 300_000
     static let cut = 120_000
@@ -20,8 +20,8 @@ struct LocalStateTests {
             .init(body: body) { index, _ in
                 index == 0 ? .stall(afterBytes: Self.cut) : index == 1 ? .stallBeforeHead : nil
             })
-        var options = DownloadOptions(maximumAttemptsWithoutProgress: 1)
-        options.idleTimeoutSeconds = 1.0
+        // The default idle timeout (30 s): the harness's idle clock jumps past it once each answer goes quiet.
+        let options = DownloadOptions(maximumAttemptsWithoutProgress: 1)
         let error = await h.fetchError("/f", options: options)
         #expect(error?.code == .idleTimeout)
         #expect(FileSystemProbe.size(h.path("file.bin.part")) == Int64(Self.cut))
@@ -31,7 +31,6 @@ struct LocalStateTests {
     @Test("28: part file shorter than the stored offset: resume from its real length")
     func partShorter() async throws {
         let h = try await Harness.make()
-        defer { Task { await h.stop() } }
         try await leavePartial(h)
         try FileSystemProbe.truncate(h.path("file.bin.part"), to: 50_000)
         _ = try await h.fetch("/f")
@@ -42,7 +41,6 @@ struct LocalStateTests {
     @Test("29: part file longer than the stored offset: truncated to the offset")
     func partLonger() async throws {
         let h = try await Harness.make()
-        defer { Task { await h.stop() } }
         try await leavePartial(h)
         let handle = FileHandle(forWritingAtPath: h.path("file.bin.part"))!
         handle.seekToEndOfFile()
@@ -56,7 +54,6 @@ struct LocalStateTests {
     @Test("30: part file deleted while the row holds an offset: start again")
     func partDeleted() async throws {
         let h = try await Harness.make()
-        defer { Task { await h.stop() } }
         try await leavePartial(h)
         try FileManager.default.removeItem(atPath: h.path("file.bin.part"))
         _ = try await h.fetch("/f")
@@ -83,7 +80,6 @@ struct LocalStateTests {
     @Test("32: an unreadable state database gives a clear error naming it")
     func unreadableStore() async throws {
         let h = try await Harness.make()
-        defer { Task { await h.stop() } }
         try FileManager.default.createDirectory(atPath: h.stateDirectory, withIntermediateDirectories: true)
         let path = h.stateDirectory + "/haul.sqlite"
         _ = FileManager.default.createFile(atPath: path, contents: Data(repeating: 0x42, count: 4096))
@@ -102,7 +98,6 @@ struct LocalStateTests {
     @Test("33: disk full while writing: a clear error, resumable once space is free")
     func diskFull() async throws {
         let h = try await Harness.make()
-        defer { Task { await h.stop() } }
         h.server.serve("/f", .init(body: body))
         try FileManager.default.createSymbolicLink(atPath: h.path("file.bin.part"), withDestinationPath: "/dev/full")
         let error = await h.fetchError("/f")
@@ -117,7 +112,6 @@ struct LocalStateTests {
     @Test("34: destination folder missing: a clear error before any byte is fetched")
     func missingFolder() async throws {
         let h = try await Harness.make()
-        defer { Task { await h.stop() } }
         h.server.serve("/f", .init(body: body))
         let error = await h.fetchError("/f", to: "missing/file.bin")
         #expect(error?.code == .destinationNotWritable)
@@ -128,7 +122,6 @@ struct LocalStateTests {
     @Test("35: one writer per part file: a second lock on it is refused")
     func oneWriter() async throws {
         let h = try await Harness.make()
-        defer { Task { await h.stop() } }
         let first = try PartFile.open(path: h.path("x.part"))
         #expect(throws: DownloadError.self) { try PartFile.open(path: h.path("x.part")) }
         do {
@@ -142,7 +135,6 @@ struct LocalStateTests {
     @Test("35: two managers asked for the same destination: the second refuses, the file is written once")
     func twoManagers() async throws {
         let h = try await Harness.make()
-        defer { Task { await h.stop() } }
         h.server.serve("/f", .init(body: body, bytesPerSecond: 1_000_000))
         let first = try h.manager()
         let firstID = try await first.add(h.server.url("/f"), to: .file(h.path("file.bin")))
@@ -168,7 +160,6 @@ struct LocalStateTests {
 
     @Test func checksumMatches() async throws {
         let h = try await Harness.make()
-        defer { Task { await h.stop() } }
         h.server.serve("/f", .init(body: body))
         let sha = sha256Hex(body)
         let result = try await h.fetch("/f", options: DownloadOptions(checksum: try Checksum(parsing: "sha256=\(sha)")))
@@ -179,7 +170,6 @@ struct LocalStateTests {
     @Test("37: checksum mismatch: the final name never holds the file")
     func checksumMismatch() async throws {
         let h = try await Harness.make()
-        defer { Task { await h.stop() } }
         h.server.serve("/f", .init(body: body))
         let wrong = try Checksum(parsing: "sha256=" + String(repeating: "0", count: 64))
         let error = await h.fetchError("/f", options: DownloadOptions(checksum: wrong))
@@ -193,7 +183,6 @@ struct LocalStateTests {
     @Test("37: after a resumed download, one fresh full fetch is tried before failing")
     func checksumAfterResume() async throws {
         let h = try await Harness.make()
-        defer { Task { await h.stop() } }
         try await leavePartial(h)
         // Damage a byte the planner cannot see: only the checksum can.
         let handle = FileHandle(forUpdatingAtPath: h.path("file.bin.part"))!
@@ -212,7 +201,6 @@ struct LocalStateTests {
     @Test("27: a file Haul did not create is never overwritten unless asked")
     func existingFile() async throws {
         let h = try await Harness.make()
-        defer { Task { await h.stop() } }
         h.server.serve("/f", .init(body: body))
         _ = FileManager.default.createFile(atPath: h.path("file.bin"), contents: Data("mine".utf8))
         let error = await h.fetchError("/f")
@@ -242,7 +230,6 @@ struct LocalStateTests {
     @Test("25, 26, 27: folder downloads take the server's name, sanitised, never over an existing file")
     func folderNames() async throws {
         let h = try await Harness.make()
-        defer { Task { await h.stop() } }
         h.server.serve(
             "/a",
             .init(
@@ -267,7 +254,6 @@ struct LocalStateTests {
     @Test("two folder downloads with the same server name at once get two names")
     func sameNameAtOnce() async throws {
         let h = try await Harness.make()
-        defer { Task { await h.stop() } }
         let other = testBytes(Self.size, seed: 31)
         h.server.serve("/x/data.bin", .init(body: body, bytesPerSecond: 2_000_000))
         h.server.serve("/y/data.bin", .init(body: other, bytesPerSecond: 2_000_000))
@@ -284,7 +270,6 @@ struct LocalStateTests {
     @Test("killed between the final rename and the completed state: the next run recognises its own file")
     func killedAfterRename() async throws {
         let h = try await Harness.make()
-        defer { Task { await h.stop() } }
         h.server.serve("/f", .init(body: body))
         _ = try await h.fetch("/f")
         // The row as the dying process left it: the full offset stored, the completed state not yet.
@@ -302,7 +287,6 @@ struct LocalStateTests {
     @Test("a completed download run again fetches no body")
     func alreadyComplete() async throws {
         let h = try await Harness.make()
-        defer { Task { await h.stop() } }
         h.server.serve("/f", .init(body: body))
         _ = try await h.fetch("/f")
         let again = try await h.fetch("/f")
@@ -315,7 +299,6 @@ struct LocalStateTests {
     @Test("pause flushes the exact offset; resume continues from it")
     func pauseAndResume() async throws {
         let h = try await Harness.make()
-        defer { Task { await h.stop() } }
         h.server.serve("/f", .init(body: body, bytesPerSecond: 150_000))
         let manager = try h.manager()
         let id = try await manager.add(h.server.url("/f"), to: .file(h.path("file.bin")))
@@ -339,7 +322,6 @@ struct LocalStateTests {
     @Test("cancel stops the download and deletes its part file")
     func cancel() async throws {
         let h = try await Harness.make()
-        defer { Task { await h.stop() } }
         h.server.serve("/f", .init(body: body, bytesPerSecond: 100_000))
         let manager = try h.manager()
         let id = try await manager.add(h.server.url("/f"), to: .file(h.path("file.bin")))
@@ -356,7 +338,6 @@ struct LocalStateTests {
     @Test("remove forgets a download; with deletingFile it also deletes the completed file; a running one is refused")
     func remove() async throws {
         let h = try await Harness.make()
-        defer { Task { await h.stop() } }
         h.server.serve("/a", .init(body: body))
         h.server.serve("/b", .init(body: body))
         h.server.serve("/slow", .init(body: body, bytesPerSecond: 100_000))
@@ -381,7 +362,6 @@ struct LocalStateTests {
     @Test("events(for:) delivers one download's events only")
     func filteredEvents() async throws {
         let h = try await Harness.make()
-        defer { Task { await h.stop() } }
         h.server.serve("/a", .init(body: body))
         h.server.serve("/b", .init(body: body))
         let manager = try h.manager()
@@ -404,7 +384,6 @@ struct LocalStateTests {
     @Test("adding the same URL to the same destination returns the same download")
     func dedupe() async throws {
         let h = try await Harness.make()
-        defer { Task { await h.stop() } }
         h.server.serve("/f", .init(body: body, bytesPerSecond: 2_000_000))
         let manager = try h.manager()
         let first = try await manager.add(h.server.url("/f"), to: .file(h.path("file.bin")))

@@ -5,7 +5,7 @@ import HaulTesting
 import Testing
 
 /// The manager's commands and views that the daemon builds on: lists, settings, the event subscription.
-@Suite("Manager commands", .timeLimit(.minutes(2)))
+@Suite("Manager commands", .timeLimit(.minutes(2)), .teardowns)
 struct ManagerCommandTests {
     let body = testBytes(50_000)
 
@@ -17,7 +17,6 @@ struct ManagerCommandTests {
     @Test("a list is added in one go, in order; a duplicate in it or in the store returns the existing id")
     func batch() async throws {
         let h = try await Harness.make()
-        defer { Task { await h.stop() } }
         let manager = try h.manager()
         let first = try await manager.add([request(h, "/a")])
         let added = try await manager.add([request(h, "/b"), request(h, "/a"), request(h, "/c"), request(h, "/b")])
@@ -34,7 +33,6 @@ struct ManagerCommandTests {
     @Test("when one item of a list cannot be added, none is, and the error names its index")
     func batchAllOrNothing() async throws {
         let h = try await Harness.make()
-        defer { Task { await h.stop() } }
         let manager = try h.manager()
         var bad = request(h, "/b")
         bad.destination = .directory(h.folder + "/missing")
@@ -57,7 +55,6 @@ struct ManagerCommandTests {
     @Test("pages follow the queue order, stay stable while downloads are added and moved, and filter by state")
     func paging() async throws {
         let h = try await Harness.make()
-        defer { Task { await h.stop() } }
         h.server.serve("/0", .init(body: body))
         let manager = try h.manager()
         let ids = try await manager.add((0..<10).map { request(h, "/\($0)") }).map(\.id)
@@ -84,7 +81,6 @@ struct ManagerCommandTests {
     @Test("settings persist across managers when asked, and reach subscribers as an event")
     func settings() async throws {
         let h = try await Harness.make()
-        defer { Task { await h.stop() } }
         var configuration = DownloadManager.Configuration(stateDirectory: h.stateDirectory)
         configuration.persistsSettings = true
         let manager = try DownloadManager(configuration: configuration)
@@ -112,7 +108,6 @@ struct ManagerCommandTests {
     @Test("event ids never repeat across restarts; an id of an earlier run gets a snapshot")
     func runs() async throws {
         let h = try await Harness.make()
-        defer { Task { await h.stop() } }
         h.server.serve("/a", .init(body: body))
         let first = try h.manager()
         let id = try await first.add(h.server.url("/a"), to: .file(h.path("a.bin")))
@@ -135,7 +130,6 @@ struct ManagerCommandTests {
     @Test("a completed download is reported once, whole, with its state; a failed one with its code and status")
     func completionOnce() async throws {
         let h = try await Harness.make()
-        defer { Task { await h.stop() } }
         h.server.serve("/a", .init(body: body))
         h.server.serve("/gone", .init(body: body) { _, _ in .status(404, headers: [:]) })
         let manager = try h.manager()
@@ -166,7 +160,6 @@ struct ManagerCommandTests {
     @Test("priority, connections and rate limit of a download change at once and stay through its run")
     func perDownloadChanges() async throws {
         let h = try await Harness.make()
-        defer { Task { await h.stop() } }
         h.server.serve("/a", .init(body: body, bytesPerSecond: 100_000))
         let manager = try h.manager()
         let id = try await manager.add(h.server.url("/a"), to: .file(h.path("a.bin")))
@@ -184,7 +177,6 @@ struct ManagerCommandTests {
     @Test("retry queues a failed download again; it refuses a running or completed one")
     func retry() async throws {
         let h = try await Harness.make()
-        defer { Task { await h.stop() } }
         h.server.serve("/a", .init(body: body) { _, _ in .status(404, headers: [:]) })
         let manager = try h.manager()
         let id = try await manager.add(h.server.url("/a"), to: .file(h.path("a.bin")))

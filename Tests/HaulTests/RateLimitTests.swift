@@ -6,7 +6,7 @@ import Testing
 
 /// Bandwidth limits, measured through the injected clock: the transfer itself takes no clock time, so the clock's
 /// advance is exactly the throttling.
-@Suite("Rate limits", .timeLimit(.minutes(2)))
+@Suite("Rate limits", .timeLimit(.minutes(2)), .teardowns)
 struct RateLimitTests {
     let body = testBytes(1_000_000, seed: 21)
 
@@ -17,7 +17,6 @@ struct RateLimitTests {
     @Test("a global limit holds the bytes over time to the rate")
     func globalLimit() async throws {
         let h = try await Harness.make()
-        defer { Task { await h.stop() } }
         h.server.serve("/f", .init(body: body))
         var configuration = DownloadManager.Configuration(stateDirectory: h.stateDirectory)
         configuration.clock = h.clock
@@ -37,7 +36,6 @@ struct RateLimitTests {
     @Test("a download's own limit, set while it is queued, and the global one: the stricter wins")
     func ownLimit() async throws {
         let h = try await Harness.make()
-        defer { Task { await h.stop() } }
         h.server.serve("/hold", .init(body: testBytes(50_000), bytesPerSecond: 500_000))
         h.server.serve("/f", .init(body: body))
         var configuration = DownloadManager.Configuration(stateDirectory: h.stateDirectory)

@@ -39,7 +39,7 @@ final class StateLog: Sendable {
     }
 }
 
-@Suite("Scheduler", .timeLimit(.minutes(2)))
+@Suite("Scheduler", .timeLimit(.minutes(2)), .teardowns)
 struct SchedulerTests {
     let body = testBytes(100_000)
 
@@ -59,7 +59,6 @@ struct SchedulerTests {
     @Test("the concurrency limit holds at every moment, and is reached")
     func concurrencyLimit() async throws {
         let h = try await Harness.make()
-        defer { Task { await h.stop() } }
         serve(h, count: 8)
         let manager = try manager(h, limit: 3)
         let log = StateLog(manager.events())
@@ -77,7 +76,6 @@ struct SchedulerTests {
     @Test("priority first, then the order of adding; move reorders")
     func priorityAndMove() async throws {
         let h = try await Harness.make()
-        defer { Task { await h.stop() } }
         serve(h, count: 6)
         let manager = try manager(h, limit: 1)
         let log = StateLog(manager.events())
@@ -95,7 +93,6 @@ struct SchedulerTests {
     @Test("dependencies wait for completion; a failed prerequisite fails its dependents, naming it")
     func dependencies() async throws {
         let h = try await Harness.make()
-        defer { Task { await h.stop() } }
         serve(h, count: 3)
         h.server.serve("/missing", .init(body: []) { _, _ in .status(404, headers: [:]) })
         let manager = try manager(h, limit: 3)
@@ -128,7 +125,6 @@ struct SchedulerTests {
     @Test("when a running download pauses, the next queued one starts; raising the limit starts more")
     func nextStartsAndLimitChanges() async throws {
         let h = try await Harness.make()
-        defer { Task { await h.stop() } }
         serve(h, count: 4, bytesPerSecond: 200_000)
         let manager = try manager(h, limit: 1)
         let log = StateLog(manager.events())
@@ -156,7 +152,6 @@ struct SchedulerTests {
     @Test("restart: a new manager on the same store finishes the batch in its old order, nothing fetched twice")
     func restart() async throws {
         let h = try await Harness.make()
-        defer { Task { await h.stop() } }
         serve(h, count: 5, bytesPerSecond: 400_000)
         let first = try manager(h, limit: 2)
         var ids: [DownloadID] = []
