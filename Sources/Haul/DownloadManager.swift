@@ -213,6 +213,8 @@ public actor DownloadManager {
             catalog.keep(record)
         }
         self.catalog = catalog
+        hub.markEnded(
+            catalog.all.filter { [.completed, .failed, .cancelled].contains($0.state) }.map { DownloadID($0.id) })
         try store.save(recovered)
     }
 
@@ -675,7 +677,9 @@ public actor DownloadManager {
     // MARK: Observing
 
     /// Events of every download, or of one download only when `id` is given, from now on. Each call makes a new
-    /// stream; it is not bounded (for readers in the same process that keep up).
+    /// stream; it is not bounded (for readers in the same process that keep up). The stream of one download ends
+    /// with it: after the event that completes, fails, cancels or removes it, or at once when it has already ended
+    /// (a failed download that is retried later needs a new stream).
     public nonisolated func events(for id: DownloadID? = nil) -> DownloadEvents {
         DownloadEvents(subscription: hub.subscribe(filter: id, after: nil, bounded: false, snapshot: nil))
     }

@@ -25,6 +25,8 @@ final class EventHub: Sendable {
         var subscribers: [UInt64: EventSubscriber] = [:]
         var nextSubscriber: UInt64 = 0
         var isFinished = false
+        /// Downloads that have ended (completed, failed, cancelled, removed) and not been started again.
+        var ended: Set<DownloadID> = []
     }
 
     private let state: Mutex<State>
@@ -53,13 +55,41 @@ final class EventHub: Sendable {
             if state.replay.count >= replayCapacity { state.replay.removeFirst() }
             state.replay.append(stamped)
             if case .progress(let latest) = event { progress.withLock { $0[latest.id] = latest } }
+            let ends = Self.ends(event)
+            if let id = event.downloadID, let ends {
+                if ends { state.ended.insert(id) } else { state.ended.remove(id) }
+            }
             var closed: [UInt64] = []
             for (key, subscriber) in state.subscribers
             where subscriber.filter == nil || subscriber.filter == event.downloadID {
-                if !subscriber.deliver(stamped) { closed.append(key) }
+                if !subscriber.deliver(stamped) {
+                    closed.append(key)
+                } else if ends == true, subscriber.endsWithDownload {
+                    // Its download ended: the stream ends after this event.
+                    subscriber.finish()
+                    closed.append(key)
+                }
             }
             for key in closed { state.subscribers[key] = nil }
         }
+    }
+
+    /// Whether `event` ends its download (true), starts it again (false), or neither (nil).
+    private static func ends(_ event: DownloadEvent) -> Bool? {
+        switch event {
+        case .removed: true
+        case .added(let download), .changed(let download):
+            switch download.state {
+            case .completed, .failed, .cancelled: true
+            default: false
+            }
+        default: nil
+        }
+    }
+
+    /// Marks downloads that ended before this run (a subscription to one of them ends at once).
+    func markEnded(_ ids: some Sequence<DownloadID>) {
+        state.withLock { $0.ended.formUnion(ids) }
     }
 
     /// The newest progress of a download that is running, nil when none was reported since it started.
@@ -80,13 +110,15 @@ final class EventHub: Sendable {
     /// A subscription to the events of every download, or of `filter` only. With `after`, it begins with the events
     /// that followed that id when they can be replayed; otherwise (or without `after`) with `snapshot()` stamped with
     /// the newest id. `bounded` subscribers are closed when they fall `subscriberLimit` events behind; unbounded ones
-    /// (the library's `events(for:)`) never are.
+    /// (the library's `events(for:)`) never are. An unbounded subscription to one download ends with it: after the
+    /// event that completes, fails, cancels or removes it, or at once when it has already ended.
     func subscribe(
         filter: DownloadID?, after: EventID?, bounded: Bool, snapshot: (() -> DownloadEvent)?
     ) -> EventSubscription {
         state.withLock { state in
             let subscriber = EventSubscriber(
-                filter: filter, limit: bounded ? subscriberLimit : nil, collapseThreshold: collapseThreshold)
+                filter: filter, limit: bounded ? subscriberLimit : nil, collapseThreshold: collapseThreshold,
+                endsWithDownload: filter != nil && !bounded)
             var replayed: [SequencedEvent]?
             if let after, after.run == state.run, after.sequence < state.next {
                 let oldest = state.replay.first?.id.sequence ?? state.next
@@ -103,7 +135,7 @@ final class EventHub: Sendable {
                     SequencedEvent(id: EventID(run: state.run, sequence: state.next - 1), event: snapshot())
                 ])
             }
-            if state.isFinished {
+            if state.isFinished || (subscriber.endsWithDownload && filter.map(state.ended.contains) == true) {
                 subscriber.finish()
             } else {
                 state.subscribers[state.nextSubscriber] = subscriber
@@ -147,6 +179,8 @@ final class EventSubscriber: Sendable {
     let filter: DownloadID?
     private let limit: Int?
     private let collapseThreshold: Int
+    /// It follows one download and ends when that download does.
+    let endsWithDownload: Bool
 
     private struct State {
         var pending = CircularBuffer<SequencedEvent>()
@@ -159,10 +193,11 @@ final class EventSubscriber: Sendable {
 
     private let state = Mutex(State())
 
-    init(filter: DownloadID?, limit: Int?, collapseThreshold: Int) {
+    init(filter: DownloadID?, limit: Int?, collapseThreshold: Int, endsWithDownload: Bool = false) {
         self.filter = filter
         self.limit = limit
         self.collapseThreshold = collapseThreshold
+        self.endsWithDownload = endsWithDownload
     }
 
     var isFinished: Bool { state.withLock { $0.isFinished } }

@@ -153,7 +153,6 @@ struct InteropTests {
         let manager = try manager(workspace)
         var options = DownloadOptions()
         options.minimumSplitSize = 1 << 20
-        let start = ContinuousClock.now
         let id = try await manager.add(
             URL(string: "http://127.0.0.1:\(port)/file.bin")!, to: .file(workspace.path("file.bin")), options: options)
         var most = 0
@@ -174,7 +173,6 @@ struct InteropTests {
         try await manager.pause(id)
         try await manager.resume(id)
         _ = try await manager.result(of: id)
-        let elapsed = ContinuousClock.now - start
         await manager.shutdown()
         #expect(workspace.holds("file.bin", big))
         #expect(most >= 2)
@@ -185,8 +183,7 @@ struct InteropTests {
         #expect(lines.filter { $0.hasPrefix("200 \"-\"") }.count == 1, "\(lines)")
         let ranged = lines.filter { $0.hasPrefix("206 \"bytes=") && $0.contains("\" \"\(etag)\" ") }
         #expect(ranged.count >= 3 && ranged.count == lines.count - 1, "\(lines)")
-        // One connection at 2 MiB/s needs 8 s for 16 MiB, so anything faster took several; four take about 2.3 s.
-        #expect(elapsed < .milliseconds(7500), "took \(elapsed)")
+        // How fast several connections are is bench/run.sh's business; `most` shows they ran at once.
     }
 
     @Test(

@@ -14,6 +14,42 @@ struct ManagerCommandTests {
             url: h.server.url(path), destination: .directory(h.folder), isPaused: paused, origin: origin)
     }
 
+    @Test("a download's own event stream ends with it: after it completes or fails, and at once when it had ended")
+    func streamEndsWithDownload() async throws {
+        let h = try await Harness.make()
+        h.server.serve("/ok", .init(body: body))
+        h.server.serve("/gone", .init(body: body) { _, _ in .status(404, headers: [:]) })
+        let manager = try h.manager()
+        let everything = manager.events()
+        let ok = try await manager.add([request(h, "/ok")])[0].id
+        let gone = try await manager.add([request(h, "/gone")])[0].id
+        let streams = (manager.events(for: ok), manager.events(for: gone))
+        try await manager.resume(ok)
+        try await manager.resume(gone)
+        var last: [DownloadID: DownloadState] = [:]
+        for (id, stream) in [(ok, streams.0), (gone, streams.1)] {
+            for await event in stream {
+                if case .changed(let download) = event { last[id] = download.state }
+            }
+        }
+        #expect(last == [ok: .completed, gone: .failed])
+        // Subscribed after the end: nothing to wait for.
+        var after = 0
+        for await _ in manager.events(for: ok) { after += 1 }
+        #expect(after == 0)
+        // The stream of every download does not end with one of them.
+        try await manager.remove(gone)
+        var sawRemoval = false
+        for await event in everything {
+            if case .removed(let id) = event, id == gone {
+                sawRemoval = true
+                break
+            }
+        }
+        #expect(sawRemoval)
+        await manager.shutdown()
+    }
+
     @Test("a list is added in one go, in order; a duplicate in it or in the store returns the existing id")
     func batch() async throws {
         let h = try await Harness.make()

@@ -33,10 +33,14 @@ struct SegmentedTests {
         configuration.engine.connectionRampWindow = .milliseconds(200)
     }
 
-    /// A manager on the harness's store (real clock) with `/f` added to `f.bin`, and its events.
-    static func start(_ h: Harness) async throws -> (DownloadManager, DownloadEvents, DownloadID) {
+    /// A manager on the harness's store (real clock; backoffs and rate limits on the harness's recording clock
+    /// with `recording`) with `/f` added to `f.bin`, and its events.
+    static func start(_ h: Harness, recording: Bool = false) async throws -> (
+        DownloadManager, DownloadEvents, DownloadID
+    ) {
         var configuration = DownloadManager.Configuration(stateDirectory: h.stateDirectory)
         configuration.startsStoredDownloads = false
+        if recording { configuration.clock = h.clock }
         configure(&configuration)
         let manager = try DownloadManager(configuration: configuration)
         let events = manager.events()
@@ -294,22 +298,24 @@ struct SegmentedTests {
     func rateLimitCoversAllConnections() async throws {
         let h = try await Harness.make()
         h.server.serve("/f", .init(body: body, bytesPerSecond: Self.rate))
-        let (manager, events, id) = try await Self.start(h)
+        let (manager, events, id) = try await Self.start(h, recording: true)
         let busy = try #require(
             await Self.progress(in: events) { $0.connections >= 2 }, "the download ended before two connections ran")
         let held = busy.receivedBytes
         // Two to four connections at 1 MiB/s each, limited to 512 KiB/s together from here on.
         let limit: Int64 = 512 << 10
+        let before = h.clock.sleeps.count
         try await manager.setRateLimit(limit, for: id)
-        let start = ContinuousClock.now
         _ = try await manager.result(of: id)
-        let elapsed = ContinuousClock.now - start
         await manager.shutdown()
         #expect(h.holds("f.bin", body))
-        let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
-        // The bucket lets a tenth of a second through at once; the rest waits for the rate. Only a lower bound is
-        // asserted: a slow machine can only make it slower.
+        // The limiter's waits, on the recording clock: together they are what the rest of the file needs at the
+        // limit. The bucket lets a tenth of a second through at once, and bytes already read when the limit
+        // changed (up to a chunk per connection) pass without waiting.
+        let waits = h.clock.sleeps.dropFirst(before)
+        let seconds = waits.reduce(0) { $0 + Double($1.components.seconds) + Double($1.components.attoseconds) / 1e18 }
         let allowed = Double(Int64(Self.size) - held - limit / 10 - 4 * (256 << 10)) / Double(limit)
-        #expect(seconds >= allowed, "took \(seconds) s for \(Int64(Self.size) - held) bytes")
+        let most = Double(Int64(Self.size) - held) / Double(limit) + 1
+        #expect(seconds >= allowed && seconds <= most, "waited \(seconds) s for \(Int64(Self.size) - held) bytes")
     }
 }
