@@ -6,6 +6,7 @@
 #   3. 1000 files of 64 KiB: haul get -j 16 -i list against aria2c -j16 -i list and curl --parallel-max 16.
 #
 #   bench/run.sh [ROUNDS]    (default 5; needs nginx, curl, aria2 and GNU time: apt-get install nginx-light curl aria2 time)
+#   BENCH_ONLY=small bench/run.sh 9    (only some comparisons: a comma list of large, split, small)
 #
 # Each comparison starts with one untimed warm-up round of every tool (BENCH_WARMUP=0 skips it): on this VM the first
 # large write after the test files are made often takes twice as long or more, whichever tool comes first.
@@ -14,6 +15,8 @@ cd "$(dirname "$0")/.."
 source bench/lib.sh
 export PATH="/opt/swift/usr/bin:/usr/sbin:/sbin:$PATH"
 rounds=${1:-5}
+# Whether comparison $1 runs (BENCH_ONLY unset: all of them).
+only() { [ -z "${BENCH_ONLY:-}" ] || [[ ",$BENCH_ONLY," == *",$1,"* ]]; }
 
 for tool in nginx curl aria2c /usr/bin/time python3; do
     command -v "$tool" >/dev/null 2>&1 || { echo "bench: $tool is missing (apt-get install nginx-light curl aria2 time)" >&2; exit 2; }
@@ -33,8 +36,8 @@ cleanup() {
 }
 trap cleanup EXIT
 mkdir -p "$work/www" "$work/out" "$work/state"
-head -c $((1024 * 1024 * 1024)) /dev/urandom > "$work/www/1g.bin"
-head -c $((256 * 1024 * 1024)) /dev/urandom > "$work/www/256m.bin"
+if only large; then head -c $((1024 * 1024 * 1024)) /dev/urandom > "$work/www/1g.bin"; fi
+if only large || only split; then head -c $((256 * 1024 * 1024)) /dev/urandom > "$work/www/256m.bin"; fi
 make_small_files "$work/www"
 
 port=$(free_port)
@@ -87,8 +90,9 @@ row() {
 }
 
 echo "haul $("$haul" --version), curl $(curl --version | head -1 | cut -d' ' -f2), $(nproc) cores, $rounds rounds"
-printf "%-9s %-7s %10s %10s %12s %s\n" file tool "wall (s)" "cpu (s)" "peak (MiB)" "  every round's wall (s)"
+only large && printf "%-9s %-7s %10s %10s %12s %s\n" file tool "wall (s)" "cpu (s)" "peak (MiB)" "  every round's wall (s)"
 for file in 1g.bin 256m.bin; do
+    only large || break
     : > "$work/haul.txt"
     : > "$work/curl.txt"
     for round in $(seq "$first_round" "$rounds"); do
@@ -103,6 +107,7 @@ for file in 1g.bin 256m.bin; do
         "$(awk "BEGIN { print $haul_wall / $curl_wall }")" "$(awk "BEGIN { print $haul_cpu / $curl_cpu }")"
 done
 
+if only split; then
 # One file at 20 MiB/s per connection: several connections against aria2c's. `haul1m` is haul with the same minimum
 # split as aria2c's -k1M (haul's default is 4 MiB), to show what that setting alone is worth.
 : > "$work/haul.txt"
@@ -127,6 +132,7 @@ printf "%-9s %-7s %10s %10s %12s %s\n" "256m@20m" tool "wall (s)" "cpu (s)" "pea
 for tool in haul haul1m aria2c; do row 256m@20m "$tool"; done
 printf "256m@20m  ratio haul -x 8 / aria2c -x8 -s8 -k1M: wall %.2fx; with --min-split-size 1M: %.2fx\n" \
     "$(awk "BEGIN { print $haul_wall / $aria2c_wall }")" "$(awk "BEGIN { print $haul1m_wall / $aria2c_wall }")"
+fi
 
 # Many small files: a fresh folder and state for every run.
 small() {
@@ -138,6 +144,7 @@ small() {
     [ "$(ls "$work/out/small" | wc -l)" = 1000 ] || { echo "bench: $1 did not fetch 1000 files" >&2; exit 1; }
     echo "$figures"
 }
+if only small; then
 : > "$work/haul.txt"
 : > "$work/aria2c.txt"
 : > "$work/curl.txt"
@@ -151,5 +158,7 @@ done
 echo
 printf "%-9s %-7s %10s %10s %12s %s\n" "1000x64K" tool "wall (s)" "cpu (s)" "peak (MiB)" "  every round's wall (s)"
 for tool in haul aria2c curl; do row 1000x64K "$tool"; done
-printf "1000x64K  ratio haul/aria2c: wall %.2fx; haul/curl: wall %.2fx\n" \
-    "$(awk "BEGIN { print $haul_wall / $aria2c_wall }")" "$(awk "BEGIN { print $haul_wall / $curl_wall }")"
+printf "1000x64K  ratio haul/aria2c: wall %.2fx; haul/curl: wall %.2fx, cpu %.2fx\n" \
+    "$(awk "BEGIN { print $haul_wall / $aria2c_wall }")" "$(awk "BEGIN { print $haul_wall / $curl_wall }")" \
+    "$(awk "BEGIN { print $haul_cpu / $curl_cpu }")"
+fi
