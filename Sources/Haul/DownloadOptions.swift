@@ -27,6 +27,8 @@ public struct DownloadOptions: Codable, Sendable, Equatable {
     public var maxConnectionsPerDownload: Int
     /// No segment smaller than this many bytes is started by splitting (at least 1 MiB for the command line).
     public var minimumSplitSize: Int64
+    /// How HTTPS servers are trusted, and the client certificate to show them.
+    public var tls: TLSOptions = TLSOptions()
 
     /// The default of `maxConnectionsPerDownload`.
     public static let defaultMaxConnections = 4
@@ -62,7 +64,7 @@ public struct DownloadOptions: Codable, Sendable, Equatable {
 
     private enum CodingKeys: String, CodingKey {
         case headers, userAgent, checksum, overwrite, continuePartial, idleTimeoutSeconds
-        case maximumAttemptsWithoutProgress, computesSHA256, maxConnectionsPerDownload, minimumSplitSize
+        case maximumAttemptsWithoutProgress, computesSHA256, maxConnectionsPerDownload, minimumSplitSize, tls
     }
 
     /// Decodes stored options; fields added after a record was written take their defaults.
@@ -83,5 +85,36 @@ public struct DownloadOptions: Codable, Sendable, Equatable {
             minimumSplitSize: try container.decodeIfPresent(Int64.self, forKey: .minimumSplitSize)
                 ?? Self.defaultMinimumSplitSize
         )
+        tls = try container.decodeIfPresent(TLSOptions.self, forKey: .tls) ?? TLSOptions()
     }
+}
+
+/// How HTTPS servers are trusted, beyond the system's roots (and `SSL_CERT_FILE`/`SSL_CERT_DIR`, which replace them
+/// as in OpenSSL-based tools), and the client certificate to show them. Paths, never secrets, are stored.
+public struct TLSOptions: Sendable, Codable, Hashable {
+    /// A PEM bundle of CA certificates trusted in addition to the system's (`--cacert`).
+    public var caCertificates: String?
+    /// A folder of PEM CA certificates trusted in addition (`--capath`).
+    public var caDirectory: String?
+    /// Skip verifying the server's certificate (`--insecure`): the connection is encrypted but the server unproven.
+    public var insecure: Bool
+    /// A PEM client certificate (`--cert`), with its key in `clientKey` (`--key`) or in the same file.
+    public var clientCertificate: String?
+    /// The PEM private key of the client certificate.
+    public var clientKey: String?
+
+    /// Options; the defaults trust the system's roots only.
+    public init(
+        caCertificates: String? = nil, caDirectory: String? = nil, insecure: Bool = false,
+        clientCertificate: String? = nil, clientKey: String? = nil
+    ) {
+        self.caCertificates = caCertificates
+        self.caDirectory = caDirectory
+        self.insecure = insecure
+        self.clientCertificate = clientCertificate
+        self.clientKey = clientKey
+    }
+
+    /// Whether nothing differs from the defaults.
+    public var isDefault: Bool { self == TLSOptions() }
 }

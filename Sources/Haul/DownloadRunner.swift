@@ -239,7 +239,7 @@ final class DownloadRunner: Sendable {
             start(id, generation) { [self] in
                 do {
                     let response = try await environment.transport.send(
-                        TransportRequest(url: try url(), headers: headers(for: request)))
+                        TransportRequest(url: try url(), headers: headers(for: request), tls: record.options.tls))
                     continuation.yield(.responded(id, generation, response))
                 } catch {
                     continuation.yield(.failed(id, generation, connectionError(error)))
@@ -513,10 +513,11 @@ final class DownloadRunner: Sendable {
                 return
             }
             let host = response.finalURL.host ?? record.url
-            continuation.yield(
-                .failed(
-                    id, generation,
-                    DownloadError(.connectionLost, "connection to \(host) broke during the body", underlying: error)))
+            var failure = LiveTransport.classify(error, connecting: false).error(host: host)
+            if failure.code != .tls { failure.isRetryable = true }
+            failure.message += " while the file was arriving"
+            environment.logger.debug("\(record.url): \(String(describing: error))")
+            continuation.yield(.failed(id, generation, failure))
         }
     }
 

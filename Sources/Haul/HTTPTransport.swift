@@ -8,11 +8,14 @@ public struct TransportRequest: Sendable {
     public var url: URL
     /// Header fields, in order.
     public var headers: [(name: String, value: String)]
+    /// How an HTTPS server is trusted.
+    public var tls: TLSOptions
 
     /// Makes a request.
-    public init(url: URL, headers: [(name: String, value: String)]) {
+    public init(url: URL, headers: [(name: String, value: String)], tls: TLSOptions = TLSOptions()) {
         self.url = url
         self.headers = headers
+        self.tls = tls
     }
 
     /// The first value of a header, case-insensitively.
@@ -42,6 +45,6 @@ public struct TransportResponse: Sendable {
 /// transport's job; everything else (ranges, validation, retries) is the engine's.
 public protocol HTTPTransport: Sendable {
     /// Sends `request` and returns once the final response head has arrived. Errors are `DownloadError`s
-    /// (`connectionFailed`, `connectionLost`, `tooManyRedirects`, `invalidURL`) or `CancellationError`.
+    /// (`connectionFailed`, `connectionLost`, `tls`, `tooManyRedirects`, `invalidURL`) or `CancellationError`.
     func send(_ request: TransportRequest) async throws -> TransportResponse
 }

@@ -4,6 +4,8 @@ import HaulCore
 import NIOCore
 import NIOHTTP1
 import NIOPosix
+import NIOSSL
+import Synchronization
 
 /// The real transport: AsyncHTTPClient with decompression off and redirects followed here, so the `Range` header
 /// reaches the final target and the final URL is known (HOSTILE.md 16).
@@ -55,8 +57,9 @@ public final class LiveTransport: HTTPTransport {
     public func send(_ request: TransportRequest) async throws -> TransportResponse {
         var url = request.url
         var headers = request.headers
+        let tls = try Self.tlsConfiguration(request.tls, environment: ProcessInfo.processInfo.environment)
         for _ in 0...maximumRedirects {
-            let response = try await execute(url: url, headers: headers)
+            let response = try await execute(url: url, headers: headers, tls: tls)
             let status = Int(response.status.code)
             guard [301, 302, 303, 307, 308].contains(status), let location = response.headers.first(name: "Location")
             else {
@@ -81,9 +84,12 @@ public final class LiveTransport: HTTPTransport {
         throw DownloadError(.tooManyRedirects, "more than \(maximumRedirects) redirects from \(request.url)")
     }
 
-    private func execute(url: URL, headers: [(name: String, value: String)]) async throws -> HTTPClientResponse {
+    private func execute(url: URL, headers: [(name: String, value: String)], tls: TLSConfiguration?) async throws
+        -> HTTPClientResponse
+    {
         var request = HTTPClientRequest(url: url.absoluteString)
         request.method = .GET
+        request.tlsConfiguration = tls
         for (name, value) in headers { request.headers.add(name: name, value: value) }
         do {
             return try await client.execute(request, timeout: .hours(24 * 365))
@@ -92,26 +98,136 @@ public final class LiveTransport: HTTPTransport {
         }
     }
 
-    /// Maps AsyncHTTPClient and NIO errors to `DownloadError`s: failures to connect are `connectionFailed`, anything
-    /// later is `connectionLost`.
+    /// The TLS configuration of a request; nil for the client's own (the system's roots, verified), so that the
+    /// common case shares one connection pool. As OpenSSL-based tools do, `SSL_CERT_FILE` (a PEM bundle) and
+    /// `SSL_CERT_DIR` (a folder of PEM certificates) replace the system's roots; `--cacert` and `--capath` add to
+    /// whichever roots are in force.
+    static func tlsConfiguration(_ options: TLSOptions, environment: [String: String]) throws -> TLSConfiguration? {
+        let file = environment["SSL_CERT_FILE"].flatMap { $0.isEmpty ? nil : $0 }
+        let folder = environment["SSL_CERT_DIR"].flatMap { $0.isEmpty ? nil : $0 }
+        guard !options.isDefault || file != nil || folder != nil else { return nil }
+        var configuration = TLSConfiguration.makeClientConfiguration()
+        switch (file, folder) {
+        case (let file?, let folder):
+            configuration.trustRoots = .file(file)
+            if let folder { configuration.additionalTrustRoots.append(.certificates(try certificates(in: folder))) }
+        case (nil, let folder?):
+            configuration.trustRoots = .file(folder)
+        case (nil, nil):
+            break
+        }
+        if let bundle = options.caCertificates {
+            do {
+                configuration.additionalTrustRoots.append(.certificates(try NIOSSLCertificate.fromPEMFile(bundle)))
+            } catch {
+                throw DownloadError(.invalidArgument, "cannot use --cacert \(bundle): not a readable PEM bundle")
+            }
+        }
+        if let folder = options.caDirectory {
+            configuration.additionalTrustRoots.append(.certificates(try certificates(in: folder)))
+        }
+        if options.insecure { configuration.certificateVerification = .none }
+        if let certificate = options.clientCertificate {
+            do {
+                configuration.certificateChain = try NIOSSLCertificate.fromPEMFile(certificate).map { .certificate($0) }
+                configuration.privateKey = .privateKey(
+                    try NIOSSLPrivateKey(file: options.clientKey ?? certificate, format: .pem))
+            } catch {
+                throw DownloadError(
+                    .invalidArgument,
+                    "cannot use the client certificate \(certificate)\(options.clientKey.map { " with the key \($0)" } ?? ""): "
+                        + "not a readable PEM certificate and key")
+            }
+        }
+        return configuration
+    }
+
+    /// The PEM certificates of a folder (as `--capath` and `SSL_CERT_DIR` name them; files that are not certificates
+    /// are skipped), read once per process.
+    static func certificates(in folder: String) throws -> [NIOSSLCertificate] {
+        if let known = folderCertificates.withLock({ $0[folder] }) { return known }
+        guard let names = try? FileManager.default.contentsOfDirectory(atPath: folder) else {
+            throw DownloadError(.invalidArgument, "cannot read the certificate folder \(folder)")
+        }
+        var found: [NIOSSLCertificate] = []
+        var seen = Set<NIOSSLCertificate>()
+        for name in names.sorted() {
+            for certificate in (try? NIOSSLCertificate.fromPEMFile(folder + "/" + name)) ?? []
+            where seen.insert(certificate).inserted {
+                found.append(certificate)
+            }
+        }
+        folderCertificates.withLock { $0[folder] = found }
+        return found
+    }
+
+    private static let folderCertificates = Mutex<[String: [NIOSSLCertificate]]>([:])
+
+    /// Maps AsyncHTTPClient and NIO errors to `DownloadError`s with one plain sentence each (`NetworkFailure`):
+    /// failures to connect are `connectionFailed`, TLS failures `tls`, anything later `connectionLost`.
     static func map(_ error: any Error, url: URL) -> any Error {
         if error is DownloadError || error is CancellationError { return error }
         if let client = error as? HTTPClientError, client == .cancelled { return CancellationError() }
-        let text = String(describing: error)
         let host = url.host ?? url.absoluteString
-        if error is NIOConnectionError || text.contains("connectTimeout") || text.contains("connect(descriptor")
-            || text.contains("Connection refused") || text.contains("connectionRefused")
-            || text.contains("No address") || text.contains("resolve")
-        {
-            return DownloadError(.connectionFailed, "could not connect to \(host)", underlying: error)
-        }
         if let client = error as? HTTPClientError,
             client == .invalidURL || client == .emptyHost
                 || client == .unsupportedScheme(url.scheme ?? "")
         {
             return DownloadError(.invalidURL, "cannot fetch \(url.absoluteString)", underlying: error)
         }
-        return DownloadError(.connectionLost, "connection to \(host) failed", underlying: error)
+        return classify(error, connecting: true).error(host: url.port.map { "\(host):\($0)" } ?? host)
+    }
+
+    /// What a network error of AsyncHTTPClient, NIO or NIOSSL was, in `NetworkFailure`'s plain terms.
+    static func classify(_ error: any Error, connecting: Bool) -> NetworkFailure {
+        if let failure = error as? NIOConnectionError {
+            // Every address failed: the first socket error tells why; without one, the resolver's answer does.
+            if let attempt = failure.connectionErrors.first { return classify(attempt.error, connecting: true) }
+            for resolverError in [failure.dnsAError, failure.dnsAAAAError].compactMap({ $0 }) {
+                if let unknown = resolverError as? SocketAddressError.UnknownHost {
+                    return .resolver(code: unknown.errorCode)
+                }
+            }
+            return .other("the connection failed")
+        }
+        if let unknown = error as? SocketAddressError.UnknownHost { return .resolver(code: unknown.errorCode) }
+        if let io = error as? IOError { return .socket(errno: io.errnoCode, connecting: connecting) }
+        if let client = error as? HTTPClientError {
+            if client == .connectTimeout { return .connectTimedOut }
+            if client == .remoteConnectionClosed { return .reset }
+            if client == .readTimeout || client == .deadlineExceeded { return .other("no answer in time") }
+        }
+        if let channel = error as? ChannelError {
+            switch channel {
+            case .connectTimeout: return .connectTimedOut
+            case .eof, .ioOnClosedChannel, .alreadyClosed, .outputClosed, .inputClosed: return .reset
+            default: break
+            }
+        }
+        if let extra = error as? NIOSSLExtraError, extra == .failedToValidateHostname {
+            return .certificateRejected(detail: "is for another name")
+        }
+        if let ssl = error as? NIOSSLError {
+            let text = String(describing: ssl)
+            if text.contains("CERTIFICATE_VERIFY_FAILED") || text.contains("certificate verify failed") {
+                return .certificateRejected(
+                    detail: "could not be verified: not signed by a trusted CA, expired, or issued for another name")
+            }
+            if case .uncleanShutdown = ssl { return .reset }
+            return .handshakeFailed(detail: Self.reason(text) ?? text)
+        }
+        if let boring = error as? BoringSSLError {
+            return .handshakeFailed(detail: Self.reason(String(describing: boring)))
+        }
+        return .other(connecting ? "the connection failed (\(type(of: error)))" : "the connection broke")
+    }
+
+    /// The reason words of a BoringSSL error text (`...:SSL routines:OPENSSL_internal:NO_SHARED_CIPHER` → "no shared
+    /// cipher").
+    static func reason(_ text: String) -> String? {
+        let codes = text.split(whereSeparator: { !($0.isUppercase || $0 == "_" || $0.isNumber) })
+            .filter { $0.count > 3 && $0.contains("_") }
+        return codes.first.map { $0.replacingOccurrences(of: "_", with: " ").lowercased() }
     }
 }
 

@@ -4,7 +4,7 @@ public struct DownloadError: Error, Sendable, Equatable, CustomStringConvertible
     public struct Code: Hashable, Sendable, CustomStringConvertible {
         private enum Base: String, Hashable, Sendable {
             case invalidURL, invalidArgument, httpStatus, invalidResponse, contentEncoding, tooManyRedirects
-            case connectionFailed, connectionLost, idleTimeout, bodyTooShort, bodyTooLong
+            case connectionFailed, connectionLost, idleTimeout, bodyTooShort, bodyTooLong, tls
             case checksumMismatch, diskFull, fileSystem, destinationExists, destinationNotWritable
             case locked, store, cancelled, retriesExhausted, illegalTransition, notFound
         }
@@ -27,6 +27,8 @@ public struct DownloadError: Error, Sendable, Equatable, CustomStringConvertible
         public static let connectionFailed = Code(.connectionFailed)
         /// The connection broke while the answer was arriving.
         public static let connectionLost = Code(.connectionLost)
+        /// The server's TLS certificate could not be verified, or the TLS handshake failed: not retried.
+        public static let tls = Code(.tls)
         /// Nothing arrived for the idle timeout.
         public static let idleTimeout = Code(.idleTimeout)
         /// The body ended before the length the server announced.

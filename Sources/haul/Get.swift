@@ -82,6 +82,15 @@ extension HaulCommand {
                 try await runHere(list, output: output)
             case .daemon(let client):
                 defer { Task { await client.shutdown() } }
+                if !transfer.tls.isDefault {
+                    // The daemon's API does not take TLS settings yet: refused rather than silently dropped.
+                    FileHandle.standardError.write(
+                        Data(
+                            ("Error: --cacert, --capath, --insecure, --cert and --key apply to downloads run by this "
+                                + "command; a daemon runs this state folder (stop it, or use another --state-dir)\n")
+                                .utf8))
+                    throw ExitCode(2)
+                }
                 if let directory, client.isLocal { try createFolder(directory) }
                 try await runThroughDaemon(client, list: list, output: output)
             }
@@ -89,7 +98,7 @@ extension HaulCommand {
 
         /// Without a daemon: a manager of this process's own on the store.
         private func runHere(_ list: [String], output: Output) async throws {
-            let options = try transfer.downloadOptions(continuePartial: `continue`, computesSHA256: json)
+            let options = try transfer.downloadOptionsWithTLS(continuePartial: `continue`, computesSHA256: json)
             var configuration = DownloadManager.Configuration(stateDirectory: state.directory)
             configuration.startsStoredDownloads = false
             configuration.maxConcurrentDownloads = jobs

@@ -39,6 +39,23 @@ struct TransferOptions: ParsableArguments {
     @Option(help: "Failed attempts in a row without progress before giving up.")
     var retries: Int = 5
 
+    @Option(help: "Trust the CA certificates in this PEM FILE too (besides the system's, or SSL_CERT_FILE's).")
+    var cacert: String?
+
+    @Option(help: "Trust the PEM CA certificates in this folder too.")
+    var capath: String?
+
+    @Flag(
+        name: [.customShort("k"), .customLong("insecure")],
+        help: "Do not verify HTTPS servers' certificates (encrypted, but the server is not proven; warns each time).")
+    var insecure = false
+
+    @Option(help: "Show this PEM client certificate to HTTPS servers (its key in --key, or in the same file).")
+    var cert: String?
+
+    @Option(help: "The PEM private key of --cert.")
+    var key: String?
+
     func validate() throws {
         if let limitRate, TokenBucket.parseRate(limitRate) == nil {
             throw ValidationError("--limit-rate '\(limitRate)' is not a positive rate such as 500K or 2M")
@@ -47,6 +64,18 @@ struct TransferOptions: ParsableArguments {
             throw ValidationError("--timeout must be a positive number of seconds")
         }
         if retries < 0 { throw ValidationError("--retries must be 0 or more") }
+        for (flag, path) in [("--cacert", cacert), ("--cert", cert), ("--key", key)] {
+            if let path, !FileManager.default.isReadableFile(atPath: path) {
+                throw ValidationError("\(flag) \(path): no readable file there")
+            }
+        }
+        if let capath {
+            var isFolder: ObjCBool = false
+            guard FileManager.default.fileExists(atPath: capath, isDirectory: &isFolder), isFolder.boolValue else {
+                throw ValidationError("--capath \(capath): no folder there")
+            }
+        }
+        if key != nil, cert == nil { throw ValidationError("--key needs --cert") }
         if let connections, !(1...DownloadOptions.connectionLimit).contains(connections) {
             throw ValidationError("-x/--connections must be between 1 and \(DownloadOptions.connectionLimit)")
         }
@@ -70,6 +99,13 @@ struct TransferOptions: ParsableArguments {
     /// The rate limit in bytes a second, nil for none.
     var rate: Int64? { limitRate.flatMap(TokenBucket.parseRate) }
 
+    /// How HTTPS servers are trusted (paths made absolute: a daemon or a later run has another current folder).
+    var tls: TLSOptions {
+        TLSOptions(
+            caCertificates: cacert.map(Self.absolute), caDirectory: capath.map(Self.absolute), insecure: insecure,
+            clientCertificate: cert.map(Self.absolute), clientKey: key.map(Self.absolute))
+    }
+
     /// The engine's options.
     func downloadOptions(continuePartial: Bool, computesSHA256: Bool) throws -> DownloadOptions {
         DownloadOptions(
@@ -84,6 +120,17 @@ struct TransferOptions: ParsableArguments {
             maxConnectionsPerDownload: connections ?? DownloadOptions.defaultMaxConnections,
             minimumSplitSize: TokenBucket.parseRate(minSplitSize) ?? DownloadOptions.defaultMinimumSplitSize
         )
+    }
+
+    /// The engine's options with the TLS ones; `--insecure` warns on standard error every time it is used.
+    func downloadOptionsWithTLS(continuePartial: Bool, computesSHA256: Bool) throws -> DownloadOptions {
+        var options = try downloadOptions(continuePartial: continuePartial, computesSHA256: computesSHA256)
+        options.tls = tls
+        if insecure {
+            FileHandle.standardError.write(
+                Data("haul: warning: --insecure: HTTPS certificates are not verified; the server is not proven\n".utf8))
+        }
+        return options
     }
 
     /// One download as the daemon's API takes it: to `output` (a file) or into `directory`, both made absolute here

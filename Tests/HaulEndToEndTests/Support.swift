@@ -51,7 +51,7 @@ final class HaulProcess: @unchecked Sendable {
     private let outPath: String
     private let errPath: String
 
-    init(_ arguments: [String], in workspace: Workspace) throws {
+    init(_ arguments: [String], in workspace: Workspace, environment: [String: String] = [:]) throws {
         let stamp = UUID().uuidString
         outPath = workspace.root + "/haul-\(stamp).out"
         errPath = workspace.root + "/haul-\(stamp).err"
@@ -65,6 +65,9 @@ final class HaulProcess: @unchecked Sendable {
         process.standardOutput = FileHandle(forWritingAtPath: outPath)
         process.standardError = FileHandle(forWritingAtPath: errPath)
         process.standardInput = FileHandle.nullDevice
+        if !environment.isEmpty {
+            process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }
+        }
         try process.run()
     }
 
@@ -81,10 +84,10 @@ final class HaulProcess: @unchecked Sendable {
         )
     }
 
-    static func run(_ arguments: [String], in workspace: Workspace) async throws -> (
-        status: Int32, stdout: String, stderr: String
-    ) {
-        try await HaulProcess(arguments, in: workspace).finish()
+    static func run(_ arguments: [String], in workspace: Workspace, environment: [String: String] = [:]) async throws
+        -> (status: Int32, stdout: String, stderr: String)
+    {
+        try await HaulProcess(arguments, in: workspace, environment: environment).finish()
     }
 }
 

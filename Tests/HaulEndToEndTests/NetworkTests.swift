@@ -1,0 +1,168 @@
+import Foundation
+import HaulTesting
+import Testing
+
+/// Reaching servers: certificates from a private CA (trusted with --cacert or SSL_CERT_FILE, refused without, never
+/// retried), --insecure, and plain one-line errors for names that do not resolve and ports that refuse.
+@Suite("Networks, end to end", .serialized, .timeLimit(.minutes(2)))
+struct NetworkTests {
+    let body = testBytes(300_000, seed: 11)
+
+    /// Runs openssl with `arguments` in `folder`; fails the test when it fails.
+    func openssl(_ arguments: [String], in folder: String) throws {
+        let tool = try #require(executable("openssl"), "openssl is installed by .ci/run")
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: tool)
+        process.arguments = arguments
+        process.currentDirectoryURL = URL(fileURLWithPath: folder)
+        process.standardOutput = FileHandle.nullDevice
+        process.standardError = FileHandle.nullDevice
+        try process.run()
+        process.waitUntilExit()
+        #expect(process.terminationStatus == 0, "openssl \(arguments.joined(separator: " "))")
+    }
+
+    /// A CA of the test's own (`ca.pem`) and a server certificate it signed for `names` (`server.pem`, `server.key`).
+    func makeCertificates(in folder: String, names: String = "DNS:localhost,IP:127.0.0.1") throws {
+        try openssl(
+            [
+                "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=Haul Test CA",
+                "-keyout", "ca.key", "-out", "ca.pem",
+            ], in: folder)
+        try openssl(
+            [
+                "req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=localhost", "-keyout", "server.key", "-out",
+                "server.csr",
+            ],
+            in: folder)
+        try "subjectAltName=\(names)\n".write(toFile: folder + "/ext.cnf", atomically: true, encoding: .utf8)
+        try openssl(
+            [
+                "x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial", "-days",
+                "2", "-extfile", "ext.cnf", "-out", "server.pem",
+            ], in: folder)
+    }
+
+    /// nginx serving `www/file.bin` over TLS (HTTP/1.1) with the certificate of `makeCertificates`.
+    func startTLSNginx(_ workspace: Workspace, port: Int) throws -> ServerProcess {
+        let nginx = try #require(executable("nginx"), "nginx must be installed (.ci/run installs it)")
+        let root = workspace.root + "/www"
+        try FileManager.default.createDirectory(atPath: root, withIntermediateDirectories: true)
+        _ = FileManager.default.createFile(atPath: root + "/file.bin", contents: Data(body))
+        let configuration = """
+            daemon off;
+            master_process off;
+            worker_processes 1;
+            pid \(workspace.root)/nginx.pid;
+            error_log \(workspace.root)/error.log;
+            events { worker_connections 64; }
+            http {
+                access_log \(workspace.root)/access.log;
+                client_body_temp_path \(workspace.root)/tmp-body;
+                proxy_temp_path \(workspace.root)/tmp-proxy;
+                fastcgi_temp_path \(workspace.root)/tmp-fastcgi;
+                uwsgi_temp_path \(workspace.root)/tmp-uwsgi;
+                scgi_temp_path \(workspace.root)/tmp-scgi;
+                server {
+                    listen 127.0.0.1:\(port) ssl;
+                    ssl_certificate \(workspace.root)/server.pem;
+                    ssl_certificate_key \(workspace.root)/server.key;
+                    root \(root);
+                }
+            }
+            """
+        try configuration.write(toFile: workspace.root + "/nginx.conf", atomically: true, encoding: .utf8)
+        return try ServerProcess(
+            executable: nginx, arguments: ["-c", workspace.root + "/nginx.conf", "-p", workspace.root], port: port,
+            directory: workspace.root)
+    }
+
+    /// The requests nginx logged.
+    func requestCount(_ workspace: Workspace) -> Int {
+        let log = (try? String(contentsOfFile: workspace.root + "/access.log", encoding: .utf8)) ?? ""
+        return log.split(separator: "\n").count
+    }
+
+    @Test("a certificate from a private CA: refused at once without --cacert, trusted with it or with SSL_CERT_FILE")
+    func privateCA() async throws {
+        let workspace = try Workspace()
+        defer { workspace.remove() }
+        try makeCertificates(in: workspace.root)
+        let port = freePort()
+        let server = try startTLSNginx(workspace, port: port)
+        defer { server.stop() }
+        #expect(await server.ready())
+        let url = "https://localhost:\(port)/file.bin"
+
+        let refused = try await HaulProcess.run(["get", url, "-o", "a.bin"], in: workspace)
+        #expect(refused.status != 0)
+        let line = refused.stderr.split(separator: "\n").last.map(String.init) ?? ""
+        #expect(line.contains("the TLS certificate of localhost:\(port)") && line.contains("--cacert"), "\(line)")
+        #expect(!refused.stderr.contains("gave up after"), "a certificate is not retried: \(refused.stderr)")
+        #expect(!refused.stderr.contains("NIOSSL") && !refused.stderr.contains(".swift"), "\(refused.stderr)")
+        #expect(requestCount(workspace) == 0, "no request got through")
+
+        let trusted = try await HaulProcess.run(
+            ["get", url, "-o", "b.bin", "--cacert", workspace.root + "/ca.pem"], in: workspace)
+        #expect(trusted.status == 0, "\(trusted.stderr)")
+        #expect(workspace.holds("b.bin", body))
+
+        let fromEnvironment = try await HaulProcess.run(
+            ["get", url, "-o", "c.bin"], in: workspace, environment: ["SSL_CERT_FILE": workspace.root + "/ca.pem"])
+        #expect(fromEnvironment.status == 0, "\(fromEnvironment.stderr)")
+        #expect(workspace.holds("c.bin", body))
+
+        let insecure = try await HaulProcess.run(["get", url, "-o", "d.bin", "-k"], in: workspace)
+        #expect(insecure.status == 0, "\(insecure.stderr)")
+        #expect(insecure.stderr.contains("warning: --insecure"))
+        #expect(workspace.holds("d.bin", body))
+    }
+
+    @Test("a certificate for another name is refused, naming the host, even with its CA trusted")
+    func wrongName() async throws {
+        let workspace = try Workspace()
+        defer { workspace.remove() }
+        try makeCertificates(in: workspace.root, names: "DNS:elsewhere.test")
+        let port = freePort()
+        let server = try startTLSNginx(workspace, port: port)
+        defer { server.stop() }
+        #expect(await server.ready())
+        let outcome = try await HaulProcess.run(
+            ["get", "https://localhost:\(port)/file.bin", "-o", "a.bin", "--cacert", workspace.root + "/ca.pem"],
+            in: workspace)
+        #expect(outcome.status != 0)
+        #expect(outcome.stderr.contains("the TLS certificate of localhost:\(port)"), "\(outcome.stderr)")
+        #expect(!outcome.stderr.contains("gave up after"))
+        #expect(!FileManager.default.fileExists(atPath: workspace.path("a.bin")))
+    }
+
+    @Test("a name that does not resolve fails at once with curl's words; a refused port names host, port and cause")
+    func plainErrors() async throws {
+        let workspace = try Workspace()
+        defer { workspace.remove() }
+        let missing = try await HaulProcess.run(["get", "http://nonexistent.invalid/x.bin"], in: workspace)
+        #expect(missing.status != 0)
+        #expect(missing.stderr.contains("could not resolve host nonexistent.invalid"), "\(missing.stderr)")
+        #expect(!missing.stderr.contains("gave up after"), "an unknown name is not retried: \(missing.stderr)")
+        #expect(!missing.stderr.contains("SocketAddressError") && !missing.stderr.contains("DNS error"))
+
+        let port = freePort()
+        let refused = try await HaulProcess.run(
+            ["get", "http://127.0.0.1:\(port)/x.bin", "--retries", "1"], in: workspace)
+        #expect(refused.status != 0)
+        #expect(
+            refused.stderr.contains("could not connect to 127.0.0.1:\(port): connection refused"), "\(refused.stderr)")
+        #expect(!refused.stderr.contains("errno") && !refused.stderr.contains("error set"), "\(refused.stderr)")
+    }
+
+    @Test("TLS flags are checked before anything runs")
+    func flagsChecked() async throws {
+        let workspace = try Workspace()
+        defer { workspace.remove() }
+        let outcome = try await HaulProcess.run(
+            ["get", "https://localhost:1/x.bin", "--cacert", workspace.root + "/none.pem"], in: workspace)
+        #expect(outcome.status == 64 || outcome.status == 2, "\(outcome.status)")
+        #expect(
+            outcome.stderr.contains("--cacert \(workspace.root)/none.pem: no readable file there"), "\(outcome.stderr)")
+    }
+}
