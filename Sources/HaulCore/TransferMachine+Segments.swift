@@ -209,7 +209,8 @@ extension TransferMachine {
         case .add:
             return takeWork(newConnection(now: now), now: now)
         case .drop(let count):
-            // The newest streaming connections close at their next chunk.
+            // The newest streaming connections close when their segment ends (or their answer does): closing one
+            // mid-segment would throw away the bytes already on their way to it.
             let streaming = connections.filter { $0.value.phase == .streaming && !$0.value.retiring }.keys.sorted()
             for id in streaming.reversed().prefix(count) where connections.count > 1 {
                 connections[id]?.retiring = true

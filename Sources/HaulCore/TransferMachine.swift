@@ -242,7 +242,7 @@ public struct TransferMachine: Sendable {
         /// Bytes arrived since the last tick; when it was last quiet.
         var wasActive = false
         var quietSince: Duration
-        /// Asked to close after its current chunk (the ramp dropping a connection).
+        /// Asked to close once its segment or its answer ends, taking no new work (the ramp dropping a connection).
         var retiring = false
         /// The first connection of a segmented transfer carries the probe's answer.
         var isFlowing = false
@@ -419,7 +419,6 @@ public struct TransferMachine: Sendable {
             mode = .segmented(map)
             if granted < remaining || start + granted >= map.segments[segment].end { stop = true }
             remaining = granted
-            if connection.retiring { stop = true }
         }
         connection.position = position + Int64(compare) + remaining
         return Grant(offset: position, compare: compare, write: Int(remaining), stop: stop, overrun: overrun)
