@@ -214,12 +214,12 @@ public final class LiveTransport: HTTPTransport {
                     detail: "could not be verified: not signed by a trusted CA, expired, or issued for another name")
             }
             if case .uncleanShutdown = ssl { return .reset }
-            return .handshakeFailed(detail: Self.reason(text) ?? text)
+            return .handshakeFailed(detail: Self.reason(text))
         }
         if let boring = error as? BoringSSLError {
             return .handshakeFailed(detail: Self.reason(String(describing: boring)))
         }
-        return .other(connecting ? "the connection failed (\(type(of: error)))" : "the connection broke")
+        return .other(connecting ? "the connection failed" : "the connection broke")
     }
 
     /// The reason words of a BoringSSL error text (`...:SSL routines:OPENSSL_internal:NO_SHARED_CIPHER` → "no shared
