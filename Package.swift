@@ -102,7 +102,10 @@ let package = Package(
         ),
         .testTarget(
             name: "HaulCoreTests",
-            dependencies: ["HaulCore", .product(name: "PropertyBased", package: "swift-property-based")]
+            dependencies: [
+                "HaulCore", .product(name: "PropertyBased", package: "swift-property-based"),
+                .product(name: "Crypto", package: "swift-crypto"),
+            ]
         ),
         .testTarget(
             name: "HaulTests",
