@@ -29,6 +29,8 @@ public struct DownloadOptions: Codable, Sendable, Equatable {
     public var minimumSplitSize: Int64
     /// How HTTPS servers are trusted, and the client certificate to show them.
     public var tls: TLSOptions = TLSOptions()
+    /// Proxies, credentials, `.netrc` and cookies (the secrets among them are never encoded).
+    public var network: NetworkOptions = NetworkOptions()
 
     /// The default of `maxConnectionsPerDownload`.
     public static let defaultMaxConnections = 4
@@ -64,7 +66,7 @@ public struct DownloadOptions: Codable, Sendable, Equatable {
 
     private enum CodingKeys: String, CodingKey {
         case headers, userAgent, checksum, overwrite, continuePartial, idleTimeoutSeconds
-        case maximumAttemptsWithoutProgress, computesSHA256, maxConnectionsPerDownload, minimumSplitSize, tls
+        case maximumAttemptsWithoutProgress, computesSHA256, maxConnectionsPerDownload, minimumSplitSize, tls, network
     }
 
     /// Decodes stored options; fields added after a record was written take their defaults.
@@ -86,6 +88,7 @@ public struct DownloadOptions: Codable, Sendable, Equatable {
                 ?? Self.defaultMinimumSplitSize
         )
         tls = try container.decodeIfPresent(TLSOptions.self, forKey: .tls) ?? TLSOptions()
+        network = try container.decodeIfPresent(NetworkOptions.self, forKey: .network) ?? NetworkOptions()
     }
 }
 
@@ -117,4 +120,74 @@ public struct TLSOptions: Sendable, Codable, Hashable {
 
     /// Whether nothing differs from the defaults.
     public var isDefault: Bool { self == TLSOptions() }
+}
+
+/// How a download reaches its server beyond TLS: the proxy rules, credentials, `.netrc` and cookies.
+///
+/// What is secret (the credentials, `--cookie` data and a proxy URL's user and password) is kept in memory only and
+/// never encoded: the store, logs, `haul ls` and the API never see it. A download resumed by a later process has
+/// the proxy, the `.netrc` file and the cookie file again, but not the secrets: it asks for them anew (a server that
+/// wants them answers 401, and the error says so).
+public struct NetworkOptions: Sendable, Codable, Hashable {
+    /// `--proxy` and `--noproxy`; the environment's `*_proxy` variables apply when neither is set.
+    public var proxy: ProxyRules
+    /// `--user` or a URL's `user:password@`: for the download's own host only, never for a host it redirects to.
+    public var credentials: Credentials?
+    /// The `.netrc` file to read when a server asks for credentials; nil for `~/.netrc`.
+    public var netrcFile: String?
+    /// Whether `.netrc` is read at all.
+    public var usesNetrc: Bool
+    /// A Netscape cookie file whose cookies go to their domains and paths (`--load-cookies`).
+    public var cookieFile: String?
+    /// `--cookie name=value; …`: sent to the download's own host only.
+    public var cookies: String?
+
+    /// Makes options; the defaults read the environment's proxies and `~/.netrc`.
+    public init(
+        proxy: ProxyRules = ProxyRules(), credentials: Credentials? = nil, netrcFile: String? = nil,
+        usesNetrc: Bool = true, cookieFile: String? = nil, cookies: String? = nil
+    ) {
+        self.proxy = proxy
+        self.credentials = credentials
+        self.netrcFile = netrcFile
+        self.usesNetrc = usesNetrc
+        self.cookieFile = cookieFile
+        self.cookies = cookies
+    }
+
+    /// Whether nothing differs from the defaults.
+    public var isDefault: Bool { self == NetworkOptions() }
+
+    private enum CodingKeys: String, CodingKey {
+        case proxy, noProxy, netrcFile, usesNetrc, cookieFile
+    }
+
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        self.init(
+            proxy: ProxyRules(
+                proxy: try container.decodeIfPresent(String.self, forKey: .proxy),
+                noProxy: try container.decodeIfPresent(String.self, forKey: .noProxy)),
+            netrcFile: try container.decodeIfPresent(String.self, forKey: .netrcFile),
+            usesNetrc: try container.decodeIfPresent(Bool.self, forKey: .usesNetrc) ?? true,
+            cookieFile: try container.decodeIfPresent(String.self, forKey: .cookieFile))
+    }
+
+    /// Encodes what is not secret: the proxy URL without its user and password.
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.container(keyedBy: CodingKeys.self)
+        try container.encodeIfPresent(proxy.proxy.map(Self.withoutCredentials), forKey: .proxy)
+        try container.encodeIfPresent(proxy.noProxy, forKey: .noProxy)
+        try container.encodeIfPresent(netrcFile, forKey: .netrcFile)
+        if !usesNetrc { try container.encode(usesNetrc, forKey: .usesNetrc) }
+        try container.encodeIfPresent(cookieFile, forKey: .cookieFile)
+    }
+
+    /// A proxy URL without `user:password@`.
+    static func withoutCredentials(_ proxy: String) -> String {
+        guard let at = proxy.lastIndex(of: "@") else { return proxy }
+        let start = proxy.range(of: "://")?.upperBound ?? proxy.startIndex
+        guard start <= at else { return proxy }
+        return String(proxy[..<start]) + String(proxy[proxy.index(after: at)...])
+    }
 }

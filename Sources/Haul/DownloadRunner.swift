@@ -239,7 +239,9 @@ final class DownloadRunner: Sendable {
             start(id, generation) { [self] in
                 do {
                     let response = try await environment.transport.send(
-                        TransportRequest(url: try url(), headers: headers(for: request), tls: record.options.tls))
+                        TransportRequest(
+                            url: try url(), headers: headers(for: request), tls: record.options.tls,
+                            network: record.options.network))
                     continuation.yield(.responded(id, generation, response))
                 } catch {
                     continuation.yield(.failed(id, generation, connectionError(error)))

@@ -181,7 +181,15 @@ public struct DownloadRequest: Sendable {
         isPaused: Bool = false,
         origin: DownloadOrigin = .library
     ) {
-        self.url = url
+        // A URL's `user:password@` becomes the download's credentials (unless some were given), so the URL that is
+        // stored, logged and shown carries none.
+        var options = options
+        if let (bare, credentials) = Self.splitCredentials(url) {
+            self.url = bare
+            if options.network.credentials == nil { options.network.credentials = credentials }
+        } else {
+            self.url = url
+        }
         self.destination = destination
         self.options = options
         self.priority = priority
@@ -189,5 +197,17 @@ public struct DownloadRequest: Sendable {
         self.rateLimit = rateLimit
         self.isPaused = isPaused
         self.origin = origin
+    }
+
+    /// The URL without its user information, and the credentials it held (percent-decoded); nil when it has none.
+    static func splitCredentials(_ url: URL) -> (URL, Credentials)? {
+        guard var components = URLComponents(url: url, resolvingAgainstBaseURL: false),
+            let user = components.user, !user.isEmpty || components.password != nil
+        else { return nil }
+        let credentials = Credentials(user: user, password: components.password ?? "")
+        components.user = nil
+        components.password = nil
+        guard let bare = components.url else { return nil }
+        return (bare, credentials)
     }
 }

@@ -10,12 +10,18 @@ public struct TransportRequest: Sendable {
     public var headers: [(name: String, value: String)]
     /// How an HTTPS server is trusted.
     public var tls: TLSOptions
+    /// Proxies, credentials and cookies.
+    public var network: NetworkOptions
 
     /// Makes a request.
-    public init(url: URL, headers: [(name: String, value: String)], tls: TLSOptions = TLSOptions()) {
+    public init(
+        url: URL, headers: [(name: String, value: String)], tls: TLSOptions = TLSOptions(),
+        network: NetworkOptions = NetworkOptions()
+    ) {
         self.url = url
         self.headers = headers
         self.tls = tls
+        self.network = network
     }
 
     /// The first value of a header, case-insensitively.

@@ -1,9 +1,11 @@
 import AsyncHTTPClient
+import Crypto
 import Foundation
 import HaulCore
 import NIOCore
 import NIOHTTP1
 import NIOPosix
+import NIOSOCKS
 import NIOSSL
 import Synchronization
 
@@ -17,7 +19,11 @@ public final class LiveTransport: HTTPTransport {
     /// One client for the whole process, like `HTTPClient.shared`: it is never shut down, so a manager that is
     /// dropped without `shutdown()` cannot trip AsyncHTTPClient's deinit check, and connections are pooled across
     /// managers.
-    private static let sharedClient: HTTPClient = {
+    private static let sharedClient = HTTPClient(
+        eventLoopGroupProvider: .shared(MultiThreadedEventLoopGroup.singleton), configuration: baseConfiguration())
+
+    /// The configuration of every client of the process (the shared one and one per tunnelling proxy).
+    private static func baseConfiguration() -> HTTPClient.Configuration {
         var configuration = HTTPClient.Configuration(
             redirectConfiguration: .disallow,
             timeout: .init(connect: .seconds(10)),
@@ -40,13 +46,16 @@ public final class LiveTransport: HTTPTransport {
                 channel.setOption(ChannelOptions.allowRemoteHalfClosure, value: true)
             }.flatMap {
                 channel.eventLoop.makeCompletedFuture {
-                    try channel.pipeline.syncOperations.addHandler(EndAfterDrainHandler(), position: .first)
+                    let pipeline = channel.pipeline.syncOperations
+                    try pipeline.addHandler(EndAfterDrainHandler(), position: .first)
+                    // Between AsyncHTTPClient's request writer and the encoder: the plain-proxy route's target.
+                    let encoder = try pipeline.handler(type: HTTPRequestEncoder.self)
+                    try pipeline.addHandler(ProxyTargetHandler(), position: .after(encoder))
                 }
             }
         }
-        return HTTPClient(
-            eventLoopGroupProvider: .shared(MultiThreadedEventLoopGroup.singleton), configuration: configuration)
-    }()
+        return configuration
+    }
 
     /// A transport on the process-wide client.
     public init(maximumRedirects: Int = 10) {
@@ -54,12 +63,25 @@ public final class LiveTransport: HTTPTransport {
         self.maximumRedirects = maximumRedirects
     }
 
+    /// The `Digest` and `Basic` challenges answered per origin (`scheme://host:port`), so that the next request
+    /// (another segment, a retry) answers at once instead of taking a 401 first.
+    private let answered = Mutex<[String: RememberedChallenge]>([:])
+
+    private struct RememberedChallenge {
+        var challenge: AuthChallenge
+        var count: Int
+    }
+
     public func send(_ request: TransportRequest) async throws -> TransportResponse {
         var url = request.url
         var headers = request.headers
-        let tls = try Self.tlsConfiguration(request.tls, environment: ProcessInfo.processInfo.environment)
+        let environment = ProcessInfo.processInfo.environment
+        let tls = try Self.tlsConfiguration(request.tls, environment: environment)
+        let ownHost = request.url.host?.lowercased()
         for _ in 0...maximumRedirects {
-            let response = try await execute(url: url, headers: headers, tls: tls)
+            let response = try await exchange(
+                url: url, headers: headers, tls: tls, network: request.network,
+                isOwnHost: url.host?.lowercased() == ownHost, environment: environment)
             let status = Int(response.status.code)
             guard [301, 302, 303, 307, 308].contains(status), let location = response.headers.first(name: "Location")
             else {
@@ -84,19 +106,209 @@ public final class LiveTransport: HTTPTransport {
         throw DownloadError(.tooManyRedirects, "more than \(maximumRedirects) redirects from \(request.url)")
     }
 
-    private func execute(url: URL, headers: [(name: String, value: String)], tls: TLSConfiguration?) async throws
-        -> HTTPClientResponse
+    /// One request to `url` (no redirect followed): through the proxy the rules choose, with the cookies that match,
+    /// answering the server's challenge with the download's credentials (only on its own host) or `.netrc`'s.
+    private func exchange(
+        url: URL, headers: [(name: String, value: String)], tls: TLSConfiguration?, network: NetworkOptions,
+        isOwnHost: Bool, environment: [String: String]
+    ) async throws -> HTTPClientResponse {
+        let scheme = url.scheme?.lowercased() ?? "http"
+        let host = url.host ?? ""
+        let proxy = try network.proxy.proxy(scheme: scheme, host: host, environment: environment)
+        var headers = headers
+        if let cookies = try Self.cookieHeader(url: url, network: network, isOwnHost: isOwnHost) {
+            if let index = headers.firstIndex(where: { $0.name.lowercased() == "cookie" }) {
+                headers[index].value += "; " + cookies
+            } else {
+                headers.append(("Cookie", cookies))
+            }
+        }
+        let userAuthorizes = headers.contains { $0.name.lowercased() == "authorization" }
+        let credentials = userAuthorizes ? nil : try Self.credentials(for: url, network: network, isOwnHost: isOwnHost)
+        let origin = "\(scheme)://\(host.lowercased()):\(url.port ?? (scheme == "https" ? 443 : 80))"
+        var retries = 0
+        while true {
+            var sent = headers
+            var answeredChallenge = false
+            if let credentials, let authorization = authorization(origin: origin, url: url, credentials: credentials) {
+                sent.append(("Authorization", authorization))
+                answeredChallenge = true
+            }
+            let response = try await execute(url: url, headers: sent, tls: tls, proxy: proxy)
+            if response.status.code == 407, proxy?.kind == .http, scheme == "http" {
+                throw Self.proxyAuthenticationError(proxy!)
+            }
+            guard response.status.code == 401, let credentials, retries < 2 else { return response }
+            let challenges = AuthChallenge.parse(response.headers["WWW-Authenticate"])
+            guard let chosen = HTTPAuthentication.choose(challenges) else { return response }
+            let stale = chosen.parameters["stale"]?.lowercased() == "true"
+            if answeredChallenge, !stale {
+                throw DownloadError(
+                    .httpStatus,
+                    "\(host) refused the credentials of \(credentials.user.isEmpty ? "the empty user" : credentials.user) "
+                        + "(HTTP 401 Unauthorized)", status: 401, isRetryable: false)
+            }
+            answered.withLock { $0[origin] = RememberedChallenge(challenge: chosen, count: 0) }
+            retries += 1
+        }
+    }
+
+    /// The `Authorization` value answering the challenge remembered for `origin`, nil when none is.
+    private func authorization(origin: String, url: URL, credentials: Credentials) -> String? {
+        guard
+            let (challenge, count) = answered.withLock({ state -> (AuthChallenge, Int)? in
+                guard var remembered = state[origin] else { return nil }
+                remembered.count += 1
+                state[origin] = remembered
+                return (remembered.challenge, remembered.count)
+            })
+        else { return nil }
+        if challenge.scheme == "basic" { return HTTPAuthentication.basic(credentials) }
+        var target = url.path(percentEncoded: true)
+        if target.isEmpty { target = "/" }
+        if let query = url.query(percentEncoded: true) { target += "?" + query }
+        let cnonce = (0..<16).map { _ in String(format: "%02x", UInt8.random(in: 0...255)) }.joined()
+        return HTTPAuthentication.digest(
+            challenge, credentials: credentials, method: "GET", uri: target, cnonce: cnonce, count: count,
+            hash: Self.digestHash)
+    }
+
+    static let digestHash: HTTPAuthentication.Hash = { algorithm, text in
+        switch algorithm {
+        case .md5: Insecure.MD5.hash(data: Data(text.utf8)).hexString
+        case .sha256: SHA256.hash(data: Data(text.utf8)).hexString
+        }
+    }
+
+    /// The credentials for a request to `url`: the download's own (`--user`, the URL's) on its own host, else
+    /// `.netrc`'s entry for the host. A user name without a password takes `.netrc`'s password for that login.
+    static func credentials(for url: URL, network: NetworkOptions, isOwnHost: Bool) throws -> Credentials? {
+        let host = url.host ?? ""
+        let given = isOwnHost ? network.credentials : nil
+        if let given, !given.password.isEmpty { return given }
+        guard network.usesNetrc else { return given }
+        let netrc = try netrcFile(network.netrcFile)
+        if let entry = netrc?.credentials(host: host, login: given?.user) {
+            return Credentials(user: entry.login, password: entry.password ?? "")
+        }
+        return given
+    }
+
+    /// The `.netrc` at `path` (nil: `~/.netrc`, which may be missing), read again when it changes.
+    static func netrcFile(_ path: String?) throws -> Netrc? {
+        let file = path ?? (NSHomeDirectory() + "/.netrc")
+        guard let text = try cachedText(file, required: path != nil, what: "the .netrc file") else { return nil }
+        do { return try Netrc(parsing: text) } catch {
+            throw DownloadError(.invalidArgument, "\(file): \(error.message.replacingOccurrences(of: ".netrc ", with: ""))")
+        }
+    }
+
+    /// The `Cookie` value for a request to `url`: the cookie file's cookies for its domain and path, and `--cookie`'s
+    /// pairs on the download's own host.
+    static func cookieHeader(url: URL, network: NetworkOptions, isOwnHost: Bool) throws -> String? {
+        var parts: [String] = []
+        if let path = network.cookieFile, let text = try cachedText(path, required: true, what: "the cookie file") {
+            let file: CookieFile
+            do { file = try CookieFile(parsing: text) } catch {
+                throw DownloadError(.invalidArgument, "the cookie file \(path): \(error.message)")
+            }
+            if let header = file.header(
+                host: url.host ?? "", path: url.path(percentEncoded: true), secure: url.scheme?.lowercased() == "https",
+                now: Int64(Date().timeIntervalSince1970))
+            {
+                parts.append(header)
+            }
+        }
+        if isOwnHost, let cookies = network.cookies { parts.append(cookies) }
+        return parts.isEmpty ? nil : parts.joined(separator: "; ")
+    }
+
+    /// A small file's text, read once per change of its modification time; nil for a missing file that is not
+    /// `required`.
+    private static func cachedText(_ path: String, required: Bool, what: String) throws -> String? {
+        let attributes = try? FileManager.default.attributesOfItem(atPath: path)
+        guard let attributes else {
+            if required { throw DownloadError(.invalidArgument, "cannot read \(what) \(path): no such file") }
+            return nil
+        }
+        let stamp = (attributes[.modificationDate] as? Date) ?? .distantPast
+        if let known = textFiles.withLock({ $0[path] }), known.stamp == stamp { return known.text }
+        guard let data = FileManager.default.contents(atPath: path) else {
+            throw DownloadError(.invalidArgument, "cannot read \(what) \(path)")
+        }
+        let text = String(decoding: data, as: UTF8.self)
+        textFiles.withLock { $0[path] = (stamp, text) }
+        return text
+    }
+
+    private static let textFiles = Mutex<[String: (stamp: Date, text: String)]>([:])
+
+    private static func proxyAuthenticationError(_ proxy: ProxyEndpoint) -> DownloadError {
+        DownloadError(
+            .httpStatus,
+            "the proxy \(proxy.display) asks for credentials (HTTP 407)"
+                + (proxy.user == nil ? "; give them in the proxy URL, http://USER:PASSWORD@HOST:PORT" : " and refused these"),
+            status: 407, isRetryable: false)
+    }
+
+    /// The header through which the plain-proxy route tells `ProxyTargetHandler` the absolute URL to request.
+    static let proxyTargetHeader = "X-Haul-Proxy-Target"
+
+    private func execute(url: URL, headers: [(name: String, value: String)], tls: TLSConfiguration?, proxy: ProxyEndpoint?)
+        async throws -> HTTPClientResponse
     {
-        var request = HTTPClientRequest(url: url.absoluteString)
+        var request: HTTPClientRequest
+        var client = self.client
+        if let proxy, proxy.kind == .http, url.scheme?.lowercased() == "http" {
+            // A plain request to the proxy with the absolute URL as its target (RFC 9112 §3.2.2): AsyncHTTPClient
+            // would open a CONNECT tunnel, which proxies commonly allow to port 443 only.
+            var components = URLComponents(url: url, resolvingAgainstBaseURL: false)!
+            components.scheme = "http"
+            components.host = proxy.host.contains(":") ? "[\(proxy.host)]" : proxy.host
+            components.port = proxy.port
+            request = HTTPClientRequest(url: components.url!.absoluteString)
+            request.headers.add(name: "Host", value: url.port.map { "\(url.host ?? ""):\($0)" } ?? (url.host ?? ""))
+            request.headers.add(name: Self.proxyTargetHeader, value: url.absoluteString)
+            if let user = proxy.user {
+                request.headers.add(
+                    name: "Proxy-Authorization",
+                    value: HTTPAuthentication.basic(Credentials(user: user, password: proxy.password ?? "")))
+            }
+        } else {
+            request = HTTPClientRequest(url: url.absoluteString)
+            if let proxy { client = Self.proxyClient(proxy) }
+        }
         request.method = .GET
         request.tlsConfiguration = tls
         for (name, value) in headers { request.headers.add(name: name, value: value) }
         do {
             return try await client.execute(request, timeout: .hours(24 * 365))
         } catch {
-            throw Self.map(error, url: url)
+            throw Self.map(error, url: url, proxy: proxy)
         }
     }
+
+    /// The client for connections through `proxy` (a `CONNECT` tunnel or SOCKS5), one per proxy for the process.
+    private static func proxyClient(_ proxy: ProxyEndpoint) -> HTTPClient {
+        proxyClients.withLock { clients in
+            if let known = clients[proxy] { return known }
+            var configuration = baseConfiguration()
+            switch proxy.kind {
+            case .http:
+                configuration.proxy = .server(
+                    host: proxy.host, port: proxy.port,
+                    authorization: proxy.user.map { .basic(username: $0, password: proxy.password ?? "") })
+            case .socks5, .socks5h:
+                configuration.proxy = .socksServer(host: proxy.host, port: proxy.port)
+            }
+            let client = HTTPClient(
+                eventLoopGroupProvider: .shared(MultiThreadedEventLoopGroup.singleton), configuration: configuration)
+            clients[proxy] = client
+            return client
+        }
+    }
+
+    private static let proxyClients = Mutex<[ProxyEndpoint: HTTPClient]>([:])
 
     /// The TLS configuration of a request; nil for the client's own (the system's roots, verified), so that the
     /// common case shares one connection pool. As OpenSSL-based tools do, `SSL_CERT_FILE` (a PEM bundle) and
@@ -165,8 +377,34 @@ public final class LiveTransport: HTTPTransport {
 
     /// Maps AsyncHTTPClient and NIO errors to `DownloadError`s with one plain sentence each (`NetworkFailure`):
     /// failures to connect are `connectionFailed`, TLS failures `tls`, anything later `connectionLost`.
-    static func map(_ error: any Error, url: URL) -> any Error {
+    static func map(_ error: any Error, url: URL, proxy: ProxyEndpoint? = nil) -> any Error {
         if error is DownloadError || error is CancellationError { return error }
+        let target = url.port.map { "\(url.host ?? ""):\($0)" } ?? (url.host ?? url.absoluteString)
+        if let proxy {
+            if let client = error as? HTTPClientError {
+                if client == .proxyAuthenticationRequired { return proxyAuthenticationError(proxy) }
+                if client == .invalidProxyResponse {
+                    return DownloadError(
+                        .connectionFailed, "the proxy \(proxy.display) refused to open a tunnel to \(target)")
+                }
+                if client == .socksHandshakeTimeout {
+                    return DownloadError(.connectionFailed, "the SOCKS proxy \(proxy.display) did not answer in time")
+                }
+            }
+            if error is SOCKSError.ConnectionFailed {
+                return DownloadError(.connectionFailed, "the SOCKS proxy \(proxy.display) could not connect to \(target)")
+            }
+            if String(reflecting: type(of: error)).contains("SOCKSError") {
+                return DownloadError(
+                    .connectionFailed, "the SOCKS proxy \(proxy.display) answered in a way Haul does not understand",
+                    isRetryable: false)
+            }
+            let failure = classify(error, connecting: true)
+            if failure.isConnectFailure {
+                // The proxy itself could not be reached.
+                return failure.error(host: "the proxy \(proxy.host):\(proxy.port)")
+            }
+        }
         if let client = error as? HTTPClientError, client == .cancelled { return CancellationError() }
         let host = url.host ?? url.absoluteString
         if let client = error as? HTTPClientError,
@@ -309,5 +547,36 @@ final class EndAfterDrainHandler: ChannelDuplexHandler, RemovableChannelHandler 
         context.fireChannelReadComplete()
         context.fireUserInboundEventTriggered(ChannelEvent.inputClosed)
         context.close(promise: nil)
+    }
+}
+
+/// Rewrites the request line of the plain-proxy route to the absolute URL (`GET http://host/path HTTP/1.1`) that an
+/// HTTP proxy expects; every other request passes untouched.
+final class ProxyTargetHandler: ChannelOutboundHandler, RemovableChannelHandler {
+    typealias OutboundIn = HTTPClientRequestPart
+    typealias OutboundOut = HTTPClientRequestPart
+
+    func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {
+        guard case .head(var head) = unwrapOutboundIn(data), let target = head.headers.first(name: LiveTransport.proxyTargetHeader)
+        else {
+            context.write(data, promise: promise)
+            return
+        }
+        head.headers.remove(name: LiveTransport.proxyTargetHeader)
+        head.uri = target
+        context.write(wrapOutboundOut(.head(head)), promise: promise)
+    }
+}
+
+extension Sequence<UInt8> {
+    /// Lower-case hex.
+    fileprivate var hexString: String {
+        let digits = Array("0123456789abcdef".utf8)
+        var bytes: [UInt8] = []
+        for byte in self {
+            bytes.append(digits[Int(byte >> 4)])
+            bytes.append(digits[Int(byte & 0x0F)])
+        }
+        return String(decoding: bytes, as: UTF8.self)
     }
 }

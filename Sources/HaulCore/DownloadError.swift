@@ -113,9 +113,15 @@ public struct DownloadError: Error, Sendable, Equatable, CustomStringConvertible
     public static func httpStatus(_ status: Int, reason: String? = nil, retryAfter: Duration? = nil) -> DownloadError {
         let retryable = RetryPolicy.isRetryableStatus(status)
         let text = reason.map { "HTTP \(status) \($0)" } ?? "HTTP \(status)"
+        let hint =
+            switch status {
+            case 401: ": it asks for credentials (--user NAME[:PASSWORD], user:password@ in the URL, or ~/.netrc)"
+            case 407: ": the proxy asks for credentials (http://USER:PASSWORD@HOST:PORT as the proxy)"
+            default: ""
+            }
         return DownloadError(
             .httpStatus,
-            "server answered \(text)",
+            "server answered \(text)\(hint)",
             status: status,
             isRetryable: retryable,
             retryAfter: retryAfter

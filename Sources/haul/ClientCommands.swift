@@ -39,10 +39,11 @@ extension HaulCommand {
         func validate() throws {
             try checkTargets(
                 urls: urls, inputFile: inputFile, output: output, directory: directory, continue: `continue`)
-            if !transfer.tls.isDefault {
+            let unsupported = transfer.daemonUnsupportedFlags
+            if !unsupported.isEmpty {
                 throw ValidationError(
-                    "--cacert, --capath, --insecure, --cert and --key are not taken by the daemon's API yet; "
-                        + "use haul get without a daemon")
+                    "\(unsupported.joined(separator: ", ")) \(unsupported.count == 1 ? "is" : "are") not taken by the "
+                        + "daemon's API yet; use haul get without a daemon")
             }
             if Components.Schemas.Priority(rawValue: priority) == nil {
                 throw ValidationError("--priority must be high, normal or low")

@@ -82,13 +82,13 @@ extension HaulCommand {
                 try await runHere(list, output: output)
             case .daemon(let client):
                 defer { Task { await client.shutdown() } }
-                if !transfer.tls.isDefault {
-                    // The daemon's API does not take TLS settings yet: refused rather than silently dropped.
+                let unsupported = transfer.daemonUnsupportedFlags
+                if !unsupported.isEmpty {
+                    // The daemon's API does not take these yet: refused rather than silently dropped.
                     FileHandle.standardError.write(
                         Data(
-                            ("Error: --cacert, --capath, --insecure, --cert and --key apply to downloads run by this "
-                                + "command; a daemon runs this state folder (stop it, or use another --state-dir)\n")
-                                .utf8))
+                            ("Error: \(unsupported.joined(separator: ", ")) apply to downloads run by this command; "
+                                + "a daemon runs this state folder (stop it, or use another --state-dir)\n").utf8))
                     throw ExitCode(2)
                 }
                 if let directory, client.isLocal { try createFolder(directory) }

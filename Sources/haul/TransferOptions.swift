@@ -56,6 +56,35 @@ struct TransferOptions: ParsableArguments {
     @Option(help: "The PEM private key of --cert.")
     var key: String?
 
+    @Option(
+        help: """
+            Use this proxy: http://[USER:PASSWORD@]HOST[:PORT] (CONNECT tunnels for https), socks5:// or socks5h://; \
+            "" for none. Default: the http_proxy, https_proxy and all_proxy variables.
+            """)
+    var proxy: String?
+
+    @Option(help: "Hosts to reach without the proxy, comma-separated (names and their subdomains, IPs, CIDR ranges, *).")
+    var noproxy: String?
+
+    @Option(
+        name: [.customShort("u"), .customLong("user")],
+        help: "Credentials NAME[:PASSWORD] for the download's host (asked for on the terminal when missing).")
+    var user: String?
+
+    @Option(help: "Read credentials from this .netrc file (default: ~/.netrc).")
+    var netrcFile: String?
+
+    @Flag(help: "Do not read ~/.netrc.")
+    var noNetrc = false
+
+    @Option(
+        name: [.customShort("b"), .customLong("cookie")],
+        help: "Send these cookies ('name=value; name2=value2') to the download's host; without '=', a cookie file.")
+    var cookie: String?
+
+    @Option(help: "Send the cookies of this Netscape cookie file to their domains and paths.")
+    var loadCookies: String?
+
     func validate() throws {
         if let limitRate, TokenBucket.parseRate(limitRate) == nil {
             throw ValidationError("--limit-rate '\(limitRate)' is not a positive rate such as 500K or 2M")
@@ -76,6 +105,32 @@ struct TransferOptions: ParsableArguments {
             }
         }
         if key != nil, cert == nil { throw ValidationError("--key needs --cert") }
+        if let proxy, !proxy.isEmpty {
+            do { _ = try ProxyEndpoint(parsing: proxy) } catch { throw ValidationError("--proxy: \(error.message)") }
+        }
+        for (flag, path) in [("--netrc-file", netrcFile), ("--load-cookies", loadCookies)] {
+            if let path, !FileManager.default.isReadableFile(atPath: path) {
+                throw ValidationError("\(flag) \(path): no readable file there")
+            }
+        }
+        if let netrcFile, let text = try? String(contentsOfFile: netrcFile, encoding: .utf8) {
+            do { _ = try Netrc(parsing: text) } catch {
+                throw ValidationError("--netrc-file \(netrcFile): \(error.message.replacingOccurrences(of: ".netrc ", with: ""))")
+            }
+        }
+        if netrcFile != nil, noNetrc { throw ValidationError("give --netrc-file or --no-netrc, not both") }
+        for path in [loadCookies, cookie.flatMap { $0.contains("=") ? nil : $0 }].compactMap({ $0 }) {
+            guard let data = FileManager.default.contents(atPath: path) else {
+                throw ValidationError("--cookie \(path): no readable cookie file there (cookie data is name=value)")
+            }
+            do { _ = try CookieFile(parsing: String(decoding: data, as: UTF8.self)) } catch {
+                throw ValidationError("cookie file \(path): \(error.message)")
+            }
+        }
+        if let cookie, cookie.contains("=") {
+            do { _ = try CookieFile.pairs(cookie) } catch { throw ValidationError(error.message) }
+        }
+        if let user, user.isEmpty || user.hasPrefix(":") { throw ValidationError("--user needs a NAME") }
         if let connections, !(1...DownloadOptions.connectionLimit).contains(connections) {
             throw ValidationError("-x/--connections must be between 1 and \(DownloadOptions.connectionLimit)")
         }
@@ -122,10 +177,60 @@ struct TransferOptions: ParsableArguments {
         )
     }
 
-    /// The engine's options with the TLS ones; `--insecure` warns on standard error every time it is used.
+    /// The flags the daemon's API does not take yet (TLS, proxies, credentials, cookies): refused rather than
+    /// dropped when a daemon would run the downloads.
+    var daemonUnsupportedFlags: [String] {
+        var flags: [String] = []
+        if cacert != nil { flags.append("--cacert") }
+        if capath != nil { flags.append("--capath") }
+        if insecure { flags.append("--insecure") }
+        if cert != nil { flags.append("--cert") }
+        if key != nil { flags.append("--key") }
+        if proxy != nil { flags.append("--proxy") }
+        if noproxy != nil { flags.append("--noproxy") }
+        if user != nil { flags.append("--user") }
+        if netrcFile != nil { flags.append("--netrc-file") }
+        if noNetrc { flags.append("--no-netrc") }
+        if cookie != nil { flags.append("--cookie") }
+        if loadCookies != nil { flags.append("--load-cookies") }
+        return flags
+    }
+
+    /// Proxies, credentials, `.netrc` and cookies (paths made absolute). A `--user NAME` without a password asks
+    /// for it on the terminal, as curl does; without a terminal it is an error.
+    func network() throws -> NetworkOptions {
+        var options = NetworkOptions(
+            proxy: ProxyRules(proxy: proxy, noProxy: noproxy), netrcFile: netrcFile.map(Self.absolute),
+            usesNetrc: !noNetrc)
+        if let cookie {
+            if cookie.contains("=") { options.cookies = try CookieFile.pairs(cookie) } else {
+                options.cookieFile = Self.absolute(cookie)
+            }
+        }
+        if let loadCookies {
+            if options.cookieFile != nil { throw ValidationError("give one cookie file: --cookie FILE or --load-cookies FILE") }
+            options.cookieFile = Self.absolute(loadCookies)
+        }
+        if let user {
+            if let colon = user.firstIndex(of: ":") {
+                options.credentials = Credentials(
+                    user: String(user[..<colon]), password: String(user[user.index(after: colon)...]))
+            } else {
+                guard isatty(0) == 1, let typed = getpass("Enter the password for '\(user)': ") else {
+                    throw ValidationError("--user \(user) has no password and there is no terminal to ask for it on")
+                }
+                options.credentials = Credentials(user: user, password: String(cString: typed))
+            }
+        }
+        return options
+    }
+
+    /// The engine's options with the TLS and network ones; `--insecure` warns on standard error every time it is
+    /// used.
     func downloadOptionsWithTLS(continuePartial: Bool, computesSHA256: Bool) throws -> DownloadOptions {
         var options = try downloadOptions(continuePartial: continuePartial, computesSHA256: computesSHA256)
         options.tls = tls
+        options.network = try network()
         if insecure {
             FileHandle.standardError.write(
                 Data("haul: warning: --insecure: HTTPS certificates are not verified; the server is not proven\n".utf8))
