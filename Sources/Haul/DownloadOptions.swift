@@ -186,7 +186,7 @@ public struct NetworkOptions: Sendable, Codable, Hashable {
     /// A proxy URL without `user:password@`.
     static func withoutCredentials(_ proxy: String) -> String {
         guard let at = proxy.lastIndex(of: "@") else { return proxy }
-        let start = proxy.range(of: "://")?.upperBound ?? proxy.startIndex
+        let start = proxy.firstRange(of: "://")?.upperBound ?? proxy.startIndex
         guard start <= at else { return proxy }
         return String(proxy[..<start]) + String(proxy[proxy.index(after: at)...])
     }

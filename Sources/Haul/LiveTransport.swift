@@ -194,12 +194,14 @@ public final class LiveTransport: HTTPTransport {
         return given
     }
 
-    /// The `.netrc` at `path` (nil: `~/.netrc`, which may be missing), read again when it changes.
+    /// The `.netrc` at `path` (nil: `$HOME/.netrc`, which may be missing), read again when it changes.
     static func netrcFile(_ path: String?) throws -> Netrc? {
-        let file = path ?? (NSHomeDirectory() + "/.netrc")
+        let home = ProcessInfo.processInfo.environment["HOME"].flatMap { $0.isEmpty ? nil : $0 } ?? NSHomeDirectory()
+        let file = path ?? (home + "/.netrc")
         guard let text = try cachedText(file, required: path != nil, what: "the .netrc file") else { return nil }
         do { return try Netrc(parsing: text) } catch {
-            throw DownloadError(.invalidArgument, "\(file): \(error.message.replacingOccurrences(of: ".netrc ", with: ""))")
+            throw DownloadError(
+                .invalidArgument, "\(file): \(error.message.replacingOccurrences(of: ".netrc ", with: ""))")
         }
     }
 
@@ -247,14 +249,17 @@ public final class LiveTransport: HTTPTransport {
         DownloadError(
             .httpStatus,
             "the proxy \(proxy.display) asks for credentials (HTTP 407)"
-                + (proxy.user == nil ? "; give them in the proxy URL, http://USER:PASSWORD@HOST:PORT" : " and refused these"),
+                + (proxy.user == nil
+                    ? "; give them in the proxy URL, http://USER:PASSWORD@HOST:PORT" : " and refused these"),
             status: 407, isRetryable: false)
     }
 
     /// The header through which the plain-proxy route tells `ProxyTargetHandler` the absolute URL to request.
     static let proxyTargetHeader = "X-Haul-Proxy-Target"
 
-    private func execute(url: URL, headers: [(name: String, value: String)], tls: TLSConfiguration?, proxy: ProxyEndpoint?)
+    private func execute(
+        url: URL, headers: [(name: String, value: String)], tls: TLSConfiguration?, proxy: ProxyEndpoint?
+    )
         async throws -> HTTPClientResponse
     {
         var request: HTTPClientRequest
@@ -392,7 +397,8 @@ public final class LiveTransport: HTTPTransport {
                 }
             }
             if error is SOCKSError.ConnectionFailed {
-                return DownloadError(.connectionFailed, "the SOCKS proxy \(proxy.display) could not connect to \(target)")
+                return DownloadError(
+                    .connectionFailed, "the SOCKS proxy \(proxy.display) could not connect to \(target)")
             }
             if String(reflecting: type(of: error)).contains("SOCKSError") {
                 return DownloadError(
@@ -557,7 +563,8 @@ final class ProxyTargetHandler: ChannelOutboundHandler, RemovableChannelHandler 
     typealias OutboundOut = HTTPClientRequestPart
 
     func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {
-        guard case .head(var head) = unwrapOutboundIn(data), let target = head.headers.first(name: LiveTransport.proxyTargetHeader)
+        guard case .head(var head) = unwrapOutboundIn(data),
+            let target = head.headers.first(name: LiveTransport.proxyTargetHeader)
         else {
             context.write(data, promise: promise)
             return

@@ -47,7 +47,7 @@ public struct ProxyEndpoint: Sendable, Hashable {
         var rest = Substring(text.trimmingSpaces)
         let shown = Self.redacted(text)
         var kind = Kind.http
-        if let range = rest.range(of: "://") {
+        if let range = rest.firstRange(of: "://") {
             let scheme = rest[..<range.lowerBound].lowercased()
             switch scheme {
             case "http": kind = .http
@@ -59,10 +59,14 @@ public struct ProxyEndpoint: Sendable, Hashable {
                     "the proxy \(shown) is an HTTPS proxy, which Haul does not support; an http:// proxy still "
                         + "tunnels HTTPS downloads encrypted end to end")
             case "socks4", "socks4a":
-                throw DownloadError(.invalidArgument, "the proxy \(shown) is SOCKS4, which Haul does not support; use socks5://")
-            default:
                 throw DownloadError(
-                    .invalidArgument, "the proxy \(shown) has the scheme '\(scheme)'; use http://, socks5:// or socks5h://")
+                    .invalidArgument, "the proxy \(shown) is SOCKS4, which Haul does not support; use socks5://")
+            default:
+                let isToken = scheme.allSatisfy { $0.isASCII && ($0.isLetter || $0.isNumber || "+-.".contains($0)) }
+                throw DownloadError(
+                    .invalidArgument,
+                    "the proxy \(shown) has \(isToken ? "the scheme '\(scheme)'" : "no valid scheme"); "
+                        + "use http://, socks5:// or socks5h://")
             }
             rest = rest[range.upperBound...]
         }
@@ -84,7 +88,9 @@ public struct ProxyEndpoint: Sendable, Hashable {
             }
             host = String(rest[rest.index(after: rest.startIndex)..<close])
             let after = rest[rest.index(after: close)...]
-            if after.hasPrefix(":") { portText = after.dropFirst() } else if !after.isEmpty {
+            if after.hasPrefix(":") {
+                portText = after.dropFirst()
+            } else if !after.isEmpty {
                 throw DownloadError(.invalidArgument, "the proxy \(shown) has text after its address")
             }
         } else if let colon = rest.lastIndex(of: ":") {
@@ -108,7 +114,8 @@ public struct ProxyEndpoint: Sendable, Hashable {
         if kind != .http, user != nil {
             throw DownloadError(
                 .invalidArgument,
-                "the proxy \(shown) has credentials; Haul's SOCKS5 client offers no authentication (use an http:// proxy)")
+                "the proxy \(shown) has credentials; Haul's SOCKS5 client offers no authentication (use an http:// proxy)"
+            )
         }
     }
 
@@ -120,8 +127,15 @@ public struct ProxyEndpoint: Sendable, Hashable {
     /// `text` with the credentials of a proxy URL replaced by `***`, for messages.
     public static func redacted(_ text: String) -> String {
         guard let at = text.lastIndex(of: "@") else { return "'\(text)'" }
-        let start = text.range(of: "://")?.upperBound ?? text.startIndex
-        guard start <= at else { return "'\(text)'" }
+        // Everything before the last `@` but a well-formed scheme is hidden.
+        var start = text.startIndex
+        if let separator = text.firstRange(of: "://"), separator.upperBound <= at,
+            text[..<separator.lowerBound].allSatisfy({
+                $0.isASCII && ($0.isLetter || $0.isNumber || "+-.".contains($0))
+            })
+        {
+            start = separator.upperBound
+        }
         return "'\(text[..<start])***\(text[at...])'"
     }
 }
@@ -163,7 +177,9 @@ public struct ProxyRules: Sendable, Hashable, Codable {
             return proxy.trimmingSpaces.isEmpty ? nil : try ProxyEndpoint(parsing: proxy)
         }
         let scheme = scheme.lowercased()
-        let specific = scheme == "http" ? variable("http_proxy") : variable("\(scheme)_proxy") ?? variable("\(scheme.uppercased())_PROXY")
+        let specific =
+            scheme == "http"
+            ? variable("http_proxy") : variable("\(scheme)_proxy") ?? variable("\(scheme.uppercased())_PROXY")
         guard let chosen = specific ?? variable("all_proxy") ?? variable("ALL_PROXY") else { return nil }
         return try ProxyEndpoint(parsing: chosen)
     }
@@ -196,7 +212,8 @@ public struct NoProxyList: Sendable, Hashable {
                 if let (network, bits) = Self.cidr(entry) {
                     if address.isIn(network, prefix: bits) { return true }
                 } else {
-                    let bare = entry.hasPrefix("[") && entry.hasSuffix("]") ? String(entry.dropFirst().dropLast()) : entry
+                    let bare =
+                        entry.hasPrefix("[") && entry.hasSuffix("]") ? String(entry.dropFirst().dropLast()) : entry
                     if IPAddress(bare) == address { return true }
                 }
                 continue

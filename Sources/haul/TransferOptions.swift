@@ -63,7 +63,8 @@ struct TransferOptions: ParsableArguments {
             """)
     var proxy: String?
 
-    @Option(help: "Hosts to reach without the proxy, comma-separated (names and their subdomains, IPs, CIDR ranges, *).")
+    @Option(
+        help: "Hosts to reach without the proxy, comma-separated (names and their subdomains, IPs, CIDR ranges, *).")
     var noproxy: String?
 
     @Option(
@@ -115,7 +116,8 @@ struct TransferOptions: ParsableArguments {
         }
         if let netrcFile, let text = try? String(contentsOfFile: netrcFile, encoding: .utf8) {
             do { _ = try Netrc(parsing: text) } catch {
-                throw ValidationError("--netrc-file \(netrcFile): \(error.message.replacingOccurrences(of: ".netrc ", with: ""))")
+                throw ValidationError(
+                    "--netrc-file \(netrcFile): \(error.message.replacingOccurrences(of: ".netrc ", with: ""))")
             }
         }
         if netrcFile != nil, noNetrc { throw ValidationError("give --netrc-file or --no-netrc, not both") }
@@ -203,12 +205,16 @@ struct TransferOptions: ParsableArguments {
             proxy: ProxyRules(proxy: proxy, noProxy: noproxy), netrcFile: netrcFile.map(Self.absolute),
             usesNetrc: !noNetrc)
         if let cookie {
-            if cookie.contains("=") { options.cookies = try CookieFile.pairs(cookie) } else {
+            if cookie.contains("=") {
+                options.cookies = try CookieFile.pairs(cookie)
+            } else {
                 options.cookieFile = Self.absolute(cookie)
             }
         }
         if let loadCookies {
-            if options.cookieFile != nil { throw ValidationError("give one cookie file: --cookie FILE or --load-cookies FILE") }
+            if options.cookieFile != nil {
+                throw ValidationError("give one cookie file: --cookie FILE or --load-cookies FILE")
+            }
             options.cookieFile = Self.absolute(loadCookies)
         }
         if let user {

@@ -63,7 +63,10 @@ struct NetworkReachTests {
             (ProxyRules(), ["https_proxy": "", "all_proxy": "a:1"], "https", "a.example", "a"),
             (ProxyRules(), ["https_proxy": "s:1", "no_proxy": "example"], "https", "a.example", nil),
             (ProxyRules(), ["https_proxy": "s:1", "NO_PROXY": "a.example"], "https", "a.example", nil),
-            (ProxyRules(), ["https_proxy": "s:1", "no_proxy": "other", "NO_PROXY": "a.example"], "https", "a.example", "s"),
+            (
+                ProxyRules(), ["https_proxy": "s:1", "no_proxy": "other", "NO_PROXY": "a.example"], "https",
+                "a.example", "s"
+            ),
             (ProxyRules(proxy: "x:1"), ["https_proxy": "s:1"], "https", "a.example", "x"),
             (ProxyRules(proxy: ""), ["https_proxy": "s:1"], "https", "a.example", nil),
             (ProxyRules(proxy: "x:1"), ["no_proxy": "a.example"], "https", "a.example", nil),
@@ -229,7 +232,9 @@ struct NetworkReachTests {
 
     @Test("Basic is base64 of user:password; credentials never print their password")
     func basic() {
-        #expect(HTTPAuthentication.basic(Credentials(user: "Aladdin", password: "open sesame")) == "Basic QWxhZGRpbjpvcGVuIHNlc2FtZQ==")
+        #expect(
+            HTTPAuthentication.basic(Credentials(user: "Aladdin", password: "open sesame"))
+                == "Basic QWxhZGRpbjpvcGVuIHNlc2FtZQ==")
         for text in ["", "f", "fo", "foo", "foob", "fooba", "foobar"] {
             #expect(HTTPAuthentication.base64(Array(text.utf8)) == Data(text.utf8).base64EncodedString())
         }

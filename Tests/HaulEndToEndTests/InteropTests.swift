@@ -13,13 +13,21 @@ final class ServerProcess: @unchecked Sendable {
     let process = Process()
     let port: Int
 
-    init(executable: String, arguments: [String], port: Int, directory: String) throws {
+    /// Starts `executable`; with `output`, its standard output and error go to that file.
+    init(executable: String, arguments: [String], port: Int, directory: String, output: String? = nil) throws {
         self.port = port
         process.executableURL = URL(fileURLWithPath: executable)
         process.arguments = arguments
         process.currentDirectoryURL = URL(fileURLWithPath: directory)
-        process.standardOutput = FileHandle.nullDevice
-        process.standardError = FileHandle.nullDevice
+        if let output, FileManager.default.createFile(atPath: output, contents: nil),
+            let handle = FileHandle(forWritingAtPath: output)
+        {
+            process.standardOutput = handle
+            process.standardError = handle
+        } else {
+            process.standardOutput = FileHandle.nullDevice
+            process.standardError = FileHandle.nullDevice
+        }
         try process.run()
     }
 

@@ -1,0 +1,47 @@
+import HaulCore
+
+// Proxy URLs and no_proxy lists (the environment's *_proxy variables, --proxy, --noproxy): a parsed proxy has a host
+// and a port in 1...65535, its display never shows the password, an error never quotes it; every list matches a
+// host when it holds `*`, and a name always matches a list made of itself.
+@_cdecl("LLVMFuzzerTestOneInput")
+public func fuzz(_ start: UnsafeRawPointer?, _ count: Int) -> CInt {
+    let input = text(start, count)
+    // The first line is a proxy URL, the second a no_proxy list, the third a host.
+    let lines = input.split(separator: "\n", maxSplits: 2, omittingEmptySubsequences: false).map(String.init)
+    let proxyText = lines[0]
+    // The password as a user writes it: between the last ':' before the last '@' and that '@'.
+    var password: String?
+    var rest = proxyText
+    if let at = proxyText.lastIndex(of: "@"), let colon = proxyText[..<at].lastIndex(of: ":") {
+        password = String(proxyText[proxyText.index(after: colon)..<at])
+        rest = String(proxyText[...colon]) + String(proxyText[at...])
+    }
+    do {
+        let proxy = try ProxyEndpoint(parsing: proxyText)
+        expect(!proxy.host.isEmpty, "a host", input: input)
+        expect((1...65535).contains(proxy.port), "a port", input: input)
+        if let secret = proxy.password, secret.count >= 4, proxy.host.firstRange(of: secret) == nil {
+            expect(proxy.display.firstRange(of: secret) == nil, "the display hides the password", input: input)
+        }
+    } catch {
+        if let password, password.count >= 4, !password.contains("'"), rest.firstRange(of: password) == nil {
+            expect(error.message.firstRange(of: password) == nil, "the error hides the password", input: input)
+        }
+    }
+    if lines.count >= 3 {
+        let list = NoProxyList(lines[1])
+        let host = lines[2]
+        _ = list.matches(host: host)
+        expect(NoProxyList(lines[1] + ",*").matches(host: host), "* matches every host", input: input)
+        let name = host.lowercased()
+        if !name.isEmpty, name.allSatisfy({ $0.isLetter && $0.isASCII || $0 == "." || $0 == "-" }),
+            !name.hasPrefix("."), !name.hasSuffix("."), name.firstRange(of: "..") == nil
+        {
+            expect(NoProxyList(name).matches(host: host), "a name matches itself", input: input)
+            expect(!NoProxyList(name).matches(host: "x" + name), "a suffix matches at a dot only", input: input)
+        }
+        let rules = ProxyRules(proxy: nil, noProxy: lines[1])
+        _ = try? rules.proxy(scheme: "https", host: host, environment: ["https_proxy": proxyText])
+    }
+    return 0
+}
