@@ -289,6 +289,14 @@ public final class LiveTransport: HTTPTransport {
         do {
             return try await client.execute(request, timeout: .hours(24 * 365))
         } catch {
+            if proxy == nil, url.scheme?.lowercased() == "https", let host = url.host,
+                case .certificateRejected = Self.classify(error, connecting: true),
+                let problem = await CertificateProbe.problem(host: host, port: url.port ?? 443, configuration: tls)
+            {
+                // Say which: expired, for other names, or signed by a CA not trusted here.
+                throw NetworkFailure.certificateInvalid(problem, now: Int64(Date().timeIntervalSince1970))
+                    .error(host: url.port.map { "\(host):\($0)" } ?? host)
+            }
             throw Self.map(error, url: url, proxy: proxy)
         }
     }

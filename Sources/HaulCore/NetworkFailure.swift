@@ -17,6 +17,8 @@ public enum NetworkFailure: Sendable, Equatable {
     /// The server's TLS certificate could not be verified (untrusted, expired, or for another name; `detail` says
     /// which when known).
     case certificateRejected(detail: String?)
+    /// The server's certificate, looked at, showed this problem (at `now`, seconds since 1970).
+    case certificateInvalid(CertificateProblem, now: Int64)
     /// The TLS handshake failed for another reason (no common protocol or cipher, a client certificate refused).
     case handshakeFailed(detail: String?)
     /// Anything else, in plain words.
@@ -55,7 +57,7 @@ public enum NetworkFailure: Sendable, Equatable {
     /// that will fail the same way.
     public var isRetryable: Bool {
         switch self {
-        case .hostNotFound, .certificateRejected, .handshakeFailed: false
+        case .hostNotFound, .certificateRejected, .certificateInvalid, .handshakeFailed: false
         default: true
         }
     }
@@ -72,6 +74,10 @@ public enum NetworkFailure: Sendable, Equatable {
         case .certificateRejected(let detail):
             "the TLS certificate of \(host) \(detail ?? "could not be verified") "
                 + "(--cacert FILE trusts the CA that signed it; --insecure skips the check)"
+        case .certificateInvalid(let problem, let now):
+            "the TLS certificate of \(host) \(problem.detail(now: now)) ("
+                + (problem == .untrusted ? "--cacert FILE trusts the CA that signed it; " : "")
+                + "--insecure skips the check)"
         case .handshakeFailed(let detail):
             "the TLS handshake with \(host) failed" + (detail.map { " (\($0))" } ?? "")
         case .other(let text): "\(host): \(text)"
@@ -83,7 +89,7 @@ public enum NetworkFailure: Sendable, Equatable {
     public func error(host: String) -> DownloadError {
         let code: DownloadError.Code =
             switch self {
-            case .certificateRejected, .handshakeFailed: .tls
+            case .certificateRejected, .certificateInvalid, .handshakeFailed: .tls
             default: isConnectFailure ? .connectionFailed : .connectionLost
             }
         return DownloadError(code, message(host: host), isRetryable: isRetryable)

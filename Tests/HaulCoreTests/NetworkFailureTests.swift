@@ -58,3 +58,61 @@ struct NetworkFailureTests {
         }
     }
 }
+
+@Suite("Why a certificate was rejected")
+struct CertificateProblemTests {
+    @Test(
+        "expired, not yet valid, other names (wildcards, addresses), or untrusted",
+        arguments: [
+            ("localhost", ["localhost"], [[127, 0, 0, 1]], 0, 100, 200, CertificateProblem.expired(notAfter: 100)),
+            ("localhost", ["localhost"], [], 300, 900, 200, .notYetValid(notBefore: 300)),
+            ("localhost", ["localhost"], [], 0, 900, 200, .untrusted),
+            ("LOCALHOST.", ["localhost"], [], 0, 900, 200, .untrusted),
+            ("a.example.com", ["*.example.com"], [], 0, 900, 200, .untrusted),
+            ("a.b.example.com", ["*.example.com"], [], 0, 900, 200, .otherNames(["*.example.com"])),
+            ("example.com", ["*.example.com"], [], 0, 900, 200, .otherNames(["*.example.com"])),
+            ("127.0.0.1", ["localhost"], [[127, 0, 0, 1]], 0, 900, 200, .untrusted),
+            ("127.0.0.2", ["localhost"], [[127, 0, 0, 1]], 0, 900, 200, .otherNames(["localhost", "127.0.0.1"])),
+            ("host", [], [], 0, 900, 200, .untrusted),
+        ] as [(String, [String], [[UInt8]], Int64, Int64, Int64, CertificateProblem)])
+    func diagnose(
+        host: String, names: [String], addresses: [[UInt8]], notBefore: Int64, notAfter: Int64, now: Int64,
+        expected: CertificateProblem
+    ) {
+        #expect(
+            CertificateProblem.diagnose(
+                host: host, dnsNames: names, addresses: addresses, notBefore: notBefore, notAfter: notAfter, now: now)
+                == expected)
+    }
+
+    @Test("each problem is one plain sentence with the option that helps")
+    func messages() {
+        let now: Int64 = 1_000_000
+        let table: [(CertificateProblem, String)] = [
+            (
+                .expired(notAfter: now - 3 * 86_400),
+                "the TLS certificate of h:443 expired 3 days ago (--insecure skips the check)"
+            ),
+            (
+                .notYetValid(notBefore: now + 7200),
+                "the TLS certificate of h:443 is not valid for another 2 hours (is this machine's clock right?) "
+                    + "(--insecure skips the check)"
+            ),
+            (
+                .otherNames(["a.test", "b.test", "c.test", "d.test"]),
+                "the TLS certificate of h:443 is for 'a.test', 'b.test', 'c.test' and 1 more, not this name "
+                    + "(--insecure skips the check)"
+            ),
+            (
+                .untrusted,
+                "the TLS certificate of h:443 is not signed by a CA Haul trusts "
+                    + "(--cacert FILE trusts the CA that signed it; --insecure skips the check)"
+            ),
+        ]
+        for (problem, message) in table {
+            let error = NetworkFailure.certificateInvalid(problem, now: now).error(host: "h:443")
+            #expect(error.message == message)
+            #expect(error.code == .tls && !error.isRetryable)
+        }
+    }
+}

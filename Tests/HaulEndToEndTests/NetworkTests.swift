@@ -23,7 +23,7 @@ struct NetworkTests {
     }
 
     /// A CA of the test's own (`ca.pem`) and a server certificate it signed for `names` (`server.pem`, `server.key`).
-    func makeCertificates(in folder: String, names: String = "DNS:localhost,IP:127.0.0.1") throws {
+    func makeCertificates(in folder: String, names: String = "DNS:localhost,IP:127.0.0.1", days: Int = 2) throws {
         try openssl(
             [
                 "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=Haul Test CA",
@@ -39,7 +39,7 @@ struct NetworkTests {
         try openssl(
             [
                 "x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial", "-days",
-                "2", "-extfile", "ext.cnf", "-out", "server.pem",
+                "\(days)", "-extfile", "ext.cnf", "-out", "server.pem",
             ], in: folder)
     }
 
@@ -97,7 +97,9 @@ struct NetworkTests {
         let refused = try await HaulProcess.run(["get", url, "-o", "a.bin"], in: workspace)
         #expect(refused.status != 0)
         let line = refused.stderr.split(separator: "\n").last.map(String.init) ?? ""
-        #expect(line.contains("the TLS certificate of localhost:\(port)") && line.contains("--cacert"), "\(line)")
+        #expect(
+            line.contains("the TLS certificate of localhost:\(port) is not signed by a CA Haul trusts")
+                && line.contains("--cacert"), "\(line)")
         #expect(!refused.stderr.contains("gave up after"), "a certificate is not retried: \(refused.stderr)")
         #expect(!refused.stderr.contains("NIOSSL") && !refused.stderr.contains(".swift"), "\(refused.stderr)")
         #expect(requestCount(workspace) == 0, "no request got through")
@@ -131,9 +133,30 @@ struct NetworkTests {
             ["get", "https://localhost:\(port)/file.bin", "-o", "a.bin", "--cacert", workspace.root + "/ca.pem"],
             in: workspace)
         #expect(outcome.status != 0)
-        #expect(outcome.stderr.contains("the TLS certificate of localhost:\(port)"), "\(outcome.stderr)")
+        #expect(
+            outcome.stderr.contains("the TLS certificate of localhost:\(port) is for 'elsewhere.test', not this name"),
+            "\(outcome.stderr)")
         #expect(!outcome.stderr.contains("gave up after"))
         #expect(!FileManager.default.fileExists(atPath: workspace.path("a.bin")))
+    }
+
+    @Test("an expired certificate says so, even with its CA trusted")
+    func expired() async throws {
+        let workspace = try Workspace()
+        defer { workspace.remove() }
+        try makeCertificates(in: workspace.root, days: -1)
+        let port = freePort()
+        let server = try startTLSNginx(workspace, port: port)
+        defer { server.stop() }
+        #expect(await server.ready())
+        let outcome = try await HaulProcess.run(
+            ["get", "https://localhost:\(port)/file.bin", "-o", "a.bin", "--cacert", workspace.root + "/ca.pem"],
+            in: workspace)
+        #expect(outcome.status != 0)
+        #expect(
+            outcome.stderr.contains("the TLS certificate of localhost:\(port) expired 24 hours ago (--insecure"),
+            "\(outcome.stderr)")
+        #expect(requestCount(workspace) == 0)
     }
 
     @Test("a name that does not resolve fails at once with curl's words; a refused port names host, port and cause")
