@@ -44,7 +44,7 @@ struct NetworkTests {
     }
 
     /// nginx serving `www/file.bin` over TLS (HTTP/1.1) with the certificate of `makeCertificates`.
-    func startTLSNginx(_ workspace: Workspace, port: Int) throws -> ServerProcess {
+    func startTLSNginx(_ workspace: Workspace, port: Int, clientCertificates: Bool = false) throws -> ServerProcess {
         let nginx = try #require(executable("nginx"), "nginx must be installed (.ci/run installs it)")
         let root = workspace.root + "/www"
         try FileManager.default.createDirectory(atPath: root, withIntermediateDirectories: true)
@@ -67,6 +67,7 @@ struct NetworkTests {
                     listen 127.0.0.1:\(port) ssl;
                     ssl_certificate \(workspace.root)/server.pem;
                     ssl_certificate_key \(workspace.root)/server.key;
+                    \(clientCertificates ? "ssl_verify_client on; ssl_client_certificate \(workspace.root)/ca.pem;" : "")
                     root \(root);
                 }
             }
@@ -138,6 +139,48 @@ struct NetworkTests {
             "\(outcome.stderr)")
         #expect(!outcome.stderr.contains("gave up after"))
         #expect(!FileManager.default.fileExists(atPath: workspace.path("a.bin")))
+    }
+
+    @Test("a server that asks for a client certificate gets it from --cert and --key (or one file with both)")
+    func clientCertificate() async throws {
+        let workspace = try Workspace()
+        defer { workspace.remove() }
+        try makeCertificates(in: workspace.root)
+        try openssl(
+            [
+                "req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=haul client", "-keyout", "client.key", "-out",
+                "client.csr",
+            ], in: workspace.root)
+        try openssl(
+            [
+                "x509", "-req", "-in", "client.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial", "-days",
+                "2", "-out", "client.pem",
+            ], in: workspace.root)
+        let both =
+            try String(contentsOfFile: workspace.root + "/client.pem", encoding: .utf8)
+            + String(contentsOfFile: workspace.root + "/client.key", encoding: .utf8)
+        try both.write(toFile: workspace.root + "/both.pem", atomically: true, encoding: .utf8)
+        let port = freePort()
+        let server = try startTLSNginx(workspace, port: port, clientCertificates: true)
+        defer { server.stop() }
+        #expect(await server.ready())
+        let url = "https://localhost:\(port)/file.bin"
+        let trust = ["--cacert", workspace.root + "/ca.pem"]
+
+        let without = try await HaulProcess.run(["get", url, "-o", "a.bin"] + trust, in: workspace)
+        #expect(without.status != 0)
+        #expect(without.stderr.contains("HTTP 400"), "nginx answers 400 without a certificate: \(without.stderr)")
+
+        let separate = try await HaulProcess.run(
+            ["get", url, "-o", "b.bin", "--cert", workspace.root + "/client.pem", "--key", workspace.root + "/client.key"]
+                + trust, in: workspace)
+        #expect(separate.status == 0, "\(separate.stderr)")
+        #expect(workspace.holds("b.bin", body))
+
+        let oneFile = try await HaulProcess.run(
+            ["get", url, "-o", "c.bin", "--cert", workspace.root + "/both.pem"] + trust, in: workspace)
+        #expect(oneFile.status == 0, "\(oneFile.stderr)")
+        #expect(workspace.holds("c.bin", body))
     }
 
     @Test("an expired certificate says so, even with its CA trusted")
