@@ -34,7 +34,11 @@ public final class LiveTransport: HTTPTransport {
         configuration.connectionPool = .init(idleTimeout: .seconds(60), concurrentHTTP1ConnectionsPerHostSoftLimit: 64)
         // A refused connection fails at once; Haul's retry policy (and its wait for the network) owns the backoff.
         configuration.connectionPool.retryConnectionEstablishment = false
-        configuration.httpVersion = .http1Only
+        // HTTP/1.1: several connections per file mean several TCP connections, each with its own window; with
+        // HTTP/2, AsyncHTTPClient multiplexes every request to a host onto one connection, and measured slower
+        // (bench/http2.sh, README "Networks"). `HAUL_HTTP_VERSION=2` turns it on, for that benchmark.
+        configuration.httpVersion =
+            ProcessInfo.processInfo.environment["HAUL_HTTP_VERSION"] == "2" ? .automatic : .http1Only
         // Larger socket reads mean fewer body chunks, and so fewer hops between the event loop and the writing task:
         // a measured difference on fast links. The bound per read keeps memory flat.
         configuration.http1_1ConnectionDebugInitializer = { channel in
