@@ -25,7 +25,16 @@ struct Output: Sendable {
     }
 
     func failedToAdd(url: String, _ error: any Error) {
-        line("haul: error: \(url): \(Self.message(error))")
+        line("haul: error: \(Self.shown(url)): \(Self.message(error))")
+    }
+
+    /// A URL as printed: without the `user:password@` it may carry (the password is never shown).
+    static func shown(_ url: String) -> String {
+        guard var components = URLComponents(string: url), components.user != nil || components.password != nil
+        else { return url }
+        components.user = nil
+        components.password = nil
+        return components.string ?? url
     }
 
     func interrupted(_ signal: Int32) {
@@ -66,7 +75,7 @@ struct Output: Sendable {
             switch outcome {
             case .success(let result) where !quiet: line("  ok      \(result.path) (\(Format.bytes(result.bytes)))")
             case .success: break
-            case .failure(let error): line("  failed  \(url): \(Self.message(error))")
+            case .failure(let error): line("  failed  \(Self.shown(url)): \(Self.message(error))")
             }
         }
     }

@@ -172,7 +172,10 @@ struct NetworkTests {
         #expect(without.stderr.contains("HTTP 400"), "nginx answers 400 without a certificate: \(without.stderr)")
 
         let separate = try await HaulProcess.run(
-            ["get", url, "-o", "b.bin", "--cert", workspace.root + "/client.pem", "--key", workspace.root + "/client.key"]
+            [
+                "get", url, "-o", "b.bin", "--cert", workspace.root + "/client.pem", "--key",
+                workspace.root + "/client.key",
+            ]
                 + trust, in: workspace)
         #expect(separate.status == 0, "\(separate.stderr)")
         #expect(workspace.holds("b.bin", body))

@@ -245,6 +245,12 @@ struct ReachTests {
         #expect(wrong.status != 0)
         #expect(wrong.stderr.contains("refused the credentials of alice"), "\(wrong.stderr)")
         #expect(!wrong.stderr.contains("nope"))
+        let wrongInURL = try await HaulProcess.run(
+            ["get", "http://alice:badpass@127.0.0.1:\(port)/private/file.bin", "-d", "out", "--no-netrc"],
+            in: workspace, environment: isolated)
+        #expect(wrongInURL.status != 0)
+        #expect(
+            !wrongInURL.stderr.contains("badpass") && !wrongInURL.stdout.contains("badpass"), "\(wrongInURL.stderr)")
 
         let listed = try await HaulProcess.run(
             ["ls", "--json", "--state-dir", workspace.state], in: workspace, environment: isolated)
