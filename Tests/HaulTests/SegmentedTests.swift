@@ -99,9 +99,10 @@ struct SegmentedTests {
     @Test("-x 1 is exactly one connection; -x 4 opens four, the added ones fetch the planned quarters")
     func fourConnectionsAreFaster() async throws {
         let h = try await Harness.make()
-        // 3 MiB at 1 MiB/s a connection: long enough that the ramp's first window (200 ms here) and its steps are a
-        // small part of the time.
-        let body = testBytes(3 << 20, seed: 43)
+        // 6 MiB at 1 MiB/s a connection: long enough that the ramp's first window (200 ms here) and its steps are a
+        // small part of the time, even when a loaded machine makes the ramp wait a window more before a step (with
+        // 3 MiB, CI once finished before the fourth connection opened).
+        let body = testBytes(6 << 20, seed: 43)
         h.server.serve("/f", .init(body: body, bytesPerSecond: Self.rate))
         _ = try await h.fetch("/f", to: "one.bin", options: Self.options(connections: 1), configure: Self.configure)
         #expect(h.server.peakConnections == 1)
@@ -127,7 +128,7 @@ struct SegmentedTests {
         #expect(segments.allSatisfy { $0.headers["if-range"] == "\"v1\"" && $0.status == 206 })
         // The first split is planned: the added connections fetch the second, third and fourth quarter of the file
         // (the first connection fetched far less than a quarter in its first window).
-        let quarter = (3 << 20) / 4
+        let quarter = (6 << 20) / 4
         #expect(
             segments.prefix(3).map(\.range) == (1...3).map { "bytes=\(quarter * $0)-\(quarter * ($0 + 1) - 1)" },
             "\(segments.map(\.range))")
