@@ -176,18 +176,10 @@ public struct NetworkOptions: Sendable, Codable, Hashable {
     /// Encodes what is not secret: the proxy URL without its user and password.
     public func encode(to encoder: any Encoder) throws {
         var container = encoder.container(keyedBy: CodingKeys.self)
-        try container.encodeIfPresent(proxy.proxy.map(Self.withoutCredentials), forKey: .proxy)
+        try container.encodeIfPresent(proxy.proxy.map(ProxyEndpoint.withoutCredentials), forKey: .proxy)
         try container.encodeIfPresent(proxy.noProxy, forKey: .noProxy)
         try container.encodeIfPresent(netrcFile, forKey: .netrcFile)
         if !usesNetrc { try container.encode(usesNetrc, forKey: .usesNetrc) }
         try container.encodeIfPresent(cookieFile, forKey: .cookieFile)
-    }
-
-    /// A proxy URL without `user:password@`.
-    static func withoutCredentials(_ proxy: String) -> String {
-        guard let at = proxy.lastIndex(of: "@") else { return proxy }
-        let start = proxy.firstRange(of: "://")?.upperBound ?? proxy.startIndex
-        guard start <= at else { return proxy }
-        return String(proxy[..<start]) + String(proxy[proxy.index(after: at)...])
     }
 }

@@ -128,8 +128,11 @@ public final class LiveTransport: HTTPTransport {
             }
         }
         let userAuthorizes = headers.contains { $0.name.lowercased() == "authorization" }
-        let credentials = userAuthorizes ? nil : try Self.credentials(for: url, network: network, isOwnHost: isOwnHost)
         let origin = "\(scheme)://\(host.lowercased()):\(url.port ?? (scheme == "https" ? 443 : 80))"
+        // Credentials (and `.netrc`) are looked up only for a server that asks, or asked before.
+        let remembered = !userAuthorizes && answered.withLock { $0[origin] != nil }
+        var credentials = remembered ? try Self.credentials(for: url, network: network, isOwnHost: isOwnHost) : nil
+        var lookedUp = remembered
         var retries = 0
         while true {
             var sent = headers
@@ -139,10 +142,15 @@ public final class LiveTransport: HTTPTransport {
                 answeredChallenge = true
             }
             let response = try await execute(url: url, headers: sent, tls: tls, proxy: proxy)
-            if response.status.code == 407, proxy?.kind == .http, scheme == "http" {
-                throw Self.proxyAuthenticationError(proxy!)
+            if response.status.code == 407, let proxy, proxy.kind == .http, scheme == "http" {
+                throw Self.proxyAuthenticationError(proxy)
             }
-            guard response.status.code == 401, let credentials, retries < 2 else { return response }
+            guard response.status.code == 401, !userAuthorizes, retries < 2 else { return response }
+            if !lookedUp {
+                credentials = try Self.credentials(for: url, network: network, isOwnHost: isOwnHost)
+                lookedUp = true
+            }
+            guard let credentials else { return response }
             let challenges = AuthChallenge.parse(response.headers["WWW-Authenticate"])
             guard let chosen = HTTPAuthentication.choose(challenges) else { return response }
             let stale = chosen.parameters["stale"]?.lowercased() == "true"

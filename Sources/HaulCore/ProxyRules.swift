@@ -126,8 +126,20 @@ public struct ProxyEndpoint: Sendable, Hashable {
 
     /// `text` with the credentials of a proxy URL replaced by `***`, for messages.
     public static func redacted(_ text: String) -> String {
-        guard let at = text.lastIndex(of: "@") else { return "'\(text)'" }
-        // Everything before the last `@` but a well-formed scheme is hidden.
+        guard let userInfo = userInfoRange(in: text) else { return "'\(text)'" }
+        return "'\(text[..<userInfo.lowerBound])***@\(text[userInfo.upperBound...])'"
+    }
+
+    /// `text` without the credentials of a proxy URL (for storing it).
+    public static func withoutCredentials(_ text: String) -> String {
+        guard let userInfo = userInfoRange(in: text) else { return text }
+        return String(text[..<userInfo.lowerBound]) + String(text[userInfo.upperBound...])
+    }
+
+    /// Where a proxy URL's `user:password@` lies, up to and with its last `@`: everything before it but a
+    /// well-formed scheme counts as credentials.
+    static func userInfoRange(in text: String) -> Range<String.Index>? {
+        guard let at = text.lastIndex(of: "@") else { return nil }
         var start = text.startIndex
         if let separator = text.firstRange(of: "://"), separator.upperBound <= at,
             text[..<separator.lowerBound].allSatisfy({
@@ -136,7 +148,7 @@ public struct ProxyEndpoint: Sendable, Hashable {
         {
             start = separator.upperBound
         }
-        return "'\(text[..<start])***\(text[at...])'"
+        return start..<text.index(after: at)
     }
 }
 

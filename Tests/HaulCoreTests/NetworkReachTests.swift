@@ -46,6 +46,17 @@ struct NetworkReachTests {
         }
     }
 
+    @Test(
+        "a proxy URL is stored without its credentials, and shown with them hidden",
+        arguments: [
+            ("http://u:p@h:1", "http://h:1", "'http://***@h:1'"), ("u:p@h:1", "h:1", "'***@h:1'"),
+            ("http://h:1", "http://h:1", "'http://h:1'"), ("a:b@c://u:p@h", "h", "'***@h'"),
+        ])
+    func storedProxy(text: String, stored: String, shown: String) {
+        #expect(ProxyEndpoint.withoutCredentials(text) == stored)
+        #expect(ProxyEndpoint.redacted(text) == shown)
+    }
+
     // MARK: which proxy
 
     @Test(
