@@ -1116,8 +1116,8 @@ public actor DownloadManager {
     }
 
     private static func validate(_ url: URL) throws(DownloadError) {
-        guard let scheme = url.scheme?.lowercased(), scheme == "http" || scheme == "https" else {
-            throw DownloadError(.invalidURL, "'\(url.absoluteString)' is not an http or https URL")
+        guard let scheme = url.scheme?.lowercased(), URLList.schemes.contains(scheme) else {
+            throw DownloadError(.invalidURL, "'\(url.absoluteString)' is not an http, https or ftp URL")
         }
         guard let host = url.host, !host.isEmpty else {
             throw DownloadError(.invalidURL, "'\(url.absoluteString)' has no host")

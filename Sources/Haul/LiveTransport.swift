@@ -80,6 +80,9 @@ public final class LiveTransport: HTTPTransport {
         var url = request.url
         var headers = request.headers
         let environment = ProcessInfo.processInfo.environment
+        if FTPSession.Request.security(scheme: url.scheme ?? "") != nil {
+            return try await FTPClient.send(request, environment: environment)
+        }
         let tls = try Self.tlsConfiguration(request.tls, environment: environment)
         let ownHost = request.url.host?.lowercased()
         for _ in 0...maximumRedirects {

@@ -156,10 +156,11 @@ extension TransferMachine {
         guard error.isRetryable else { return fail(error) }
         let others = connections.keys.filter { $0 != id }.count
         connection.isFlowing = false
-        // A 429 or 503 while others run, or a refused connection beside others: the server limits connections.
-        // This one closes, and the ramp adds none beyond those left.
+        // A 429 or 503 while others run, or a refused connection beside others (an FTP server's 421 "too many
+        // connections" is one): the server limits connections. This one closes, and the ramp adds none beyond those
+        // left.
         if others > 0, error.status == 429 || error.status == 503 || error.code == .connectionFailed {
-            if error.status != nil { ramp.serverOverloaded(connections: others + 1) }
+            ramp.serverOverloaded(connections: others + 1)
             map.release(segment, keepingUpTo: segmentWritten[segment])
             mode = .segmented(map)
             connections[id] = nil

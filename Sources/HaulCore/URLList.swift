@@ -2,7 +2,7 @@ import Foundation
 
 /// The URLs of an input file (`haul get -i FILE`, `haul add -i FILE`): one a line; blank lines and lines starting with
 /// `#` skipped, spaces, tabs and a carriage return around a URL trimmed; each URL kept once, in first-seen order. A line
-/// that is not an http or https URL with a host is an error that names its line, so nothing of a file with a typo is
+/// that is not an http, https or ftp URL with a host is an error that names its line, so nothing of a file with a typo is
 /// added.
 public enum URLList {
     /// The URLs of `text`, the contents of an input file.
@@ -18,19 +18,21 @@ public enum URLList {
         return urls
     }
 
-    /// Throws when `url` is not an http or https URL with a host; the message names `line` when given.
+    /// The URL schemes Haul downloads: HTTP, HTTPS, FTP, FTP with `AUTH TLS` (`ftpes`) and FTP over TLS (`ftps`).
+    public static let schemes: Set<String> = ["http", "https", "ftp", "ftpes", "ftps"]
+
+    /// Throws when `url` is not an http, https or ftp URL with a host; the message names `line` when given.
     public static func check(_ url: String, line: Int? = nil) throws(DownloadError) {
-        guard isHTTP(url) else {
+        guard isDownloadable(url) else {
             let place = line.map { " (line \($0))" } ?? ""
-            throw DownloadError(.invalidArgument, "'\(url)'\(place) is not an http or https URL")
+            throw DownloadError(.invalidArgument, "'\(url)'\(place) is not an http, https or ftp URL")
         }
     }
 
-    /// Whether `url` is an http or https URL with a host, and nothing Foundation would have to mend (spaces, control
-    /// characters).
-    public static func isHTTP(_ url: String) -> Bool {
-        guard let parsed = URL(string: url), let scheme = parsed.scheme?.lowercased(),
-            scheme == "http" || scheme == "https",
+    /// Whether `url` is a URL of one of `schemes` with a host, and nothing Foundation would have to mend (spaces,
+    /// control characters).
+    public static func isDownloadable(_ url: String) -> Bool {
+        guard let parsed = URL(string: url), let scheme = parsed.scheme?.lowercased(), schemes.contains(scheme),
             parsed.host?.isEmpty == false
         else { return false }
         return !url.unicodeScalars.contains { $0.value <= 0x20 || $0.value == 0x7F }

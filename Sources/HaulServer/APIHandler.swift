@@ -92,7 +92,8 @@ public struct APIHandler: APIProtocol {
     {
         guard Self.isAcceptedURL(item.url), let url = URL(string: item.url), url.host?.isEmpty == false else {
             throw .invalidField(
-                "url", "'\(item.url)' is not an http or https URL (ASCII host; percent-encode the rest)", index: index)
+                "url", "'\(item.url)' is not an http, https or ftp URL (ASCII host; percent-encode the rest)",
+                index: index)
         }
         let connections = item.connections ?? defaults.connectionsPerDownload
         guard (1...DownloadOptions.connectionLimit).contains(connections) else {
@@ -392,7 +393,7 @@ extension APIHandler {
             bytes = bytes.dropFirst(expected.count)
             return true
         }
-        guard take("http"), take("s") || true, take("://") else { return false }
+        guard ["https://", "http://", "ftps://", "ftpes://", "ftp://"].contains(where: take) else { return false }
         func isAlphanumeric(_ byte: UInt8) -> Bool {
             (0x30...0x39).contains(byte) || (0x41...0x5A).contains(byte) || (0x61...0x7A).contains(byte)
         }

@@ -11,7 +11,7 @@ extension HaulCommand {
             abstract: "Queue downloads with the running haul serve and print their ids.",
             discussion: "Returns at once; `haul watch` shows them. The same URL to the same place is added once.")
 
-        @Argument(help: "The http or https URLs.")
+        @Argument(help: "The http, https or ftp URLs.")
         var urls: [String] = []
 
         @Option(name: [.customShort("i"), .customLong("input-file")], help: "Read URLs from this file ('-': stdin).")

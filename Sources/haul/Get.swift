@@ -19,7 +19,8 @@ extension HaulCommand {
                 """
         )
 
-        @Argument(help: "The http or https URLs to download.")
+        @Argument(
+            help: "The http, https or ftp URLs to download (ftpes:// for FTP with AUTH TLS, ftps:// for implicit TLS).")
         var urls: [String] = []
 
         @Option(

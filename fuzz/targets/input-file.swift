@@ -13,7 +13,7 @@ public func fuzz(_ start: UnsafeRawPointer?, _ count: Int) -> CInt {
         expect(urls.count <= lines, "no more URLs than lines", input: input)
         expect(Set(urls).count == urls.count, "each URL once", input: input)
         for url in urls {
-            expect(URLList.isHTTP(url), "an http URL: \(url)", input: input)
+            expect(URLList.isDownloadable(url), "a downloadable URL: \(url)", input: input)
             expect(!url.unicodeScalars.contains { $0.value <= 0x20 || $0.value == 0x7F }, "no space", input: input)
         }
     case .failure(let error):
