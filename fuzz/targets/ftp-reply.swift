@@ -32,7 +32,8 @@ public func fuzz(_ start: UnsafeRawPointer?, _ count: Int) -> CInt {
             host: "h")
         for reply in replies ?? [] {
             expect((100...599).contains(reply.code), "a code of 100 to 599", input: input)
-            expect(reply.lines.allSatisfy { $0.utf8.count <= FTPReplyParser.maximumLineLength }, "bounded", input: input)
+            expect(
+                reply.lines.allSatisfy { $0.utf8.count <= FTPReplyParser.maximumLineLength }, "bounded", input: input)
             for code in [227, 229, 213] {
                 let typed = FTPReply(code: code, lines: reply.lines)
                 if let port = typed.extendedPassivePort {
