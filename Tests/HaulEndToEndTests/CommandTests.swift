@@ -157,7 +157,7 @@ struct CommandTests {
         #expect(missing.status == 1)
         #expect(missing.stderr.contains("404"))
         for arguments in [
-            ["get", "not a url"], ["get", "ftp://x/y"], ["get"], ["get", "http://x/y", "--timeout", "0"],
+            ["get", "not a url"], ["get", "sftp://x/y"], ["get"], ["get", "http://x/y", "--timeout", "0"],
             ["get", "http://x/y", "--checksum", "sha256=12"], ["get", "http://x/y", "--header", "no colon"],
             ["get", "http://x/y", "-o", "a", "-d", "b"], ["frobnicate"],
         ] {

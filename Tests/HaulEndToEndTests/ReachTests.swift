@@ -133,7 +133,7 @@ struct ReachTests {
         let workspace = try Workspace()
         defer { workspace.remove() }
         let network = NetworkTests()
-        try network.makeCertificates(in: workspace.root)
+        try makeCertificates(in: workspace.root)
         let (tlsPort, proxyPort, webPort) = (freePort(), freePort(), freePort())
         let tls = try network.startTLSNginx(workspace, port: tlsPort)
         defer { tls.stop() }

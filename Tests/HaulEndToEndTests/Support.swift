@@ -136,3 +136,38 @@ func executable(_ name: String) -> String? {
     let path = (ProcessInfo.processInfo.environment["PATH"] ?? "") + ":/usr/sbin:/sbin:/usr/bin:/bin"
     return path.split(separator: ":").map { "\($0)/\(name)" }.first { FileManager.default.isExecutableFile(atPath: $0) }
 }
+
+/// Runs openssl with `arguments` in `folder`; fails the test when it fails.
+func openssl(_ arguments: [String], in folder: String) throws {
+    let tool = try #require(executable("openssl"), "openssl is installed by .ci/run")
+    let process = Process()
+    process.executableURL = URL(fileURLWithPath: tool)
+    process.arguments = arguments
+    process.currentDirectoryURL = URL(fileURLWithPath: folder)
+    process.standardOutput = FileHandle.nullDevice
+    process.standardError = FileHandle.nullDevice
+    try process.run()
+    process.waitUntilExit()
+    #expect(process.terminationStatus == 0, "openssl \(arguments.joined(separator: " "))")
+}
+
+/// A CA of the test's own (`ca.pem`) and a server certificate it signed for `names` (`server.pem`, `server.key`).
+func makeCertificates(in folder: String, names: String = "DNS:localhost,IP:127.0.0.1", days: Int = 2) throws {
+    try openssl(
+        [
+            "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=Haul Test CA",
+            "-keyout", "ca.key", "-out", "ca.pem",
+        ], in: folder)
+    try openssl(
+        [
+            "req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=localhost", "-keyout", "server.key", "-out",
+            "server.csr",
+        ],
+        in: folder)
+    try "subjectAltName=\(names)\n".write(toFile: folder + "/ext.cnf", atomically: true, encoding: .utf8)
+    try openssl(
+        [
+            "x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial", "-days",
+            "\(days)", "-extfile", "ext.cnf", "-out", "server.pem",
+        ], in: folder)
+}

@@ -86,7 +86,7 @@ struct RouterTests {
             let missing = try await client.post("/api/v1/downloads", #"{"directory": "x"}"#)
             #expect(missing.status == .badRequest)
             #expect(try apiError(missing).field == "url")
-            for url in ["ftp://h/a", "not a url", "http://"] {
+            for url in ["sftp://h/a", "ftpx://h/a", "not a url", "http://", "ftp://"] {
                 let response = try await client.post("/api/v1/downloads", #"{"url": "\#(url)"}"#)
                 #expect(response.status == .badRequest, "\(url)")
                 #expect(try apiError(response).field == "url")

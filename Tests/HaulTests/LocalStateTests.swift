@@ -397,7 +397,7 @@ struct LocalStateTests {
     @Test("bad URLs are refused with a message naming them")
     func badURLs() async throws {
         let manager = try DownloadManager(configuration: .init(stateDirectory: nil))
-        for text in ["ftp://example.com/x", "file:///etc/passwd", "http:///nohost"] {
+        for text in ["gopher://example.com/x", "sftp://example.com/x", "file:///etc/passwd", "http:///nohost"] {
             do {
                 _ = try await manager.add(URL(string: text)!, to: .directory(NSTemporaryDirectory()))
                 Issue.record("accepted \(text)")
