@@ -907,6 +907,12 @@ public actor DownloadManager {
         store.submit(.state(.running, for: record.id))
         keep(record)
         let id = record.id
+        if record.options.tls.insecure {
+            // Each run says so in the log (the daemon's; `haul get --insecure` warns on its terminal instead, and
+            // logs only warnings and worse).
+            configuration.logger.notice(
+                "\(record.url): insecure: the server's TLS certificate is not verified; the server is not proven")
+        }
         let ownLimiter = RateLimiter(bytesPerSecond: record.rateLimit)
         downloadLimiters[id] = ownLimiter
         let environment = RunnerEnvironment(

@@ -142,7 +142,7 @@ public struct APIHandler: APIProtocol {
         }
         let destination = try policy.destination(
             directory: item.directory, filename: item.filename, door: door, index: index)
-        let options = DownloadOptions(
+        var options = DownloadOptions(
             headers: headers,
             userAgent: item.userAgent,
             checksum: checksum,
@@ -155,10 +155,72 @@ public struct APIHandler: APIProtocol {
             maxConnectionsPerDownload: connections,
             minimumSplitSize: minSplitSize
         )
+        options.tls = try Self.tls(item.tls, index: index)
+        options.network = try Self.network(item, index: index)
         return DownloadRequest(
             url: url, destination: destination, options: options, priority: item.priority?.engine ?? .normal,
             after: (item.after ?? []).map(DownloadID.init), rateLimit: item.limitRate, isPaused: item.paused ?? false,
             origin: door.origin)
+    }
+
+    /// The TLS options of an add: every path absolute and readable by the daemon, checked now rather than when the
+    /// download first connects.
+    static func tls(_ given: Components.Schemas.TLSOptions?, index: Int?) throws(APIError) -> TLSOptions {
+        guard let given else { return TLSOptions() }
+        let paths = [
+            ("tls.caCertificates", given.caCertificates), ("tls.caDirectory", given.caDirectory),
+            ("tls.clientCertificate", given.clientCertificate), ("tls.clientKey", given.clientKey),
+        ]
+        for case (let field, let path?) in paths {
+            try readable(field, path, index: index, folder: field == "tls.caDirectory")
+        }
+        if given.clientKey != nil, given.clientCertificate == nil {
+            throw .invalidField("tls.clientKey", "needs tls.clientCertificate", index: index)
+        }
+        return TLSOptions(
+            caCertificates: given.caCertificates, caDirectory: given.caDirectory, insecure: given.insecure ?? false,
+            clientCertificate: given.clientCertificate, clientKey: given.clientKey)
+    }
+
+    /// The proxy, credentials, `.netrc` and cookie options of an add, each checked: a proxy URL Haul can use, cookie
+    /// pairs, files the daemon can read. The credentials stay in memory (`NetworkOptions` never stores them).
+    static func network(_ item: Components.Schemas.AddDownload, index: Int?) throws(APIError) -> NetworkOptions {
+        var network = NetworkOptions(
+            proxy: ProxyRules(proxy: item.proxy, noProxy: item.noProxy), netrcFile: item.netrcFile,
+            usesNetrc: item.useNetrc ?? true, cookieFile: item.cookieFile)
+        if let proxy = item.proxy, !proxy.trimmingCharacters(in: .whitespaces).isEmpty {
+            do { _ = try ProxyEndpoint(parsing: proxy) } catch {
+                throw .invalidField("proxy", error.message, index: index)
+            }
+        }
+        if let cookies = item.cookies {
+            do { network.cookies = try CookieFile.pairs(cookies) } catch {
+                throw .invalidField("cookies", error.message, index: index)
+            }
+        }
+        for case (let field, let path?) in [("netrcFile", item.netrcFile), ("cookieFile", item.cookieFile)] {
+            try readable(field, path, index: index, folder: false)
+        }
+        if let credentials = item.credentials {
+            guard !credentials.user.isEmpty else {
+                throw .invalidField("credentials.user", "must not be empty", index: index)
+            }
+            network.credentials = HaulCore.Credentials(user: credentials.user, password: credentials.password)
+        }
+        return network
+    }
+
+    private static func readable(_ field: String, _ path: String, index: Int?, folder: Bool) throws(APIError) {
+        guard path.hasPrefix("/") else {
+            throw .invalidField(field, "must be an absolute path on the daemon's machine", index: index)
+        }
+        var isFolder: ObjCBool = false
+        guard FileManager.default.fileExists(atPath: path, isDirectory: &isFolder), isFolder.boolValue == folder,
+            folder || FileManager.default.isReadableFile(atPath: path)
+        else {
+            throw .invalidField(
+                field, "\(path) is not a \(folder ? "folder" : "file") the daemon can read", index: index)
+        }
     }
 
     public func getDownload(_ input: Operations.GetDownload.Input) async throws -> Operations.GetDownload.Output {
@@ -378,7 +440,7 @@ public struct APIHandler: APIProtocol {
 extension APIHandler {
     /// The URLs the API takes, as the document's pattern for `url` says (a test checks the document has it).
     static let urlPattern =
-        #"^https?://[A-Za-z0-9.-]+(:(6553[0-5]|655[0-2][0-9]|65[0-4][0-9]{2}|6[0-4][0-9]{3}|[1-5][0-9]{4}|[0-9]{1,4}))?(/([A-Za-z0-9._~!$&'()*+,;=:@/?-]|%[0-9A-Fa-f]{2})*)?$"#
+        #"^(https?|ftps?|ftpes)://[A-Za-z0-9.-]+(:(6553[0-5]|655[0-2][0-9]|65[0-4][0-9]{2}|6[0-4][0-9]{3}|[1-5][0-9]{4}|[0-9]{1,4}))?(/([A-Za-z0-9._~!$&'()*+,;=:@/?-]|%[0-9A-Fa-f]{2})*)?$"#
 
     private static let pathPunctuation = Set("._~!$&'()*+,;=:@/?-".utf8)
     private static let hexDigits = Set("0123456789abcdefABCDEF".utf8)

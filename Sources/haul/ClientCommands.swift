@@ -39,12 +39,6 @@ extension HaulCommand {
         func validate() throws {
             try checkTargets(
                 urls: urls, inputFile: inputFile, output: output, directory: directory, continue: `continue`)
-            let unsupported = transfer.daemonUnsupportedFlags
-            if !unsupported.isEmpty {
-                throw ValidationError(
-                    "\(unsupported.joined(separator: ", ")) \(unsupported.count == 1 ? "is" : "are") not taken by the "
-                        + "daemon's API yet; use haul get without a daemon")
-            }
             if Components.Schemas.Priority(rawValue: priority) == nil {
                 throw ValidationError("--priority must be high, normal or low")
             }
@@ -59,10 +53,11 @@ extension HaulCommand {
             let client = try state.requireDaemon()
             defer { Task { await client.shutdown() } }
             if let directory, client.isLocal { try createFolder(directory) }
+            let network = try transfer.networkForDaemon()
             let items = try list.map { url in
                 try transfer.item(
                     url: url, output: output, directory: directory, continuePartial: `continue`, computesSHA256: false,
-                    paused: paused, priority: Components.Schemas.Priority(rawValue: priority))
+                    network: network, paused: paused, priority: Components.Schemas.Priority(rawValue: priority))
             }
             let added = try await runOrExit { try await client.add(items) }
             for download in added { print(download.id) }

@@ -83,15 +83,6 @@ extension HaulCommand {
                 try await runHere(list, output: output)
             case .daemon(let client):
                 defer { Task { await client.shutdown() } }
-                let unsupported = transfer.daemonUnsupportedFlags
-                if !unsupported.isEmpty {
-                    // The daemon's API does not take these yet: refused rather than silently dropped.
-                    FileHandle.standardError.write(
-                        Data(
-                            ("Error: \(unsupported.joined(separator: ", ")) apply to downloads run by this command; "
-                                + "a daemon runs this state folder (stop it, or use another --state-dir)\n").utf8))
-                    throw ExitCode(2)
-                }
                 if let directory, client.isLocal { try createFolder(directory) }
                 try await runThroughDaemon(client, list: list, output: output)
             }

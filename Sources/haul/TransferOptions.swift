@@ -179,23 +179,15 @@ struct TransferOptions: ParsableArguments {
         )
     }
 
-    /// The flags the daemon's API does not take yet (TLS, proxies, credentials, cookies): refused rather than
-    /// dropped when a daemon would run the downloads.
-    var daemonUnsupportedFlags: [String] {
-        var flags: [String] = []
-        if cacert != nil { flags.append("--cacert") }
-        if capath != nil { flags.append("--capath") }
-        if insecure { flags.append("--insecure") }
-        if cert != nil { flags.append("--cert") }
-        if key != nil { flags.append("--key") }
-        if proxy != nil { flags.append("--proxy") }
-        if noproxy != nil { flags.append("--noproxy") }
-        if user != nil { flags.append("--user") }
-        if netrcFile != nil { flags.append("--netrc-file") }
-        if noNetrc { flags.append("--no-netrc") }
-        if cookie != nil { flags.append("--cookie") }
-        if loadCookies != nil { flags.append("--load-cookies") }
-        return flags
+    /// The network options for downloads handed to a daemon, read once for a whole list (a `--user NAME` without a
+    /// password asks once); `--insecure` warns here, as without a daemon.
+    func networkForDaemon() throws -> NetworkOptions {
+        let options = try network()
+        if insecure {
+            FileHandle.standardError.write(
+                Data("haul: warning: --insecure: HTTPS certificates are not verified; the server is not proven\n".utf8))
+        }
+        return options
     }
 
     /// Proxies, credentials, `.netrc` and cookies (paths made absolute). A `--user NAME` without a password asks
@@ -248,7 +240,7 @@ struct TransferOptions: ParsableArguments {
     /// (the daemon does not share this process's current folder).
     func item(
         url: String, output: String?, directory: String?, continuePartial: Bool, computesSHA256: Bool,
-        paused: Bool = false, priority: Components.Schemas.Priority? = nil
+        network: NetworkOptions, paused: Bool = false, priority: Components.Schemas.Priority? = nil
     ) throws -> Components.Schemas.AddDownload {
         var folder = Self.absolute(directory ?? FileManager.default.currentDirectoryPath)
         var filename: String?
@@ -267,7 +259,17 @@ struct TransferOptions: ParsableArguments {
             headers: headerFields.isEmpty ? nil : .init(additionalProperties: headerFields), limitRate: rate,
             paused: paused ? true : nil, overwrite: overwrite ? true : nil,
             continuePartial: continuePartial ? true : nil, userAgent: userAgent, timeoutSeconds: timeout,
-            retries: retries, computeSha256: computesSHA256 ? true : nil)
+            retries: retries, computeSha256: computesSHA256 ? true : nil,
+            tls: tls.isDefault
+                ? nil
+                : .init(
+                    caCertificates: tls.caCertificates, caDirectory: tls.caDirectory,
+                    insecure: tls.insecure ? true : nil,
+                    clientCertificate: tls.clientCertificate, clientKey: tls.clientKey),
+            proxy: network.proxy.proxy, noProxy: network.proxy.noProxy,
+            credentials: network.credentials.map { .init(user: $0.user, password: $0.password) },
+            netrcFile: network.netrcFile, useNetrc: network.usesNetrc ? nil : false, cookies: network.cookies,
+            cookieFile: network.cookieFile)
     }
 
     static func absolute(_ path: String) -> String {

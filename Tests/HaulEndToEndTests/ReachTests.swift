@@ -2,6 +2,10 @@ import Foundation
 import HaulTesting
 import Testing
 
+#if canImport(Glibc)
+    import Glibc
+#endif
+
 /// Proxies (tinyproxy for HTTP and CONNECT, microsocks for SOCKS5), credentials (nginx's Basic auth) and cookies,
 /// with the built `haul` against real servers.
 @Suite("Proxies, credentials and cookies, end to end", .serialized, .timeLimit(.minutes(3)))
@@ -258,6 +262,39 @@ struct ReachTests {
         for name in (try? FileManager.default.contentsOfDirectory(atPath: workspace.state)) ?? [] {
             let bytes = FileManager.default.contents(atPath: workspace.state + "/" + name) ?? Data()
             #expect(bytes.range(of: Data("wonder".utf8)) == nil, "\(name) holds the password")
+        }
+    }
+
+    @Test("through a daemon: haul add --user and haul get -b reach nginx; the password is stored nowhere")
+    func throughDaemon() async throws {
+        let workspace = try Workspace()
+        defer { workspace.remove() }
+        let nginx = try startNginx(workspace, port: freePort())
+        defer { nginx.stop() }
+        #expect(await nginx.ready())
+        let daemon = try await DaemonProcess(workspace)
+        let state = ["--state-dir", workspace.state]
+        let add = try await HaulProcess.run(
+            [
+                "add", "http://127.0.0.1:\(nginx.port)/private/file.bin", "-o", workspace.path("p.bin"), "--user",
+                "alice:wonder", "--no-netrc",
+            ] + state, in: workspace)
+        #expect(add.status == 0, "\(add.stderr)")
+        let id = add.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+        let done = try await daemon.wait(for: id, ["completed", "failed"])
+        #expect(done["state"] as? String == "completed", "\(done)")
+        #expect(workspace.holds("p.bin", body))
+        let get = try await HaulProcess.run(
+            ["get", "http://127.0.0.1:\(nginx.port)/c/file.bin", "-o", "c.bin", "-b", "session=ok"] + state,
+            in: workspace)
+        #expect(get.status == 0, "\(get.stderr)")
+        #expect(workspace.holds("c.bin", body))
+        let listed = try await HaulProcess.run(["ls", "--json"] + state, in: workspace)
+        #expect(!listed.stdout.contains("wonder"))
+        _ = await daemon.stop(SIGTERM)
+        for name in try FileManager.default.subpathsOfDirectory(atPath: workspace.state) {
+            let data = FileManager.default.contents(atPath: workspace.state + "/" + name) ?? Data()
+            #expect(data.range(of: Data("wonder".utf8)) == nil, "\(name) holds the password")
         }
     }
 

@@ -115,14 +115,16 @@ struct URLCheckTests {
     func agreesWithPattern() throws {
         let regex = try Regex(APIHandler.urlPattern)
         let pieces = [
-            "http", "https", "HTTP", "://", ":", "/", "//", "a", "Z", "9", ".", "-", "_", "~", "%", "%4", "%4f", "%zz",
+            "http", "https", "HTTP", "ftp", "ftps", "ftpes", "sftp", "://", ":", "/", "//", "a", "Z", "9", ".", "-",
+            "_", "~", "%", "%4", "%4f", "%zz",
             "?", "#", " ", "é", "0", "65535", "65536", "99999", "01234", "1234", "@", "[", "]", "'", "(", "=", "\\",
         ]
         var generator = SystemRandomNumberGenerator()
         var checked = 0
         var accepted = 0
         for _ in 0..<20_000 {
-            var text = ["http://", "https://", "http", ""].randomElement(using: &generator)!
+            var text = ["http://", "https://", "ftp://", "ftpes://", "ftps://", "ftp", "http", ""].randomElement(
+                using: &generator)!
             for _ in 0..<Int.random(in: 0...8, using: &generator) { text += pieces.randomElement(using: &generator)! }
             let expected = (try regex.wholeMatch(in: text)) != nil
             #expect(APIHandler.isAcceptedURL(text) == expected, "\(text)")
@@ -131,7 +133,9 @@ struct URLCheckTests {
         }
         for text in [
             "http://h", "https://h.example:65535/a?b=c", "http://h:0000", "http://h:65536/", "http://h:01234",
-            "http://h/%4F%zz", "http://h/%4", "http://h/a b", "http://h#x", "http://:80/",
+            "http://h/%4F%zz", "http://h/%4", "http://h/a b", "http://h#x", "http://:80/", "ftp://h/f",
+            "ftps://h:990/f",
+            "ftpes://h/f", "ftpx://h/f", "sftp://h/f", "ftp:/h",
         ] {
             #expect(APIHandler.isAcceptedURL(text) == ((try regex.wholeMatch(in: text)) != nil), "\(text)")
         }

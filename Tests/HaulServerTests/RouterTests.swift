@@ -151,6 +151,59 @@ struct RouterTests {
         #expect(String(decoding: APIDocument.yaml, as: UTF8.self).contains(#"pattern: "\#(APIHandler.urlPattern)""#))
     }
 
+    @Test("network options reach the server; credentials and cookies are never returned or stored; bad ones named")
+    func networkOptions() async throws {
+        let h = try await ServerHarness.make()
+        let expected = "Basic " + Data("bob:s3cret-pw".utf8).base64EncodedString()
+        h.server.serve(
+            "/private.bin",
+            .init(body: bytes) { _, request in
+                request.headers["authorization"] == expected && request.headers["cookie"] == "session=ok"
+                    ? nil : .status(401, headers: ["WWW-Authenticate": #"Basic realm="files""#])
+            })
+        try await h.application().test(.router) { client in
+            let added = try await client.post(
+                "/api/v1/downloads",
+                #"""
+                {"url": "\#(h.server.url("/private.bin"))", "credentials": {"user": "bob", "password": "s3cret-pw"},
+                 "cookies": "session=ok", "useNetrc": false, "noProxy": "*"}
+                """#)
+            #expect(added.status == .created)
+            #expect(!String(buffer: added.body).contains("s3cret-pw"))
+            let download = try body(Components.Schemas.Download.self, added)
+            _ = try await h.manager.result(of: DownloadID(download.id))
+            #expect(FileManager.default.contents(atPath: h.path("private.bin")) == Data(bytes))
+            let listed = try await client.get("/api/v1/downloads")
+            #expect(!String(buffer: listed.body).contains("s3cret-pw"))
+            #expect(!String(buffer: listed.body).contains("session=ok"))
+            for name in try FileManager.default.subpathsOfDirectory(atPath: h.state) {
+                let data = FileManager.default.contents(atPath: h.state + "/" + name) ?? Data()
+                #expect(data.range(of: Data("s3cret-pw".utf8)) == nil, "\(name) holds the password")
+            }
+
+            let bad: [(String, String, String)] = [
+                (#""proxy": "socks4://p:1080""#, "proxy", "SOCKS4"),
+                (#""cookies": "no pair here""#, "cookies", "is not name=value"),
+                (#""tls": {"caCertificates": "ca.pem"}"#, "tls.caCertificates", "absolute path"),
+                (
+                    #""tls": {"caCertificates": "/nonexistent/ca.pem"}"#, "tls.caCertificates",
+                    "not a file the daemon can read"
+                ),
+                (#""tls": {"clientKey": "\#(h.state)"}"#, "tls.clientKey", "not a file"),
+                (#""cookieFile": "/nonexistent/cookies.txt""#, "cookieFile", "not a file the daemon can read"),
+                (#""credentials": {"user": "", "password": "x"}"#, "credentials.user", "must not be empty"),
+            ]
+            for (field, name, fragment) in bad {
+                let response = try await client.post(
+                    "/api/v1/downloads", #"{"url": "\#(h.server.url("/x.bin"))", \#(field)}"#)
+                #expect(response.status == .badRequest, "\(field)")
+                let error = try apiError(response)
+                #expect(error.field == name, "\(field): \(error.message)")
+                #expect(error.message.contains(fragment), "\(field): \(error.message)")
+            }
+        }
+    }
+
     @Test("a method a path does not take: 405 with Allow; an unknown path: 404")
     func methods() async throws {
         let h = try await ServerHarness.make()
