@@ -218,8 +218,12 @@ public struct APIHandler: APIProtocol {
         guard FileManager.default.fileExists(atPath: path, isDirectory: &isFolder), isFolder.boolValue == folder,
             folder || FileManager.default.isReadableFile(atPath: path)
         else {
-            throw .invalidField(
-                field, "\(path) is not a \(folder ? "folder" : "file") the daemon can read", index: index)
+            // The request is well formed; the daemon's disk does not hold what it names (as a folder in the way of
+            // a destination, a 409).
+            throw APIError(
+                .conflict, "unreadableFile",
+                "\(index.map { "item \($0): " } ?? "")\(field): \(path) is not a \(folder ? "folder" : "file") the daemon can read",
+                index: index, field: field)
         }
     }
 

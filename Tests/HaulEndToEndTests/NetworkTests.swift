@@ -8,7 +8,7 @@ import Testing
 struct NetworkTests {
     let body = testBytes(300_000, seed: 11)
 
-    /// nginx serving `www/file.bin` over TLS (HTTP/1.1) with the certificate of `makeCertificates`.
+    /// nginx serving `www/file.bin` over TLS, offering HTTP/2 and HTTP/1.1, with the certificate of `makeCertificates`.
     func startTLSNginx(_ workspace: Workspace, port: Int, clientCertificates: Bool = false) throws -> ServerProcess {
         let nginx = try #require(executable("nginx"), "nginx must be installed (.ci/run installs it)")
         let root = workspace.root + "/www"
@@ -29,7 +29,7 @@ struct NetworkTests {
                 uwsgi_temp_path \(workspace.root)/tmp-uwsgi;
                 scgi_temp_path \(workspace.root)/tmp-scgi;
                 server {
-                    listen 127.0.0.1:\(port) ssl;
+                    listen 127.0.0.1:\(port) ssl http2;
                     ssl_certificate \(workspace.root)/server.pem;
                     ssl_certificate_key \(workspace.root)/server.key;
                     \(clientCertificates ? "ssl_verify_client on; ssl_client_certificate \(workspace.root)/ca.pem;" : "")
@@ -84,6 +84,10 @@ struct NetworkTests {
         #expect(insecure.status == 0, "\(insecure.stderr)")
         #expect(insecure.stderr.contains("warning: --insecure"))
         #expect(workspace.holds("d.bin", body))
+        // nginx offers HTTP/2 (ALPN); Haul speaks HTTP/1.1 on purpose (README, "HTTP/2").
+        let requests = (try? String(contentsOfFile: workspace.root + "/access.log", encoding: .utf8)) ?? ""
+        #expect(requests.contains("\"GET /file.bin HTTP/1.1\" 200"), "\(requests)")
+        #expect(!requests.contains("HTTP/2"))
     }
 
     @Test("a certificate for another name is refused, naming the host, even with its CA trusted")
