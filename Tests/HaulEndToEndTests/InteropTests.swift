@@ -87,33 +87,16 @@ struct InteropTests {
     /// Writes an nginx configuration serving `root` on `port` (at `rate` per connection) and starts nginx.
     func startNginx(_ workspace: Workspace, root: String, port: Int, rate: String, log: String) throws -> ServerProcess
     {
-        let nginx = try #require(executable("nginx"), "nginx must be installed (.ci/run installs it)")
-        let configuration = """
-            daemon off;
-            master_process off;
-            worker_processes 1;
-            pid \(workspace.root)/nginx.pid;
-            error_log \(workspace.root)/error.log;
-            events { worker_connections 64; }
-            http {
-                log_format ranges '$status "$http_range" "$http_if_range" $body_bytes_sent $sent_http_etag';
-                access_log \(log) ranges;
-                client_body_temp_path \(workspace.root)/tmp-body;
-                proxy_temp_path \(workspace.root)/tmp-proxy;
-                fastcgi_temp_path \(workspace.root)/tmp-fastcgi;
-                uwsgi_temp_path \(workspace.root)/tmp-uwsgi;
-                scgi_temp_path \(workspace.root)/tmp-scgi;
-                server {
-                    listen 127.0.0.1:\(port);
-                    root \(root);
-                    limit_rate \(rate);
-                }
+        let http = """
+            log_format ranges '$status "$http_range" "$http_if_range" $body_bytes_sent $sent_http_etag';
+            access_log \(log) ranges;
+            server {
+                listen 127.0.0.1:\(port);
+                root \(root);
+                limit_rate \(rate);
             }
             """
-        try configuration.write(toFile: workspace.root + "/nginx.conf", atomically: true, encoding: .utf8)
-        return try ServerProcess(
-            executable: nginx, arguments: ["-c", workspace.root + "/nginx.conf", "-p", workspace.root], port: port,
-            directory: workspace.root)
+        return try runNginx(in: workspace, port: port, http: http)
     }
 
     /// Writes `bytes` (the suite's body unless given) as `www/file.bin` and returns the `www` folder.

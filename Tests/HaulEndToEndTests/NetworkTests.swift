@@ -10,37 +10,20 @@ struct NetworkTests {
 
     /// nginx serving `www/file.bin` over TLS, offering HTTP/2 and HTTP/1.1, with the certificate of `makeCertificates`.
     func startTLSNginx(_ workspace: Workspace, port: Int, clientCertificates: Bool = false) throws -> ServerProcess {
-        let nginx = try #require(executable("nginx"), "nginx must be installed (.ci/run installs it)")
         let root = workspace.root + "/www"
         try FileManager.default.createDirectory(atPath: root, withIntermediateDirectories: true)
         _ = FileManager.default.createFile(atPath: root + "/file.bin", contents: Data(body))
-        let configuration = """
-            daemon off;
-            master_process off;
-            worker_processes 1;
-            pid \(workspace.root)/nginx.pid;
-            error_log \(workspace.root)/error.log;
-            events { worker_connections 64; }
-            http {
-                access_log \(workspace.root)/access.log;
-                client_body_temp_path \(workspace.root)/tmp-body;
-                proxy_temp_path \(workspace.root)/tmp-proxy;
-                fastcgi_temp_path \(workspace.root)/tmp-fastcgi;
-                uwsgi_temp_path \(workspace.root)/tmp-uwsgi;
-                scgi_temp_path \(workspace.root)/tmp-scgi;
-                server {
-                    listen 127.0.0.1:\(port) ssl http2;
-                    ssl_certificate \(workspace.root)/server.pem;
-                    ssl_certificate_key \(workspace.root)/server.key;
-                    \(clientCertificates ? "ssl_verify_client on; ssl_client_certificate \(workspace.root)/ca.pem;" : "")
-                    root \(root);
-                }
+        let http = """
+            access_log \(workspace.root)/access.log;
+            server {
+                listen 127.0.0.1:\(port) ssl http2;
+                ssl_certificate \(workspace.root)/server.pem;
+                ssl_certificate_key \(workspace.root)/server.key;
+                \(clientCertificates ? "ssl_verify_client on; ssl_client_certificate \(workspace.root)/ca.pem;" : "")
+                root \(root);
             }
             """
-        try configuration.write(toFile: workspace.root + "/nginx.conf", atomically: true, encoding: .utf8)
-        return try ServerProcess(
-            executable: nginx, arguments: ["-c", workspace.root + "/nginx.conf", "-p", workspace.root], port: port,
-            directory: workspace.root)
+        return try runNginx(in: workspace, port: port, http: http)
     }
 
     /// The requests nginx logged.

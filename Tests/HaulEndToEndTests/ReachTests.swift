@@ -17,48 +17,31 @@ struct ReachTests {
     /// `/c/file.bin` only with the cookie `session=ok`. The access log records the `Via` and `Authorization` a
     /// request arrived with.
     func startNginx(_ workspace: Workspace, port: Int) throws -> ServerProcess {
-        let nginx = try #require(executable("nginx"), "nginx must be installed (.ci/run installs it)")
         let root = workspace.root + "/www"
         for folder in ["", "/slow", "/private", "/c"] {
             try FileManager.default.createDirectory(atPath: root + folder, withIntermediateDirectories: true)
             _ = FileManager.default.createFile(atPath: root + folder + "/file.bin", contents: Data(body))
         }
         try "alice:{PLAIN}wonder\n".write(toFile: workspace.root + "/htpasswd", atomically: true, encoding: .utf8)
-        let configuration = """
-            daemon off;
-            master_process off;
-            worker_processes 1;
-            pid \(workspace.root)/nginx.pid;
-            error_log \(workspace.root)/error.log;
-            events { worker_connections 64; }
-            http {
-                log_format reach '$request_uri $status $body_bytes_sent via="$http_via" auth="$http_authorization"';
-                access_log \(workspace.root)/access.log reach;
-                client_body_temp_path \(workspace.root)/tmp-body;
-                proxy_temp_path \(workspace.root)/tmp-proxy;
-                fastcgi_temp_path \(workspace.root)/tmp-fastcgi;
-                uwsgi_temp_path \(workspace.root)/tmp-uwsgi;
-                scgi_temp_path \(workspace.root)/tmp-scgi;
-                server {
-                    listen 127.0.0.1:\(port);
-                    root \(root);
-                    location /slow/ {
-                        limit_rate 2m;
-                    }
-                    location /private/ {
-                        auth_basic "files";
-                        auth_basic_user_file \(workspace.root)/htpasswd;
-                    }
-                    location /c/ {
-                        if ($cookie_session != "ok") { return 403; }
-                    }
+        let http = """
+            log_format reach '$request_uri $status $body_bytes_sent via="$http_via" auth="$http_authorization"';
+            access_log \(workspace.root)/access.log reach;
+            server {
+                listen 127.0.0.1:\(port);
+                root \(root);
+                location /slow/ {
+                    limit_rate 2m;
+                }
+                location /private/ {
+                    auth_basic "files";
+                    auth_basic_user_file \(workspace.root)/htpasswd;
+                }
+                location /c/ {
+                    if ($cookie_session != "ok") { return 403; }
                 }
             }
             """
-        try configuration.write(toFile: workspace.root + "/nginx.conf", atomically: true, encoding: .utf8)
-        return try ServerProcess(
-            executable: nginx, arguments: ["-c", workspace.root + "/nginx.conf", "-p", workspace.root], port: port,
-            directory: workspace.root)
+        return try runNginx(in: workspace, port: port, http: http)
     }
 
     /// tinyproxy on `port`, logging each request line to `tinyproxy.log`; with `credentials` ("user pw") it asks

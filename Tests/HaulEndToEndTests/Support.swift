@@ -171,3 +171,29 @@ func makeCertificates(in folder: String, names: String = "DNS:localhost,IP:127.0
             "\(days)", "-extfile", "ext.cnf", "-out", "server.pem",
         ], in: folder)
 }
+
+/// Starts nginx on `port` (as the test's user, in the foreground, one worker, its files under the workspace) with
+/// `http` as the body of its `http` block.
+func runNginx(in workspace: Workspace, port: Int, http: String) throws -> ServerProcess {
+    let nginx = try #require(executable("nginx"), "nginx must be installed (.ci/run installs it)")
+    let root = workspace.root
+    let configuration = """
+        daemon off;
+        master_process off;
+        worker_processes 1;
+        pid \(root)/nginx.pid;
+        error_log \(root)/error.log;
+        events { worker_connections 64; }
+        http {
+            client_body_temp_path \(root)/tmp-body;
+            proxy_temp_path \(root)/tmp-proxy;
+            fastcgi_temp_path \(root)/tmp-fastcgi;
+            uwsgi_temp_path \(root)/tmp-uwsgi;
+            scgi_temp_path \(root)/tmp-scgi;
+        \(http)
+        }
+        """
+    try configuration.write(toFile: root + "/nginx.conf", atomically: true, encoding: .utf8)
+    return try ServerProcess(
+        executable: nginx, arguments: ["-c", root + "/nginx.conf", "-p", root], port: port, directory: root)
+}
