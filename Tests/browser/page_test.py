@@ -303,7 +303,7 @@ def main():
         before = len(api(info, "/downloads")["downloads"])
         lines = [f"http://127.0.0.1:{nginx_port}/files/small.bin?paste={i}" for i in range(497)]
         lines[10:10] = ["not a url"]
-        lines[200:200] = ["ftp://127.0.0.1/x.bin"]
+        lines[200:200] = ["gopher://127.0.0.1/x.bin"]
         lines[400:400] = ["http://"]
         driver.find_element(By.ID, "add-open").click()
         driver.execute_script("""
@@ -314,7 +314,7 @@ def main():
         driver.find_element(By.ID, "add-submit").click()
         until(lambda: driver.find_element(By.ID, "add-errors").text.count("Line ") == 3, "three lines are named")
         errors = driver.find_element(By.ID, "add-errors").text
-        expect("Line 11 (not a url)" in errors and "Line 201 (ftp://" in errors and "Line 401 (http://)" in errors,
+        expect("Line 11 (not a url)" in errors and "Line 201 (gopher://" in errors and "Line 401 (http://)" in errors,
                f"the errors name the lines: {errors}")
         expect(len(api(info, "/downloads")["downloads"]) == before + 497, "the 497 valid ones are added")
         driver.find_element(By.ID, "add-cancel").click()
