@@ -8,6 +8,7 @@ import NIOCore
 import NIOPosix
 import NIOSSL
 import ServiceLifecycle
+import Synchronization
 
 #if canImport(Glibc)
     import Glibc
@@ -159,14 +160,20 @@ public enum Daemon {
             logger.notice("haul serve: listening on \(file.url); sign in at \(file.url)/?token=\(token)")
             onReady(file)
         }
+        // aria2.shutdown stops the daemon as SIGTERM does.
+        let trigger = ShutdownTrigger()
         let network = try buildApplication(
-            router: try buildRouter(manager: manager, configuration: configuration, door: .network, metrics: metrics),
+            router: try buildRouter(
+                manager: manager, configuration: configuration, door: .network, metrics: metrics,
+                shutdown: { await trigger.fire() }),
             address: .hostname(options.listenHost, port: options.listenPort), tls: tls, logger: logger
         ) { channel in
             await readiness.ready(port: channel.localAddress?.port)
         }
         let local = try buildApplication(
-            router: try buildRouter(manager: manager, configuration: configuration, door: .socket, metrics: metrics),
+            router: try buildRouter(
+                manager: manager, configuration: configuration, door: .socket, metrics: metrics,
+                shutdown: { await trigger.fire() }),
             address: .unixDomainSocket(path: socketPath), logger: logger
         ) { _ in
             chmod(socketPath, 0o600)
@@ -190,7 +197,9 @@ public enum Daemon {
         do {
             // Requests are handled on the event loop that read them (see `EventLoopTaskExecutor`).
             try await withTaskExecutorPreference(EventLoopTaskExecutor(group: .singleton)) {
-                try await ServiceGroup(configuration: group).run()
+                let services = ServiceGroup(configuration: group)
+                trigger.arm(services)
+                try await services.run()
             }
         } catch {
             await manager.shutdown()
@@ -283,6 +292,15 @@ public enum StateLock {
         }
         return .acquired(descriptor)
     }
+}
+
+/// Starts the graceful shutdown of the daemon's services from a request (`aria2.shutdown`).
+private final class ShutdownTrigger: Sendable {
+    private let group = Mutex<ServiceGroup?>(nil)
+
+    func arm(_ services: ServiceGroup) { group.withLock { $0 = services } }
+
+    func fire() async { await group.withLock { $0 }?.triggerGracefulShutdown() }
 }
 
 /// Counts listeners coming up; runs `action` once all have, with the TCP port.

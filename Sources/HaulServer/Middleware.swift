@@ -5,6 +5,7 @@ import Haul
 import HaulAPI
 import HaulCore
 import Hummingbird
+import HummingbirdWebSocket
 import NIOCore
 import OpenAPIHummingbird
 import OpenAPIRuntime
@@ -15,14 +16,17 @@ import Synchronization
 #endif
 
 /// The request context of the daemon: Hummingbird's, with the connection (for the Unix socket's peer check).
-public struct HaulRequestContext: RequestContext {
+public struct HaulRequestContext: RequestContext, WebSocketRequestContext {
     public var coreContext: CoreRequestContextStorage
     /// The connection the request came on.
     public let channel: any Channel
+    /// The WebSocket handler a `/jsonrpc` upgrade hands to the server.
+    public let webSocket: WebSocketHandlerReference<HaulRequestContext>
 
     public init(source: ApplicationRequestContextSource) {
         coreContext = .init(source: source)
         channel = source.channel
+        webSocket = .init()
     }
 
     /// The API takes lists of thousands of downloads: 8 MiB, as the body middleware enforces.
@@ -127,7 +131,8 @@ extension HTTPRequest.Method {
 ///
 /// - DNS rebinding: a request whose `Host` is not a loopback name or address, the listen address, or an allowed
 ///   name gets 403.
-/// - CSRF: a POST, PATCH, PUT or DELETE whose `Origin` is present and not the daemon's own gets 403.
+/// - CSRF: a POST, PATCH, PUT or DELETE, or a WebSocket upgrade (browsers let any page open one), whose `Origin` is
+///   present and not the daemon's own gets 403.
 /// - Every `/api` and `/metrics` request needs the token, as a bearer token or as the session cookie; else 401.
 struct NetworkDoorMiddleware: RouterMiddleware {
     typealias Context = HaulRequestContext
@@ -147,7 +152,7 @@ struct NetworkDoorMiddleware: RouterMiddleware {
     {
         let host = request.head.authority ?? ""
         try checkHost(host)
-        if request.method.changesState, let origin = request.headers[.origin] {
+        if request.method.changesState || request.headers[.upgrade] != nil, let origin = request.headers[.origin] {
             let own = ["http://" + host, "https://" + host].map { $0.lowercased() }
             guard own.contains(origin.lowercased()) else {
                 throw APIError(

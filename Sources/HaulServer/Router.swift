@@ -4,19 +4,23 @@ import Haul
 import Hummingbird
 import HummingbirdCore
 import HummingbirdTLS
+import HummingbirdWebSocket
 import Logging
 import NIOCore
+import NIOFoundationCompat
 import NIOSSL
 import OpenAPIHummingbird
 
-/// The daemon's routes for one door: the API (generated from `openapi.yaml`), `/metrics`, and the web page at `/`
-/// with its files and sign-in. Shared by `haul serve` and the tests.
+/// The daemon's routes for one door: the API (generated from `openapi.yaml`), aria2's JSON-RPC at `/jsonrpc` (HTTP
+/// POST and WebSocket), `/metrics`, and the web page at `/` with its files and sign-in. Shared by `haul serve` and
+/// the tests. `shutdown` stops the daemon (`aria2.shutdown`).
 public func buildRouter(
     manager: DownloadManager,
     configuration: DaemonConfiguration,
     door: Door = .network,
     metrics: DaemonMetrics = DaemonMetrics(),
-    peerUID: @escaping @Sendable (any Channel) async -> UInt32? = PeerMiddleware.socketPeerUID
+    peerUID: @escaping @Sendable (any Channel) async -> UInt32? = PeerMiddleware.socketPeerUID,
+    shutdown: @escaping @Sendable () async -> Void = {}
 ) throws -> Router<HaulRequestContext> {
     let router = Router(context: HaulRequestContext.self)
     let credentials = Credentials(token: configuration.token)
@@ -39,6 +43,16 @@ public func buildRouter(
     try handler.registerHandlers(
         on: table, serverURL: URL(string: "/api/v1")!,
         configuration: .init(dateTranscoder: APIDateTranscoder(), jsonEncodingOptions: [.withoutEscapingSlashes]))
+    let rpc = Aria2RPC(manager: manager, configuration: configuration, door: door, shutdown: shutdown)
+    router.post("/jsonrpc") { _, _ -> Response in
+        let answer = await rpc.respond(to: RawBody.bytes.map { Data(buffer: $0) } ?? Data())
+        return Response(
+            status: answer.status, headers: [.contentType: "application/json-rpc"],
+            body: .init(byteBuffer: ByteBuffer(data: answer.body)))
+    }
+    router.ws("/jsonrpc") { inbound, outbound, _ in
+        try await rpc.serve(inbound: inbound, outbound: outbound)
+    }
     router.get("/metrics") { _, _ -> Response in
         let text = await metrics.render(manager: manager)
         return Response(
@@ -57,8 +71,9 @@ public func buildRouter(
     return router
 }
 
-/// An HTTP application serving `router` at `address`, over TLS when `tls` is given. `onRunning` gets the bound
-/// channel (its local address tells the port picked for port 0).
+/// An HTTP application serving `router` at `address`, over TLS when `tls` is given, with WebSocket upgrades (for
+/// `/jsonrpc`) through the same router, so they pass the same checks. `onRunning` gets the bound channel (its local
+/// address tells the port picked for port 0).
 public func buildApplication(
     router: Router<HaulRequestContext>,
     address: BindAddress,
@@ -66,7 +81,10 @@ public func buildApplication(
     logger: Logger,
     onRunning: @escaping @Sendable (any Channel) async -> Void = { _ in }
 ) throws -> some ApplicationProtocol {
-    let server: HTTPServerBuilder = try tls.map { try .tls(.http1(), tlsConfiguration: $0) } ?? .http1()
+    // A call of aria2's JSON-RPC arrives as one frame; a batch adding a few thousand URLs needs more than 16 KiB.
+    let http1: HTTPServerBuilder = .http1WebSocketUpgrade(
+        webSocketRouter: router, configuration: .init(ws: .init(maxFrameSize: Aria2RPC.messageLimit)))
+    let server: HTTPServerBuilder = try tls.map { try .tls(http1, tlsConfiguration: $0) } ?? http1
     return Application(
         router: router, server: server, configuration: .init(address: address, serverName: "haul"),
         onServerRunning: onRunning, logger: logger)
