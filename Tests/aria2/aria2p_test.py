@@ -11,7 +11,6 @@ import hashlib
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -20,6 +19,10 @@ import time
 import urllib.request
 
 import aria2p
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+import testnginx  # noqa: E402
+from testnginx import free_port  # noqa: E402
 
 haul = sys.argv[1]
 work = tempfile.mkdtemp(prefix="haul-aria2p.")
@@ -35,12 +38,6 @@ def expect(condition, text):
     print(f"    {'ok ' if condition else 'FAILED'} {text}", flush=True)
     if not condition:
         failures.append(text)
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def until(predicate, text, seconds=30):
@@ -61,7 +58,6 @@ def sha256(path):
 def start_nginx():
     """nginx serving www/: /files/ at full speed, /slow/ at 1 MiB/s (slow enough to pause mid-download); its
     access log records each request's Range and the bytes it sent."""
-    port = free_port()
     www = os.path.join(work, "www")
     for folder in ("files", "slow"):
         os.makedirs(os.path.join(www, folder))
@@ -75,35 +71,7 @@ def start_nginx():
             f.write(os.urandom(1000 + i))
     with open(os.path.join(www, "files", "unlimited.bin"), "wb") as f:
         f.write(os.urandom(BIG))
-    conf = os.path.join(work, "nginx.conf")
-    with open(conf, "w") as f:
-        f.write(f"""
-daemon off; worker_processes 1; pid {work}/nginx.pid; error_log {work}/nginx-error.log;
-events {{ worker_connections 256; }}
-http {{
-  log_format ranges '$uri|$http_range|$body_bytes_sent';
-  access_log {work}/access.log ranges;
-  client_body_temp_path {work}/tmp; proxy_temp_path {work}/tmp; fastcgi_temp_path {work}/tmp;
-  uwsgi_temp_path {work}/tmp; scgi_temp_path {work}/tmp;
-  server {{
-    listen 127.0.0.1:{port}; root {www};
-    location /slow/ {{ limit_rate 1m; }}
-  }}
-}}
-""")
-    os.makedirs(os.path.join(work, "tmp"))
-    nginx = shutil.which("nginx") or "/usr/sbin/nginx"
-    processes.append(subprocess.Popen([nginx, "-c", conf, "-e", os.path.join(work, "nginx-error.log")]))
-    until(lambda: reachable(f"http://127.0.0.1:{port}/files/small.bin"), "nginx to start", 10)
-    return port
-
-
-def reachable(url):
-    try:
-        urllib.request.urlopen(url).read()
-        return True
-    except OSError:
-        return False
+    return testnginx.start_nginx(work, processes, "files/small.bin", access_log="$uri|$http_range|$body_bytes_sent")
 
 
 def served(uri):

@@ -12,7 +12,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -20,6 +19,9 @@ import time
 import urllib.parse
 import urllib.request
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+import testnginx  # noqa: E402
+from testnginx import free_port  # noqa: E402
 from selenium import webdriver
 from selenium.common.exceptions import NoAlertPresentException, TimeoutException
 from selenium.webdriver.chrome.service import Service as ChromeService
@@ -42,15 +44,8 @@ def step(text):
     print(f"  {steps:2}. {text}", flush=True)
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def start_nginx():
     """nginx serving www/: /files/ at full speed, /slow/ at 1 MiB/s (slow enough to watch, pause and resume)."""
-    port = free_port()
     www = os.path.join(work, "www")
     os.makedirs(os.path.join(www, "files"))
     os.makedirs(os.path.join(www, "slow"))
@@ -60,32 +55,7 @@ def start_nginx():
         f.write(os.urandom(6 * 1024 * 1024))
     with open(os.path.join(www, "files", "<img src=x onerror=alert(1)>.bin"), "wb") as f:
         f.write(b"not a picture\n")
-    conf = os.path.join(work, "nginx.conf")
-    with open(conf, "w") as f:
-        f.write(f"""
-daemon off; worker_processes 1; pid {work}/nginx.pid; error_log {work}/nginx-error.log;
-events {{ worker_connections 256; }}
-http {{
-  access_log off; client_body_temp_path {work}/tmp; proxy_temp_path {work}/tmp; fastcgi_temp_path {work}/tmp;
-  uwsgi_temp_path {work}/tmp; scgi_temp_path {work}/tmp;
-  server {{
-    listen 127.0.0.1:{port}; root {www};
-    location /slow/ {{ limit_rate 1m; }}
-  }}
-}}
-""")
-    os.makedirs(os.path.join(work, "tmp"))
-    nginx = shutil.which("nginx") or "/usr/sbin/nginx"
-    processes.append(subprocess.Popen([nginx, "-c", conf, "-e", os.path.join(work, "nginx-error.log")]))
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        try:
-            urllib.request.urlopen(f"http://127.0.0.1:{port}/files/small.bin").read()
-            return port
-        except OSError:
-            time.sleep(0.05)
-    with open(os.path.join(work, "nginx-error.log")) as log:
-        raise SystemExit("nginx did not start: " + log.read()[-2000:])
+    return testnginx.start_nginx(work, processes, "files/small.bin")
 
 
 def start_haul(port):
