@@ -4,6 +4,7 @@ import HaulCore
 import NIOCore
 import NIOPosix
 import NIOSSL
+import NIOTLS
 
 /// FTP for the engine: each request (a whole file, a resume, one segment) is one FTP session on SwiftNIO, driven by
 /// `FTPSession`, and answered as an HTTP-like response so that the engine's resume rules, checkpoints, segments and
@@ -105,11 +106,17 @@ enum FTPClient {
                         case .startTLS:
                             guard let tls = target.tls else { throw DownloadError(.tls, "no TLS context") }
                             let channel = control.channel
+                            // Nothing more is written until the handshake has ended, so a refused certificate is
+                            // reported as such, not as the reset the server answers the alert with (which a
+                            // command already queued behind the handshake would meet first).
+                            let handshake = channel.eventLoop.makePromise(of: Void.self)
                             try await channel.eventLoop.submit {
+                                let ssl = try NIOSSLClientHandler(context: tls, serverHostname: target.serverName)
+                                try channel.pipeline.syncOperations.addHandler(ssl, position: .first)
                                 try channel.pipeline.syncOperations.addHandler(
-                                    try NIOSSLClientHandler(context: tls, serverHostname: target.serverName),
-                                    position: .first)
+                                    TLSHandshakeWaiter(promise: handshake), position: .after(ssl))
                             }.get()
+                            try await handshake.futureResult.get()
                             pending += session.tlsEstablished()
                         case let action:
                             return action
@@ -244,6 +251,44 @@ enum FTPClient {
                     return try NIOAsyncChannel<ByteBuffer, Never>(wrappingChannelSynchronously: channel)
                 }
             }
+    }
+}
+
+/// Completes its promise when the TLS handshake before it in the pipeline ends: with success, or with the first error
+/// (NIOSSL reports a refused certificate before it closes the connection).
+final class TLSHandshakeWaiter: ChannelInboundHandler, RemovableChannelHandler {
+    typealias InboundIn = ByteBuffer
+    private let promise: EventLoopPromise<Void>
+    private var isDone = false
+
+    init(promise: EventLoopPromise<Void>) { self.promise = promise }
+
+    private func finish(_ result: Result<Void, any Error>) {
+        guard !isDone else { return }
+        isDone = true
+        promise.completeWith(result)
+    }
+
+    func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
+        if case .handshakeCompleted = event as? TLSUserEvent {
+            finish(.success(()))
+            context.pipeline.syncOperations.removeHandler(self, promise: nil)
+        }
+        context.fireUserInboundEventTriggered(event)
+    }
+
+    func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        finish(.failure(error))
+        context.fireErrorCaught(error)
+    }
+
+    func channelInactive(context: ChannelHandlerContext) {
+        finish(.failure(ChannelError.eof))
+        context.fireChannelInactive()
+    }
+
+    func handlerRemoved(context: ChannelHandlerContext) {
+        finish(.failure(ChannelError.eof))
     }
 }
 
