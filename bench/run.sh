@@ -134,9 +134,17 @@ printf "256m@20m  ratio haul -x 8 / aria2c -x8 -s8 -k1M: wall %.2fx; with --min-
     "$(awk "BEGIN { print $haul_wall / $aria2c_wall }")" "$(awk "BEGIN { print $haul1m_wall / $aria2c_wall }")"
 fi
 
-# Many small files: a fresh folder and state for every run.
+# Many small files: a fresh folder and state for every run. The previous run's files are moved aside, not deleted,
+# until the bench ends: on ext4 without a journal (this machine's root file system), every create skips each inode
+# freed in the last 60 s (360 s while its inode-table block is dirty), one look at the inode table each
+# (`recently_deleted` in `find_inode_bit`), so deleting 1000 files a run made every later run's creates slower, round
+# after round, for every tool (curl's rounds drifted from 0.28 s to 0.94 s in one bench).
+small_runs=0
 small() {
-    rm -rf "$work/out/small" "$work/state"
+    small_runs=$((small_runs + 1))
+    mkdir -p "$work/old"
+    [ -d "$work/out/small" ] && mv "$work/out/small" "$work/old/small-$small_runs"
+    [ -d "$work/state" ] && mv "$work/state" "$work/old/state-$small_runs"
     mkdir -p "$work/out/small"
     [ "${BENCH_SYNC:-1}" = 1 ] && sync
     local figures

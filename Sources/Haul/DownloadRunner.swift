@@ -395,41 +395,46 @@ final class DownloadRunner: Sendable {
     private static func tampering(of part: PartFile, with mark: TransferMachine.Checkpoint) async -> (
         DownloadError, intact: TransferMachine.Checkpoint?
     )? {
-        let found = try? await Blocking.run { () -> (DownloadError, intact: TransferMachine.Checkpoint?)? in
-            guard part.isStillAtPath() else {
-                let folder = (part.path as NSString).deletingLastPathComponent
-                let what =
-                    FileSystem.exists(folder)
-                    ? "the part file \(part.path) was deleted or replaced by another program"
-                    : "the folder \(folder) was deleted"
-                let message = "\(what) while downloading; its bytes are gone (run the command again to start over)"
-                return (DownloadError(.fileSystem, message), nil)
-            }
-            let ranges: [(start: Int64, end: Int64)] =
-                switch mark {
-                case .offset(let offset): [(0, offset)]
-                case .segments(let segments, _): segments.map { ($0.start, $0.offset) }
-                }
-            let cuts = ranges.map { part.firstMissingByte(from: $0.start, to: $0.end) }
-            guard let first = cuts.compactMap({ $0 }).min() else { return nil }
-            let intact: TransferMachine.Checkpoint
-            switch mark {
-            case .offset(let offset): intact = .offset(min(offset, cuts[0] ?? offset))
-            case .segments(let segments, _):
-                let kept = zip(segments, cuts).map { segment, cut in
-                    var segment = segment
-                    if let cut { segment.offset = max(segment.start, min(segment.offset, cut)) }
-                    return segment
-                }
-                intact = .segments(kept, bytes: kept.reduce(0) { $0 + $1.offset - $1.start })
-            }
-            let error = DownloadError(
-                .fileSystem,
-                "the part file \(part.path) was cut short by another program while downloading (bytes from about "
-                    + "\(first) on are missing); run the command again to resume from what is left")
-            return (error, intact)
-        }
+        let found = try? await Blocking.run { checkTampering(of: part, with: mark) }
         return found ?? nil
+    }
+
+    /// `tampering(of:with:)` on the calling thread, for work already off the cooperative pool.
+    private static func checkTampering(of part: PartFile, with mark: TransferMachine.Checkpoint) -> (
+        DownloadError, intact: TransferMachine.Checkpoint?
+    )? {
+        guard part.isStillAtPath() else {
+            let folder = (part.path as NSString).deletingLastPathComponent
+            let what =
+                FileSystem.exists(folder)
+                ? "the part file \(part.path) was deleted or replaced by another program"
+                : "the folder \(folder) was deleted"
+            let message = "\(what) while downloading; its bytes are gone (run the command again to start over)"
+            return (DownloadError(.fileSystem, message), nil)
+        }
+        let ranges: [(start: Int64, end: Int64)] =
+            switch mark {
+            case .offset(let offset): [(0, offset)]
+            case .segments(let segments, _): segments.map { ($0.start, $0.offset) }
+            }
+        let cuts = ranges.map { part.firstMissingByte(from: $0.start, to: $0.end) }
+        guard let first = cuts.compactMap({ $0 }).min() else { return nil }
+        let intact: TransferMachine.Checkpoint
+        switch mark {
+        case .offset(let offset): intact = .offset(min(offset, cuts[0] ?? offset))
+        case .segments(let segments, _):
+            let kept = zip(segments, cuts).map { segment, cut in
+                var segment = segment
+                if let cut { segment.offset = max(segment.start, min(segment.offset, cut)) }
+                return segment
+            }
+            intact = .segments(kept, bytes: kept.reduce(0) { $0 + $1.offset - $1.start })
+        }
+        let error = DownloadError(
+            .fileSystem,
+            "the part file \(part.path) was cut short by another program while downloading (bytes from about "
+                + "\(first) on are missing); run the command again to resume from what is left")
+        return (error, intact)
     }
 
     /// Stores what is left after another program changed the part file: the intact bytes, or, for a file that is
@@ -743,14 +748,24 @@ final class DownloadRunner: Sendable {
         var algorithms = Set<Checksum.Algorithm>()
         if let checksum = options.checksum { algorithms.insert(checksum.algorithm) }
         if options.computesSHA256 { algorithms.insert(.sha256) }
-        try await Blocking.run { try part.sync() }
-        if let (problem, intact) = await Self.tampering(of: part, with: .offset(total)) {
-            // Every byte was written, and some are not there any more: nothing wrong goes under the final name.
-            try? await storeTampered(intact)
-            throw problem
+        // One trip off the cooperative pool for the sync, the look at the part file and the digests: each trip is
+        // two thread switches, which a burst of small files pays for every file.
+        let checked = try await Blocking.run {
+            [algorithms] () throws -> Result<[Checksum.Algorithm: String], TamperedPart> in
+            try part.sync()
+            if let (problem, intact) = Self.checkTampering(of: part, with: .offset(total)) {
+                return .failure(TamperedPart(problem: problem, intact: intact))
+            }
+            return .success(
+                algorithms.isEmpty ? [:] : try FileDigest.hexDigests(of: part.path, algorithms: algorithms))
         }
-        let digests = try await Blocking.run { [algorithms] in
-            algorithms.isEmpty ? [:] : try FileDigest.hexDigests(of: part.path, algorithms: algorithms)
+        let digests: [Checksum.Algorithm: String]
+        switch checked {
+        case .success(let found): digests = found
+        case .failure(let tampered):
+            // Every byte was written, and some are not there any more: nothing wrong goes under the final name.
+            try? await storeTampered(tampered.intact)
+            throw tampered.problem
         }
         if let checksum = options.checksum, digests[checksum.algorithm] != checksum.hex {
             let got = digests[checksum.algorithm] ?? "nothing"
@@ -798,6 +813,12 @@ final class DownloadRunner: Sendable {
             resumedFrom: resumedFrom,
             wasAlreadyComplete: false
         )
+    }
+
+    /// What `checkTampering` found, as an error value.
+    private struct TamperedPart: Error {
+        var problem: DownloadError
+        var intact: TransferMachine.Checkpoint?
     }
 
     /// Moves the verified part file to its destination. A folder download whose name was taken meanwhile takes the

@@ -83,11 +83,10 @@ public final class LiveTransport: HTTPTransport {
         if FTPSession.Request.security(scheme: url.scheme ?? "") != nil {
             return try await FTPClient.send(request, environment: environment)
         }
-        let tls = try Self.tlsConfiguration(request.tls, environment: environment)
         let ownHost = request.url.host?.lowercased()
         for _ in 0...maximumRedirects {
             let response = try await exchange(
-                url: url, headers: headers, tls: tls, network: request.network,
+                url: url, headers: headers, tls: request.tls, network: request.network,
                 isOwnHost: url.host?.lowercased() == ownHost, environment: environment)
             let status = Int(response.status.code)
             guard [301, 302, 303, 307, 308].contains(status), let location = response.headers.first(name: "Location")
@@ -116,10 +115,15 @@ public final class LiveTransport: HTTPTransport {
     /// One request to `url` (no redirect followed): through the proxy the rules choose, with the cookies that match,
     /// answering the server's challenge with the download's credentials (only on its own host) or `.netrc`'s.
     private func exchange(
-        url: URL, headers: [(name: String, value: String)], tls: TLSConfiguration?, network: NetworkOptions,
+        url: URL, headers: [(name: String, value: String)], tls options: TLSOptions, network: NetworkOptions,
         isOwnHost: Bool, environment: [String: String]
     ) async throws -> HTTPClientResponse {
         let scheme = url.scheme?.lowercased() ?? "http"
+        // Only a TLS connection reads the roots: on plain HTTP (as curl does) no certificate is loaded, and the
+        // request's configuration stays nil, which AsyncHTTPClient would otherwise hash into the connection pool's
+        // key on every request (with `SSL_CERT_FILE` set, every certificate of the bundle: 2.4 % of a small-files
+        // run).
+        let tls = scheme == "https" ? try Self.tlsConfiguration(options, environment: environment) : nil
         let host = url.host ?? ""
         let proxy = try network.proxy.proxy(scheme: scheme, host: host, environment: environment)
         var headers = headers
@@ -346,6 +350,25 @@ public final class LiveTransport: HTTPTransport {
         let file = environment["SSL_CERT_FILE"].flatMap { $0.isEmpty ? nil : $0 }
         let folder = environment["SSL_CERT_DIR"].flatMap { $0.isEmpty ? nil : $0 }
         guard !options.isDefault || file != nil || folder != nil else { return nil }
+        // Made once per process for each set of options: `--cacert` would otherwise be read again for every request.
+        let key = TLSKey(options: options, file: file, folder: folder)
+        if let known = tlsConfigurations.withLock({ $0[key] }) { return known }
+        let made = try makeTLSConfiguration(options, file: file, folder: folder)
+        tlsConfigurations.withLock { $0[key] = made }
+        return made
+    }
+
+    private struct TLSKey: Hashable {
+        var options: TLSOptions
+        var file: String?
+        var folder: String?
+    }
+
+    private static let tlsConfigurations = Mutex<[TLSKey: TLSConfiguration]>([:])
+
+    private static func makeTLSConfiguration(
+        _ options: TLSOptions, file: String?, folder: String?
+    ) throws -> TLSConfiguration {
         var configuration = TLSConfiguration.makeClientConfiguration()
         switch (file, folder) {
         case (let file?, let folder):

@@ -25,7 +25,9 @@ public final class PartFile: @unchecked Sendable {
     /// Opens (creating when needed) and locks the part file. Throws `locked` when another process holds it. With
     /// `exclusive`, the file must not exist yet (an atomic claim of a name) and `destinationExists` says it did.
     public static func open(path: String, exclusive: Bool = false) throws(DownloadError) -> PartFile {
-        let descriptor = Foundation.open(path, O_RDWR | O_CREAT | O_CLOEXEC | (exclusive ? O_EXCL : 0), 0o644)
+        let descriptor = FileSystem.changingFolders {
+            Foundation.open(path, O_RDWR | O_CREAT | O_CLOEXEC | (exclusive ? O_EXCL : 0), 0o644)
+        }
         guard descriptor >= 0 else {
             if errno == EEXIST { throw DownloadError(.destinationExists, "\(path) already exists") }
             throw fileError(errno, "cannot open \(path)")
@@ -211,12 +213,39 @@ enum FileSystem {
         unlink(path)
     }
 
-    /// Moves `source` to `destination`. Without `replacing`, fails with EEXIST rather than replace a file
-    /// (link + unlink: atomic no-replace on every POSIX file system that has hard links).
+    /// Moves `source` to `destination`. Without `replacing`, fails with EEXIST rather than replace a file:
+    /// `renameat2(RENAME_NOREPLACE)` where the file system has it (ext4, XFS, Btrfs, tmpfs: one change of the
+    /// folder), else link + unlink (atomic no-replace on every POSIX file system that has hard links, but two).
     static func move(_ source: String, to destination: String, replacing: Bool) throws(DownloadError) {
+        try changingFolders { () throws(DownloadError) in try moveNow(source, to: destination, replacing: replacing) }
+    }
+
+    /// Runs `change` (a create or a rename in a folder) while no other thread of the process changes a folder. The
+    /// kernel lets one change into a folder at a time anyway; without this lock, the threads that wait spin on the
+    /// folder's lock instead of sleeping (`rwsem_spin_on_owner`: 8 % of the CPU time of 1000 small files at 16 at
+    /// once on two cores, where ext4 takes long to find a free inode after many deletions).
+    static func changingFolders<T, E: Error>(_ change: () throws(E) -> T) throws(E) -> T {
+        folderChanges.lock()
+        defer { folderChanges.unlock() }
+        return try change()
+    }
+
+    private static let folderChanges = NSLock()
+
+    private static func moveNow(_ source: String, to destination: String, replacing: Bool) throws(DownloadError) {
         if replacing {
             guard rename(source, destination) == 0 else { throw movingError(errno, source, destination) }
             return
+        }
+        if let renameat2 = Self.renameat2 {
+            if renameat2(AT_FDCWD, source, AT_FDCWD, destination, Self.renameNoReplace) == 0 { return }
+            let code = errno
+            if code == EEXIST {
+                throw DownloadError(
+                    .destinationExists, "\(destination) appeared while downloading; not overwriting it")
+            }
+            // EINVAL: this file system cannot promise no-replace; anything else is answered the same way below.
+            if code != EINVAL && code != ENOSYS { throw movingError(code, source, destination) }
         }
         if link(source, destination) == 0 {
             unlink(source)
@@ -232,6 +261,17 @@ enum FileSystem {
         }
         guard rename(source, destination) == 0 else { throw movingError(errno, source, destination) }
     }
+
+    /// `renameat2`, which Swift's Glibc module does not import (it needs `_GNU_SOURCE`); nil where the C library
+    /// lacks it (glibc before 2.28).
+    private static let renameat2:
+        (@convention(c) (Int32, UnsafePointer<CChar>, Int32, UnsafePointer<CChar>, UInt32) -> Int32)? = {
+            guard let symbol = dlsym(UnsafeMutableRawPointer(bitPattern: 0), "renameat2") else { return nil }
+            return unsafeBitCast(
+                symbol,
+                to: (@convention(c) (Int32, UnsafePointer<CChar>, Int32, UnsafePointer<CChar>, UInt32) -> Int32).self)
+        }()
+    private static let renameNoReplace: UInt32 = 1
 
     /// Why a part file cannot be moved into place; its bytes stay where they are, so the same command finishes once
     /// the cause is gone.
