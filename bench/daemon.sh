@@ -9,6 +9,7 @@
 #
 #   bench/daemon.sh [ROUNDS]   (default 3; needs aria2, nginx, python3 and a C compiler:
 #                               apt-get install aria2 nginx-light python3 gcc)
+#   BENCH_ONLY=small bench/daemon.sh 5   (only one part: rpc, the four RPC steps and memory; small, the 1000 files)
 #
 # Every daemon starts fresh for each round, so no round inherits another's memory. The bench changes nothing on the
 # machine; on a noisy VM run more rounds and read the spread.
@@ -18,6 +19,8 @@ source bench/lib.sh
 export PATH="/opt/swift/usr/bin:/usr/sbin:/sbin:$PATH"
 rounds=${1:-3}
 count=${BENCH_COUNT:-10000}
+# Whether part $1 runs (BENCH_ONLY unset: both).
+only() { [ -z "${BENCH_ONLY:-}" ] || [[ ",$BENCH_ONLY," == *",$1,"* ]]; }
 
 for tool in aria2c nginx python3 cc curl; do
     command -v "$tool" >/dev/null 2>&1 || { echo "bench: $tool is missing" >&2; exit 2; }
@@ -79,6 +82,7 @@ round_aria2() {
     wait "$pid" 2>/dev/null || true
 }
 
+if only rpc; then
 : > "$work/haul.txt"
 : > "$work/aria2c.txt"
 for _ in $(seq "$rounds"); do
@@ -99,7 +103,12 @@ for index in 0 1 2 3 4; do
         "$(cut -d' ' -f"$column" "$work/haul.txt" | tr '\n' ' ')" "$(cut -d' ' -f"$column" "$work/aria2c.txt" | tr '\n' ' ')"
 done
 
-# 1000 files of 64 KiB: through the daemon (haul add + haul watch --until-done) against haul get -i.
+fi
+
+# 1000 files of 64 KiB: through the daemon (haul add + haul watch --until-done) against haul get -i. Each run's files
+# are moved aside until the end rather than deleted: ext4 without a journal skips every recently freed inode on each
+# create (see bench/run.sh), which made every later run slower.
+only small || exit 0
 make_small_files "$work/www"
 port=$(free_port)
 start_nginx "$work" "$port"
@@ -110,8 +119,16 @@ sync
 elapsed() { local start=$1 end; end=$(date +%s%N); awk -v ns="$((end - start))" 'BEGIN { printf "%.3f\n", ns / 1e9 }'; }
 : > "$work/get.txt"
 : > "$work/serve.txt"
+aside=0
+# Moves the output folder and PATHS aside (under $work/old, removed with $work at the end).
+set_aside() {
+    aside=$((aside + 1))
+    mkdir -p "$work/old/$aside"
+    for path in "$work/out" "$@"; do [ -e "$path" ] && mv "$path" "$work/old/$aside/"; done
+    return 0
+}
 for _ in $(seq "$rounds"); do
-    rm -rf "$work/out" "$work/get-state"
+    set_aside "$work/get-state"
     mkdir -p "$work/out"
     sync
     start=$(date +%s%N)
@@ -119,7 +136,7 @@ for _ in $(seq "$rounds"); do
     elapsed "$start" >> "$work/get.txt"
     [ "$(ls "$work/out" | wc -l)" = 1000 ] || { echo "bench: haul get did not fetch 1000 files" >&2; exit 1; }
 
-    rm -rf "$work/out" "$work/serve-state"
+    set_aside "$work/serve-state"
     mkdir -p "$work/out"
     "$haul" serve --listen 127.0.0.1:0 --state-dir "$work/serve-state" --download-dir "$work/out" -j 16 \
         --log-level error &

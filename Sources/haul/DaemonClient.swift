@@ -22,6 +22,9 @@ struct ClientError: Error, CustomStringConvertible {
 struct DaemonClient: Sendable {
     let api: Client
     private let http: HTTPClient
+    /// The API's base URL and the token sent to it (nil through the socket), for `add`'s own request.
+    private let baseURL: URL
+    private let token: String?
     /// Whether it reaches the daemon through the local socket (the daemon runs on this machine as this user).
     let isLocal: Bool
 
@@ -30,8 +33,10 @@ struct DaemonClient: Sendable {
         isLocal = true
         http = HTTPClient(eventLoopGroupProvider: .singleton, configuration: .init())
         let encoded = path.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? path
+        baseURL = URL(string: "http+unix://\(encoded)/api/v1")!
+        token = nil
         api = Client(
-            serverURL: URL(string: "http+unix://\(encoded)/api/v1")!,
+            serverURL: baseURL,
             configuration: .init(dateTranscoder: APIDateTranscoder()),
             transport: AsyncHTTPClientTransport(configuration: .init(client: http, timeout: .seconds(60))))
     }
@@ -40,8 +45,10 @@ struct DaemonClient: Sendable {
     init(server: URL, token: String) {
         isLocal = false
         http = HTTPClient(eventLoopGroupProvider: .singleton, configuration: .init())
+        baseURL = server.appendingPathComponent("api/v1")
+        self.token = token
         api = Client(
-            serverURL: server.appendingPathComponent("api/v1"),
+            serverURL: baseURL,
             configuration: .init(dateTranscoder: APIDateTranscoder()),
             transport: AsyncHTTPClientTransport(configuration: .init(client: http, timeout: .seconds(60))),
             middlewares: [BearerToken(token: token)])
@@ -53,13 +60,41 @@ struct DaemonClient: Sendable {
 
     // MARK: Calls
 
-    func add(_ items: [Components.Schemas.AddDownload]) async throws -> [Components.Schemas.Download] {
-        let output = try await call { try await api.addDownloads(body: .json(.case2(items))) }
-        guard case .ok(let ok) = output, case .json(.DownloadList(let list)) = ok.body else {
-            throw Self.failure(output)
+    /// Adds `items` in one request (a JSON list, one transaction) and returns the daemon's downloads in order.
+    ///
+    /// The request body is the generated `AddDownload` type's encoding, but the answer is read as `BriefDownload`s,
+    /// as the event stream is, not through the generated client: checking every field of 1000 answered downloads was
+    /// 44 % of `haul add -i`'s CPU time (about 45 ms), and the commands use only what the brief form holds.
+    func add(_ items: [Components.Schemas.AddDownload]) async throws -> [BriefDownload] {
+        var request = HTTPClientRequest(url: baseURL.appendingPathComponent("downloads").absoluteString)
+        request.method = .POST
+        request.headers.add(name: "Content-Type", value: "application/json")
+        if let token { request.headers.add(name: "Authorization", value: "Bearer \(token)") }
+        request.body = .bytes(try JSONEncoder().encode(items))
+        let (status, body) = try await call { () async throws -> (Int, Data) in
+            let response = try await http.execute(request, timeout: .seconds(60))
+            // The answer's size grows with the list (about 1.1 KB a download); the bound is the API's own body limit.
+            let bytes = try await response.body.collect(upTo: 64 << 20)
+            return (Int(response.status.code), Data(buffer: bytes))
         }
-        return list.downloads
+        guard status == 200 else {
+            if let answer = try? JSONDecoder().decode(Components.Schemas.ErrorResponse.self, from: body) {
+                throw ClientError(description: answer.error.message, status: status, index: answer.error.index)
+            }
+            throw ClientError(description: "the daemon answered \(status)", status: status)
+        }
+        do {
+            return try Self.briefDecoder.decode(BriefSnapshot.self, from: body).downloads
+        } catch {
+            throw ClientError(description: "the daemon's answer to adding downloads cannot be read: \(error)")
+        }
     }
+
+    private static let briefDecoder: JSONDecoder = {
+        let decoder = JSONDecoder()
+        decoder.dateDecodingStrategy = .iso8601
+        return decoder
+    }()
 
     func list(states: [Components.Schemas.State]? = nil) async throws -> [Components.Schemas.Download] {
         let output = try await call { try await api.listDownloads(query: .init(state: states)) }

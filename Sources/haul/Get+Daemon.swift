@@ -26,7 +26,7 @@ extension HaulCommand.Get {
         }
         // Add them all at once; when the daemon refuses one, add them one by one to name each refusal.
         var outcomes: [(url: String, outcome: Result<DownloadResult, any Error>)] = []
-        var added: [(url: String, download: Components.Schemas.Download)] = []
+        var added: [(url: String, download: BriefDownload)] = []
         do {
             added = Array(zip(list, try await client.add(items)))
         } catch let error as ClientError where error.index != nil {
@@ -45,7 +45,7 @@ extension HaulCommand.Get {
             await board.value
             throw ExitCode(1)
         }
-        let snapshots = added.map { DownloadSnapshot($0.download) }
+        let snapshots = added.map(\.download.snapshot)
         await batch.track(snapshots)
         let ours = snapshots.filter { $0.state == .queued || $0.state.isActive }.map(\.id)
         let signals = SignalWatcher {
