@@ -368,14 +368,12 @@ public actor DownloadManager {
             do { try store.insert(fresh, saving: changed) } catch { throw BatchError(index: 0, error: error) }
         }
         for record in fresh {
-            keep(record)
-            hub.emit(.added(snapshot(of: record)))
+            hub.emit(.added(snapshot(of: keep(record))))
         }
         for record in changed {
             errors[record.id] = nil
             if record.state != .completed { results[record.id] = nil }
-            keep(record)
-            hub.emit(.changed(snapshot(of: record)))
+            hub.emit(.changed(snapshot(of: keep(record))))
         }
         // Only a manager that leaves stored downloads alone needs to know which ones this process added.
         if !configuration.startsStoredDownloads {
@@ -896,7 +894,8 @@ public actor DownloadManager {
         keep(record)
     }
 
-    private func keep(_ record: DownloadRecord) { catalog.keep(record) }
+    @discardableResult
+    private func keep(_ record: DownloadRecord) -> DownloadRecord { catalog.keep(record) }
 
     private func forget(_ record: DownloadRecord) { catalog.forget(record) }
 
@@ -1210,6 +1209,8 @@ private struct Catalog {
     var lastPosition: Double = 0
     /// One copy of each folder name: thousands of downloads into one folder share it.
     private var folders: Set<String> = []
+    /// The options of the record kept last: the next one with equal options shares their storage.
+    private var lastOptions: DownloadOptions?
 
     subscript(id: String) -> DownloadRecord? { boxes[id]?.record }
 
@@ -1226,9 +1227,15 @@ private struct Catalog {
         return Target(url: record.url, isFolder: false, place: record.destination ?? "")
     }
 
-    /// Keeps `record`, with its place in the queue when it is queued, its target and its state's count.
-    mutating func keep(_ record: DownloadRecord) {
+    /// Keeps `record`, with its place in the queue when it is queued, its target and its state's count; returns it
+    /// as kept (its folder name and options shared with the records before it that have equal ones).
+    @discardableResult
+    mutating func keep(_ record: DownloadRecord) -> DownloadRecord {
         var record = record
+        if let shared = lastOptions {
+            record.options = record.options.sharingStorage(with: shared)
+        }
+        lastOptions = record.options
         if let directory = record.directory {
             if let shared = folders.firstIndex(of: directory) {
                 record.directory = folders[shared]
@@ -1257,6 +1264,7 @@ private struct Catalog {
             destinations[destination, default: []].insert(record.id)
         }
         lastPosition = max(lastPosition, record.queuePosition)
+        return record
     }
 
     /// Whether a download other than `id` that is not cancelled has `destination`.

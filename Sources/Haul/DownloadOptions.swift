@@ -2,35 +2,104 @@ import Foundation
 import HaulCore
 
 /// How one download is fetched and where it may write.
+///
+/// A value type whose fields live in one shared, copy-on-write storage: a record, its snapshots and its events share
+/// it, and the manager gives downloads added with equal options one storage (`sharingStorage(with:)`). Inline, the
+/// fields took 288 bytes in every record, snapshot and event: 8 MiB of a daemon holding 20,000 downloads.
 public struct DownloadOptions: Codable, Sendable, Equatable {
     /// One request header.
     public typealias Header = RequestHeader
 
+    /// The fields.
+    fileprivate struct Values: Equatable {
+        var headers: [Header]
+        var userAgent: String?
+        var checksum: Checksum?
+        var overwrite: Bool
+        var continuePartial: Bool
+        var idleTimeoutSeconds: Double
+        var maximumAttemptsWithoutProgress: Int
+        var computesSHA256: Bool
+        var maxConnectionsPerDownload: Int
+        var minimumSplitSize: Int64
+        var tls = TLSOptions()
+        var network = NetworkOptions()
+    }
+
+    /// Written only while uniquely referenced (`change`), so sharing it between threads is safe.
+    private final class Storage: @unchecked Sendable {
+        var values: Values
+        init(_ values: Values) { self.values = values }
+    }
+
+    private var storage: Storage
+
+    private mutating func change(_ body: (inout Values) -> Void) {
+        if !isKnownUniquelyReferenced(&storage) { storage = Storage(storage.values) }
+        body(&storage.values)
+    }
+
     /// Extra request headers.
-    public var headers: [Header]
+    public var headers: [Header] {
+        get { storage.values.headers }
+        set { change { $0.headers = newValue } }
+    }
     /// The `User-Agent`; Haul's own when nil.
-    public var userAgent: String?
+    public var userAgent: String? {
+        get { storage.values.userAgent }
+        set { change { $0.userAgent = newValue } }
+    }
     /// The expected checksum of the finished file.
-    public var checksum: Checksum?
+    public var checksum: Checksum? {
+        get { storage.values.checksum }
+        set { change { $0.checksum = newValue } }
+    }
     /// Replace a file at the destination that Haul did not create.
-    public var overwrite: Bool
+    public var overwrite: Bool {
+        get { storage.values.overwrite }
+        set { change { $0.overwrite = newValue } }
+    }
     /// Adopt a file at the destination as a partial download (after comparing an overlap with the server).
-    public var continuePartial: Bool
+    public var continuePartial: Bool {
+        get { storage.values.continuePartial }
+        set { change { $0.continuePartial = newValue } }
+    }
     /// Seconds without a byte before the connection is abandoned and retried.
-    public var idleTimeoutSeconds: Double
+    public var idleTimeoutSeconds: Double {
+        get { storage.values.idleTimeoutSeconds }
+        set { change { $0.idleTimeoutSeconds = newValue } }
+    }
     /// Failed attempts in a row without progress before giving up.
-    public var maximumAttemptsWithoutProgress: Int
+    public var maximumAttemptsWithoutProgress: Int {
+        get { storage.values.maximumAttemptsWithoutProgress }
+        set { change { $0.maximumAttemptsWithoutProgress = newValue } }
+    }
     /// Whether to compute the SHA-256 of the finished file for the result (also done whenever a checksum is given).
-    public var computesSHA256: Bool
+    public var computesSHA256: Bool {
+        get { storage.values.computesSHA256 }
+        set { change { $0.computesSHA256 = newValue } }
+    }
     /// The most connections one download opens (1...16). Haul begins with one and adds more only while they make
     /// the download faster; 1 means exactly one.
-    public var maxConnectionsPerDownload: Int
+    public var maxConnectionsPerDownload: Int {
+        get { storage.values.maxConnectionsPerDownload }
+        set { change { $0.maxConnectionsPerDownload = newValue } }
+    }
     /// No segment smaller than this many bytes is started by splitting (at least 1 MiB for the command line).
-    public var minimumSplitSize: Int64
+    public var minimumSplitSize: Int64 {
+        get { storage.values.minimumSplitSize }
+        set { change { $0.minimumSplitSize = newValue } }
+    }
     /// How HTTPS servers are trusted, and the client certificate to show them.
-    public var tls: TLSOptions = TLSOptions()
+    public var tls: TLSOptions {
+        get { storage.values.tls }
+        set { change { $0.tls = newValue } }
+    }
     /// Proxies, credentials, `.netrc` and cookies (the secrets among them are never encoded).
-    public var network: NetworkOptions = NetworkOptions()
+    public var network: NetworkOptions {
+        get { storage.values.network }
+        set { change { $0.network = newValue } }
+    }
 
     /// The default of `maxConnectionsPerDownload`.
     public static let defaultMaxConnections = 4
@@ -52,17 +121,26 @@ public struct DownloadOptions: Codable, Sendable, Equatable {
         maxConnectionsPerDownload: Int = DownloadOptions.defaultMaxConnections,
         minimumSplitSize: Int64 = DownloadOptions.defaultMinimumSplitSize
     ) {
-        self.headers = headers
-        self.userAgent = userAgent
-        self.checksum = checksum
-        self.overwrite = overwrite
-        self.continuePartial = continuePartial
-        self.idleTimeoutSeconds = idleTimeoutSeconds
-        self.maximumAttemptsWithoutProgress = maximumAttemptsWithoutProgress
-        self.computesSHA256 = computesSHA256
-        self.maxConnectionsPerDownload = min(max(1, maxConnectionsPerDownload), Self.connectionLimit)
-        self.minimumSplitSize = max(1, minimumSplitSize)
+        storage = Storage(
+            Values(
+                headers: headers, userAgent: userAgent, checksum: checksum, overwrite: overwrite,
+                continuePartial: continuePartial, idleTimeoutSeconds: idleTimeoutSeconds,
+                maximumAttemptsWithoutProgress: maximumAttemptsWithoutProgress, computesSHA256: computesSHA256,
+                maxConnectionsPerDownload: min(max(1, maxConnectionsPerDownload), Self.connectionLimit),
+                minimumSplitSize: max(1, minimumSplitSize)))
     }
+
+    public static func == (left: DownloadOptions, right: DownloadOptions) -> Bool {
+        left.storage === right.storage || left.storage.values == right.storage.values
+    }
+
+    /// These options, sharing `other`'s storage when they are equal (for the many downloads added alike).
+    public func sharingStorage(with other: DownloadOptions) -> DownloadOptions {
+        self == other ? other : self
+    }
+
+    /// Whether both share one storage (for tests).
+    func sharesStorage(with other: DownloadOptions) -> Bool { storage === other.storage }
 
     private enum CodingKeys: String, CodingKey {
         case headers, userAgent, checksum, overwrite, continuePartial, idleTimeoutSeconds
@@ -89,6 +167,24 @@ public struct DownloadOptions: Codable, Sendable, Equatable {
         )
         tls = try container.decodeIfPresent(TLSOptions.self, forKey: .tls) ?? TLSOptions()
         network = try container.decodeIfPresent(NetworkOptions.self, forKey: .network) ?? NetworkOptions()
+    }
+
+    /// Encodes every field, as the synthesised encoding of the former stored properties did.
+    public func encode(to encoder: any Encoder) throws {
+        let values = storage.values
+        var container = encoder.container(keyedBy: CodingKeys.self)
+        try container.encode(values.headers, forKey: .headers)
+        try container.encodeIfPresent(values.userAgent, forKey: .userAgent)
+        try container.encodeIfPresent(values.checksum, forKey: .checksum)
+        try container.encode(values.overwrite, forKey: .overwrite)
+        try container.encode(values.continuePartial, forKey: .continuePartial)
+        try container.encode(values.idleTimeoutSeconds, forKey: .idleTimeoutSeconds)
+        try container.encode(values.maximumAttemptsWithoutProgress, forKey: .maximumAttemptsWithoutProgress)
+        try container.encode(values.computesSHA256, forKey: .computesSHA256)
+        try container.encode(values.maxConnectionsPerDownload, forKey: .maxConnectionsPerDownload)
+        try container.encode(values.minimumSplitSize, forKey: .minimumSplitSize)
+        try container.encode(values.tls, forKey: .tls)
+        try container.encode(values.network, forKey: .network)
     }
 }
 
