@@ -1,6 +1,7 @@
 import Foundation
 import HaulCore
 import NIOCore
+import Synchronization
 
 #if canImport(Glibc)
     import Glibc
@@ -25,7 +26,7 @@ public final class PartFile: @unchecked Sendable {
     /// Opens (creating when needed) and locks the part file. Throws `locked` when another process holds it. With
     /// `exclusive`, the file must not exist yet (an atomic claim of a name) and `destinationExists` says it did.
     public static func open(path: String, exclusive: Bool = false) throws(DownloadError) -> PartFile {
-        let descriptor = FileSystem.changingFolders {
+        let descriptor = FileSystem.changing(folderOf: path) {
             Foundation.open(path, O_RDWR | O_CREAT | O_CLOEXEC | (exclusive ? O_EXCL : 0), 0o644)
         }
         guard descriptor >= 0 else {
@@ -217,20 +218,36 @@ enum FileSystem {
     /// `renameat2(RENAME_NOREPLACE)` where the file system has it (ext4, XFS, Btrfs, tmpfs: one change of the
     /// folder), else link + unlink (atomic no-replace on every POSIX file system that has hard links, but two).
     static func move(_ source: String, to destination: String, replacing: Bool) throws(DownloadError) {
-        try changingFolders { () throws(DownloadError) in try moveNow(source, to: destination, replacing: replacing) }
+        try changing(folderOf: destination) { () throws(DownloadError) in
+            try moveNow(source, to: destination, replacing: replacing)
+        }
     }
 
-    /// Runs `change` (a create or a rename in a folder) while no other thread of the process changes a folder. The
-    /// kernel lets one change into a folder at a time anyway; without this lock, the threads that wait spin on the
-    /// folder's lock instead of sleeping (`rwsem_spin_on_owner`: 8 % of the CPU time of 1000 small files at 16 at
-    /// once on two cores, where ext4 takes long to find a free inode after many deletions).
-    static func changingFolders<T, E: Error>(_ change: () throws(E) -> T) throws(E) -> T {
-        folderChanges.lock()
-        defer { folderChanges.unlock() }
+    /// Runs `change` (a create or a rename of `path`) while no other thread of the process changes `path`'s folder.
+    /// The kernel lets one change into a folder at a time anyway; without this lock, the threads that wait spin on
+    /// the folder's lock instead of sleeping (`rwsem_spin_on_owner`: 8 % of the CPU time of 1000 small files at 16
+    /// at once on two cores, where ext4 takes long to find a free inode after many deletions). One lock per folder,
+    /// as the kernel's: changes in different folders never wait for each other.
+    static func changing<T, E: Error>(folderOf path: String, _ change: () throws(E) -> T) throws(E) -> T {
+        let folder = (path as NSString).deletingLastPathComponent
+        let lock = folderLocks.withLock { locks in
+            let entry = locks[folder] ?? (NSLock(), 0)
+            locks[folder] = (entry.lock, entry.users + 1)
+            return entry.lock
+        }
+        lock.lock()
+        defer {
+            lock.unlock()
+            folderLocks.withLock { locks in
+                guard let entry = locks[folder] else { return }
+                locks[folder] = entry.users > 1 ? (entry.lock, entry.users - 1) : nil
+            }
+        }
         return try change()
     }
 
-    private static let folderChanges = NSLock()
+    /// The lock of each folder being changed, and how many threads use it (removed when none does).
+    private static let folderLocks = Mutex<[String: (lock: NSLock, users: Int)]>([:])
 
     private static func moveNow(_ source: String, to destination: String, replacing: Bool) throws(DownloadError) {
         if replacing {

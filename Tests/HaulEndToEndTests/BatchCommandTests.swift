@@ -94,7 +94,10 @@ struct BatchCommandTests {
         let workspace = try Workspace()
         defer { workspace.remove() }
         let server = try await FaultServer.start()
-        let big = testBytes(2_000_000, seed: 12)
+        // 4 MB at 1 MB/s: the kill comes after 1.4 MB, and the 2.6 s left before the file would be complete are a
+        // wide window for the test's polling thread on a loaded machine (with 2 MB, it once missed the 0.6 s left,
+        // and the run finished before the kill).
+        let big = testBytes(4_000_000, seed: 12)
         server.serve("/small.bin", .init(body: body))
         server.serve("/big1.bin", .init(body: big, bytesPerSecond: 1_000_000))
         server.serve("/big2.bin", .init(body: big, bytesPerSecond: 1_000_000))

@@ -19,6 +19,10 @@ struct CommandTests {
         defer { workspace.remove() }
         let server = try await FaultServer.start()
         let rate = 600_000
+        // Larger than the other tests' body: the last kill's target is at most four fifths in, and the time left
+        // after it (1.6 s here; 1 s with 3 MB, which a loaded machine's polling thread once missed, so the run
+        // finished before its kill) is the window in which the kill must land.
+        let body = testBytes(4_800_000, seed: 9)
         server.serve("/big", .init(body: body, bytesPerSecond: rate))
         var generator = SystemRandomNumberGenerator()
         let kills = 4
