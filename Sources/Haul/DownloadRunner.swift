@@ -750,22 +750,18 @@ final class DownloadRunner: Sendable {
         if options.computesSHA256 { algorithms.insert(.sha256) }
         // One trip off the cooperative pool for the sync, the look at the part file and the digests: each trip is
         // two thread switches, which a burst of small files pays for every file.
-        let checked = try await Blocking.run {
-            [algorithms] () throws -> Result<[Checksum.Algorithm: String], TamperedPart> in
+        let (tampered, digests) = try await Blocking.run {
+            [algorithms] () throws -> (
+                (DownloadError, intact: TransferMachine.Checkpoint?)?, [Checksum.Algorithm: String]
+            ) in
             try part.sync()
-            if let (problem, intact) = Self.checkTampering(of: part, with: .offset(total)) {
-                return .failure(TamperedPart(problem: problem, intact: intact))
-            }
-            return .success(
-                algorithms.isEmpty ? [:] : try FileDigest.hexDigests(of: part.path, algorithms: algorithms))
+            if let found = Self.checkTampering(of: part, with: .offset(total)) { return (found, [:]) }
+            return (nil, algorithms.isEmpty ? [:] : try FileDigest.hexDigests(of: part.path, algorithms: algorithms))
         }
-        let digests: [Checksum.Algorithm: String]
-        switch checked {
-        case .success(let found): digests = found
-        case .failure(let tampered):
+        if let (problem, intact) = tampered {
             // Every byte was written, and some are not there any more: nothing wrong goes under the final name.
-            try? await storeTampered(tampered.intact)
-            throw tampered.problem
+            try? await storeTampered(intact)
+            throw problem
         }
         if let checksum = options.checksum, digests[checksum.algorithm] != checksum.hex {
             let got = digests[checksum.algorithm] ?? "nothing"
@@ -813,12 +809,6 @@ final class DownloadRunner: Sendable {
             resumedFrom: resumedFrom,
             wasAlreadyComplete: false
         )
-    }
-
-    /// What `checkTampering` found, as an error value.
-    private struct TamperedPart: Error {
-        var problem: DownloadError
-        var intact: TransferMachine.Checkpoint?
     }
 
     /// Moves the verified part file to its destination. A folder download whose name was taken meanwhile takes the
