@@ -23,7 +23,7 @@ public actor DownloadManager {
             public var userAgent = "haul/\(HaulVersion.current)"
             /// How long the connection ramp measures throughput before it judges an added connection.
             public var connectionRampWindow: Duration = .milliseconds(
-                ProcessInfo.processInfo.environment["HAUL_RAMP_MS"].flatMap { Int64($0) } ?? 100)
+                ProcessEnvironment.variables["HAUL_RAMP_MS"].flatMap { Int64($0) } ?? 100)
             /// Jitter in 0...1 for the backoff; injectable for tests.
             public var jitter: @Sendable () -> Double = { Double.random(in: 0...1) }
 

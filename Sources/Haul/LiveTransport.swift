@@ -79,7 +79,7 @@ public final class LiveTransport: HTTPTransport {
     public func send(_ request: TransportRequest) async throws -> TransportResponse {
         var url = request.url
         var headers = request.headers
-        let environment = ProcessInfo.processInfo.environment
+        let environment = ProcessEnvironment.variables
         if FTPSession.Request.security(scheme: url.scheme ?? "") != nil {
             return try await FTPClient.send(request, environment: environment)
         }
@@ -215,7 +215,7 @@ public final class LiveTransport: HTTPTransport {
 
     /// The `.netrc` at `path` (nil: `$HOME/.netrc`, which may be missing), read again when it changes.
     static func netrcFile(_ path: String?) throws -> Netrc? {
-        let home = ProcessInfo.processInfo.environment["HOME"].flatMap { $0.isEmpty ? nil : $0 } ?? NSHomeDirectory()
+        let home = ProcessEnvironment.variables["HOME"].flatMap { $0.isEmpty ? nil : $0 } ?? NSHomeDirectory()
         let file = path ?? (home + "/.netrc")
         guard let text = try cachedText(file, required: path != nil, what: "the .netrc file") else { return nil }
         do { return try Netrc(parsing: text) } catch {
