@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The daemon benchmark: haul serve against aria2c --enable-rpc on this machine, in one run, several rounds, medians.
-#   1. 10,000 paused downloads added one request at a time from 16 client threads (bench/addclient.c, compiled here);
+#   1. 10,000 paused downloads added one request at a time from 16 client threads;
 #   2. 10,000 more in one request (a JSON list; system.multicall for aria2c);
 #   3. listing all 20,000 (GET /api/v1/downloads; aria2.tellWaiting);
-#   4. reading one download 1,000 times;
+#   4. reading one download 1,000 times (GET /api/v1/downloads/ID; aria2.tellStatus);
 #   and each daemon's peak memory (VmHWM) holding the 20,000. Then 1000 files of 64 KiB from a loopback nginx:
 #   haul add -i + haul watch --until-done (through haul serve -j 16) against haul get -j 16 -i.
 #
@@ -11,6 +11,7 @@
 #                               apt-get install aria2 nginx-light python3 gcc)
 #   BENCH_ONLY=small bench/daemon.sh 5   (only one part: rpc, the four RPC steps and memory; small, the 1000 files)
 #
+# Every step is driven by bench/rpcclient.c, compiled here, so that the client is not what is measured (see there).
 # Every daemon starts fresh for each round, so no round inherits another's memory. The bench changes nothing on the
 # machine; on a noisy VM run more rounds and read the spread.
 set -euo pipefail
@@ -35,11 +36,19 @@ cleanup() {
     rm -rf "$work"
 }
 trap cleanup EXIT
-cc -O2 -pthread -o "$work/addclient" bench/addclient.c
+cc -O2 -pthread -o "$work/rpcclient" bench/rpcclient.c
 
 peak() { awk '/^VmHWM:/ { printf "%.1f", $2 / 1024 }' "/proc/$1/status"; }
 median() { sort -n | awk '{ a[NR] = $1 } END { print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }
-field() { python3 -c 'import json, sys; print(json.loads(sys.argv[1])[sys.argv[2]])' "$1" "$2"; }
+
+# The four steps against one daemon (HOST PORT KIND SECRET PID): prints "oneByOne batch list read1000 peakMiB".
+steps() {
+    local client=("$work/rpcclient" "$1" "$2" "$3" "$4") one batch listed
+    one=$("${client[@]}" add "$count" 16)
+    batch=$("${client[@]}" batch "$count" "$count")
+    listed=$("${client[@]}" list $((2 * count)))
+    printf "%s %s %s %s %s\n" "$one" "$batch" "${listed%% *}" "$("${client[@]}" read "${listed#* }" 1000)" "$(peak "$5")"
+}
 
 # One round of one daemon: prints "oneByOne batch list read1000 peakMiB".
 round_haul() {
@@ -50,15 +59,10 @@ round_haul() {
     local pid=$!
     pids+=("$pid")
     for _ in $(seq 400); do [ -s "$state/serve.json" ] && break; sleep 0.05; done
-    local url token port
+    local url token
     url=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["url"])' "$state/serve.json")
     token=$(cat "$state/token")
-    port=${url##*:}
-    local one rest
-    one=$("$work/addclient" 127.0.0.1 "$port" haul "$token" "$count" 16)
-    rest=$(python3 bench/daemon.py haul "$url" "$token" "$count" "$pid" --batch-only)
-    printf "%.3f %.3f %.3f %.3f %s\n" "$one" "$(field "$rest" batch)" "$(field "$rest" list)" \
-        "$(field "$rest" read1000)" "$(peak "$pid")"
+    steps 127.0.0.1 "${url##*:}" haul "$token" "$pid"
     kill "$pid"
     wait "$pid" 2>/dev/null || true
 }
@@ -73,11 +77,7 @@ round_aria2() {
     local pid=$!
     pids+=("$pid")
     for _ in $(seq 200); do curl -s -o /dev/null "http://127.0.0.1:$port/jsonrpc" && break; sleep 0.05; done
-    local one rest
-    one=$("$work/addclient" 127.0.0.1 "$port" aria2 "$secret" "$count" 16)
-    rest=$(python3 bench/daemon.py aria2 "http://127.0.0.1:$port" "$secret" "$count" "$pid" --batch-only)
-    printf "%.3f %.3f %.3f %.3f %s\n" "$one" "$(field "$rest" batch)" "$(field "$rest" list)" \
-        "$(field "$rest" read1000)" "$(peak "$pid")"
+    steps 127.0.0.1 "$port" aria2 "$secret" "$pid"
     kill "$pid"
     wait "$pid" 2>/dev/null || true
 }
