@@ -85,7 +85,7 @@ struct DaemonClient: Sendable {
             throw ClientError(description: "the daemon answered \(status)", status: status)
         }
         do {
-            return try Self.briefDecoder.decode(BriefSnapshot.self, from: body).downloads
+            return try BriefSnapshot.decode(body, with: Self.briefDecoder).downloads
         } catch {
             throw ClientError(description: "the daemon's answer to adding downloads cannot be read: \(error)")
         }
@@ -279,12 +279,16 @@ struct RemoteEvents: Sendable {
                 continue
             }
             do {
-                for try await event in body.asDecodedServerSentEvents() {
-                    if let id = event.id { lastID = id }
-                    guard let name = event.event, !skipping.contains(name), let data = event.data.map({ Data($0.utf8) })
-                    else { continue }
-                    guard let decoded = try? Self.decode(name, data, decoder) else { continue }
-                    if !(await handle(event.id.flatMap(EventID.init), decoded)) { return }
+                // Read with HaulCore's reader, not swift-openapi-runtime's, which is quadratic in the size of a
+                // chunk (see `ServerSentEventParser`).
+                var parser = ServerSentEventParser()
+                for try await chunk in body {
+                    for event in try parser.feed(chunk) {
+                        if let id = event.id { lastID = id }
+                        guard let name = event.event, !skipping.contains(name) else { continue }
+                        guard let decoded = try? Self.decode(name, Data(event.data.utf8), decoder) else { continue }
+                        if !(await handle(event.id.flatMap(EventID.init), decoded)) { return }
+                    }
                 }
             } catch {
                 // The stream broke: reconnect with the last id.
@@ -296,15 +300,15 @@ struct RemoteEvents: Sendable {
     static func decode(_ name: String, _ data: Data, _ decoder: JSONDecoder) throws -> DownloadEvent? {
         switch name {
         case "snapshot":
-            let snapshot = try decoder.decode(BriefSnapshot.self, from: data)
+            let snapshot = try BriefSnapshot.decode(data, with: decoder)
             return .snapshot(
                 ManagerSnapshot(
                     downloads: snapshot.downloads.map(\.snapshot), stats: DownloadStats(bytesPerSecond: 0, counts: [:]),
                     settings: ManagerSettings()))
         case "added":
-            return .added(try decoder.decode(BriefDownload.self, from: data).snapshot)
+            return .added(try BriefDownload.decode(data, with: decoder).snapshot)
         case "changed":
-            return .changed(try decoder.decode(BriefDownload.self, from: data).snapshot)
+            return .changed(try BriefDownload.decode(data, with: decoder).snapshot)
         case "progress":
             let progress = try decoder.decode(Components.Schemas.Progress.self, from: data)
             return .progress(
@@ -329,45 +333,4 @@ struct RemoteEvents: Sendable {
             return nil
         }
     }
-}
-
-/// The part of a download in the event stream that the terminal output uses. Events are read with this instead of
-/// the generated `Download` (which checks every field and refuses unknown ones): decoding every download's four
-/// events in full was nearly half of `haul watch`'s time. A reader that ignores the rest keeps working when the
-/// document adds fields.
-struct BriefDownload: Decodable {
-    struct Failure: Decodable {
-        var code: String
-        var message: String
-        var httpStatus: Int?
-    }
-
-    var id: String
-    var url: String
-    var path: String?
-    var directory: String?
-    var state: String
-    var receivedBytes: Int64
-    var totalBytes: Int64?
-    var connections: Int
-    var error: Failure?
-    var sha256: String?
-
-    var snapshot: DownloadSnapshot {
-        DownloadSnapshot(
-            id: DownloadID(id), url: url, path: path, directory: directory,
-            state: DownloadState(rawValue: state) ?? .failed, priority: .normal, position: 0,
-            receivedBytes: receivedBytes, totalBytes: totalBytes, bytesPerSecond: 0, secondsRemaining: nil,
-            connections: connections, segments: nil, after: [],
-            error: error.map {
-                DownloadError(DownloadError.Code(named: $0.code) ?? .invalidResponse, $0.message, status: $0.httpStatus)
-            },
-            isResumable: nil, createdAt: Date(timeIntervalSince1970: 0), completedAt: nil, options: DownloadOptions(),
-            rateLimit: nil, origin: .api, sha256: sha256)
-    }
-}
-
-/// The downloads of a `snapshot` event, read as `BriefDownload`s.
-struct BriefSnapshot: Decodable {
-    var downloads: [BriefDownload]
 }

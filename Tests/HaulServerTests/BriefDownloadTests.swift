@@ -1,0 +1,101 @@
+import Foundation
+import HaulAPI
+import Testing
+
+@testable import HaulServer
+
+@Suite("The command line's fast reader of downloads in events and answers")
+struct BriefDownloadTests {
+    static func fast(_ bytes: [UInt8]) -> BriefDownload? {
+        bytes.withUnsafeBytes { raw in
+            var scanner = JSONScanner(raw)
+            guard let brief = BriefDownload.read(&scanner), scanner.isAtEnd else { return nil }
+            return brief
+        }
+    }
+
+    /// What Foundation's decoder makes of the same bytes, nil when it refuses them.
+    static func foundation(_ bytes: [UInt8]) -> BriefDownload? {
+        try? JSONDecoder().decode(BriefDownload.self, from: Data(bytes))
+    }
+
+    /// The daemon's own JSON of the test downloads (every field set; the least set).
+    static let written: [[UInt8]] = [DownloadJSONTests.full, DownloadJSONTests.bare].map { download in
+        var bytes: [UInt8] = []
+        DownloadJSON.append(download, to: &bytes)
+        return bytes
+    }
+
+    @Test("the daemon's JSON of a download is read by the scanner, to what Foundation's decoder reads")
+    func readsTheDaemonsJSON() throws {
+        for bytes in Self.written {
+            let fast = try #require(Self.fast(bytes), "\(String(decoding: bytes, as: UTF8.self))")
+            #expect(fast == Self.foundation(bytes))
+        }
+        let full = try #require(Self.fast(Self.written[0]))
+        #expect(full.error == .init(code: "httpStatus", message: #"server answered HTTP 503 "busy""#, httpStatus: 503))
+        #expect(full.totalBytes == Int64.max)
+        #expect(full.path == "/d/naïve \u{1F600} \u{1}\u{1F}\t\n.bin")
+        #expect(full.sha256 == String(repeating: "0", count: 64))
+    }
+
+    @Test(
+        "what it leaves to Foundation's decoder",
+        arguments: [
+            #"{"id":"a","url":"u","state":"queued","receivedBytes":1.0,"connections":0}"#,
+            #"{"id":"a","id":"b","url":"u","state":"queued","receivedBytes":1,"connections":0}"#,
+            #"{"id":"a","url":"u","state":"queued","receivedBytes":1}"#,
+            #"{"id":"a","url":"u","state":"queued","receivedBytes":1,"connections":0,"path":5}"#,
+            #"{"id":"a","url":"u","state":"queued","receivedBytes":1,"connections":0,"x":[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]}"#,
+            #"["id"]"#,
+        ])
+    func leftToFoundation(_ text: String) {
+        #expect(Self.fast(Array(text.utf8)) == nil)
+    }
+
+    @Test("nulls, unknown fields of every kind and an error without a status are read")
+    func unknownAndNull() throws {
+        let text = #"""
+            {"x":{"a":[1,-2.5e3,true,false,null,"\u00e9"]},"id":"a","url":"u","path":null,"directory":null,
+             "state":"failed","receivedBytes":0,"totalBytes":null,"connections":0,"sha256":null,
+             "error":{"code":"c","extra":{},"message":"m","httpStatus":null},"y":[]}
+            """#
+        let fast = try #require(Self.fast(Array(text.utf8)))
+        #expect(fast == Self.foundation(Array(text.utf8)))
+        #expect(fast.error == .init(code: "c", message: "m", httpStatus: nil))
+    }
+
+    @Test("a snapshot's list and an add's answer are read, other fields skipped")
+    func snapshot() throws {
+        let bytes =
+            Array(#"{"stats":{"bytesPerSecond":0,"counts":{}},"downloads":["#.utf8) + Self.written[0] + [0x2C]
+            + Self.written[1] + Array(#"],"nextCursor":null}"#.utf8)
+        let fast = try #require(bytes.withUnsafeBytes { BriefSnapshot.read($0) })
+        #expect(fast == (try JSONDecoder().decode(BriefSnapshot.self, from: Data(bytes))))
+        #expect(fast.downloads.map(\.id) == ["9d7dfa27-63e1-4198-9b30-95ff0cc5dfad", "b"])
+    }
+
+    @Test("over 20,000 mutated downloads, whatever the scanner reads, Foundation's decoder reads the same way")
+    func neverDisagrees() {
+        var generator = SplitMix(seed: 0x4252_4945)
+        let alphabet = Array(#"{}[]:,"\ 0123456789.eE-+truefalsnul/uabcdXY"#.utf8) + [0x00, 0x7F, 0xC3, 0xA9, 0xFF]
+        var taken = 0
+        for _ in 0..<20_000 {
+            var bytes = Self.written[Int(generator.next() % UInt64(Self.written.count))]
+            for _ in 0..<(1 + Int(generator.next() % 3)) {
+                let position = Int(generator.next() % UInt64(bytes.count + 1))
+                let byte = alphabet[Int(generator.next() % UInt64(alphabet.count))]
+                switch generator.next() % 3 {
+                case 0: bytes.insert(byte, at: position)
+                case 1: if position < bytes.count { bytes.remove(at: position) }
+                default: if position < bytes.count { bytes[position] = byte }
+                }
+            }
+            guard let fast = Self.fast(bytes) else { continue }
+            taken += 1
+            #expect(fast == Self.foundation(bytes), "\(String(decoding: bytes, as: UTF8.self))")
+        }
+        // Most mutations land in fields the scanner skips or reads: the comparison is not empty.
+        #expect(taken > 1000)
+    }
+}
