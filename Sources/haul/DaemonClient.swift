@@ -260,9 +260,10 @@ struct RemoteEvents: Sendable {
     /// a quarter of `haul watch`'s time).
     var skipping: Set<String> = []
 
-    /// Reads events, giving each to `handle` until it returns false. Gives up when the daemon cannot be reached
-    /// again after `attempts` tries in a row.
-    func follow(attempts: Int = 20, _ handle: (EventID?, DownloadEvent) async -> Bool) async throws {
+    /// Reads events, giving them to `handle` until it returns false: all those of one chunk of the stream at once, so
+    /// that a burst of events crosses to the handler (and from it to the terminal output) once, not once an event.
+    /// Gives up when the daemon cannot be reached again after `attempts` tries in a row.
+    func follow(attempts: Int = 20, _ handle: ([DownloadEvent]) async -> Bool) async throws {
         var lastID: String?
         var failures = 0
         let decoder = JSONDecoder()
@@ -283,12 +284,15 @@ struct RemoteEvents: Sendable {
                 // chunk (see `ServerSentEventParser`).
                 var parser = ServerSentEventParser()
                 for try await chunk in body {
+                    var decoded: [DownloadEvent] = []
                     for event in try parser.feed(chunk) {
                         if let id = event.id { lastID = id }
-                        guard let name = event.event, !skipping.contains(name) else { continue }
-                        guard let decoded = try? Self.decode(name, Data(event.data.utf8), decoder) else { continue }
-                        if !(await handle(event.id.flatMap(EventID.init), decoded)) { return }
+                        guard let name = event.event, !skipping.contains(name),
+                            let one = try? Self.decode(name, Data(event.data.utf8), decoder)
+                        else { continue }
+                        decoded.append(one)
                     }
+                    if !decoded.isEmpty, !(await handle(decoded)) { return }
                 }
             } catch {
                 // The stream broke: reconnect with the last id.

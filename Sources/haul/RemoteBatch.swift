@@ -42,6 +42,13 @@ actor RemoteBatch {
         (ids ?? []).filter { latest[$0]?.state == .failed && startStates[$0] != .failed }.count
     }
 
+    /// Takes events of the stream, in order; false once every followed download has stopped (the rest are not
+    /// needed then).
+    func receive(_ events: [DownloadEvent]) -> Bool {
+        for event in events where !receive(event) { return false }
+        return true
+    }
+
     /// Takes one event of the stream; false once every followed download has stopped.
     func receive(_ event: DownloadEvent) -> Bool {
         if !isStarted {
@@ -169,7 +176,7 @@ actor RemoteBatch {
         Task {
             do {
                 try await RemoteEvents(client: client, skipping: output.drawsProgress ? [] : ["progress"]).follow {
-                    _, event in await self.receive(event)
+                    events in await self.receive(events)
                 }
             } catch {
                 output.error(ClientError(description: "lost the daemon's event stream: \(error)"))
