@@ -99,14 +99,18 @@ struct SegmentedTests {
     @Test("-x 1 is exactly one connection; -x 4 opens four, the added ones fetch the planned quarters")
     func fourConnectionsAreFaster() async throws {
         let h = try await Harness.make()
-        // 6 MiB at 1 MiB/s a connection: long enough that the ramp's first window (200 ms here) and its steps are a
-        // small part of the time, even when a loaded machine makes the ramp wait a window more before a step (with
-        // 3 MiB, CI once finished before the fourth connection opened).
-        let body = testBytes(6 << 20, seed: 43)
+        // 12 MiB at 1 MiB/s a connection: long enough that the ramp's first window (200 ms here) and its steps are a
+        // small part of the time, even when a loaded machine makes an addition look useless once and the ramp waits
+        // three windows before it tries again (with 3 MiB, then 6 MiB, CI finished before the fourth connection
+        // opened). -x 1 fetches a smaller file of its own, at the same rate.
+        let body = testBytes(12 << 20, seed: 43)
+        let small = testBytes(2 << 20, seed: 42)
         h.server.serve("/f", .init(body: body, bytesPerSecond: Self.rate))
-        _ = try await h.fetch("/f", to: "one.bin", options: Self.options(connections: 1), configure: Self.configure)
+        h.server.serve("/one", .init(body: small, bytesPerSecond: Self.rate))
+        _ = try await h.fetch(
+            "/one", to: "one.bin", options: Self.options(connections: 1), configure: Self.configure)
         #expect(h.server.peakConnections == 1)
-        #expect(!h.server.requests(to: "/f").contains(where: Self.isSegmentRequest), "-x 1 means exactly one")
+        #expect(!h.server.requests(to: "/one").contains(where: Self.isSegmentRequest), "-x 1 means exactly one")
         h.server.resetPeakConnections()
         let (manager, events, id) = try await Self.start(h)
         let most = Task {
@@ -118,7 +122,7 @@ struct SegmentedTests {
         }
         _ = try await manager.result(of: id)
         await manager.shutdown()
-        #expect(h.holds("one.bin", body))
+        #expect(h.holds("one.bin", small))
         #expect(h.holds("f.bin", body))
         #expect(await most.value == 4, "never more than -x, and all of them used")
         // The server may briefly count one more: a connection the ramp closed can still be open at its end when the
@@ -128,7 +132,7 @@ struct SegmentedTests {
         #expect(segments.allSatisfy { $0.headers["if-range"] == "\"v1\"" && $0.status == 206 })
         // The first split is planned: the added connections fetch the second, third and fourth quarter of the file
         // (the first connection fetched far less than a quarter in its first window).
-        let quarter = (6 << 20) / 4
+        let quarter = (12 << 20) / 4
         #expect(
             segments.prefix(3).map(\.range) == (1...3).map { "bytes=\(quarter * $0)-\(quarter * ($0 + 1) - 1)" },
             "\(segments.map(\.range))")
