@@ -65,13 +65,14 @@ public struct BriefDownload: Decodable, Equatable, Sendable {
         var receivedBytes: Int64?
         var connections: Int?
         var brief = BriefDownload(id: "", url: "", state: "", receivedBytes: 0, connections: 0)
-        var seen = Set<String>()
+        var seen: UInt16 = 0
         if !scanner.take(UInt8(ascii: "}")) {
             while true {
                 guard let name = scanner.string(), scanner.take(UInt8(ascii: ":")) else { return nil }
-                if Self.fields.contains(name) {
+                if let bit = Self.fields[name] {
                     // JSONDecoder takes the last of a repeated key; rare enough to leave to it.
-                    guard seen.insert(name).inserted else { return nil }
+                    guard seen & bit == 0 else { return nil }
+                    seen |= bit
                 }
                 switch name {
                 case "id": id = scanner.string()
@@ -120,8 +121,10 @@ public struct BriefDownload: Decodable, Equatable, Sendable {
         return brief
     }
 
-    private static let fields: Set<String> = [
-        "id", "url", "state", "receivedBytes", "connections", "path", "directory", "sha256", "totalBytes", "error",
+    /// The fields read, a bit each (to find a repeated one).
+    private static let fields: [String: UInt16] = [
+        "id": 1, "url": 2, "state": 4, "receivedBytes": 8, "connections": 16, "path": 32, "directory": 64,
+        "sha256": 128, "totalBytes": 256, "error": 512,
     ]
 
     /// A string or null: `.some(nil)` for null, nil when it is neither.
@@ -136,7 +139,7 @@ public struct BriefDownload: Decodable, Equatable, Sendable {
         var code: String?
         var message: String?
         var httpStatus: Int?
-        var seen = Set<String>()
+        var seen: Set<String> = []
         if !scanner.take(UInt8(ascii: "}")) {
             while true {
                 guard let name = scanner.string(), scanner.take(UInt8(ascii: ":")) else { return nil }
