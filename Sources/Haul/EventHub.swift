@@ -286,6 +286,18 @@ final class EventSubscriber: Sendable {
         }
     }
 
+    /// Takes up to `limit` events already queued, without waiting (a reader that writes what is ready together).
+    func takeQueued(upTo limit: Int) -> [SequencedEvent] {
+        state.withLock { state in
+            var taken: [SequencedEvent] = []
+            while taken.count < limit, let event = state.pending.popFirst() {
+                if state.allowance > 0 { state.allowance -= 1 }
+                taken.append(event)
+            }
+            return taken
+        }
+    }
+
     /// Ends the subscription: a waiting reader gets nil; what is queued is still read.
     func finish() {
         let waiter = state.withLock { state in
@@ -319,6 +331,12 @@ public struct EventSubscription: AsyncSequence, Sendable {
         /// The next event or heartbeat (sent by `DownloadManager.run`); nil when the subscription has ended.
         public mutating func nextDelivery() async -> EventDelivery? {
             await subscriber.next()
+        }
+
+        /// Up to `limit` events that are queued now, in order, without waiting: a reader that got one with
+        /// `nextDelivery` writes what followed it together.
+        public mutating func queued(upTo limit: Int) -> [SequencedEvent] {
+            subscriber.takeQueued(upTo: limit)
         }
     }
 

@@ -43,6 +43,30 @@ struct EventHubTests {
         #expect(events.last?.event == .removed(DownloadID("a")))
     }
 
+    @Test("what is queued behind an event is taken at once, in order, up to the limit asked, and only once")
+    func queuedTogether() async {
+        let hub = EventHub(run: 1, replayCapacity: 100)
+        let subscription = hub.subscribe(filter: nil, after: EventID(run: 1, sequence: 0), bounded: true) {
+            .removed(DownloadID("x"))
+        }
+        for index in 1...6 { hub.emit(Self.progress(String(index), Int64(index))) }
+        var iterator = subscription.makeAsyncIterator()
+        guard case .event(let first) = await iterator.nextDelivery() else {
+            Issue.record("no event")
+            return
+        }
+        #expect(first.id.sequence == 1)
+        #expect(iterator.queued(upTo: 3).map(\.id.sequence) == [2, 3, 4])
+        #expect(iterator.queued(upTo: 63).map(\.id.sequence) == [5, 6])
+        #expect(iterator.queued(upTo: 63).isEmpty)
+        hub.emit(.removed(DownloadID("a")))
+        guard case .event(let next) = await iterator.nextDelivery() else {
+            Issue.record("no event")
+            return
+        }
+        #expect(next.id.sequence == 7)
+    }
+
     @Test("an id older than the replay window, from another run, or from the future gets a snapshot")
     func snapshotWhenReplayIsImpossible() async {
         let hub = EventHub(run: 3, replayCapacity: 5)
