@@ -86,19 +86,9 @@ struct AddDownloadJSONTests {
     func neverDisagrees() {
         var generator = SplitMix(seed: 0x4841_554C)
         let seeds = Self.taken.map { Array($0.utf8) }
-        let alphabet = Array(#"{}[]:,"\ 0123456789.eE-+truefalsnul/uabcdXY"#.utf8) + [0x00, 0x7F, 0xC3, 0xA9, 0xFF]
         var taken = 0
         for _ in 0..<20_000 {
-            var bytes = seeds[Int(generator.next() % UInt64(seeds.count))]
-            for _ in 0..<(1 + Int(generator.next() % 3)) {
-                let position = Int(generator.next() % UInt64(bytes.count + 1))
-                let byte = alphabet[Int(generator.next() % UInt64(alphabet.count))]
-                switch generator.next() % 3 {
-                case 0: bytes.insert(byte, at: position)
-                case 1: if position < bytes.count { bytes.remove(at: position) }
-                default: if position < bytes.count { bytes[position] = byte }
-                }
-            }
+            let bytes = generator.mutated(seeds[Int(generator.next() % UInt64(seeds.count))])
             guard let fast = Self.fast(bytes) else { continue }
             taken += 1
             let generated = Self.generated(bytes)
@@ -106,6 +96,27 @@ struct AddDownloadJSONTests {
         }
         // The mutations leave many bodies valid: the comparison is not empty.
         #expect(taken > 1000)
+    }
+}
+
+extension SplitMix {
+    /// JSON's punctuation, digits, letters of its words and a few bytes that are not UTF-8: what mutations insert.
+    static let jsonAlphabet =
+        Array(#"{}[]:,"\ 0123456789.eE-+truefalsnul/uabcdXY"#.utf8) + [0x00, 0x7F, 0xC3, 0xA9, 0xFF]
+
+    /// `bytes` with one to three bytes inserted, removed or replaced at random places.
+    mutating func mutated(_ bytes: [UInt8]) -> [UInt8] {
+        var bytes = bytes
+        for _ in 0..<(1 + Int(next() % 3)) {
+            let position = Int(next() % UInt64(bytes.count + 1))
+            let byte = Self.jsonAlphabet[Int(next() % UInt64(Self.jsonAlphabet.count))]
+            switch next() % 3 {
+            case 0: bytes.insert(byte, at: position)
+            case 1: if position < bytes.count { bytes.remove(at: position) }
+            default: if position < bytes.count { bytes[position] = byte }
+            }
+        }
+        return bytes
     }
 }
 
