@@ -56,24 +56,7 @@ public struct ServerSentEventParser: Sendable {
     /// Takes the next bytes of the stream and returns the events they completed, in order.
     public mutating func feed(_ chunk: some Collection<UInt8>) throws(LineTooLong) -> [Event] {
         var events: [Event] = []
-        var bytes = Array(chunk)
-        if atStart, !bytes.isEmpty {
-            // A byte order mark is dropped once, at the very start (possibly split across the first chunks).
-            let mark: [UInt8] = [0xEF, 0xBB, 0xBF]
-            let seen = pending + bytes
-            if seen.count < 3, mark.starts(with: seen) {
-                pending = seen
-                return []
-            }
-            atStart = false
-            if seen.starts(with: mark) {
-                bytes = Array(seen.dropFirst(3))
-                pending = []
-            } else if !pending.isEmpty {
-                bytes = seen
-                pending = []
-            }
-        }
+        let bytes = Array(chunk)
         var lineStart = 0
         var index = 0
         if afterCR, let first = bytes.first {
@@ -116,6 +99,12 @@ public struct ServerSentEventParser: Sendable {
 
     /// Handles one line, its ending removed.
     private mutating func line(_ line: ArraySlice<UInt8>, into events: inout [Event]) {
+        var line = line
+        if atStart {
+            // A byte order mark is dropped once, at the very start (the first line, however it was split).
+            atStart = false
+            if line.starts(with: [0xEF, 0xBB, 0xBF]) { line = line.dropFirst(3) }
+        }
         guard !line.isEmpty else {
             if hasData {
                 events.append(

@@ -75,11 +75,21 @@ public struct BriefDownload: Decodable, Equatable, Sendable {
                     seen |= bit
                 }
                 switch name {
-                case "id": id = scanner.string()
-                case "url": url = scanner.string()
-                case "state": state = scanner.string()
-                case "receivedBytes": receivedBytes = scanner.integer()
-                case "connections": connections = scanner.integer().flatMap { Int(exactly: $0) }
+                case "id":
+                    guard let value = scanner.string() else { return nil }
+                    id = value
+                case "url":
+                    guard let value = scanner.string() else { return nil }
+                    url = value
+                case "state":
+                    guard let value = scanner.string() else { return nil }
+                    state = value
+                case "receivedBytes":
+                    guard let value = scanner.integer() else { return nil }
+                    receivedBytes = value
+                case "connections":
+                    guard let value = scanner.integer().flatMap({ Int(exactly: $0) }) else { return nil }
+                    connections = value
                 case "path":
                     guard let value = optionalString(&scanner) else { return nil }
                     brief.path = value
@@ -101,11 +111,6 @@ public struct BriefDownload: Decodable, Equatable, Sendable {
                     }
                 default:
                     guard scanner.skipValue() else { return nil }
-                }
-                if name == "id" && id == nil || name == "url" && url == nil || name == "state" && state == nil
-                    || name == "receivedBytes" && receivedBytes == nil || name == "connections" && connections == nil
-                {
-                    return nil
                 }
                 if scanner.take(UInt8(ascii: ",")) { continue }
                 guard scanner.take(UInt8(ascii: "}")) else { return nil }

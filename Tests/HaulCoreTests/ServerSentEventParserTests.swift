@@ -60,7 +60,7 @@ struct ServerSentEventParserTests {
         #expect(events == whole)
     }
 
-    @Test("a chunk of many events is read in one pass: 20,000 events of 500 bytes in one 10 MB chunk")
+    @Test("a chunk of many events is read whole: 20,000 events of 500 bytes in one 10 MB chunk")
     func largeChunk() throws {
         let one = "event: changed\ndata: " + String(repeating: "x", count: 480) + "\n\n"
         var parser = ServerSentEventParser()
