@@ -66,28 +66,37 @@ struct AddDownloadMiddleware: RouterMiddleware {
 }
 
 extension APIHandler {
+    /// Adds one download and answers as the generated route does: 201 with the download's JSON and its `Location`
+    /// for a new one, 200 with the existing one; the errors are the route's.
+    func addOne(_ item: Components.Schemas.AddDownload, defaults: ManagerSettings) async throws(APIError) -> (
+        status: HTTPResponse.Status, location: String?, json: [UInt8]
+    ) {
+        let request = try request(from: item, index: nil, defaults: defaults)
+        let added: (added: DownloadManager.Added, download: DownloadManager.Snapshot, commit: DownloadStore.Commit)
+        do {
+            added = try await manager.addOneDeferringCommit(request)
+            try await manager.committed(added.commit, rollingBack: [added.added])
+        } catch {
+            throw APIError(error)
+        }
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(1024)
+        DownloadJSON.append(Components.Schemas.Download(added.download), to: &bytes)
+        return added.added.isNew
+            ? (.created, "/api/v1/downloads/\(added.added.id)", bytes) : (.ok, nil, bytes)
+    }
+
     /// Adds what a parsed body asks for and answers as the generated route does: 201 with the download and its
     /// `Location` for a new one, 200 with the existing one, 200 with the list for a list.
     func add(_ body: AddDownloadJSON.Body) async throws -> Response {
         let defaults = manager.settingsNow
         switch body {
         case .one(let item):
-            let request = try request(from: item, index: nil, defaults: defaults)
-            let added: (added: DownloadManager.Added, download: DownloadManager.Snapshot, commit: DownloadStore.Commit)
-            do {
-                added = try await manager.addOneDeferringCommit(request)
-                try await manager.committed(added.commit, rollingBack: [added.added])
-            } catch {
-                throw APIError(error)
-            }
-            var bytes: [UInt8] = []
-            bytes.reserveCapacity(1024)
-            DownloadJSON.append(Components.Schemas.Download(added.download), to: &bytes)
+            let answer = try await addOne(item, defaults: defaults)
             var headers: HTTPFields = [.contentType: "application/json; charset=utf-8"]
-            if added.added.isNew { headers[.location] = "/api/v1/downloads/\(added.added.id)" }
+            if let location = answer.location { headers[.location] = location }
             return Response(
-                status: added.added.isNew ? .created : .ok, headers: headers,
-                body: .init(byteBuffer: ByteBuffer(bytes: bytes)))
+                status: answer.status, headers: headers, body: .init(byteBuffer: ByteBuffer(bytes: answer.json)))
         case .list(let items):
             var requests: [DownloadRequest] = []
             requests.reserveCapacity(items.count)

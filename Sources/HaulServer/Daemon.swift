@@ -166,7 +166,10 @@ public enum Daemon {
             router: try buildRouter(
                 manager: manager, configuration: configuration, door: .network, metrics: metrics,
                 shutdown: { await trigger.fire() }),
-            address: .hostname(options.listenHost, port: options.listenPort), tls: tls, logger: logger
+            address: .hostname(options.listenHost, port: options.listenPort), tls: tls,
+            fastDoor: FastDoor(
+                manager: manager, configuration: configuration, executor: EventLoopTaskExecutor(group: .singleton)),
+            logger: logger
         ) { channel in
             await readiness.ready(port: channel.localAddress?.port)
         }

@@ -136,6 +136,19 @@ extension HTTPRequest.Method {
 /// - Every `/api` and `/metrics` request needs the token, as a bearer token or as the session cookie; else 401.
 struct NetworkDoorMiddleware: RouterMiddleware {
     typealias Context = HaulRequestContext
+    let door: NetworkDoor
+
+    func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response)
+        async throws -> Response
+    {
+        try door.check(request.head, path: request.uri.path)
+        return try await next(request, context)
+    }
+}
+
+/// The checks of the network door (see `NetworkDoorMiddleware`), on a request's head; shared by the middleware and
+/// the `FastDoorHandler`, which answers only requests they let in.
+struct NetworkDoor: Sendable {
     let names: Set<String>
     let credentials: Credentials
     /// `Host` values accepted before, exactly as sent (a client sends the same one every time): one lookup instead
@@ -147,21 +160,19 @@ struct NetworkDoorMiddleware: RouterMiddleware {
         self.credentials = credentials
     }
 
-    func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response)
-        async throws -> Response
-    {
-        let host = request.head.authority ?? ""
+    /// Throws the 403 or 401 the request gets at this door; returns when it may go on. `path` is the request
+    /// target's path, as Hummingbird's `URI` reads it.
+    func check(_ head: HTTPRequest, path: String) throws(APIError) {
+        let host = head.authority ?? ""
         try checkHost(host)
-        if request.method.changesState || request.headers[.upgrade] != nil, let origin = request.headers[.origin] {
+        if head.method.changesState || head.headerFields[.upgrade] != nil, let origin = head.headerFields[.origin] {
             let own = ["http://" + host, "https://" + host].map { $0.lowercased() }
             guard own.contains(origin.lowercased()) else {
                 throw APIError(
                     .forbidden, "forbiddenOrigin", "a request from the page at \(origin) may not change this daemon")
             }
         }
-        let path = request.uri.path
-        if path.hasPrefix("/api/") || path == "/api" || path == "/metrics" { try authenticate(request) }
-        return try await next(request, context)
+        if path.hasPrefix("/api/") || path == "/api" || path == "/metrics" { try authenticate(head.headerFields) }
     }
 
     private func checkHost(_ host: String) throws(APIError) {
@@ -174,14 +185,18 @@ struct NetworkDoorMiddleware: RouterMiddleware {
         accepted.set.withLock { if $0.count < 64 { $0.insert(host) } }
     }
 
-    private func authenticate(_ request: Request) throws(APIError) {
-        if let authorization = request.headers[.authorization],
+    private func authenticate(_ fields: HTTPFields) throws(APIError) {
+        if let authorization = fields[.authorization],
             authorization.utf8.prefix(7).elementsEqual("bearer ".utf8, by: { $0 | 0x20 == $1 }),
             credentials.isToken(authorization.dropFirst(7).trimmingHTTPSpace)
         {
             return
         }
-        if let session = request.cookies[Credentials.cookieName]?.value, credentials.isSession(session) { return }
+        if fields[.cookie] != nil, let session = Cookies(from: fields[values: .cookie])[Credentials.cookieName]?.value,
+            credentials.isSession(session)
+        {
+            return
+        }
         throw APIError(
             .unauthorized, "unauthorized",
             "send 'Authorization: Bearer TOKEN' (the token is in the state folder's serve.json) or open the URL "
@@ -196,7 +211,7 @@ struct NetworkDoorMiddleware: RouterMiddleware {
     }
 }
 
-/// The `Host` values a `NetworkDoorMiddleware` accepted.
+/// The `Host` values a `NetworkDoor` accepted.
 private final class AcceptedHosts: Sendable {
     let set = Mutex<Set<String>>([])
 }

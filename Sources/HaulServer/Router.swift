@@ -27,7 +27,9 @@ public func buildRouter(
     router.add(middleware: ErrorMiddleware())
     switch door {
     case .network:
-        router.add(middleware: NetworkDoorMiddleware(names: configuration.hostNames, credentials: credentials))
+        router.add(
+            middleware: NetworkDoorMiddleware(
+                door: NetworkDoor(names: configuration.hostNames, credentials: credentials)))
     case .socket:
         router.add(middleware: PeerMiddleware(peerUID: peerUID))
     }
@@ -73,17 +75,22 @@ public func buildRouter(
 
 /// An HTTP application serving `router` at `address`, over TLS when `tls` is given, with WebSocket upgrades (for
 /// `/jsonrpc`) through the same router, so they pass the same checks. `onRunning` gets the bound channel (its local
-/// address tells the port picked for port 0).
+/// address tells the port picked for port 0). With `fastDoor` (the network door's), its two requests are answered
+/// before the router (see `FastDoor`).
 public func buildApplication(
     router: Router<HaulRequestContext>,
     address: BindAddress,
     tls: TLSConfiguration? = nil,
+    fastDoor: FastDoor? = nil,
     logger: Logger,
     onRunning: @escaping @Sendable (any Channel) async -> Void = { _ in }
 ) throws -> some ApplicationProtocol {
     // A call of aria2's JSON-RPC arrives as one frame; a batch adding a few thousand URLs needs more than 16 KiB.
     let http1: HTTPServerBuilder = .http1WebSocketUpgrade(
-        webSocketRouter: router, configuration: .init(ws: .init(maxFrameSize: Aria2RPC.messageLimit)))
+        webSocketRouter: router,
+        configuration: .init(
+            http1: .init(additionalChannelHandlers: fastDoor.map { [FastDoorHandler(door: $0)] } ?? []),
+            ws: .init(maxFrameSize: Aria2RPC.messageLimit)))
     let server: HTTPServerBuilder = try tls.map { try .tls(http1, tlsConfiguration: $0) } ?? http1
     return Application(
         router: router, server: server, configuration: .init(address: address, serverName: "haul"),
