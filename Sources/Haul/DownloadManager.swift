@@ -407,7 +407,7 @@ public actor DownloadManager {
         case .file(let rawPath):
             let path = Self.absolute(rawPath)
             let folder = (path as NSString).deletingLastPathComponent
-            if folders.checked.insert(folder).inserted { try Self.checkWritableFolder(folder) }
+            try folders.check(folder)
             if rawPath.hasSuffix("/") {
                 throw DownloadError(.invalidArgument, "\(rawPath) names a folder; use a folder destination for it")
             }
@@ -417,7 +417,7 @@ public actor DownloadManager {
             record.destination = path
         case .directory(let rawPath):
             let path = folders.absolute(rawPath)
-            if folders.checked.insert(path).inserted { try Self.checkWritableFolder(path) }
+            try folders.check(path)
             record.directory = path
         }
         return (Catalog.target(of: record), record)
@@ -1136,8 +1136,16 @@ public actor DownloadManager {
     /// What one add learns about folders, once for a list: each folder's absolute form as the request named it (a
     /// list of ten thousand into one folder normalises it once), and which folders were found writable.
     private struct FolderMemo {
-        var checked: Set<String> = []
+        private var checked: Set<String> = []
+        private var lastChecked: String?
         private var lastNamed: (String, String)?
+
+        /// Checks that `path` is a writable folder, once per batch.
+        mutating func check(_ path: String) throws(DownloadError) {
+            if path == lastChecked { return }
+            if checked.insert(path).inserted { try DownloadManager.checkWritableFolder(path) }
+            lastChecked = path
+        }
 
         mutating func absolute(_ named: String) -> String {
             if let lastNamed, lastNamed.0 == named { return lastNamed.1 }
@@ -1147,7 +1155,7 @@ public actor DownloadManager {
         }
     }
 
-    private static func checkWritableFolder(_ path: String) throws(DownloadError) {
+    fileprivate static func checkWritableFolder(_ path: String) throws(DownloadError) {
         guard FileSystem.isWritableDirectory(path) else {
             let reason = FileSystem.exists(path) ? "is not a writable folder" : "does not exist"
             throw DownloadError(.destinationNotWritable, "destination folder \(path) \(reason)")
@@ -1185,11 +1193,31 @@ private struct Catalog {
     }
 
     /// A download's URL and destination (a file, or a folder for a name the server chooses); its strings are the
-    /// record's own, not copies.
+    /// record's own, not copies. Its hash is computed once: an add looks a target up four times (in its batch and
+    /// in the catalog, then stores it in both), and hashing the two strings each time was a tenth of a batch's time.
     struct Target: Hashable {
-        var url: String
-        var isFolder: Bool
-        var place: String
+        let url: String
+        let isFolder: Bool
+        let place: String
+        private let digest: Int
+
+        init(url: String, isFolder: Bool, place: String) {
+            self.url = url
+            self.isFolder = isFolder
+            self.place = place
+            var hasher = Hasher()
+            hasher.combine(url)
+            hasher.combine(isFolder)
+            hasher.combine(place)
+            digest = hasher.finalize()
+        }
+
+        func hash(into hasher: inout Hasher) { hasher.combine(digest) }
+
+        static func == (left: Target, right: Target) -> Bool {
+            left.digest == right.digest && left.isFolder == right.isFolder && left.url == right.url
+                && left.place == right.place
+        }
     }
 
     private var boxes: [String: Box] = [:]
@@ -1209,6 +1237,8 @@ private struct Catalog {
     var lastPosition: Double = 0
     /// One copy of each folder name: thousands of downloads into one folder share it.
     private var folders: Set<String> = []
+    /// The folder name shared last (most adds go to the folder of the one before).
+    private var lastFolder: String?
     /// The options of the record kept last: the next one with equal options shares their storage.
     private var lastOptions: DownloadOptions?
 
@@ -1237,23 +1267,25 @@ private struct Catalog {
         }
         lastOptions = record.options
         if let directory = record.directory {
-            if let shared = folders.firstIndex(of: directory) {
+            if let lastFolder, lastFolder == directory {
+                record.directory = lastFolder
+            } else if let shared = folders.firstIndex(of: directory) {
                 record.directory = folders[shared]
             } else {
                 folders.insert(directory)
             }
+            lastFolder = record.directory
         }
-        if let box = boxes[record.id] {
-            unclaim(box.record)
-            counts[box.record.state, default: 0] -= 1
-            if box.record.state == .queued { dequeue(DownloadManager.QueueCursor(box.record)) }
-            box.record = record
+        // One lookup of the id, for a new record (an add) as for a known one.
+        if let old = boxes.updateValue(Box(record), forKey: record.id)?.record {
+            unclaim(old)
+            counts[old.state, default: 0] -= 1
+            if old.state == .queued { dequeue(DownloadManager.QueueCursor(old)) }
         } else {
             let target = Self.target(of: record)
             if let previous = byTarget.updateValue(record.id, forKey: target) {
                 olderByTarget[target, default: []].append(previous)
             }
-            boxes[record.id] = Box(record)
         }
         counts[record.state, default: 0] += 1
         if record.state == .queued {

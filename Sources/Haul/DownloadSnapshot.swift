@@ -201,6 +201,8 @@ public struct DownloadRequest: Sendable {
 
     /// The URL without its user information, and the credentials it held (percent-decoded); nil when it has none.
     static func splitCredentials(_ url: URL) -> (URL, Credentials)? {
+        // User information needs an `@`: most URLs are passed without taking them apart.
+        guard url.absoluteString.utf8.contains(UInt8(ascii: "@")) else { return nil }
         guard var components = URLComponents(url: url, resolvingAgainstBaseURL: false),
             let user = components.user, !user.isEmpty || components.password != nil
         else { return nil }

@@ -446,53 +446,60 @@ extension APIHandler {
     static let urlPattern =
         #"^(https?|ftps?|ftpes)://[A-Za-z0-9.-]+(:(6553[0-5]|655[0-2][0-9]|65[0-4][0-9]{2}|6[0-4][0-9]{3}|[1-5][0-9]{4}|[0-9]{1,4}))?(/([A-Za-z0-9._~!$&'()*+,;=:@/?-]|%[0-9A-Fa-f]{2})*)?$"#
 
-    private static let pathPunctuation = Set("._~!$&'()*+,;=:@/?-".utf8)
-    private static let hexDigits = Set("0123456789abcdefABCDEF".utf8)
+    /// Per byte: bit 0 a byte a path may hold as it is, bit 1 a hex digit, bit 2 a byte of a host name.
+    private static let byteClasses: [UInt8] = {
+        var table = [UInt8](repeating: 0, count: 256)
+        for byte in UInt8(ascii: "0")...UInt8(ascii: "9") { table[Int(byte)] |= 0b111 }
+        for byte in UInt8(ascii: "A")...UInt8(ascii: "Z") { table[Int(byte)] |= 0b101 }
+        for byte in UInt8(ascii: "a")...UInt8(ascii: "z") { table[Int(byte)] |= 0b101 }
+        for byte in "abcdefABCDEF".utf8 { table[Int(byte)] |= 0b010 }
+        for byte in "._~!$&'()*+,;=:@/?-".utf8 { table[Int(byte)] |= 0b001 }
+        for byte in ".-".utf8 { table[Int(byte)] |= 0b100 }
+        return table
+    }()
+    private static let schemes = ["https://", "http://", "ftps://", "ftpes://", "ftp://"].map { Array($0.utf8) }
 
-    /// Whether `text` matches `urlPattern`, checked by hand: the `Regex` took 7 % of the time of adding a list.
-    /// (A test checks the two agree on thousands of strings.)
+    /// Whether `text` matches `urlPattern`, checked by hand: the `Regex` took 7 % of the time of adding a list, and
+    /// a check with sets of bytes 3 % of a batch. (A test checks the two agree on thousands of strings.)
     static func isAcceptedURL(_ text: String) -> Bool {
-        var bytes = Array(text.utf8)[...]
-        func take(_ prefix: String) -> Bool {
-            let expected = Array(prefix.utf8)
-            guard bytes.starts(with: expected) else { return false }
-            bytes = bytes.dropFirst(expected.count)
-            return true
-        }
-        guard ["https://", "http://", "ftps://", "ftpes://", "ftp://"].contains(where: take) else { return false }
-        func isAlphanumeric(_ byte: UInt8) -> Bool {
-            (0x30...0x39).contains(byte) || (0x41...0x5A).contains(byte) || (0x61...0x7A).contains(byte)
-        }
-        let host = bytes.prefix { isAlphanumeric($0) || $0 == UInt8(ascii: ".") || $0 == UInt8(ascii: "-") }
-        guard !host.isEmpty else { return false }
-        bytes = bytes.dropFirst(host.count)
-        if bytes.first == UInt8(ascii: ":") {
+        var text = text
+        return text.withUTF8 { isAcceptedURL(bytes: $0) }
+    }
+
+    private static func isAcceptedURL(bytes: UnsafeBufferPointer<UInt8>) -> Bool {
+        let classes = byteClasses
+        let count = bytes.count
+        guard let scheme = schemes.first(where: { count >= $0.count && bytes.starts(with: $0) }) else { return false }
+        var index = scheme.count
+        let hostStart = index
+        while index < count, classes[Int(bytes[index])] & 0b100 != 0 { index += 1 }
+        guard index > hostStart else { return false }
+        if index < count, bytes[index] == UInt8(ascii: ":") {
             // One to four digits of any value, or five from 10000 to 65535 (the pattern's alternatives).
-            let digits = bytes.dropFirst().prefix { (0x30...0x39).contains($0) }
-            switch digits.count {
+            let digitsStart = index + 1
+            var end = digitsStart
+            var port = 0
+            while end < count, (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(bytes[end]), end - digitsStart < 6 {
+                port = port * 10 + Int(bytes[end] - UInt8(ascii: "0"))
+                end += 1
+            }
+            switch end - digitsStart {
             case 1...4: break
-            case 5:
-                guard digits.first != UInt8(ascii: "0"), let port = Int(String(decoding: digits, as: UTF8.self)),
-                    port <= 65535
-                else { return false }
+            case 5: guard bytes[digitsStart] != UInt8(ascii: "0"), port <= 65535 else { return false }
             default: return false
             }
-            bytes = bytes.dropFirst(1 + digits.count)
+            index = end
         }
-        guard let first = bytes.first else { return true }
-        guard first == UInt8(ascii: "/") else { return false }
-        let allowed = Self.pathPunctuation
-        let hex = Self.hexDigits
-        let path = Array(bytes)
-        var index = 0
-        while index < path.count {
-            let byte = path[index]
+        guard index < count else { return true }
+        guard bytes[index] == UInt8(ascii: "/") else { return false }
+        while index < count {
+            let byte = bytes[index]
             if byte == UInt8(ascii: "%") {
-                guard index + 2 < path.count, hex.contains(path[index + 1]), hex.contains(path[index + 2]) else {
-                    return false
-                }
+                guard index + 2 < count, classes[Int(bytes[index + 1])] & 0b010 != 0,
+                    classes[Int(bytes[index + 2])] & 0b010 != 0
+                else { return false }
                 index += 3
-            } else if isAlphanumeric(byte) || allowed.contains(byte) {
+            } else if classes[Int(byte)] & 0b001 != 0 {
                 index += 1
             } else {
                 return false

@@ -190,7 +190,9 @@ final class FastDoorHandler: ChannelDuplexHandler, RemovableChannelHandler {
     }
 
     func read(context: ChannelHandlerContext) {
-        if isBusy || !queue.isEmpty {
+        // Held only once something waits: a client that waits for each answer never stops the channel's reading
+        // (each stop and start is an epoll_ctl).
+        if !queue.isEmpty {
             readHeld = true
             return
         }
@@ -307,7 +309,7 @@ final class FastDoorHandler: ChannelDuplexHandler, RemovableChannelHandler {
             }
         }
         if forwarded { context.fireChannelReadComplete() }
-        if queue.isEmpty, !isBusy, readHeld {
+        if queue.isEmpty, readHeld {
             readHeld = false
             context.read()
         }
