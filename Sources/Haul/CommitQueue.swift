@@ -60,6 +60,13 @@ final class CommitQueue: @unchecked Sendable {
         condition.unlock()
     }
 
+    /// Whether a thread is committing or about to (for tests).
+    var isCommitting: Bool {
+        condition.lock()
+        defer { condition.unlock() }
+        return isDraining
+    }
+
     /// Commits made, and the writes they held.
     var statistics: (commits: Int, writes: Int) {
         condition.lock()
@@ -83,9 +90,15 @@ final class CommitQueue: @unchecked Sendable {
     /// caller will wait for it (and commits it then, when no one else is); otherwise the drain thread commits it soon,
     /// with whatever else is queued: a write no one waits for is still in the store within moments, not at the next
     /// write that is waited for.
-    func submit(awaited: Bool, _ work: @escaping @Sendable (Database) throws -> Void) -> UInt64 {
+    ///
+    /// With `startsAtOnce`, a write the caller waits for is committed by the drain thread at once all the same: a
+    /// large one (a list of thousands of downloads) commits on the other core while the caller goes on with its own
+    /// work before waiting.
+    func submit(awaited: Bool, startsAtOnce: Bool = false, _ work: @escaping @Sendable (Database) throws -> Void)
+        -> UInt64
+    {
         let ticket = enqueue(work, awaited: awaited)
-        if !awaited {
+        if !awaited || startsAtOnce {
             condition.lock()
             let starts = !isDraining
             if starts { isDraining = true }

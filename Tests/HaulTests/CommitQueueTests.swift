@@ -153,6 +153,32 @@ struct CommitQueueTests {
         #expect(queue.statistics.commits == 1)
     }
 
+    @Test(
+        "a large write waited for starts at once on the drain thread, while its caller goes on; the wait still reports it"
+    )
+    func startsAtOnce() async throws {
+        let (queue, database) = try Self.queue()
+        // Another write waited for is left to its caller; this one is being committed as soon as it is queued.
+        _ = queue.submit(awaited: true) { _ in }
+        #expect(!queue.isCommitting)
+        queue.waitUntilIdle()
+        // The write holds its commit open until the test looked.
+        let gate = DispatchSemaphore(value: 0)
+        let ticket = queue.submit(awaited: true, startsAtOnce: true) { db in
+            gate.wait()
+            try db.execute(sql: "INSERT INTO t (id, value) VALUES (1, 'a')")
+        }
+        #expect(queue.isCommitting)
+        gate.signal()
+        #expect(await queue.completion(of: ticket) == nil)
+        #expect(try await database.read { db in try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM t") } == 1)
+        // Its failure is the caller's to collect, as for any write it waits for.
+        let clash = queue.submit(awaited: true, startsAtOnce: true) { db in
+            try db.execute(sql: "INSERT INTO t (id, value) VALUES (1, 'b')")
+        }
+        #expect(await queue.completion(of: clash)?.code == .store)
+    }
+
     @Test("waitUntilIdle returns once everything queued before it is committed")
     func idle() async throws {
         let (queue, database) = try Self.queue()
