@@ -1,5 +1,6 @@
 import Foundation
 import Haul
+import HaulAPI
 import HaulCore
 
 /// The part of a download in the event stream (and in the answer to an add) that the command line's output uses.
@@ -215,4 +216,96 @@ public struct BriefSnapshot: Decodable, Equatable, Sendable {
         guard let downloads, scanner.isAtEnd else { return nil }
         return BriefSnapshot(downloads: downloads)
     }
+}
+
+/// A `progress` event's data as the command line reads it, straight from the bytes with `JSONScanner`; Foundation's
+/// `JSONDecoder` of the generated `Progress` is the fallback for anything the scanner does not take exactly as that
+/// decoder would (an unknown or repeated field, a number it reads otherwise). Following 1000 small files, decoding
+/// progress events with `JSONDecoder` was an eighth of `haul watch`'s CPU time.
+public struct BriefProgress: Equatable, Sendable {
+    public var id: String
+    public var receivedBytes: Int64
+    public var totalBytes: Int64?
+    public var bytesPerSecond: Double
+    public var etaSeconds: Double?
+    public var connections: Int
+
+    /// The engine's progress.
+    public var progress: DownloadProgress {
+        DownloadProgress(
+            id: DownloadID(id), receivedBytes: receivedBytes, totalBytes: totalBytes, bytesPerSecond: bytesPerSecond,
+            secondsRemaining: etaSeconds, connections: connections)
+    }
+
+    /// One progress event's data: read by the scanner, else by `decoder`.
+    public static func decode(_ data: Data, with decoder: JSONDecoder) throws -> BriefProgress {
+        if let brief = data.withUnsafeBytes({ bytes -> BriefProgress? in
+            var scanner = JSONScanner(bytes)
+            guard let brief = read(&scanner), scanner.isAtEnd else { return nil }
+            return brief
+        }) {
+            return brief
+        }
+        let progress = try decoder.decode(Components.Schemas.Progress.self, from: data)
+        return BriefProgress(
+            id: progress.id, receivedBytes: progress.receivedBytes, totalBytes: progress.totalBytes,
+            bytesPerSecond: progress.bytesPerSecond, etaSeconds: progress.etaSeconds,
+            connections: progress.connections)
+    }
+
+    /// A progress object at the scanner, or nil when it is not one the scanner reads exactly as the generated
+    /// decoder would (which refuses unknown fields: the document allows none).
+    static func read(_ scanner: inout JSONScanner) -> BriefProgress? {
+        guard scanner.take(UInt8(ascii: "{")) else { return nil }
+        var id: String?
+        var receivedBytes: Int64?
+        var totalBytes: Int64?
+        var bytesPerSecond: Double?
+        var etaSeconds: Double?
+        var connections: Int?
+        var seen: UInt8 = 0
+        if !scanner.take(UInt8(ascii: "}")) {
+            while true {
+                guard let name = scanner.string(), scanner.take(UInt8(ascii: ":")), let bit = Self.fields[name],
+                    seen & bit == 0
+                else { return nil }
+                seen |= bit
+                switch name {
+                case "id":
+                    guard let value = scanner.string() else { return nil }
+                    id = value
+                case "receivedBytes":
+                    guard let value = scanner.integer() else { return nil }
+                    receivedBytes = value
+                case "totalBytes":
+                    if !scanner.null() {
+                        guard let value = scanner.integer() else { return nil }
+                        totalBytes = value
+                    }
+                case "bytesPerSecond":
+                    guard let value = scanner.number() else { return nil }
+                    bytesPerSecond = value
+                case "etaSeconds":
+                    if !scanner.null() {
+                        guard let value = scanner.number() else { return nil }
+                        etaSeconds = value
+                    }
+                default:
+                    guard let value = scanner.integer().flatMap({ Int(exactly: $0) }) else { return nil }
+                    connections = value
+                }
+                if scanner.take(UInt8(ascii: ",")) { continue }
+                guard scanner.take(UInt8(ascii: "}")) else { return nil }
+                break
+            }
+        }
+        guard let id, let receivedBytes, let bytesPerSecond, let connections else { return nil }
+        return BriefProgress(
+            id: id, receivedBytes: receivedBytes, totalBytes: totalBytes, bytesPerSecond: bytesPerSecond,
+            etaSeconds: etaSeconds, connections: connections)
+    }
+
+    private static let fields: [String: UInt8] = [
+        "id": 1, "receivedBytes": 2, "totalBytes": 4, "bytesPerSecond": 8, "etaSeconds": 16, "connections": 32,
+    ]
 }

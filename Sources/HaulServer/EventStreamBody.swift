@@ -80,7 +80,7 @@ struct EventStreamBody: AsyncSequence, Sendable {
                 DownloadJSON.append(Components.Schemas.Download(download), to: &frame)
             case .progress(let progress):
                 named("progress")
-                frame.append(contentsOf: try encoder.encode(Components.Schemas.Progress(progress)))
+                DownloadJSON.append(Components.Schemas.Progress(progress), to: &frame)
             case .retrying(let id, let error, let delay):
                 named("retrying")
                 let seconds = Double(delay.components.seconds) + Double(delay.components.attoseconds) / 1e18

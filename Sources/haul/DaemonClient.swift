@@ -314,12 +314,7 @@ struct RemoteEvents: Sendable {
         case "changed":
             return .changed(try BriefDownload.decode(data, with: decoder).snapshot)
         case "progress":
-            let progress = try decoder.decode(Components.Schemas.Progress.self, from: data)
-            return .progress(
-                DownloadProgress(
-                    id: DownloadID(progress.id), receivedBytes: progress.receivedBytes, totalBytes: progress.totalBytes,
-                    bytesPerSecond: progress.bytesPerSecond, secondsRemaining: progress.etaSeconds,
-                    connections: progress.connections))
+            return .progress(try BriefProgress.decode(data, with: decoder).progress)
         case "retrying":
             let retrying = try decoder.decode(Components.Schemas.Retrying.self, from: data)
             return .retrying(

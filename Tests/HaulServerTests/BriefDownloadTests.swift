@@ -88,4 +88,65 @@ struct BriefDownloadTests {
         // Most mutations land in fields the scanner skips or reads: the comparison is not empty.
         #expect(taken > 1000)
     }
+
+    /// The daemon's JSON of two progress events (every field; the least).
+    static let progressWritten: [[UInt8]] = [
+        Components.Schemas.Progress(
+            id: "9d7dfa27-63e1-4198-9b30-95ff0cc5dfad", receivedBytes: 1 << 40, totalBytes: Int64.max,
+            bytesPerSecond: 1234.5, etaSeconds: 0.25, connections: 16),
+        Components.Schemas.Progress(id: "b", receivedBytes: 0, bytesPerSecond: 0, connections: 0),
+    ].map { progress in
+        var bytes: [UInt8] = []
+        DownloadJSON.append(progress, to: &bytes)
+        return bytes
+    }
+
+    static func fastProgress(_ bytes: [UInt8]) -> BriefProgress? {
+        bytes.withUnsafeBytes { raw in
+            var scanner = JSONScanner(raw)
+            guard let brief = BriefProgress.read(&scanner), scanner.isAtEnd else { return nil }
+            return brief
+        }
+    }
+
+    /// What the generated type's decoder makes of the same bytes.
+    static func foundationProgress(_ bytes: [UInt8]) -> BriefProgress? {
+        guard let progress = try? JSONDecoder().decode(Components.Schemas.Progress.self, from: Data(bytes)) else {
+            return nil
+        }
+        return BriefProgress(
+            id: progress.id, receivedBytes: progress.receivedBytes, totalBytes: progress.totalBytes,
+            bytesPerSecond: progress.bytesPerSecond, etaSeconds: progress.etaSeconds, connections: progress.connections)
+    }
+
+    @Test("a progress event the daemon writes is read by the scanner as the generated decoder reads it")
+    func progress() throws {
+        for bytes in Self.progressWritten {
+            let fast = try #require(Self.fastProgress(bytes), "\(String(decoding: bytes, as: UTF8.self))")
+            #expect(fast == Self.foundationProgress(bytes))
+        }
+        #expect(Self.fastProgress(Self.progressWritten[0])?.etaSeconds == 0.25)
+        #expect(Self.fastProgress(Self.progressWritten[1])?.totalBytes == nil)
+        // Left to the decoder (which refuses the first two, as the document allows no other field).
+        for text in [
+            #"{"id":"a","receivedBytes":1,"bytesPerSecond":0,"connections":0,"x":1}"#,
+            #"{"id":"a","id":"b","receivedBytes":1,"bytesPerSecond":0,"connections":0}"#,
+            #"{"id":"a","receivedBytes":1.0,"bytesPerSecond":0,"connections":0}"#,
+        ] {
+            #expect(Self.fastProgress(Array(text.utf8)) == nil, "\(text)")
+        }
+    }
+
+    @Test("over 20,000 mutated progress events, whatever the scanner reads, the generated decoder reads the same way")
+    func progressNeverDisagrees() {
+        var generator = SplitMix(seed: 0x5052_4F47)
+        var taken = 0
+        for _ in 0..<20_000 {
+            let bytes = generator.mutated(Self.progressWritten[Int(generator.next() % 2)])
+            guard let fast = Self.fastProgress(bytes) else { continue }
+            taken += 1
+            #expect(fast == Self.foundationProgress(bytes), "\(String(decoding: bytes, as: UTF8.self))")
+        }
+        #expect(taken > 1000)
+    }
 }
