@@ -39,7 +39,7 @@ struct AddDownloadMiddleware: RouterMiddleware {
             request.body = .init(buffer: buffer)
             return try await next(request, context)
         }
-        return try await handler.add(body)
+        return try await handler.add(consume body)
     }
 
     /// Whether a Content-Type names JSON (`application/json`, any parameters).
@@ -88,21 +88,24 @@ extension APIHandler {
 
     /// Adds what a parsed body asks for and answers as the generated route does: 201 with the download and its
     /// `Location` for a new one, 200 with the existing one, 200 with the list for a list.
-    func add(_ body: AddDownloadJSON.Body) async throws -> Response {
+    func add(_ body: consuming AddDownloadJSON.Body) async throws -> Response {
         let defaults = manager.settingsNow
-        switch body {
+        switch consume body {
         case .one(let item):
             let answer = try await addOne(item, defaults: defaults)
             var headers: HTTPFields = [.contentType: "application/json; charset=utf-8"]
             if let location = answer.location { headers[.location] = location }
             return Response(
                 status: answer.status, headers: headers, body: .init(byteBuffer: ByteBuffer(bytes: answer.json)))
-        case .list(let items):
+        case .list(var items):
             var requests: [DownloadRequest] = []
             requests.reserveCapacity(items.count)
             for (index, item) in items.enumerated() {
                 requests.append(try request(from: item, index: index, defaults: defaults))
             }
+            // The parsed items are not needed any more: freed before the manager makes the records (10,000 of
+            // them held about 3 MiB at the daemon's peak).
+            items = []
             let added: [DownloadManager.Added]
             let commit: DownloadStore.Commit
             do { (added, commit) = try await manager.addDeferringCommit(requests) } catch {
