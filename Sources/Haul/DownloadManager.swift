@@ -148,6 +148,11 @@ public actor DownloadManager {
     private let transport: any HTTPTransport
     private let hub: EventHub
     private var catalog = Catalog()
+    /// The folder an add last found writable, and when: adds within a second into it are not checked again (adding
+    /// 10,000 one request at a time checked the same folder 10,000 times). A folder found missing or read-only is
+    /// never remembered; one that becomes so within that second fails its downloads with the same clear error when
+    /// they start.
+    private var recentlyWritable: (path: String, at: ContinuousClock.Instant)?
     private var ids = DownloadIDSource()
     /// The last ten minutes of speed, one sample for each second of `run()`, and when the newest was taken.
     private var speeds = SpeedHistory(capacity: 600)
@@ -334,7 +339,7 @@ public actor DownloadManager {
         var reused: [String: DownloadRecord] = [:]
         var inBatch: [Catalog.Target: String] = [:]
         if requests.count > 1 { inBatch.reserveCapacity(requests.count) }
-        var folders = FolderMemo()
+        var folders = FolderMemo(recent: recentlyWritable)
         for (index, request) in requests.enumerated() {
             do {
                 let (key, record) = try prepare(request, folders: &folders)
@@ -360,6 +365,7 @@ public actor DownloadManager {
                 throw BatchError(index: index, error: error)
             }
         }
+        recentlyWritable = folders.recent
         let changed = reused.values.filter { catalog[$0.id] != $0 }
         var commit: DownloadStore.Commit?
         if deferringCommit {
@@ -1139,12 +1145,24 @@ public actor DownloadManager {
         private var checked: Set<String> = []
         private var lastChecked: String?
         private var lastNamed: (String, String)?
+        /// The folder found writable last, across adds (see `recentlyWritable`).
+        private(set) var recent: (path: String, at: ContinuousClock.Instant)?
 
-        /// Checks that `path` is a writable folder, once per batch.
+        init(recent: (path: String, at: ContinuousClock.Instant)?) {
+            self.recent = recent
+        }
+
+        /// Checks that `path` is a writable folder, once per batch (and once a second across adds).
         mutating func check(_ path: String) throws(DownloadError) {
             if path == lastChecked { return }
+            let now = ContinuousClock.now
+            if let recent, recent.path == path, now - recent.at < .seconds(1) {
+                lastChecked = path
+                return
+            }
             if checked.insert(path).inserted { try DownloadManager.checkWritableFolder(path) }
             lastChecked = path
+            recent = (path, now)
         }
 
         mutating func absolute(_ named: String) -> String {

@@ -174,7 +174,8 @@ struct FastDoorTests {
     static func exchange(port: Int, sending text: String, answers count: Int, thenClosed: Bool = false) throws -> [(
         status: Int, body: String
     )] {
-        let socket = Glibc.socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        // Close-on-exec: a test running beside this one may start a process, which must not inherit the socket.
+        let socket = Glibc.socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
         #expect(socket >= 0)
         defer { close(socket) }
         var address = sockaddr_in()
