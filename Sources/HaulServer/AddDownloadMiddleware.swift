@@ -22,7 +22,7 @@ struct AddDownloadMiddleware: RouterMiddleware {
     {
         guard request.method == .post, request.uri.path == "/api/v1/downloads", request.uri.query == nil,
             let type = request.headers[.contentType], Self.isJSON(type),
-            request.headers[.accept].map({ $0.contains("application/json") || $0.contains("*/*") }) ?? true
+            DownloadJSON.isAccepted(request.headers[.accept])
         else {
             return try await next(request, context)
         }
@@ -79,9 +79,7 @@ extension APIHandler {
         } catch {
             throw APIError(error)
         }
-        var bytes: [UInt8] = []
-        bytes.reserveCapacity(1024)
-        DownloadJSON.append(Components.Schemas.Download(added.download), to: &bytes)
+        let bytes = DownloadJSON.bytes(of: added.download)
         return added.added.isNew
             ? (.created, "/api/v1/downloads/\(added.added.id)", bytes) : (.ok, nil, bytes)
     }

@@ -1,4 +1,5 @@
 import Foundation
+import Haul
 import HaulAPI
 
 #if canImport(Glibc)
@@ -78,6 +79,20 @@ enum DownloadJSON {
         inner.close(&out)
         object.string("sha256", download.sha256, &out)
         object.close(&out)
+    }
+
+    /// One download's JSON, on its own (reading one, adding one).
+    static func bytes(of snapshot: DownloadManager.Snapshot) -> [UInt8] {
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(1024)
+        append(Components.Schemas.Download(snapshot), to: &bytes)
+        return bytes
+    }
+
+    /// Whether an `Accept` value (nil: none sent) takes the JSON these answers are: the fast paths answer only
+    /// those, and leave the rest to the generated routes' content negotiation.
+    static func isAccepted(_ accept: String?) -> Bool {
+        accept.map { $0.contains("application/json") || $0.contains("*/*") } ?? true
     }
 
     /// A `progress` event's data, as the generated `Codable` conformance writes it (the most frequent event while

@@ -71,7 +71,7 @@ public struct FastDoor: Sendable {
             fields[.upgrade] == nil,
             fields[.transferEncoding] == nil, let target = head.path, target.utf8.first == UInt8(ascii: "/"),
             !target.utf8.contains(UInt8(ascii: "?")), !target.utf8.contains(UInt8(ascii: "#")),
-            fields[.accept].map({ $0.contains("application/json") || $0.contains("*/*") }) ?? true
+            DownloadJSON.isAccepted(fields[.accept])
         else { return nil }
         let route: Route
         switch head.method {
@@ -98,10 +98,8 @@ public struct FastDoor: Sendable {
         switch route {
         case .read(let id):
             guard let snapshot = try? await api.manager.snapshot(id) else { return nil }
-            var bytes: [UInt8] = []
-            bytes.reserveCapacity(1024)
-            DownloadJSON.append(Components.Schemas.Download(snapshot), to: &bytes)
-            return Answer(status: .ok, contentType: "application/json; charset=utf-8", body: bytes)
+            return Answer(
+                status: .ok, contentType: "application/json; charset=utf-8", body: DownloadJSON.bytes(of: snapshot))
         case .add:
             guard let body, case .one(let item) = body.withUnsafeReadableBytes({ AddDownloadJSON.parse($0) }) else {
                 return nil
@@ -230,7 +228,8 @@ final class FastDoorHandler: ChannelDuplexHandler, RemovableChannelHandler {
                 body!.writeBuffer(&chunk)
             }
             if body!.readableBytes > FastDoor.bodyLimit {
-                // More than its Content-Length said: the router answers it.
+                // Never with a Content-Length within the limit (HTTP decoding frames the body by it); kept so that
+                // what is held stays bounded whatever arrives. The router answers it.
                 state = .passing(requestEnded: false, responseEnded: false)
                 context.fireChannelRead(wrapInboundOut(.head(head)))
                 context.fireChannelRead(wrapInboundOut(.body(body!)))

@@ -401,16 +401,13 @@ struct DownloadReadMiddleware: RouterMiddleware {
         }
         let id = path.dropFirst(prefix.count)
         guard !id.isEmpty, !id.contains("/"), !id.contains("%"),
-            request.headers[.accept].map({ $0.contains("application/json") || $0.contains("*/*") }) ?? true,
+            DownloadJSON.isAccepted(request.headers[.accept]),
             let snapshot = try? await manager.snapshot(DownloadID(String(id)))
         else {
             return try await next(request, context)
         }
-        var bytes: [UInt8] = []
-        bytes.reserveCapacity(1024)
-        DownloadJSON.append(Components.Schemas.Download(snapshot), to: &bytes)
         return Response(
             status: .ok, headers: [.contentType: "application/json; charset=utf-8"],
-            body: .init(byteBuffer: ByteBuffer(bytes: bytes)))
+            body: .init(byteBuffer: ByteBuffer(bytes: DownloadJSON.bytes(of: snapshot))))
     }
 }
