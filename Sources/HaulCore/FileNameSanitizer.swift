@@ -10,12 +10,13 @@ public enum FileNameSanitizer {
     /// A single path component: no `/`, `\`, NUL or control characters, no leading dots or spaces, not `.` or `..`,
     /// at most `maximumBytes` UTF-8 bytes with the extension kept. Returns `fallbackName` when nothing is left.
     public static func sanitize(_ proposed: String) -> String {
-        // Keep only the last component of anything that looks like a path, Unix or Windows.
-        let lastComponent =
-            proposed.split(whereSeparator: { $0 == "/" || $0 == "\\" }).last.map(String.init) ?? ""
+        // Keep only the last component of anything that looks like a path, Unix or Windows. Split by scalars, not
+        // characters: a separator after a prepended mark (U+0605) or before a combining one is part of a larger
+        // character, and would be missed.
+        let lastComponent = proposed.unicodeScalars.split(whereSeparator: { $0 == "/" || $0 == "\\" }).last ?? []
         var name = String(
             String.UnicodeScalarView(
-                lastComponent.unicodeScalars.filter { scalar in
+                lastComponent.filter { scalar in
                     !(scalar.value < 0x20 || scalar.value == 0x7F || (0x80...0x9F).contains(scalar.value))
                 }
             )
@@ -26,14 +27,17 @@ public enum FileNameSanitizer {
     }
 
     /// `name` without white space at either end, leading dots and dashes (a hidden file, an option to a shell
-    /// command) or trailing dots, until none is left.
+    /// command) or trailing dots, until none is left. By scalars: what makes a file hidden is its first byte, even
+    /// when a combining mark makes `.` part of a larger character.
     private static func trimmed(_ name: String) -> String {
         var name = name
         while true {
             let before = name
             name = name.trimmingCharacters(in: .whitespacesAndNewlines)
-            while name.hasPrefix(".") || name.hasPrefix("-") { name.removeFirst() }
-            while name.hasSuffix(".") { name.removeLast() }
+            var scalars = name.unicodeScalars
+            while let first = scalars.first, first == "." || first == "-" { scalars.removeFirst() }
+            while scalars.last == "." { scalars.removeLast() }
+            name = String(scalars)
             if name == before { return name }
         }
     }

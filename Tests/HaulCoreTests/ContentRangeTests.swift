@@ -104,6 +104,15 @@ struct ContentDispositionTests {
         for name in [spaced, dotted, huge] { #expect(FileNameSanitizer.sanitize(name) == name) }
     }
 
+    @Test("a separator or a dot inside a larger character counts: after U+0605, before a combining mark (fuzz/)")
+    func separatorsAndDotsInsideCharacters() {
+        #expect(FileNameSanitizer.sanitize("..\u{605}/..\u{605}/etc\u{605}\\passwd") == "passwd")
+        #expect(FileNameSanitizer.sanitize("evil\u{605}/x") == "x")
+        #expect(FileNameSanitizer.sanitize(".\u{301}hidden").utf8.first != UInt8(ascii: "."))
+        #expect(FileNameSanitizer.sanitize("-\u{301}rf").utf8.first != UInt8(ascii: "-"))
+        #expect(FileNameSanitizer.sanitize("name\u{605}.").utf8.last != UInt8(ascii: "."))
+    }
+
     @Test func alternativesKeepTheExtension() {
         #expect(FileNameSanitizer.alternative("file.txt", number: 1) == "file (1).txt")
         #expect(FileNameSanitizer.alternative("archive.tar.gz", number: 2) == "archive (2).tar.gz")

@@ -27,16 +27,20 @@ public func fuzz(_ start: UnsafeRawPointer?, _ count: Int) -> CInt {
 
 private func checkSafe(_ name: String, input: String, limit: Int = FileNameSanitizer.maximumBytes) {
     expect(!name.isEmpty && name != "." && name != "..", "a name is left: \(String(reflecting: name))", input: input)
-    expect(!name.contains("/") && !name.contains("\\"), "one component: \(String(reflecting: name))", input: input)
+    // By bytes: a separator or a dot inside a larger character (after U+0605, before a combining mark) counts.
+    let bytes = Array(name.utf8)
+    expect(
+        !bytes.contains(UInt8(ascii: "/")) && !bytes.contains(UInt8(ascii: "\\")),
+        "one component: \(String(reflecting: name))", input: input)
     expect(
         !name.unicodeScalars.contains { $0.value < 0x20 || $0.value == 0x7F }, "no control character",
         input: input)
     expect(
-        !name.hasPrefix(".") && !name.hasPrefix("-"), "no leading dot or dash: \(String(reflecting: name))",
-        input: input)
+        bytes.first != UInt8(ascii: ".") && bytes.first != UInt8(ascii: "-"),
+        "no leading dot or dash: \(String(reflecting: name))", input: input)
     expect(
-        !name.hasSuffix(".") && !name.hasSuffix(" "), "no trailing dot or space: \(String(reflecting: name))",
-        input: input)
+        bytes.last != UInt8(ascii: ".") && bytes.last != UInt8(ascii: " "),
+        "no trailing dot or space: \(String(reflecting: name))", input: input)
     expect(name.utf8.count <= limit, "at most \(limit) bytes: \(name.utf8.count)", input: input)
     if limit == FileNameSanitizer.maximumBytes {
         expect(
