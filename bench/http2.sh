@@ -12,7 +12,7 @@ source "$root/bench/lib.sh"
 rounds=${1:-3}
 work=$(mktemp -d /tmp/haul-http2.XXXXXX)
 trap 'kill ${nginx_pid:-} 2>/dev/null || true; rm -rf "$work"' EXIT
-cd "$root" && swift build -c release --product haul >/dev/null
+cd "$root" && swift build -c release --static-swift-stdlib --product haul >/dev/null
 haul=$root/.build/release/haul
 
 mkdir -p "$work/www"

@@ -22,7 +22,7 @@ for tool in nginx curl aria2c /usr/bin/time python3; do
     command -v "$tool" >/dev/null 2>&1 || { echo "bench: $tool is missing (apt-get install nginx-light curl aria2 time)" >&2; exit 2; }
 done
 
-swift build -c release --product haul >/dev/null
+swift build -c release --static-swift-stdlib --product haul >/dev/null
 haul="$(swift build -c release --show-bin-path)/haul"
 
 # The bench never changes the machine's settings. On a VM whose host takes back free memory (virtio free page
