@@ -147,6 +147,8 @@ public actor DownloadManager {
     private let store: DownloadStore
     private let transport: any HTTPTransport
     private let hub: EventHub
+    /// The running downloads' shared ticks.
+    private let metronome: Metronome
     private var catalog = Catalog()
     /// The folder an add last found writable, and when: adds within a second into it are not checked again (adding
     /// 10,000 one request at a time checked the same folder 10,000 times). A folder found missing or read-only is
@@ -198,6 +200,9 @@ public actor DownloadManager {
             logger.error("a state database write was lost: \(error.message); the record keeps its earlier values")
         }
         self.transport = transport ?? LiveTransport()
+        metronome = Metronome(
+            clock: EngineClock(configuration.idleClock),
+            interval: min(configuration.engine.progressInterval, .milliseconds(100)))
         hub = EventHub(run: try store.beginRun(), replayCapacity: configuration.replayCapacity)
         var settings = ManagerSettings(
             maxConcurrentDownloads: max(1, configuration.maxConcurrentDownloads), rateLimit: configuration.rateLimit,
@@ -924,6 +929,7 @@ public actor DownloadManager {
             transport: transport,
             clock: EngineClock(configuration.clock),
             idleClock: EngineClock(configuration.idleClock),
+            metronome: metronome,
             events: hub,
             settings: configuration.engine,
             logger: configuration.logger,

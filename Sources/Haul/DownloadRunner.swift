@@ -11,6 +11,8 @@ struct RunnerEnvironment: Sendable {
     let clock: EngineClock
     /// The clock of the transfer's own time: idle timeouts, the ramp, checkpoints and progress by time.
     let idleClock: EngineClock
+    /// The manager's shared timer on `idleClock`: the machine's ticks.
+    let metronome: Metronome
     let events: EventHub
     let settings: DownloadManager.Configuration.Engine
     let logger: Logger
@@ -77,6 +79,8 @@ final class DownloadRunner: Sendable {
         /// Answers whose body waits for the machine's decision.
         var responses: [Int: TransportResponse] = [:]
         var checkpoint: Task<Void, Never>?
+        /// Ticks every millisecond while the machine measures its connections (`startFastTicksIfWanted`).
+        var fastTicker: Task<Void, Never>?
     }
 
     /// Something that happened, for the loop.
@@ -145,16 +149,10 @@ final class DownloadRunner: Sendable {
 
     private func loop() async throws -> RunOutcome {
         let (events, continuation) = AsyncStream<Event>.makeStream()
-        let ticker = Task { [self] in
-            while !Task.isCancelled {
-                let fast = machine.withLock { $0.wantsFastTicks }
-                let base = min(environment.settings.progressInterval, .milliseconds(100))
-                do { try await environment.idleClock.sleep(fast ? .milliseconds(1) : base) } catch { return }
-                continuation.yield(.tick)
-            }
-        }
+        let ticks = environment.metronome.subscribe { continuation.yield(.tick) }
         defer {
-            ticker.cancel()
+            environment.metronome.unsubscribe(ticks)
+            state.withLock { $0.fastTicker }?.cancel()
             continuation.finish()
         }
         let partLength = try part?.length()
@@ -176,6 +174,26 @@ final class DownloadRunner: Sendable {
                 return try await stop()
             }
             pending = handle(event)
+            startFastTicksIfWanted(continuation)
+        }
+    }
+
+    /// While the machine measures its connections' speeds (`wantsFastTicks`), ticks every millisecond besides the
+    /// manager's shared ticks; the task ends by itself when the measuring does.
+    private func startFastTicksIfWanted(_ continuation: AsyncStream<Event>.Continuation) {
+        guard machine.withLock({ $0.wantsFastTicks }) else { return }
+        state.withLock { state in
+            guard state.fastTicker == nil else { return }
+            state.fastTicker = Task { [self] in
+                while !Task.isCancelled {
+                    do { try await environment.idleClock.sleep(.milliseconds(1)) } catch { return }
+                    guard machine.withLock({ $0.wantsFastTicks }) else {
+                        self.state.withLock { $0.fastTicker = nil }
+                        return
+                    }
+                    continuation.yield(.tick)
+                }
+            }
         }
     }
 
