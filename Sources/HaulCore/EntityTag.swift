@@ -10,7 +10,11 @@ public struct EntityTag: Hashable, Sendable, Codable, CustomStringConvertible {
     /// Parses a header value; nil when it is not `"…"` or `W/"…"`. Unquoted tags (a common server bug) are accepted
     /// as weak, so they are never used for `If-Range`.
     public init?(_ value: String) {
-        var text = value.trimmingCharacters(in: .whitespaces)
+        // Foundation's trimming only where the value is not plain ASCII: for ASCII it trims spaces and tabs, as this
+        // does without building a character set for every response.
+        var text =
+            value.utf8.allSatisfy { $0 < 0x80 }
+            ? value.trimmingHTTPSpace : value.trimmingCharacters(in: .whitespaces)
         var weak = false
         if text.hasPrefix("W/") || text.hasPrefix("w/") {
             weak = true

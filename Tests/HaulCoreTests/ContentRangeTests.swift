@@ -185,6 +185,25 @@ struct ValidatorTests {
         #expect(HTTPDate.parse(text) == seconds)
     }
 
+    @Test(
+        "the byte reader of IMF-fixdate reads what the general reader reads, and leaves every other form to it",
+        arguments: [
+            ("Sun, 06 Nov 1994 08:49:37 GMT", Int64(784_111_777) as Int64?),
+            ("sun, 06 NOV 1994 08:49:37 GMT", 784_111_777),
+            ("Xyz, 31 Dec 9999 23:59:59 GMT", 253_402_300_799),
+            ("Sun, 06 Nov 1994 08:49:37 gmt", nil),
+            ("Sun,  6 Nov 1994 08:49:37 GMT", nil),
+            ("Sun, 06 N1v 1994 08:49:37 GMT", nil),
+            ("Sun, 06 Nov 1994 08:49:7x GMT", nil),
+            ("Sun, 06 Nov 1994 24:00:00 GMT", nil),
+        ]
+    )
+    func fixdateBytes(text: String, fast: Int64?) {
+        #expect(HTTPDate.parseFixdate(text) == fast)
+        if let fast { #expect(HTTPDate.parseAnyForm(text) == fast) }
+        #expect(HTTPDate.parse(text) == HTTPDate.parseAnyForm(text))
+    }
+
     @Test func badDates() {
         #expect(HTTPDate.parse("yesterday") == nil)
         #expect(HTTPDate.parse("Sun, 32 Nov 1994 08:49:37 GMT") == nil)

@@ -1,10 +1,16 @@
 import HaulCore
 
 // HTTP dates (RFC 9110 §5.6.7: IMF-fixdate, RFC 850, asctime) and the API's ISO 8601 form: a date that parses prints
-// as an IMF-fixdate that parses back to the same second, and any second of years 1 to 9999 survives the round trip.
+// as an IMF-fixdate that parses back to the same second, any second of years 1 to 9999 survives the round trip, and
+// the byte reader of IMF-fixdate gives what the general reader gives for every text it accepts.
 @_cdecl("LLVMFuzzerTestOneInput")
 public func fuzz(_ start: UnsafeRawPointer?, _ count: Int) -> CInt {
     let input = text(start, count)
+    if let fast = HTTPDate.parseFixdate(input) {
+        expect(
+            HTTPDate.parseAnyForm(input) == fast, "the byte reader of IMF-fixdate agrees with the general one",
+            input: input)
+    }
     // A leap second on 9999-12-31 is the first second of year 10000, which no HTTP date can print.
     if let seconds = HTTPDate.parse(input), seconds < 253_402_300_800 {
         expect(HTTPDate.parse(imfFixdate(seconds)) == seconds, "round trip as \(imfFixdate(seconds))", input: input)
