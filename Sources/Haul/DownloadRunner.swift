@@ -422,7 +422,7 @@ final class DownloadRunner: Sendable {
         DownloadError, intact: TransferMachine.Checkpoint?
     )? {
         guard part.isStillAtPath() else {
-            let folder = (part.path as NSString).deletingLastPathComponent
+            let folder = PathName.folder(of: part.path)
             let what =
                 FileSystem.exists(folder)
                 ? "the part file \(part.path) was deleted or replaced by another program"
@@ -704,9 +704,8 @@ final class DownloadRunner: Sendable {
             finalURLPath: response.finalURL.path
         )
         for number in 0..<1000 {
-            let candidate = (directory as NSString).appendingPathComponent(
-                number == 0 ? name : FileNameSanitizer.alternative(name, number: number)
-            )
+            let candidate = PathName.appending(
+                number == 0 ? name : FileNameSanitizer.alternative(name, number: number), to: directory)
             if FileSystem.exists(candidate) || FileSystem.exists(candidate + ".part") { continue }
             if await environment.isDestinationClaimed(candidate) { continue }
             // Creating the part file exclusively claims the name against folder downloads running beside this one.
@@ -834,12 +833,12 @@ final class DownloadRunner: Sendable {
     private static func moveIntoPlace(_ partPath: String, destination: String, replacing: Bool, isFolderDownload: Bool)
         throws -> String
     {
-        let name = (destination as NSString).lastPathComponent
-        let folder = (destination as NSString).deletingLastPathComponent as NSString
+        let name = PathName.lastComponent(of: destination)
+        let folder = PathName.folder(of: destination)
         for number in 0..<1000 {
             let target =
                 number == 0
-                ? destination : folder.appendingPathComponent(FileNameSanitizer.alternative(name, number: number))
+                ? destination : PathName.appending(FileNameSanitizer.alternative(name, number: number), to: folder)
             let result = Result { () throws(DownloadError) in
                 try FileSystem.move(partPath, to: target, replacing: replacing)
             }

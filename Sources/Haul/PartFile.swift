@@ -229,7 +229,7 @@ enum FileSystem {
     /// at once on two cores, where ext4 takes long to find a free inode after many deletions). One lock per folder,
     /// as the kernel's: changes in different folders never wait for each other.
     static func changing<T, E: Error>(folderOf path: String, _ change: () throws(E) -> T) throws(E) -> T {
-        let folder = (path as NSString).deletingLastPathComponent
+        let folder = PathName.folder(of: path)
         let lock = folderLocks.withLock { locks in
             let entry = locks[folder] ?? (NSLock(), 0)
             locks[folder] = (entry.lock, entry.users + 1)
@@ -311,7 +311,7 @@ enum FileSystem {
 
     /// Flushes a directory entry change (a rename) to disk.
     static func syncDirectory(of path: String) {
-        FolderSyncs.shared.sync((path as NSString).deletingLastPathComponent)
+        FolderSyncs.shared.sync(PathName.folder(of: path))
     }
 }
 

@@ -59,6 +59,34 @@ public enum PathName {
         return normalized((base ?? FileManager.default.currentDirectoryPath) + "/" + expanded)
     }
 
+    /// The folder of `path`: `NSString.deletingLastPathComponent`, which for a normalised absolute path (the common
+    /// case, checked without Foundation) is the text before the last `/`. Foundation's version bridges to `NSString`
+    /// and fixes slashes first: with the name and the file name below, about 1.5 % of the CPU of 1000 small files.
+    static func folder(of path: String) -> String {
+        guard isNormalizedAbsolute(path), let slash = path.utf8.lastIndex(of: UInt8(ascii: "/")) else {
+            return (path as NSString).deletingLastPathComponent
+        }
+        return slash == path.utf8.startIndex ? "/" : String(path[..<slash])
+    }
+
+    /// The name of `path`: `NSString.lastPathComponent`, without Foundation for a normalised absolute path.
+    static func lastComponent(of path: String) -> String {
+        guard isNormalizedAbsolute(path), let slash = path.utf8.lastIndex(of: UInt8(ascii: "/")) else {
+            return (path as NSString).lastPathComponent
+        }
+        let isRoot = slash == path.utf8.index(before: path.utf8.endIndex)
+        return isRoot ? "/" : String(path[path.utf8.index(after: slash)...])
+    }
+
+    /// `NSString.appendingPathComponent`: a folder and a name (no `/`, not `.` or `..`, not empty) joined without
+    /// Foundation when the folder is a normalised absolute path.
+    static func appending(_ name: String, to folder: String) -> String {
+        guard isNormalizedAbsolute(folder), !name.isEmpty, name != ".", name != "..",
+            !name.utf8.contains(UInt8(ascii: "/"))
+        else { return (folder as NSString).appendingPathComponent(name) }
+        return folder == "/" ? "/" + name : folder + "/" + name
+    }
+
     /// `path` made absolute against `base`, without normalising, for joining a folder and a name.
     public static func join(_ folder: String, _ name: String) -> String {
         folder.hasSuffix("/") ? folder + name : folder + "/" + name

@@ -107,6 +107,29 @@ struct PathNameTests {
         }
     }
 
+    @Test("folder, name and joining agree with Foundation's NSString over every short normalised absolute path")
+    func lexicalPartsAgree() {
+        // Only where the lexical reading applies: the others go to Foundation itself (whose
+        // `deletingLastPathComponent` traps on "." here).
+        let alphabet: [Character] = ["/", ".", "a"]
+        var paths = [""]
+        var all: [String] = []
+        for _ in 0..<7 {
+            paths = paths.flatMap { path in alphabet.map { path + String($0) } }
+            all += paths.filter(PathName.isNormalizedAbsolute)
+        }
+        #expect(all.count > 50)
+        for path in all + ["/tmp/x/f0001.bin", "/é/ü.txt", "/a b/c d"] {
+            #expect(PathName.folder(of: path) == (path as NSString).deletingLastPathComponent, "\(path)")
+            #expect(PathName.lastComponent(of: path) == (path as NSString).lastPathComponent, "\(path)")
+            for name in ["a", "..", ".", "", "a/b", "f (1).bin", "ü"] {
+                #expect(
+                    PathName.appending(name, to: path) == (path as NSString).appendingPathComponent(name),
+                    "\(path) + \(name)")
+            }
+        }
+    }
+
     @Test("a writable folder is one; a file, a missing path and a file's child are not")
     func writableFolder() throws {
         let root = NSTemporaryDirectory() + "haul-paths-" + UUID().uuidString
