@@ -172,6 +172,8 @@ public actor DownloadManager {
     private var results: [String: DownloadResult] = [:]
     private var errors: [String: DownloadError] = [:]
     private var waiters: [String: [CheckedContinuation<DownloadResult, any Error>]] = [:]
+    /// Waits of `results(of:)`: the ids not ended yet, and whom to resume when none is left.
+    private var batchWaiters: [(open: Set<String>, continuation: CheckedContinuation<Void, Never>)] = []
     private var isShutDown = false
 
     /// `$HAUL_STATE_DIR`, else `$XDG_STATE_HOME/haul`, else `~/.local/state/haul`.
@@ -680,6 +682,7 @@ public actor DownloadManager {
             finish(id, with: .failure(DownloadError(.cancelled, "download paused: the manager shut down")))
             errors[id] = nil
         }
+        resumeBatchWaiters(ending: nil)
         hub.finishAll()
     }
 
@@ -794,21 +797,47 @@ public actor DownloadManager {
 
     /// Waits until the download completes (returning its result) or fails or is cancelled (throwing its error).
     public func result(of id: DownloadID) async throws -> DownloadResult {
-        if let result = results[id.rawValue] { return result }
-        if let error = errors[id.rawValue] { throw error }
-        let record = try require(id)
-        switch record.state {
-        case .completed:
-            if let result = try alreadyComplete(record) { return result }
-        case .failed:
-            throw record.error ?? DownloadError(.retriesExhausted, "download failed")
-        case .cancelled:
-            throw DownloadError(.cancelled, "download cancelled")
-        default: break
-        }
+        if let known = try endedResult(of: id) { return try known.get() }
         return try await withCheckedThrowingContinuation { continuation in
             waiters[id.rawValue, default: []].append(continuation)
         }
+    }
+
+    /// The outcome of each of `ids`, in their order, once every one has ended: what `result(of:)` returns or throws
+    /// for each, in one wait for the whole batch instead of one trip to the manager for every download. A shutdown
+    /// ends the wait: those that had not ended are `cancelled`.
+    public func results(of ids: [DownloadID]) async -> [Result<DownloadResult, any Error>] {
+        let open = Set(ids.filter { (try? endedResult(of: $0)) == nil }.map(\.rawValue))
+        if !open.isEmpty, !isShutDown {
+            await withCheckedContinuation { continuation in
+                batchWaiters.append((open, continuation))
+            }
+        }
+        return ids.map { id in
+            Result { () throws -> DownloadResult in
+                guard let known = try endedResult(of: id) else {
+                    throw DownloadError(.cancelled, "download paused: the manager shut down")
+                }
+                return try known.get()
+            }
+        }
+    }
+
+    /// The result of a download that has ended, nil while it has not (throws for an unknown id).
+    private func endedResult(of id: DownloadID) throws(DownloadError) -> Result<DownloadResult, DownloadError>? {
+        if let result = results[id.rawValue] { return .success(result) }
+        if let error = errors[id.rawValue] { return .failure(error) }
+        let record = try require(id)
+        switch record.state {
+        case .completed:
+            if let result = try alreadyComplete(record) { return .success(result) }
+        case .failed:
+            return .failure(record.error ?? DownloadError(.retriesExhausted, "download failed"))
+        case .cancelled:
+            return .failure(DownloadError(.cancelled, "download cancelled"))
+        default: break
+        }
+        return nil
     }
 
     /// Downloads `url` to `path` with a manager of its own and returns when the file is complete. The state lives in
@@ -1051,6 +1080,21 @@ public actor DownloadManager {
         }
         for waiter in waiters.removeValue(forKey: id) ?? [] {
             waiter.resume(with: result.mapError { $0 as any Error })
+        }
+        resumeBatchWaiters(ending: id)
+    }
+
+    /// Tells the batch waits of `results(of:)` that `id` ended (every id, with nil, at shutdown).
+    private func resumeBatchWaiters(ending id: String?) {
+        guard !batchWaiters.isEmpty else { return }
+        var index = 0
+        while index < batchWaiters.count {
+            if let id { batchWaiters[index].open.remove(id) } else { batchWaiters[index].open.removeAll() }
+            if batchWaiters[index].open.isEmpty {
+                batchWaiters.remove(at: index).continuation.resume()
+            } else {
+                index += 1
+            }
         }
     }
 

@@ -132,13 +132,11 @@ extension HaulCommand {
                     output.failedToAdd(url: failed.url, error.error)
                 }
             }
-            for (url, id) in ids {
-                do {
-                    outcomes.append((url, .success(try await manager.result(of: id))))
-                } catch {
-                    if signals.received != nil { break }
-                    outcomes.append((url, .failure(error)))
-                }
+            // One wait for the whole batch (a shutdown by a signal ends it too).
+            let results = await manager.results(of: ids.map(\.1))
+            for ((url, _), result) in zip(ids, results) {
+                if case .failure = result, signals.received != nil { break }
+                outcomes.append((url, result))
             }
             await manager.shutdown(pausing: true)
             await board.value

@@ -108,7 +108,10 @@ struct Output: Sendable {
                     }
                 case .completed:
                     board.progress[id] = nil
-                    guard ended.insert(id).inserted, let result = await result(id), !result.wasAlreadyComplete
+                    // Quiet, without JSON and without a terminal, a completed download shows nothing: its result is
+                    // not asked for (a trip to the manager for each of a thousand small files).
+                    guard ended.insert(id).inserted, !quiet || json || isTerminal, let result = await result(id),
+                        !result.wasAlreadyComplete
                     else { continue }
                     board.done += 1
                     board.doneBytes += result.bytes
