@@ -64,6 +64,10 @@ final class DownloadRunner: Sendable {
     private let state: Mutex<State>
     private let machine: Mutex<TransferMachine>
     private let startedAt: Duration
+    /// What does not change while it runs, kept apart from `record` (a copy of the whole record under the lock for
+    /// each look at one of them): the URL the user gave and the download's options.
+    private let source: String
+    private let options: DownloadOptions
 
     private struct State: Sendable {
         var record: DownloadRecord
@@ -100,7 +104,8 @@ final class DownloadRunner: Sendable {
         self.environment = environment
         id = DownloadID(record.id)
         state = Mutex(State(record: record))
-        let options = record.options
+        source = record.url
+        options = record.options
         var retry = environment.settings.retryPolicy
         retry.maximumAttemptsWithoutProgress = options.maximumAttemptsWithoutProgress
         machine = Mutex(
@@ -128,7 +133,7 @@ final class DownloadRunner: Sendable {
         defer { part?.unlock() }
         do {
             if let result = try await recognizeFinishedFile() { return .completed(result) }
-            if let destination = record.destination {
+            if let destination = state.withLock({ $0.record.destination }) {
                 let opened = try PartFile.open(path: destination + ".part")
                 state.withLock { $0.part = opened }
             }
@@ -258,8 +263,8 @@ final class DownloadRunner: Sendable {
                 do {
                     let response = try await environment.transport.send(
                         TransportRequest(
-                            url: try url(), headers: headers(for: request), tls: record.options.tls,
-                            network: record.options.network))
+                            url: try url(), headers: headers(for: request), tls: options.tls,
+                            network: options.network))
                     continuation.yield(.responded(id, generation, response))
                 } catch {
                     continuation.yield(.failed(id, generation, connectionError(error)))
@@ -398,7 +403,7 @@ final class DownloadRunner: Sendable {
     /// After a stop or a failure: every write of this run has ended, so after a sync the bytes written are
     /// durable, and the store gets them exactly.
     private func flush(_ mark: TransferMachine.Checkpoint) async {
-        guard let part, record.isPartVerified else { return }
+        guard let part, state.withLock({ $0.record.isPartVerified }) else { return }
         guard (try? await Blocking.run({ try part.syncData() })) != nil else { return }
         if let (_, intact) = await Self.tampering(of: part, with: mark) {
             try? await storeTampered(intact)
@@ -491,7 +496,7 @@ final class DownloadRunner: Sendable {
         continuation: AsyncStream<Event>.Continuation
     ) async {
         guard let part else {
-            continuation.yield(.failed(id, generation, DownloadError(.fileSystem, "no part file for \(record.url)")))
+            continuation.yield(.failed(id, generation, DownloadError(.fileSystem, "no part file for \(source)")))
             return
         }
         var writeback = WritebackStarter(part: part, from: body.start)
@@ -537,11 +542,11 @@ final class DownloadRunner: Sendable {
                 continuation.yield(.failed(id, generation, error))
                 return
             }
-            let host = response.finalURL.host ?? record.url
+            let host = response.finalURL.host ?? source
             var failure = LiveTransport.classify(error, connecting: false).error(host: host)
             if failure.code != .tls { failure.isRetryable = true }
             failure.message += " while the file was arriving"
-            environment.logger.debug("\(record.url): \(String(describing: error))")
+            environment.logger.debug("\(source): \(String(describing: error))")
             continuation.yield(.failed(id, generation, failure))
         }
     }
@@ -632,13 +637,13 @@ final class DownloadRunner: Sendable {
             // Stored with the next write of the transfer (when its body starts, or before the rename).
             state.withLock { $0.record.remoteFacts = facts }
         case .restarted(let reason):
-            environment.logger.notice("\(record.url): \(reason)")
+            environment.logger.notice("\(source): \(reason)")
             try await tellManager(.restarted(reason))
         case .retrying(let error, let delay, let attempts):
-            environment.logger.info("\(record.url): \(error.message); retrying in \(delay)")
+            environment.logger.info("\(source): \(error.message); retrying in \(delay)")
             try await tellManager(.retrying(error, delay: delay, attempts: attempts))
         case .waitingForNetwork(let error):
-            environment.logger.info("\(record.url): \(error.message); waiting for the network")
+            environment.logger.info("\(source): \(error.message); waiting for the network")
             try await tellManager(.waitingForNetwork(error))
         case .networkReturned:
             try await tellManager(.networkReturned)
@@ -652,8 +657,8 @@ final class DownloadRunner: Sendable {
     private func url() throws -> URL {
         // Always the URL the user gave: redirect targets are often short-lived signed URLs. Haul follows redirects
         // itself, so the Range still reaches the final target.
-        guard let url = URL(string: record.url) else {
-            throw DownloadError(.invalidURL, "the stored URL '\(record.url)' cannot be parsed")
+        guard let url = URL(string: source) else {
+            throw DownloadError(.invalidURL, "the stored URL '\(source)' cannot be parsed")
         }
         return url
     }
@@ -661,12 +666,12 @@ final class DownloadRunner: Sendable {
     private func connectionError(_ error: any Error) -> DownloadError {
         if let error = error as? DownloadError { return error }
         if error is CancellationError { return DownloadError(.cancelled, "request cancelled") }
-        return DownloadError(.connectionLost, "request to \(record.url) failed", underlying: error)
+        return DownloadError(.connectionLost, "request to \(source) failed", underlying: error)
     }
 
     private func headers(for request: RangeRequest) -> [(name: String, value: String)] {
         Self.headers(
-            options: record.options, defaultUserAgent: environment.settings.userAgent, range: request.rangeHeader,
+            options: options, defaultUserAgent: environment.settings.userAgent, range: request.rangeHeader,
             ifRange: request.ifRange)
     }
 
@@ -736,32 +741,31 @@ final class DownloadRunner: Sendable {
             record.isPartVerified, !FileSystem.exists(destination + ".part"), FileSystem.size(destination) == total
         else { return nil }
         let digests = try await Blocking.run {
-            [computesSHA256 = record.options.computesSHA256, checksum = record.options.checksum] in
+            [computesSHA256 = options.computesSHA256, checksum = options.checksum] in
             var algorithms = Set<Checksum.Algorithm>()
             if let checksum { algorithms.insert(checksum.algorithm) }
             if computesSHA256 { algorithms.insert(.sha256) }
             return algorithms.isEmpty ? [:] : try FileDigest.hexDigests(of: destination, algorithms: algorithms)
         }
-        if let checksum = record.options.checksum, digests[checksum.algorithm] != checksum.hex { return nil }
+        if let checksum = options.checksum, digests[checksum.algorithm] != checksum.hex { return nil }
         state.withLock { state in
             state.record.mayReplaceDestination = true
             state.record.completedAt = state.record.completedAt ?? Date()
         }
         return DownloadResult(
-            id: id, url: record.url, path: destination, bytes: total, sha256: digests[.sha256], seconds: 0,
+            id: id, url: source, path: destination, bytes: total, sha256: digests[.sha256], seconds: 0,
             resumedFrom: total, wasAlreadyComplete: true)
     }
 
     /// Verifies the part file's `total` bytes and moves them to the destination; throws `checksumMismatch` (with
     /// the part file emptied) when the checksum does not match.
     private func finalize(total: Int64) async throws -> DownloadResult {
-        guard let part, let destination = record.destination else {
-            throw DownloadError(.fileSystem, "nothing to finalise for \(record.url)")
+        guard let part, let destination = state.withLock({ $0.record.destination }) else {
+            throw DownloadError(.fileSystem, "nothing to finalise for \(source)")
         }
         let length = try part.length()
         if length > total { try part.truncate(to: total) }
         let size = min(length, total)
-        let options = record.options
         var algorithms = Set<Checksum.Algorithm>()
         if let checksum = options.checksum { algorithms.insert(checksum.algorithm) }
         if options.computesSHA256 { algorithms.insert(.sha256) }
@@ -785,7 +789,7 @@ final class DownloadRunner: Sendable {
             try await truncate(to: 0, forgetting: true)
             throw DownloadError(
                 .checksumMismatch,
-                "checksum mismatch for \(record.url): expected \(checksum), got \(checksum.algorithm.rawValue)=\(got); "
+                "checksum mismatch for \(source): expected \(checksum), got \(checksum.algorithm.rawValue)=\(got); "
                     + "the file was not kept"
             )
         }
@@ -796,8 +800,9 @@ final class DownloadRunner: Sendable {
             record.totalLength = size
             record.segments = nil
         }
-        let replacing = record.mayReplaceDestination
-        let isFolderDownload = record.directory != nil
+        let (replacing, isFolderDownload) = state.withLock {
+            ($0.record.mayReplaceDestination, $0.record.directory != nil)
+        }
         let target = try await Blocking.run {
             let target = try Self.moveIntoPlace(
                 part.path, destination: destination, replacing: replacing, isFolderDownload: isFolderDownload)
@@ -818,7 +823,7 @@ final class DownloadRunner: Sendable {
         let elapsed = environment.idleClock.now() - startedAt
         return DownloadResult(
             id: id,
-            url: record.url,
+            url: source,
             path: target,
             bytes: size,
             sha256: digests[.sha256],
