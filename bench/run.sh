@@ -3,9 +3,11 @@
 # memory (max RSS), and ratios:
 #   1. one large file (1 GiB, 256 MiB): haul get against curl;
 #   2. 256 MiB served at 20 MiB/s per connection (nginx limit_rate 20m): haul get -x 8 against aria2c -x8 -s8 -k1M;
-#   3. 1000 files of 64 KiB: haul get -j 16 -i list against aria2c -j16 -i list and curl --parallel-max 16.
+#   3. 1000 files of 64 KiB: haul get -j 16 -i list against aria2c -j16 -i list and curl --parallel-max 16, and the
+#      floor of Haul's guarantees on the disk alone (bench/floor.c: write, fsync, rename, folder fsync; no network).
 #
-#   bench/run.sh [ROUNDS]    (default 5; needs nginx, curl, aria2 and GNU time: apt-get install nginx-light curl aria2 time)
+#   bench/run.sh [ROUNDS]    (default 5; needs nginx, curl, aria2, GNU time and a C compiler:
+#                             apt-get install nginx-light curl aria2 time gcc)
 #   BENCH_ONLY=small bench/run.sh 9    (only some comparisons: a comma list of large, split, small)
 #
 # Each comparison starts with one untimed warm-up round of every tool (BENCH_WARMUP=0 skips it): on this VM the first
@@ -18,8 +20,8 @@ rounds=${1:-5}
 # Whether comparison $1 runs (BENCH_ONLY unset: all of them).
 only() { [ -z "${BENCH_ONLY:-}" ] || [[ ",$BENCH_ONLY," == *",$1,"* ]]; }
 
-for tool in nginx curl aria2c /usr/bin/time python3; do
-    command -v "$tool" >/dev/null 2>&1 || { echo "bench: $tool is missing (apt-get install nginx-light curl aria2 time)" >&2; exit 2; }
+for tool in nginx curl aria2c /usr/bin/time python3 cc; do
+    command -v "$tool" >/dev/null 2>&1 || { echo "bench: $tool is missing (apt-get install nginx-light curl aria2 time gcc)" >&2; exit 2; }
 done
 
 swift build -c release --static-swift-stdlib --product haul >/dev/null
@@ -153,20 +155,26 @@ small() {
     echo "$figures"
 }
 if only small; then
+# `floor` is bench/floor.c: the same 1000 files written, synced, moved and their folder synced, with no network at
+# all: what Haul's guarantees cost the disk before any HTTP (curl syncs nothing).
+cc -O2 -pthread -o "$work/floor" bench/floor.c
 : > "$work/haul.txt"
 : > "$work/aria2c.txt"
 : > "$work/curl.txt"
+: > "$work/floor.txt"
 for round in $(seq "$first_round" "$rounds"); do
     small "$haul" get -j 16 -i "$work/list.txt" -d "$work/out/small" --quiet --state-dir "$work/state" \
         >> "$(into "$round" haul)"
     small aria2c -j16 -i "$work/list.txt" -d "$work/out/small" -q --allow-overwrite=true --auto-file-renaming=false \
         >> "$(into "$round" aria2c)"
     small curl -s --parallel --parallel-max 16 -K "$work/curl.cfg" >> "$(into "$round" curl)"
+    small "$work/floor" "$work/out/small" >> "$(into "$round" floor)"
 done
 echo
 printf "%-9s %-7s %10s %10s %12s %s\n" "1000x64K" tool "wall (s)" "cpu (s)" "peak (MiB)" "  every round's wall (s)"
-for tool in haul aria2c curl; do row 1000x64K "$tool"; done
-printf "1000x64K  ratio haul/aria2c: wall %.2fx; haul/curl: wall %.2fx, cpu %.2fx\n" \
+for tool in haul aria2c curl floor; do row 1000x64K "$tool"; done
+printf "1000x64K  ratio haul/aria2c: wall %.2fx; haul/curl: wall %.2fx, cpu %.2fx; floor/curl: wall %.2fx, cpu %.2fx\n" \
     "$(awk "BEGIN { print $haul_wall / $aria2c_wall }")" "$(awk "BEGIN { print $haul_wall / $curl_wall }")" \
-    "$(awk "BEGIN { print $haul_cpu / $curl_cpu }")"
+    "$(awk "BEGIN { print $haul_cpu / $curl_cpu }")" "$(awk "BEGIN { print $floor_wall / $curl_wall }")" \
+    "$(awk "BEGIN { print $floor_cpu / $curl_cpu }")"
 fi
