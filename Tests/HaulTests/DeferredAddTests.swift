@@ -90,9 +90,8 @@ struct ExclusiveStoreTests {
 
 @Suite("Paths and folders", .teardowns)
 struct PathNameTests {
-    @Test("the quick check for a normalised absolute path agrees with normalising, over every short path")
-    func quickCheckAgrees() {
-        // Every string of up to 7 characters from an alphabet that makes every kind of component.
+    /// Every string of up to 7 characters from an alphabet that makes every kind of component.
+    static func shortPaths() -> [String] {
         let alphabet: [Character] = ["/", ".", "a"]
         var paths = [""]
         var all: [String] = []
@@ -100,7 +99,12 @@ struct PathNameTests {
             paths = paths.flatMap { path in alphabet.map { path + String($0) } }
             all += paths
         }
-        for path in all {
+        return all
+    }
+
+    @Test("the quick check for a normalised absolute path agrees with normalising, over every short path")
+    func quickCheckAgrees() {
+        for path in Self.shortPaths() {
             #expect(
                 PathName.isNormalizedAbsolute(path) == (path.hasPrefix("/") && PathName.normalized(path) == path),
                 "\(path)")
@@ -111,13 +115,7 @@ struct PathNameTests {
     func lexicalPartsAgree() {
         // Only where the lexical reading applies: the others go to Foundation itself (whose
         // `deletingLastPathComponent` traps on "." here).
-        let alphabet: [Character] = ["/", ".", "a"]
-        var paths = [""]
-        var all: [String] = []
-        for _ in 0..<7 {
-            paths = paths.flatMap { path in alphabet.map { path + String($0) } }
-            all += paths.filter(PathName.isNormalizedAbsolute)
-        }
+        let all = Self.shortPaths().filter(PathName.isNormalizedAbsolute)
         #expect(all.count > 50)
         for path in all + ["/tmp/x/f0001.bin", "/é/ü.txt", "/a b/c d"] {
             #expect(PathName.folder(of: path) == (path as NSString).deletingLastPathComponent, "\(path)")
