@@ -419,10 +419,16 @@ public struct DownloadStore: Sendable {
 
     /// Queues `update` and returns at once (`committed(_:)` waits for it): writes that no later step depends on are
     /// committed with others in one transaction, within moments.
+    ///
+    /// The store's own thread commits an update even when its caller waits for it (`startsAtOnce`), never the
+    /// caller's thread: the callers are downloads on Swift's cooperative pool (two threads on two cores), and one of
+    /// them committing there held a thread of the pool through SQLite's write while the others' updates queued behind.
+    /// For 1000 small files (`haul get -j 16`, nine interleaved pairs of runs): 1033–1158 commits instead of
+    /// 1457–1591, median CPU 0.76 s instead of 0.80 s and wall time 0.47 s instead of 0.50 s (lower in seven pairs).
     @discardableResult
     public func submit(_ update: RowUpdate, awaited: Bool = false) -> Commit {
         Commit(
-            ticket: queue.submit(awaited: awaited) { db in
+            ticket: queue.submit(awaited: awaited, startsAtOnce: true) { db in
                 try db.cachedStatement(sql: update.sql).execute(arguments: update.arguments)
             })
     }
