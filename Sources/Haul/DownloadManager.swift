@@ -654,6 +654,9 @@ public actor DownloadManager {
         try store.delete(id: id.rawValue)
         forget(record)
         sessionIDs.remove(id.rawValue)
+        // Whoever waits for its result hears that it is gone, instead of waiting for ever.
+        finish(id.rawValue, with: .failure(DownloadError(.notFound, "download \(id) was removed")))
+        errors[id.rawValue] = nil
         hub.emit(.removed(id))
     }
 
@@ -805,9 +808,13 @@ public actor DownloadManager {
 
     /// The outcome of each of `ids`, in their order, once every one has ended: what `result(of:)` returns or throws
     /// for each, in one wait for the whole batch instead of one trip to the manager for every download. A shutdown
-    /// ends the wait: those that had not ended are `cancelled`.
+    /// ends the wait: those that had not ended are `cancelled`; an unknown or removed id is `notFound`.
     public func results(of ids: [DownloadID]) async -> [Result<DownloadResult, any Error>] {
-        let open = Set(ids.filter { (try? endedResult(of: $0)) == nil }.map(\.rawValue))
+        // Still running or waiting: known and not ended (an unknown id is not waited for).
+        let open = Set(
+            ids.filter { id in
+                do { return try endedResult(of: id) == nil } catch { return false }
+            }.map(\.rawValue))
         if !open.isEmpty, !isShutDown {
             await withCheckedContinuation { continuation in
                 batchWaiters.append((open, continuation))

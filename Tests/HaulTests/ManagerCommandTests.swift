@@ -50,28 +50,38 @@ struct ManagerCommandTests {
         await manager.shutdown()
     }
 
-    @Test("one wait gives every download's outcome in order; a shutdown ends the wait for those still paused")
+    @Test("one wait gives every download's outcome in order; a removal or a shutdown ends the wait for the others")
     func resultsOfBatch() async throws {
         let h = try await Harness.make()
         h.server.serve("/ok", .init(body: body))
         h.server.serve("/gone", .init(body: body) { _, _ in .status(404, headers: [:]) })
         let manager = try h.manager()
-        let ids = try await manager.add([request(h, "/ok"), request(h, "/gone"), request(h, "/never")]).map(\.id)
-        try await manager.resume(ids[0])
-        try await manager.resume(ids[1])
-        // The third stays paused: only the shutdown ends the wait.
-        async let outcomes = manager.results(of: ids)
-        for await event in manager.events(for: ids[1]) { _ = event }
-        _ = try await manager.result(of: ids[0])
-        await manager.shutdown()
-        let results = await outcomes
+        let ids = try await manager.add(
+            [request(h, "/ok"), request(h, "/gone"), request(h, "/never"), request(h, "/removed")]
+        ).map(\.id)
         func failure(_ result: Result<DownloadResult, any Error>) -> DownloadError? {
             guard case .failure(let error) = result else { return nil }
             return error as? DownloadError
         }
+        // An unknown id is not waited for.
+        let unknown = await manager.results(of: [DownloadID("no-such-download")])
+        #expect(failure(unknown[0])?.code == .notFound)
+        try await manager.resume(ids[0])
+        try await manager.resume(ids[1])
+        // The fourth stays paused until it is removed: the removal ends the wait (else it would last until the
+        // test's time limit), and it is not found.
+        async let outcomes = manager.results(of: [ids[0], ids[1], ids[3]])
+        for await event in manager.events(for: ids[1]) { _ = event }
+        _ = try await manager.result(of: ids[0])
+        try await manager.remove(ids[3])
+        let results = await outcomes
         #expect(try results[0].get().bytes == Int64(body.count))
         #expect(failure(results[1])?.status == 404)
-        #expect(failure(results[2])?.code == .cancelled)
+        #expect(failure(results[2])?.code == .notFound)
+        // The third stays paused: only the shutdown ends its wait.
+        async let paused = manager.results(of: [ids[2]])
+        await manager.shutdown()
+        #expect(failure(await paused[0])?.code == .cancelled)
     }
 
     @Test("a list is added in one go, in order; a duplicate in it or in the store returns the existing id")
