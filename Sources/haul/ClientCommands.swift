@@ -8,6 +8,7 @@ extension HaulCommand {
     /// `haul add URL…`: queue downloads with the daemon and return at once.
     struct Add: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
+            commandName: "add",
             abstract: "Queue downloads with the running haul serve and print their ids.",
             discussion: "Returns at once; `haul watch` shows them. The same URL to the same place is added once.")
 
@@ -67,19 +68,22 @@ extension HaulCommand {
     /// `haul pause|resume|cancel|retry ID…`.
     struct Pause: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
+            commandName: "pause",
             abstract: "Pause downloads of the running haul serve (their exact offsets are kept).")
         @OptionGroup var target: Targets
         func run() async throws { try await target.apply("pause", done: "paused") }
     }
 
     struct Resume: AsyncParsableCommand {
-        static let configuration = CommandConfiguration(abstract: "Queue paused downloads of haul serve again.")
+        static let configuration = CommandConfiguration(
+            commandName: "resume", abstract: "Queue paused downloads of haul serve again.")
         @OptionGroup var target: Targets
         func run() async throws { try await target.apply("resume", done: "resumed") }
     }
 
     struct Cancel: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
+            commandName: "cancel",
             abstract: "Cancel downloads of haul serve (their part files are deleted; `haul retry` starts them again).")
         @OptionGroup var target: Targets
         func run() async throws { try await target.apply("cancel", done: "cancelled") }
@@ -87,6 +91,7 @@ extension HaulCommand {
 
     struct Retry: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
+            commandName: "retry",
             abstract: "Queue failed or cancelled downloads of haul serve again.")
         @OptionGroup var target: Targets
         func run() async throws { try await target.apply("retry", done: "queued again") }
@@ -95,6 +100,7 @@ extension HaulCommand {
     /// `haul watch [ID…]`: live progress from the daemon's event stream.
     struct Watch: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
+            commandName: "watch",
             abstract: "Show the live progress of haul serve's downloads until Ctrl-C.",
             discussion: """
                 Without ids, every download (and those added meanwhile). With --until-done, exits once none of them \

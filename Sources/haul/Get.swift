@@ -9,6 +9,7 @@ extension HaulCommand {
     /// `haul get URL…`: download files, resuming whatever is on disk.
     struct Get: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
+            commandName: "get",
             abstract: "Download URLs, resuming what is already on disk.",
             discussion: """
                 Several URLs (as arguments or with -i) run -j at a time; the same URL given twice is fetched once, \

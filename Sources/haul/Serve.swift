@@ -9,6 +9,7 @@ extension HaulCommand {
     /// `haul serve`: the daemon.
     struct Serve: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
+            commandName: "serve",
             abstract: "Run Haul as a service: an HTTP API, a live event stream, and the queue kept between runs.",
             discussion: """
                 Listens on 127.0.0.1:7165 and on STATE_DIR/haul.sock (for your own haul commands), writes \

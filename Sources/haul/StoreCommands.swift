@@ -227,6 +227,7 @@ extension HaulCommand {
     /// `haul clean`: forget finished downloads.
     struct Clean: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
+            commandName: "clean",
             abstract: "Forget completed, cancelled and failed downloads (their files stay).")
 
         @OptionGroup var state: StateOptions
