@@ -27,6 +27,8 @@ final class EventHub: Sendable {
         var isFinished = false
         /// Downloads that have ended (completed, failed, cancelled, removed) and not been started again.
         var ended: Set<DownloadID> = []
+        /// Downloads whose newest event left them queued or running: while any is, more events are on their way.
+        var busy: Set<DownloadID> = []
     }
 
     private let state: Mutex<State>
@@ -59,6 +61,16 @@ final class EventHub: Sendable {
             if let id = event.downloadID, let ends {
                 if ends { state.ended.insert(id) } else { state.ended.remove(id) }
             }
+            switch event {
+            case .added(let download), .changed(let download):
+                if download.state == .queued || download.state == .running {
+                    state.busy.insert(download.id)
+                } else {
+                    state.busy.remove(download.id)
+                }
+            case .removed(let id): state.busy.remove(id)
+            default: break
+            }
             var closed: [UInt64] = []
             for (key, subscriber) in state.subscribers
             where subscriber.filter == nil || subscriber.filter == event.downloadID {
@@ -85,6 +97,12 @@ final class EventHub: Sendable {
             }
         default: nil
         }
+    }
+
+    /// Whether the newest events left some download queued or running, so that more events are coming soon. A
+    /// download loaded from the store that has sent no event yet is not counted until it does.
+    var isBusy: Bool {
+        state.withLock { !$0.busy.isEmpty }
     }
 
     /// Marks downloads that ended before this run (a subscription to one of them ends at once).
@@ -141,7 +159,7 @@ final class EventHub: Sendable {
                 state.subscribers[state.nextSubscriber] = subscriber
                 state.nextSubscriber += 1
             }
-            return EventSubscription(subscriber: subscriber)
+            return EventSubscription(subscriber: subscriber, hub: self)
         }
     }
 
@@ -314,9 +332,15 @@ final class EventSubscriber: Sendable {
 public struct EventSubscription: AsyncSequence, Sendable {
     public typealias Element = SequencedEvent
     fileprivate let subscriber: EventSubscriber
+    fileprivate let hub: EventHub
 
     /// Ends the subscription from outside the reading task.
     public func cancel() { subscriber.finish() }
+
+    /// Whether some download is queued or running (as the events so far tell), so that more events are coming soon:
+    /// a writer may wait a moment to send them together. When none is, the event just read is the last for now
+    /// (typically the one that completes the last download) and is best sent at once.
+    public var isBusy: Bool { hub.isBusy }
 
     public struct AsyncIterator: AsyncIteratorProtocol {
         fileprivate let subscriber: EventSubscriber

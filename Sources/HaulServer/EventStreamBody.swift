@@ -46,10 +46,12 @@ struct EventStreamBody: AsyncSequence, Sendable {
                 // 1000 small files, the daemon's writev calls fell from 2,942 to 1,396. When fewer are queued, the
                 // write waits `gathering` for more: while many downloads run, events come every few hundred
                 // microseconds, and each write is a wake-up of the reader (the command line's `watch` spent a quarter
-                // of its CPU time on them); a few milliseconds is nothing to someone watching.
+                // of its CPU time on them); a few milliseconds is nothing to someone watching. When no download is
+                // queued or running any more, nothing more is coming: the event (the last download's completion,
+                // which `watch --until-done` waits for) goes at once.
                 var chunk = try frame(event)
                 var more = events.queued(upTo: 63)
-                if more.count < 63 {
+                if more.count < 63, subscription.isBusy {
                     try? await Task.sleep(for: Self.gathering)
                     more += events.queued(upTo: 63 - more.count)
                 }

@@ -17,6 +17,40 @@ struct EventHubTests {
         return all
     }
 
+    static func download(_ id: String, _ state: DownloadState) -> DownloadSnapshot {
+        DownloadSnapshot(
+            id: DownloadID(id), url: "http://h/\(id)", path: "/d/\(id)", directory: "/d", state: state,
+            priority: .normal, position: 1, receivedBytes: 0, totalBytes: nil, bytesPerSecond: 0,
+            secondsRemaining: nil, connections: 0, segments: nil, after: [], error: nil, isResumable: nil,
+            createdAt: Date(timeIntervalSince1970: 0), completedAt: nil, options: DownloadOptions(), rateLimit: nil,
+            origin: .api)
+    }
+
+    @Test("busy while some download's newest event leaves it queued or running; the event that ends the last is not")
+    func busy() {
+        let hub = EventHub(run: 1)
+        let subscription = hub.subscribe(filter: nil, after: nil, bounded: true) { .removed(DownloadID("x")) }
+        #expect(!subscription.isBusy)
+        hub.emit(.added(Self.download("a", .queued)))
+        hub.emit(.added(Self.download("b", .paused)))
+        #expect(subscription.isBusy)
+        hub.emit(.changed(Self.download("a", .running)))
+        hub.emit(Self.progress("a", 50))
+        hub.emit(.changed(Self.download("b", .queued)))
+        hub.emit(.changed(Self.download("a", .completed)))
+        #expect(subscription.isBusy)
+        hub.emit(.changed(Self.download("b", .running)))
+        hub.emit(.changed(Self.download("b", .paused)))
+        #expect(!subscription.isBusy)
+        hub.emit(.changed(Self.download("b", .queued)))
+        #expect(subscription.isBusy)
+        hub.emit(.removed(DownloadID("b")))
+        #expect(!subscription.isBusy)
+        hub.emit(.added(Self.download("c", .running)))
+        hub.emit(.changed(Self.download("c", .failed)))
+        #expect(!subscription.isBusy)
+    }
+
     @Test("ids count up from 1 within a run; lastID names the newest")
     func numbering() {
         let hub = EventHub(run: 7)
