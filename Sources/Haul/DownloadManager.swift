@@ -33,7 +33,8 @@ public actor DownloadManager {
 
         /// Where the store lives; nil keeps it in memory (nothing survives the process).
         public var stateDirectory: String?
-        /// Downloads running at once.
+        /// Downloads transferring at once. A download whose bytes have all arrived (verifying, syncing and moving
+        /// its file into place) gives its slot to the next one; at most as many again finish at the same time.
         public var maxConcurrentDownloads = 3
         /// A limit on all downloads together, in bytes a second (nil: none). `setRateLimit(_:)` changes it later.
         public var rateLimit: Int64?
@@ -165,6 +166,11 @@ public actor DownloadManager {
     /// `settings`, readable without a hop onto the actor (`settingsNow`).
     private let settingsMirror: Mutex<ManagerSettings>
     private var tasks: [String: Task<Void, Never>] = [:]
+    /// Running downloads whose bytes have all arrived and that are being verified, synced and moved into place: they
+    /// no longer hold one of the `maxConcurrentDownloads` transfer slots (at most as many again at once).
+    private var finishing: Set<String> = []
+    /// Downloads that hold a transfer slot.
+    private var transferring: Int { tasks.count - finishing.count }
     private let globalLimiter: RateLimiter
     private var downloadLimiters: [String: RateLimiter] = [:]
     private var stopReasons: [String: StopReason] = [:]
@@ -877,11 +883,11 @@ public actor DownloadManager {
     /// with a reason that names it.
     private func schedule() throws(DownloadError) {
         guard !isShutDown else { return }
-        guard tasks.count < settings.maxConcurrentDownloads else { return }
+        guard transferring < settings.maxConcurrentDownloads else { return }
         // The queue is kept in order: the first ones that may start are all this looks at (with thousands queued,
         // sorting them each time a download finished made a batch quadratic).
         var queued: [String] = []
-        var free = settings.maxConcurrentDownloads - tasks.count
+        var free = settings.maxConcurrentDownloads - transferring
         for key in catalog.queue where free > 0 {
             guard tasks[key.id] == nil, configuration.startsStoredDownloads || sessionIDs.contains(key.id),
                 let record = catalog[key.id]
@@ -891,7 +897,7 @@ public actor DownloadManager {
         }
         var failedAny = false
         for id in queued {
-            guard tasks.count < settings.maxConcurrentDownloads else { break }
+            guard transferring < settings.maxConcurrentDownloads else { break }
             guard let record = catalog[id] else { continue }
             switch prerequisiteStatus(of: record) {
             case .ready: try start(record)
@@ -1002,6 +1008,17 @@ public actor DownloadManager {
             // A folder download's name is news for subscribers; facts and offsets are not (progress tells the bytes).
             if named { hub.emit(.changed(snapshot(of: record))) }
             return store.submit(try .transfer(record), awaited: waiting)
+        case .finishing:
+            // Its file is synced and moved while the next download transfers: with many small files, the syncs
+            // (waits for the disk) no longer leave slots idle. Bounded, so a slow disk cannot gather every
+            // download of a batch into its queue.
+            guard finishing.count < settings.maxConcurrentDownloads else { return nil }
+            finishing.insert(id)
+            try? schedule()
+            return nil
+        case .transferring:
+            finishing.remove(id)
+            return nil
         case .restarted(let reason):
             record.error = nil
             record.attempts = 0
@@ -1040,6 +1057,7 @@ public actor DownloadManager {
 
     private func finished(_ id: String, outcome: RunOutcome, record runnerRecord: DownloadRecord) {
         tasks[id] = nil
+        finishing.remove(id)
         downloadLimiters[id] = nil
         hub.clearProgress(of: DownloadID(id))
         let reason = stopReasons.removeValue(forKey: id)

@@ -44,6 +44,11 @@ enum RunnerReport: Sendable {
     case retrying(DownloadError, delay: Duration, attempts: Int?)
     /// Connections open now.
     case connections(Int)
+    /// Every byte has arrived and no connection is open: what is left is verifying, syncing and moving the file.
+    /// The download no longer needs a transfer slot.
+    case finishing
+    /// After `finishing`, the download transfers again (the checksum did not match: a fresh fetch).
+    case transferring
 }
 
 /// How a run ended.
@@ -309,6 +314,7 @@ final class DownloadRunner: Sendable {
                         connections: progress.connections)))
         case .finalize(let total):
             await awaitConnections()
+            try await tellManager(.finishing)
             let outcome: TransferMachine.FinalizeOutcome
             let result: DownloadResult
             do { result = try await finalize(total: total) } catch let error as DownloadError
@@ -316,6 +322,7 @@ final class DownloadRunner: Sendable {
             {
                 outcome = .checksumMismatch(error)
                 let next = machine.withLock { $0.finalized(outcome, now: now()) }
+                try await tellManager(.transferring)
                 for action in next {
                     if let ended = try await perform(action, continuation: continuation) { return ended }
                 }

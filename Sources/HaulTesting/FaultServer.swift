@@ -315,6 +315,9 @@ public final class FaultServer: Sendable {
             headers.append(("Accept-Ranges", "bytes"))
         }
         if let disposition = resource.contentDisposition { headers.append(("Content-Disposition", disposition)) }
+        // A throttled answer is the last on its connection (`writeThrottled` closes it): say so, as a server does,
+        // or the client keeps the connection for its next request and finds it closed.
+        if resource.bytesPerSecond != nil { headers.append(("Connection", "close")) }
 
         // The requested range, honoured only when the resource accepts ranges and If-Range matches.
         var range: ClosedRange<Int>?

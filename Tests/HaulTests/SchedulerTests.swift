@@ -68,9 +68,37 @@ struct SchedulerTests {
         }
         for id in ids { _ = try await manager.result(of: id) }
         await manager.shutdown()
-        #expect(log.peakRunning == 3)
+        // Each throttled answer is one connection, closed by the server after its last byte: the connections open
+        // at once are the transfers at once.
+        #expect(h.server.peakConnections <= 3)
+        // The first three start together. A download whose bytes have all arrived gives its slot to the next while
+        // its file is synced and moved: at most as many again are running.
+        #expect((3...6).contains(log.peakRunning))
         #expect(log.starts == ids, "same priority: the order of adding")
         for index in 0..<8 { #expect(h.holds("\(index).bin", body)) }
+    }
+
+    @Test("a download whose bytes have all arrived gives its slot to the next before its file is moved into place")
+    func finishingGivesItsSlot() async throws {
+        let h = try await Harness.make()
+        serve(h, count: 3)
+        let manager = try manager(h, limit: 1)
+        let log = StateLog(manager.events())
+        var ids: [DownloadID] = []
+        for index in 0..<3 {
+            ids.append(try await manager.add(h.server.url("/\(index)"), to: .file(h.path("\(index).bin"))))
+        }
+        for id in ids { _ = try await manager.result(of: id) }
+        await manager.shutdown()
+        let order = log.all.map { "\(ids.firstIndex(of: $0.0) ?? -1) \($0.1)" }
+        // The second starts when the first reports that it is finishing, before its sync and rename: always before
+        // the first completes. (The third may not start that way: when the second finishes while the first still
+        // does, the second keeps its slot, as at most one may finish besides the one transferring.)
+        let second = order.firstIndex(of: "1 running") ?? .max
+        let first = order.firstIndex(of: "0 completed") ?? .min
+        #expect(second < first, "\(order)")
+        #expect(log.peakRunning == 2, "at most one finishing besides the one transferring")
+        for index in 0..<3 { #expect(h.holds("\(index).bin", body)) }
     }
 
     @Test("priority first, then the order of adding; move reorders")
@@ -144,7 +172,7 @@ struct SchedulerTests {
         await manager.resumeAll()
         for id in ids { _ = try await manager.result(of: id) }
         await manager.shutdown()
-        #expect(log.peakRunning == 3)
+        #expect((3...4).contains(log.peakRunning), "the raised limit is reached (one more while it finishes)")
         for index in 0..<4 { #expect(h.holds("\(index).bin", body)) }
         await #expect(throws: DownloadError.self) { try await manager.setMaxConcurrentDownloads(0) }
     }
@@ -153,6 +181,9 @@ struct SchedulerTests {
     func restart() async throws {
         let h = try await Harness.make()
         serve(h, count: 5, bytesPerSecond: 400_000)
+        // The others slower, so that some are still unfinished when the first manager stops, however busy the
+        // machine (a download whose bytes have all arrived hands its slot on at once).
+        for index in 1..<5 { h.server.serve("/\(index)", .init(body: body, bytesPerSecond: 100_000)) }
         let first = try manager(h, limit: 2)
         var ids: [DownloadID] = []
         for index in 0..<5 {
