@@ -38,7 +38,8 @@ extension HaulCommand {
             name: .shortAndLong, help: "Write into this folder under the server's names (default: the current folder).")
         var directory: String?
 
-        @Option(name: .shortAndLong, help: "Downloads at once (without a daemon; a daemon runs its own -j).")
+        @Option(
+            name: .shortAndLong, help: "Downloads transferring at once (without a daemon; a daemon runs its own -j).")
         var jobs: Int = 3
 
         @Flag(

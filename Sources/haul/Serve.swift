@@ -34,7 +34,7 @@ extension HaulCommand {
         @Option(help: "Where Haul keeps its state (default: $HAUL_STATE_DIR, else $XDG_STATE_HOME/haul).")
         var stateDir: String?
 
-        @Option(name: .shortAndLong, help: "Downloads at once.")
+        @Option(name: .shortAndLong, help: "Downloads transferring at once.")
         var jobs: Int?
 
         @Option(help: "Limit all downloads together to RATE bytes a second (e.g. 500K, 2M).")
