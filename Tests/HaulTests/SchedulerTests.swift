@@ -56,18 +56,24 @@ struct SchedulerTests {
         for index in 0..<count { h.server.serve("/\(index)", .init(body: body, bytesPerSecond: bytesPerSecond)) }
     }
 
-    @Test("the concurrency limit holds at every moment, and is reached")
-    func concurrencyLimit() async throws {
-        let h = try await Harness.make()
-        serve(h, count: 8)
-        let manager = try manager(h, limit: 3)
+    /// Adds `count` served files under a limit of `limit`, waits for all of them and shuts the manager down.
+    func batch(_ h: Harness, count: Int, limit: Int) async throws -> (ids: [DownloadID], log: StateLog) {
+        serve(h, count: count)
+        let manager = try manager(h, limit: limit)
         let log = StateLog(manager.events())
         var ids: [DownloadID] = []
-        for index in 0..<8 {
+        for index in 0..<count {
             ids.append(try await manager.add(h.server.url("/\(index)"), to: .file(h.path("\(index).bin"))))
         }
         for id in ids { _ = try await manager.result(of: id) }
         await manager.shutdown()
+        return (ids, log)
+    }
+
+    @Test("the concurrency limit holds at every moment, and is reached")
+    func concurrencyLimit() async throws {
+        let h = try await Harness.make()
+        let (ids, log) = try await batch(h, count: 8, limit: 3)
         // Each throttled answer is one connection, closed by the server after its last byte: the connections open
         // at once are the transfers at once.
         #expect(h.server.peakConnections <= 3)
@@ -81,15 +87,7 @@ struct SchedulerTests {
     @Test("a download whose bytes have all arrived gives its slot to the next before its file is moved into place")
     func finishingGivesItsSlot() async throws {
         let h = try await Harness.make()
-        serve(h, count: 3)
-        let manager = try manager(h, limit: 1)
-        let log = StateLog(manager.events())
-        var ids: [DownloadID] = []
-        for index in 0..<3 {
-            ids.append(try await manager.add(h.server.url("/\(index)"), to: .file(h.path("\(index).bin"))))
-        }
-        for id in ids { _ = try await manager.result(of: id) }
-        await manager.shutdown()
+        let (ids, log) = try await batch(h, count: 3, limit: 1)
         let order = log.all.map { "\(ids.firstIndex(of: $0.0) ?? -1) \($0.1)" }
         // The second starts when the first reports that it is finishing, before its sync and rename: always before
         // the first completes. (The third may not start that way: when the second finishes while the first still
