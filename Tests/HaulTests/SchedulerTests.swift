@@ -99,6 +99,43 @@ struct SchedulerTests {
         for index in 0..<3 { #expect(h.holds("\(index).bin", body)) }
     }
 
+    @Test("a finishing download sent back to transferring (its checksum failed after a resume) takes its slot back")
+    func refetchTakesItsSlotBack() async throws {
+        let h = try await Harness.make(jumpsPastStalls: false)
+        // A continues a partial file with a damaged byte: its checksum fails once all bytes are in, and it fetches
+        // the file whole again. That second request never answers (until A is cancelled).
+        let whole = testBytes(300_000, seed: 7)
+        var partial = Array(whole.prefix(120_000))
+        partial[1_000] ^= 0xFF
+        try Data(partial).write(to: URL(fileURLWithPath: h.path("a.bin")))
+        h.server.serve("/a", .init(body: whole) { index, _ in index == 1 ? .stallBeforeHead : nil })
+        let (stalls, stalled) = AsyncStream<Void>.makeStream()
+        h.server.onStall { _ in stalled.yield() }
+        serve(h, count: 2)
+        let manager = try manager(h, limit: 1)
+        let log = StateLog(manager.events())
+        let options = DownloadOptions(
+            checksum: try Checksum(parsing: "sha256=\(sha256Hex(whole))"), continuePartial: true)
+        let a = try await manager.add(h.server.url("/a"), to: .file(h.path("a.bin")), options: options)
+        let b = try await manager.add(h.server.url("/0"), to: .file(h.path("0.bin")))
+        let c = try await manager.add(h.server.url("/1"), to: .file(h.path("1.bin")))
+        // B started when A first finished. A then went back to transferring (its request is out), so when B finishes
+        // and completes, the one slot is A's: C must wait.
+        var waits = stalls.makeAsyncIterator()
+        _ = await waits.next()
+        _ = try await manager.result(of: b)
+        try await manager.cancel(a)
+        _ = try await manager.result(of: c)
+        await manager.shutdown()
+        let order = log.all.map { "\([a, b, c].firstIndex(of: $0.0) ?? -1) \($0.1)" }
+        let cStarts = order.firstIndex(of: "2 running") ?? .min
+        #expect(cStarts > (order.firstIndex(of: "0 cancelled") ?? .max), "\(order)")
+        // Continued (from a little before the partial's end: an adopted file's tail is fetched again), then whole.
+        let ranges = h.server.requests(to: "/a").map(\.range)
+        #expect(ranges.count == 2 && ranges[0]?.hasPrefix("bytes=") == true && ranges[1] == nil, "\(ranges)")
+        #expect(h.holds("1.bin", body))
+    }
+
     @Test("priority first, then the order of adding; move reorders")
     func priorityAndMove() async throws {
         let h = try await Harness.make()
