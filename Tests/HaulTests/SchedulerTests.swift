@@ -120,7 +120,8 @@ struct SchedulerTests {
         let b = try await manager.add(h.server.url("/0"), to: .file(h.path("0.bin")))
         let c = try await manager.add(h.server.url("/1"), to: .file(h.path("1.bin")))
         // B started when A first finished. A then went back to transferring (its request is out), so when B finishes
-        // and completes, the one slot is A's: C must wait.
+        // and completes, the one slot is A's: C must wait. (B's answer takes 0.1 s at 1 MB/s; A's check of its
+        // 300 KB and its new request take about a millisecond, so A is transferring again before B finishes.)
         var waits = stalls.makeAsyncIterator()
         _ = await waits.next()
         _ = try await manager.result(of: b)
