@@ -107,7 +107,7 @@ extension HaulCommand {
                 is queued or running: 0 when none failed, 1 otherwise.
                 """)
 
-        @Argument(help: "Ids or unique id prefixes (default: all).")
+        @Argument(help: "Ids, or the unique start or end of one (default: all).")
         var ids: [String] = []
 
         @Flag(help: "Exit when the downloads have finished.")
@@ -141,7 +141,7 @@ extension HaulCommand {
 
 /// The ids a command acts on, and how it reaches the daemon.
 struct Targets: ParsableArguments {
-    @Argument(help: "Ids or unique id prefixes, as `haul ls` shows them.")
+    @Argument(help: "Ids, or the unique start or end of one (`haul ls` shows the last 8 characters).")
     var ids: [String] = []
 
     @OptionGroup var state: StateOptions
@@ -160,9 +160,9 @@ struct Targets: ParsableArguments {
             do {
                 let after = try await client.command(command, download.id)
                 let name = after.path.map { ($0 as NSString).lastPathComponent } ?? after.url
-                print("haul: \(done) \(after.id.prefix(8)) \(name)")
+                print("haul: \(done) \(Format.shortID(after.id)) \(name)")
             } catch {
-                FileHandle.standardError.write(Data("haul: error: \(download.id.prefix(8)): \(error)\n".utf8))
+                FileHandle.standardError.write(Data("haul: error: \(Format.shortID(download.id)): \(error)\n".utf8))
                 refused = true
             }
         }

@@ -148,16 +148,16 @@ struct DaemonClient: Sendable {
         return body
     }
 
-    /// The downloads whose ids start with each of `prefixes` (as `haul ls` shows them); a prefix matching none or
-    /// several is an error.
-    func resolve(_ prefixes: [String]) async throws -> [Components.Schemas.Download] {
+    /// The downloads named by each of `names` (a whole id, or its start or its end as `haul ls` shows it); one
+    /// matching none or several is an error.
+    func resolve(_ names: [String]) async throws -> [Components.Schemas.Download] {
         let all = try await list()
-        return try prefixes.map { prefix in
-            let matches = all.filter { $0.id.hasPrefix(prefix.lowercased()) }
+        return try names.map { name in
+            let matches = all.filter { Format.id($0.id, matches: name) }
             guard matches.count == 1 else {
                 throw ClientError(
                     description: matches.isEmpty
-                        ? "no download with id \(prefix)" : "id \(prefix) matches \(matches.count) downloads")
+                        ? "no download with id \(name)" : "id \(name) matches \(matches.count) downloads")
             }
             return matches[0]
         }

@@ -188,6 +188,18 @@ struct Board {
 
 /// Human-readable numbers.
 enum Format {
+    /// How `haul ls` and the commands' messages show an id: its last 8 characters. New ids begin with the time of
+    /// their add (see `DownloadIDSource`), so their first characters are the same for a whole batch; their ends are
+    /// random.
+    static func shortID(_ id: String) -> String { String(id.suffix(8)) }
+
+    /// Whether `given` names `id`: the whole id, or its start or its end (any case), as a user copies it from
+    /// `haul ls` (the end) or from the API (the start).
+    static func id(_ id: String, matches given: String) -> Bool {
+        let given = given.lowercased()
+        return !given.isEmpty && (id.hasPrefix(given) || id.hasSuffix(given))
+    }
+
     static func bytes(_ count: Int64) -> String {
         let units = ["B", "KiB", "MiB", "GiB", "TiB"]
         var value = Double(count)

@@ -72,15 +72,16 @@ struct StateOptions: ParsableArguments {
         }
     }
 
-    /// The records whose ids start with each of `prefixes`; a prefix matching none or several is an error.
-    func records(_ prefixes: [String], in store: DownloadStore) throws -> [DownloadRecord] {
+    /// The records named by each of `names` (a whole id, or its start or end); one matching none or several is an
+    /// error.
+    func records(_ names: [String], in store: DownloadStore) throws -> [DownloadRecord] {
         let all = try store.allRecords()
-        return try prefixes.map { prefix in
-            let matches = all.filter { $0.id.hasPrefix(prefix.lowercased()) }
+        return try names.map { name in
+            let matches = all.filter { Format.id($0.id, matches: name) }
             guard matches.count == 1 else {
                 throw ValidationError(
                     matches.isEmpty
-                        ? "no download with id \(prefix)" : "id \(prefix) matches \(matches.count) downloads")
+                        ? "no download with id \(name)" : "id \(name) matches \(matches.count) downloads")
             }
             return matches[0]
         }
@@ -170,7 +171,7 @@ extension HaulCommand {
                 let connections = row.state == "running" ? "\(row.connections)" : "-"
                 print(
                     [
-                        String(row.id.prefix(8)), Format.fit(row.state, 17), Format.fit(progress, 5),
+                        Format.shortID(row.id), Format.fit(row.state, 17), Format.fit(progress, 5),
                         Format.fit(size, 10), Format.fit(connections, 3), place,
                     ].joined(separator: " "))
             }
@@ -181,7 +182,7 @@ extension HaulCommand {
     struct Remove: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
             commandName: "rm",
-            abstract: "Forget downloads (ids or unique id prefixes, as `haul ls` shows).",
+            abstract: "Forget downloads (ids, or the unique start or end of one, as `haul ls` shows).",
             discussion: """
                 The part file of an unfinished download is deleted; --delete-file also deletes a completed file. \
                 Without a daemon a running download cannot be removed (stop that haul first); through a daemon it is \
@@ -191,7 +192,7 @@ extension HaulCommand {
 
         @OptionGroup var state: StateOptions
 
-        @Argument(help: "Ids or unique id prefixes.")
+        @Argument(help: "Ids, or the unique start or end of one.")
         var ids: [String]
 
         @Flag(help: "Also delete the completed files.")
@@ -208,7 +209,7 @@ extension HaulCommand {
                 for record in try state.records(ids, in: store) {
                     guard record.state != .running else {
                         FileHandle.standardError.write(
-                            Data("haul: error: \(record.id.prefix(8)) is running; stop that haul first\n".utf8))
+                            Data("haul: error: \(Format.shortID(record.id)) is running; stop that haul first\n".utf8))
                         throw ExitCode(1)
                     }
                     try forget(record, in: store, deletingFile: deleteFile)

@@ -143,7 +143,11 @@ struct BatchCommandTests {
         #expect(plain.stdout.contains(workspace.path("a.bin")))
         let bID = try #require(
             rows.first { ($0["url"] as? String) == server.url("/b.bin").absoluteString }?["id"] as? String)
-        let removed = try await HaulProcess.run(["rm", String(bID.prefix(8)), "--delete-file"] + state, in: workspace)
+        // `haul ls` shows the end of each id (new ids begin with their time, the same for a batch), and `rm` takes it.
+        let bLine = try #require(plain.stdout.split(separator: "\n").first { $0.hasSuffix(workspace.path("b.bin")) })
+        let shown = String(bLine.prefix { $0 != " " })
+        #expect(shown == String(bID.suffix(8)))
+        let removed = try await HaulProcess.run(["rm", shown, "--delete-file"] + state, in: workspace)
         #expect(removed.status == 0, "\(removed.stderr)")
         #expect(!FileManager.default.fileExists(atPath: workspace.path("b.bin")))
         let unknown = try await HaulProcess.run(["rm", "zzzz"] + state, in: workspace)

@@ -86,6 +86,26 @@ struct Aria2RPCTests {
         #expect(Aria2Status.status(of: Self.snapshot(.completed)).object?["errorCode"] == "0")
     }
 
+    @Test("gids: the random hex digits of an id; time-ordered ids of one millisecond get distinct gids")
+    func gids() {
+        // An id made before ids began with their time (version 4): its first 16 hex digits, as before.
+        #expect(Aria2Status.gid(of: DownloadID("3f2a9c1e-7b4d-4e8a-9c0f-1a2b3c4d5e6f")) == "3f2a9c1e7b4d4e8a")
+        // Version 7: the first 12 hex digits are the time, so the last 16 are taken.
+        #expect(Aria2Status.gid(of: DownloadID("019ab3c4-5d6e-7f01-8a2b-3c4d5e6f7081")) == "8a2b3c4d5e6f7081")
+        // Short ids: a hash's.
+        #expect(Aria2Status.gid(of: DownloadID("s")).count == 16)
+        let ids = (0..<3).map { _ in
+            DownloadID("019ab3c4-5d6e-7" + Self.hex(3) + "-8" + Self.hex(3) + "-" + Self.hex(12))
+        }
+        let gids = ids.map(Aria2Status.gid(of:))
+        #expect(Set(gids).count == 3 && gids.allSatisfy(Aria2Status.isGID), "\(gids)")
+    }
+
+    /// `count` random lower-case hex digits.
+    static func hex(_ count: Int) -> String {
+        String((0..<count).map { _ in "0123456789abcdef".randomElement()! })
+    }
+
     @Test("bitfield: a piece counts once every byte of it is held, across segments")
     func bitfield() {
         let segments = [

@@ -209,19 +209,46 @@ struct EventHubTests {
 
 @Suite("Download ids")
 struct DownloadIDSourceTests {
-    @Test("ids are lower-case version 4 UUIDs, distinct across refills of the random pool")
+    @Test("ids are lower-case version 7 UUIDs: the time first, ordered by it, distinct across refills of the pool")
     func fresh() {
         var source = DownloadIDSource()
+        let start: UInt64 = 1_795_000_000_000  // 2026-11-17, in milliseconds
+        let clock = Milliseconds(start)
+        source.now = { clock.value }
         var seen: Set<String> = []
-        for _ in 0..<2_000 {
+        var previous = ""
+        for index in 0..<2_000 {
+            // Five ids in each millisecond: the random bits keep them apart.
+            if index % 5 == 0 { clock.value += 1 }
             let id = source.make().rawValue
             let uuid = UUID(uuidString: id)
             #expect(uuid != nil, "\(id)")
             #expect(id == id.lowercased() && id.count == 36)
             let bytes = uuid.map { withUnsafeBytes(of: $0.uuid) { Array($0) } } ?? []
-            #expect(bytes.count == 16 && bytes[6] >> 4 == 4 && bytes[8] >> 6 == 2, "version 4, RFC 4122 variant: \(id)")
+            #expect(bytes.count == 16 && bytes[6] >> 4 == 7 && bytes[8] >> 6 == 2, "version 7, RFC 4122 variant: \(id)")
+            let time = bytes.prefix(6).reduce(UInt64(0)) { $0 << 8 | UInt64($1) }
+            #expect(time == clock.value, "the first 48 bits are the time in milliseconds: \(id)")
+            // Ids of a later millisecond sort after every earlier one (the store's index of ids grows at its end).
+            if index % 5 == 0 { #expect(id > previous, "\(id) after \(previous)") }
+            previous = max(previous, id)
             seen.insert(id)
         }
         #expect(seen.count == 2_000)
     }
+
+    @Test("the wall clock's milliseconds by default")
+    func wallClock() {
+        var source = DownloadIDSource()
+        let before = UInt64(Date().timeIntervalSince1970 * 1000)
+        let id = source.make().rawValue.replacingOccurrences(of: "-", with: "")
+        let after = UInt64(Date().timeIntervalSince1970 * 1000) + 1
+        let time = UInt64(id.prefix(12), radix: 16) ?? 0
+        #expect(before <= time && time <= after, "\(time) within \(before)...\(after)")
+    }
+}
+
+/// A value a test's closure reads and the test moves on.
+private final class Milliseconds: @unchecked Sendable {
+    var value: UInt64
+    init(_ value: UInt64) { self.value = value }
 }
