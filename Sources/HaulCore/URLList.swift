@@ -9,13 +9,19 @@ public enum URLList {
     public static func parse(_ text: String) throws(DownloadError) -> [String] {
         var urls: [String] = []
         var seen = Set<String>()
-        for (number, raw) in text.split(separator: "\n", omittingEmptySubsequences: false).enumerated() {
-            let line = raw.trimmingCharacters(in: trimmed)
+        for (number, raw) in lines(of: text).enumerated() {
+            let line = String(trim(raw))
             if line.isEmpty || line.hasPrefix("#") { continue }
             try check(line, line: number + 1)
             if seen.insert(line).inserted { urls.append(line) }
         }
         return urls
+    }
+
+    /// The lines of `text`, ended by a line feed or a carriage return and line feed (a file written on Windows): Swift
+    /// reads "\r\n" as one character, which a split at "\n" alone does not split.
+    public static func lines(of text: String) -> [Substring] {
+        text.split(omittingEmptySubsequences: false) { $0 == "\n" || $0 == "\r\n" }
     }
 
     /// The URL schemes Haul downloads: HTTP, HTTPS, FTP, FTP with `AUTH TLS` (`ftpes`) and FTP over TLS (`ftps`).
@@ -36,6 +42,25 @@ public enum URLList {
             parsed.host?.isEmpty == false
         else { return false }
         return !url.unicodeScalars.contains { $0.value <= 0x20 || $0.value == 0x7F }
+    }
+
+    /// `text` without the white space around it: spaces, tabs and other Unicode space separators (Foundation's
+    /// `whitespaces`), and carriage returns. Read scalar by scalar, with ASCII decided without the character set:
+    /// `trimmingCharacters(in:)` bridged every line to `NSString` and was a tenth of `haul add -i`'s CPU time for a
+    /// list of 1000.
+    public static func trim(_ text: Substring) -> Substring {
+        var scalars = text.unicodeScalars[...]
+        while let first = scalars.first, isTrimmed(first) { scalars.removeFirst() }
+        while let last = scalars.last, isTrimmed(last) { scalars.removeLast() }
+        return Substring(scalars)
+    }
+
+    private static func isTrimmed(_ scalar: Unicode.Scalar) -> Bool {
+        switch scalar.value {
+        case 0x20, 0x09, 0x0D: true
+        case 0..<0x80: false
+        default: trimmed.contains(scalar)
+        }
     }
 
     private static let trimmed = CharacterSet.whitespaces.union(CharacterSet(charactersIn: "\r"))

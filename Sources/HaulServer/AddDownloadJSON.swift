@@ -8,7 +8,7 @@ import HaulAPI
 /// types. Anything else (a null, an unknown or repeated field, a number with a fraction where an integer belongs, a
 /// value of the wrong type, invalid UTF-8, malformed JSON) gives nil, and the request goes on to the generated route,
 /// which answers it as the document says, with the error naming the field. So the fast path never decides an error.
-enum AddDownloadJSON {
+public enum AddDownloadJSON {
     /// A parsed body.
     enum Body: Equatable {
         case one(Components.Schemas.AddDownload)
@@ -40,6 +40,86 @@ enum AddDownloadJSON {
             return nil
         }
         return scanner.isAtEnd ? body : nil
+    }
+
+    /// The body for a list of `items`, as the command line's `haul add` sends it: the fields that are set, in the
+    /// order of the document. Foundation's `JSONEncoder` took 6 ms for a list of 1000 (a seventh of `haul add`'s CPU
+    /// time), all of it before the request goes out.
+    public static func encode(_ items: [Components.Schemas.AddDownload]) -> [UInt8] {
+        var out: [UInt8] = []
+        out.reserveCapacity(items.count * 96)
+        out.append(UInt8(ascii: "["))
+        for (index, item) in items.enumerated() {
+            if index > 0 { out.append(UInt8(ascii: ",")) }
+            append(item, to: &out)
+        }
+        out.append(UInt8(ascii: "]"))
+        return out
+    }
+
+    private static func append(_ item: Components.Schemas.AddDownload, to out: inout [UInt8]) {
+        var first = true
+        func key(_ name: String) {
+            out.append(UInt8(ascii: first ? "{" : ","))
+            first = false
+            JSONText.appendString(name, to: &out)
+            out.append(UInt8(ascii: ":"))
+        }
+        func string(_ name: String, _ value: String?) {
+            guard let value else { return }
+            key(name)
+            JSONText.appendString(value, to: &out)
+        }
+        func integer(_ name: String, _ value: Int64?) {
+            guard let value else { return }
+            key(name)
+            JSONText.appendInteger(value, to: &out)
+        }
+        func bool(_ name: String, _ value: Bool?) {
+            guard let value else { return }
+            key(name)
+            out.append(contentsOf: (value ? "true" : "false").utf8)
+        }
+        string("url", item.url)
+        string("directory", item.directory)
+        string("filename", item.filename)
+        string("priority", item.priority?.rawValue)
+        if let after = item.after {
+            key("after")
+            out.append(UInt8(ascii: "["))
+            for (index, id) in after.enumerated() {
+                if index > 0 { out.append(UInt8(ascii: ",")) }
+                JSONText.appendString(id, to: &out)
+            }
+            out.append(UInt8(ascii: "]"))
+        }
+        integer("connections", item.connections.map(Int64.init))
+        integer("minSplitSize", item.minSplitSize)
+        string("checksum", item.checksum)
+        if let headers = item.headers {
+            key("headers")
+            out.append(UInt8(ascii: "{"))
+            for (index, (name, value)) in headers.additionalProperties.sorted(by: { $0.key < $1.key }).enumerated() {
+                if index > 0 { out.append(UInt8(ascii: ",")) }
+                JSONText.appendString(name, to: &out)
+                out.append(UInt8(ascii: ":"))
+                JSONText.appendString(value, to: &out)
+            }
+            out.append(UInt8(ascii: "}"))
+        }
+        integer("limitRate", item.limitRate)
+        bool("paused", item.paused)
+        bool("overwrite", item.overwrite)
+        bool("continuePartial", item.continuePartial)
+        string("userAgent", item.userAgent)
+        if let seconds = item.timeoutSeconds {
+            key("timeoutSeconds")
+            JSONText.appendNumber(seconds, to: &out)
+        }
+        integer("retries", item.retries.map(Int64.init))
+        bool("computeSha256", item.computeSha256)
+        // `url` is required, so the object is open here.
+        out.append(UInt8(ascii: "}"))
     }
 
     /// The field names, in the order of the document (a bit each, to find a repeated one).

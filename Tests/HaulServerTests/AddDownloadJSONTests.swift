@@ -48,6 +48,43 @@ struct AddDownloadJSONTests {
         #expect(fast == Self.generated(Array(text.utf8)))
     }
 
+    @Test("the command line's writer: what it writes reads back as the same items, by both readers", arguments: taken)
+    func writerRoundTrips(_ text: String) throws {
+        let items: [Add] =
+            switch try #require(Self.fast(text)) {
+            case .one(let item): [item]
+            case .list(let items): items
+            }
+        let written = AddDownloadJSON.encode(items)
+        #expect(Self.fast(written) == .list(items), "\(String(decoding: written, as: UTF8.self))")
+        #expect(Self.generated(written) == .list(items), "\(String(decoding: written, as: UTF8.self))")
+    }
+
+    @Test("the command line's writer: every field, and strings that need escapes")
+    func writerEveryField() throws {
+        var item = Add(url: "http://h/a \"q\" \\ \u{1}\t\n😀")
+        item.directory = "/d/ïr"
+        item.filename = "f\u{7f}.bin"
+        item.priority = .high
+        item.after = ["x", "y\"z"]
+        item.connections = 16
+        item.minSplitSize = 1 << 20
+        item.checksum = "sha256=00"
+        item.headers = .init(additionalProperties: ["X-B": "2", "X-A": "1\r"])
+        item.limitRate = .max
+        item.paused = true
+        item.overwrite = false
+        item.continuePartial = true
+        item.userAgent = "ua/1"
+        item.timeoutSeconds = 0.25
+        item.retries = 0
+        item.computeSha256 = false
+        let written = AddDownloadJSON.encode([item, Add(url: "http://h/b")])
+        #expect(Self.generated(written) == .list([item, Add(url: "http://h/b")]))
+        #expect(Self.fast(written) == .list([item, Add(url: "http://h/b")]))
+        #expect(AddDownloadJSON.encode([]) == Array("[]".utf8))
+    }
+
     static let leftToTheRoute: [String] = [
         "", "   ", "null", "{}", "[]", "[1]", #""url""#, "{", #"{"url":"http://h/a""#, #"{"url":"http://h/a",}"#,
         #"{"url":"http://h/a"} x"#, #"{"url":"http://h/a"}{"url":"http://h/b"}"#, #"[{"url":"http://h/a"},]"#,

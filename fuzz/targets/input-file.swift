@@ -1,3 +1,4 @@
+import Foundation
 import HaulCore
 
 // The input file (`-i FILE`): either every URL read is an http or https URL with a host, trimmed, with no space or
@@ -6,7 +7,15 @@ import HaulCore
 @_cdecl("LLVMFuzzerTestOneInput")
 public func fuzz(_ start: UnsafeRawPointer?, _ count: Int) -> CInt {
     let input = text(start, count)
-    let lines = input.split(separator: "\n", omittingEmptySubsequences: false).count
+    let split = URLList.lines(of: input)
+    let lines = split.count
+    // The trim reads scalars itself; Foundation's `trimmingCharacters(in:)` is the reference.
+    let white = CharacterSet.whitespaces.union(CharacterSet(charactersIn: "\r"))
+    for line in split {
+        expect(
+            String(URLList.trim(line)) == line.trimmingCharacters(in: white), "trimmed as Foundation trims",
+            input: input)
+    }
     let result = Result { () throws(DownloadError) in try URLList.parse(input) }
     switch result {
     case .success(let urls):

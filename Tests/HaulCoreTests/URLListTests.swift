@@ -1,0 +1,41 @@
+import Foundation
+import HaulCore
+import Testing
+
+@Suite("Input files: the URLs of -i FILE")
+struct URLListTests {
+    /// Foundation's trim of the same characters: what `URLList.trim` must agree with.
+    static func reference(_ text: String) -> String {
+        text.trimmingCharacters(in: CharacterSet.whitespaces.union(CharacterSet(charactersIn: "\r")))
+    }
+
+    static let lines: [String] = [
+        "", " ", "\t\r", "http://h/a", "  http://h/a  ", "\thttp://h/a\r", "http://h/a b", " \u{A0}http://h/a\u{3000} ",
+        "\u{2003}\u{2009}x\u{200A}", "\u{85}x\u{85}", "\u{2028}x", "é", " é ", "😀 ", "\r\r x \r", "\u{0B}x\u{0C}",
+        "x\u{1680}", "\u{202F}\u{205F}",
+    ]
+
+    @Test("trims what Foundation's whitespaces and a carriage return are, and nothing else", arguments: lines)
+    func trim(_ line: String) {
+        #expect(String(URLList.trim(Substring(line))) == Self.reference(line), "\(line.unicodeScalars.map(\.value))")
+    }
+
+    @Test("one URL a line, trimmed; comments and blank lines skipped; each URL once; a bad line named")
+    func parse() throws {
+        let text = "# list\n\n  http://h/a \r\n\thttps://h/b\nhttp://h/a\n\u{A0}ftp://h/c\u{A0}\n"
+        #expect(try URLList.parse(text) == ["http://h/a", "https://h/b", "ftp://h/c"])
+        // A file written on Windows: "\r\n" is one character to Swift, and ends a line all the same.
+        #expect(
+            try URLList.parse("http://h/a\r\nhttp://h/b\r\n\r\n# c\r\nhttp://h/d") == [
+                "http://h/a", "http://h/b", "http://h/d",
+            ])
+        #expect(URLList.lines(of: "a\r\nb\nc\r\n").count == 4)
+        #expect(throws: DownloadError.self) { try URLList.parse("http://h/a\nnot a url\n") }
+        do {
+            _ = try URLList.parse("http://h/a\n\nmailto:x@h\n")
+            Issue.record("a mailto: line is refused")
+        } catch {
+            #expect(error.message.contains("(line 3)"), "\(error.message)")
+        }
+    }
+}
