@@ -70,7 +70,7 @@ struct DaemonClient: Sendable {
         request.method = .POST
         request.headers.add(name: "Content-Type", value: "application/json")
         if let token { request.headers.add(name: "Authorization", value: "Bearer \(token)") }
-        request.body = .bytes(AddDownloadJSON.encode(items))
+        request.body = .bytes(try AddDownloadJSON.encode(items) ?? Array(JSONEncoder().encode(items)))
         let (status, body) = try await call { () async throws -> (Int, Data) in
             let response = try await http.execute(request, timeout: .seconds(60))
             // The answer grows with the list, about 1.1 KB a download: the longest list the daemon takes (8 MiB of

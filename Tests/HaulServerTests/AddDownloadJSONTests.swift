@@ -55,7 +55,7 @@ struct AddDownloadJSONTests {
             case .one(let item): [item]
             case .list(let items): items
             }
-        let written = AddDownloadJSON.encode(items)
+        let written = try #require(AddDownloadJSON.encode(items))
         #expect(Self.fast(written) == .list(items), "\(String(decoding: written, as: UTF8.self))")
         #expect(Self.generated(written) == .list(items), "\(String(decoding: written, as: UTF8.self))")
     }
@@ -79,10 +79,18 @@ struct AddDownloadJSONTests {
         item.timeoutSeconds = 0.25
         item.retries = 0
         item.computeSha256 = false
-        let written = AddDownloadJSON.encode([item, Add(url: "http://h/b")])
+        let written = try #require(AddDownloadJSON.encode([item, Add(url: "http://h/b")]))
         #expect(Self.generated(written) == .list([item, Add(url: "http://h/b")]))
         #expect(Self.fast(written) == .list([item, Add(url: "http://h/b")]))
         #expect(AddDownloadJSON.encode([]) == Array("[]".utf8))
+        // A field it does not write (credentials, cookies, TLS, a proxy): nil, and the caller's JSONEncoder writes
+        // the list, so nothing is dropped.
+        var private_ = Add(url: "http://h/p")
+        private_.credentials = .init(user: "alice", password: "wonder")
+        #expect(AddDownloadJSON.encode([Add(url: "http://h/a"), private_]) == nil)
+        var cookies = Add(url: "http://h/c")
+        cookies.cookies = "session=ok"
+        #expect(AddDownloadJSON.encode([cookies]) == nil)
     }
 
     static let leftToTheRoute: [String] = [
