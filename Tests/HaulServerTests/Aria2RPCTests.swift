@@ -94,16 +94,14 @@ struct Aria2RPCTests {
         #expect(Aria2Status.gid(of: DownloadID("019ab3c4-5d6e-7f01-8a2b-3c4d5e6f7081")) == "8a2b3c4d5e6f7081")
         // Short ids: a hash's.
         #expect(Aria2Status.gid(of: DownloadID("s")).count == 16)
-        let ids = (0..<3).map { _ in
-            DownloadID("019ab3c4-5d6e-7" + Self.hex(3) + "-8" + Self.hex(3) + "-" + Self.hex(12))
-        }
+        // Ids of one millisecond whose first 16 hex digits are the same (time, version, the first random bits):
+        // their gids differ, as the first 16 digits would not.
+        let ids = [
+            "019ab3c4-5d6e-7f01-8a2b-3c4d5e6f7081", "019ab3c4-5d6e-7f01-9c00-000000000001",
+            "019ab3c4-5d6e-7f01-b7ff-ffffffffffff",
+        ].map(DownloadID.init)
         let gids = ids.map(Aria2Status.gid(of:))
         #expect(Set(gids).count == 3 && gids.allSatisfy(Aria2Status.isGID), "\(gids)")
-    }
-
-    /// `count` random lower-case hex digits.
-    static func hex(_ count: Int) -> String {
-        String((0..<count).map { _ in "0123456789abcdef".randomElement()! })
     }
 
     @Test("bitfield: a piece counts once every byte of it is held, across segments")
