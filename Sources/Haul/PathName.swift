@@ -70,7 +70,7 @@ public enum PathName {
     }
 
     /// The name of `path`: `NSString.lastPathComponent`, without Foundation for a normalised absolute path.
-    static func lastComponent(of path: String) -> String {
+    public static func lastComponent(of path: String) -> String {
         guard isNormalizedAbsolute(path), let slash = path.utf8.lastIndex(of: UInt8(ascii: "/")) else {
             return (path as NSString).lastPathComponent
         }

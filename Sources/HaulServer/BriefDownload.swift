@@ -44,15 +44,23 @@ public struct BriefDownload: Decodable, Equatable, Sendable {
             rateLimit: nil, origin: .api, sha256: sha256)
     }
 
+    /// One download's JSON text (an event's data, read in place): read by the scanner, else by `decoder`.
+    public static func decode(_ text: String, with decoder: JSONDecoder) throws -> BriefDownload {
+        var text = text
+        if let brief = text.withUTF8({ read(UnsafeRawBufferPointer($0)) }) { return brief }
+        return try decoder.decode(BriefDownload.self, from: Data(text.utf8))
+    }
+
+    /// The download in `bytes`, which hold nothing else, or nil when the scanner does not take them.
+    static func read(_ bytes: UnsafeRawBufferPointer) -> BriefDownload? {
+        var scanner = JSONScanner(bytes)
+        guard let brief = read(&scanner), scanner.isAtEnd else { return nil }
+        return brief
+    }
+
     /// One download's JSON: read by the scanner, else by `decoder`.
     public static func decode(_ data: Data, with decoder: JSONDecoder) throws -> BriefDownload {
-        if let brief = data.withUnsafeBytes({ bytes -> BriefDownload? in
-            var scanner = JSONScanner(bytes)
-            guard let brief = read(&scanner), scanner.isAtEnd else { return nil }
-            return brief
-        }) {
-            return brief
-        }
+        if let brief = data.withUnsafeBytes({ read($0) }) { return brief }
         return try decoder.decode(BriefDownload.self, from: data)
     }
 
@@ -69,48 +77,49 @@ public struct BriefDownload: Decodable, Equatable, Sendable {
         var seen: UInt16 = 0
         if !scanner.take(UInt8(ascii: "}")) {
             while true {
-                guard let name = scanner.string(), scanner.take(UInt8(ascii: ":")) else { return nil }
-                if let bit = Self.fields[name] {
+                guard let name = scanner.name(), scanner.take(UInt8(ascii: ":")) else { return nil }
+                let field = Field(name)
+                if field != .other {
                     // JSONDecoder takes the last of a repeated key; rare enough to leave to it.
-                    guard seen & bit == 0 else { return nil }
-                    seen |= bit
+                    guard seen & field.rawValue == 0 else { return nil }
+                    seen |= field.rawValue
                 }
-                switch name {
-                case "id":
+                switch field {
+                case .id:
                     guard let value = scanner.string() else { return nil }
                     id = value
-                case "url":
+                case .url:
                     guard let value = scanner.string() else { return nil }
                     url = value
-                case "state":
+                case .state:
                     guard let value = scanner.string() else { return nil }
                     state = value
-                case "receivedBytes":
+                case .receivedBytes:
                     guard let value = scanner.integer() else { return nil }
                     receivedBytes = value
-                case "connections":
+                case .connections:
                     guard let value = scanner.integer().flatMap({ Int(exactly: $0) }) else { return nil }
                     connections = value
-                case "path":
+                case .path:
                     guard let value = optionalString(&scanner) else { return nil }
                     brief.path = value
-                case "directory":
+                case .directory:
                     guard let value = optionalString(&scanner) else { return nil }
                     brief.directory = value
-                case "sha256":
+                case .sha256:
                     guard let value = optionalString(&scanner) else { return nil }
                     brief.sha256 = value
-                case "totalBytes":
+                case .totalBytes:
                     if !scanner.null() {
                         guard let value = scanner.integer() else { return nil }
                         brief.totalBytes = value
                     }
-                case "error":
+                case .error:
                     if !scanner.null() {
                         guard let failure = readFailure(&scanner) else { return nil }
                         brief.error = failure
                     }
-                default:
+                case .other:
                     guard scanner.skipValue() else { return nil }
                 }
                 if scanner.take(UInt8(ascii: ",")) { continue }
@@ -127,11 +136,41 @@ public struct BriefDownload: Decodable, Equatable, Sendable {
         return brief
     }
 
-    /// The fields read, a bit each (to find a repeated one).
-    private static let fields: [String: UInt16] = [
-        "id": 1, "url": 2, "state": 4, "receivedBytes": 8, "connections": 16, "path": 32, "directory": 64,
-        "sha256": 128, "totalBytes": 256, "error": 512,
-    ]
+    /// The fields read, a bit each (to find a repeated one), told apart by their names' bytes.
+    private enum Field: UInt16 {
+        case other = 0
+        case id = 1
+        case url = 2
+        case state = 4
+        case receivedBytes = 8
+        case connections = 16
+        case path = 32
+        case directory = 64
+        case sha256 = 128
+        case totalBytes = 256
+        case error = 512
+
+        init(_ name: UnsafeRawBufferPointer) {
+            let field: Field
+            let word: StaticString
+            switch (name.count, name.first) {
+            case (2, UInt8(ascii: "i")): (field, word) = (.id, "id")
+            case (3, UInt8(ascii: "u")): (field, word) = (.url, "url")
+            case (5, UInt8(ascii: "s")): (field, word) = (.state, "state")
+            case (13, UInt8(ascii: "r")): (field, word) = (.receivedBytes, "receivedBytes")
+            case (11, UInt8(ascii: "c")): (field, word) = (.connections, "connections")
+            case (4, UInt8(ascii: "p")): (field, word) = (.path, "path")
+            case (9, UInt8(ascii: "d")): (field, word) = (.directory, "directory")
+            case (6, UInt8(ascii: "s")): (field, word) = (.sha256, "sha256")
+            case (10, UInt8(ascii: "t")): (field, word) = (.totalBytes, "totalBytes")
+            case (5, UInt8(ascii: "e")): (field, word) = (.error, "error")
+            default:
+                self = .other
+                return
+            }
+            self = JSONScanner.matches(name, word) ? field : .other
+        }
+    }
 
     /// A string or null: `.some(nil)` for null, nil when it is neither.
     private static func optionalString(_ scanner: inout JSONScanner) -> String?? {
@@ -145,20 +184,24 @@ public struct BriefDownload: Decodable, Equatable, Sendable {
         var code: String?
         var message: String?
         var httpStatus: Int?
-        var seen: Set<String> = []
+        var seen: UInt8 = 0
         if !scanner.take(UInt8(ascii: "}")) {
             while true {
-                guard let name = scanner.string(), scanner.take(UInt8(ascii: ":")) else { return nil }
-                switch name {
-                case "code", "message", "httpStatus":
-                    guard seen.insert(name).inserted else { return nil }
-                    if name == "code" {
-                        guard let value = scanner.string() else { return nil }
-                        code = value
-                    } else if name == "message" {
-                        guard let value = scanner.string() else { return nil }
-                        message = value
-                    } else if !scanner.null() {
+                guard let name = scanner.name(), scanner.take(UInt8(ascii: ":")) else { return nil }
+                let bit: UInt8 =
+                    JSONScanner.matches(name, "code")
+                    ? 1 : JSONScanner.matches(name, "message") ? 2 : JSONScanner.matches(name, "httpStatus") ? 4 : 0
+                guard seen & bit == 0 else { return nil }
+                seen |= bit
+                switch bit {
+                case 1:
+                    guard let value = scanner.string() else { return nil }
+                    code = value
+                case 2:
+                    guard let value = scanner.string() else { return nil }
+                    message = value
+                case 4:
+                    if !scanner.null() {
                         guard let value = scanner.integer().flatMap({ Int(exactly: $0) }) else { return nil }
                         httpStatus = value
                     }
@@ -179,6 +222,14 @@ public struct BriefDownload: Decodable, Equatable, Sendable {
 public struct BriefSnapshot: Decodable, Equatable, Sendable {
     public var downloads: [BriefDownload]
 
+    /// An object with a `downloads` list as text (an event's data, read in place): read by the scanner, else by
+    /// `decoder`.
+    public static func decode(_ text: String, with decoder: JSONDecoder) throws -> BriefSnapshot {
+        var text = text
+        if let snapshot = text.withUTF8({ read(UnsafeRawBufferPointer($0)) }) { return snapshot }
+        return try decoder.decode(BriefSnapshot.self, from: Data(text.utf8))
+    }
+
     /// An object with a `downloads` list: read by the scanner, else by `decoder`.
     public static func decode(_ data: Data, with decoder: JSONDecoder) throws -> BriefSnapshot {
         if let snapshot = data.withUnsafeBytes({ read($0) }) { return snapshot }
@@ -191,8 +242,8 @@ public struct BriefSnapshot: Decodable, Equatable, Sendable {
         var downloads: [BriefDownload]?
         if !scanner.take(UInt8(ascii: "}")) {
             while true {
-                guard let name = scanner.string(), scanner.take(UInt8(ascii: ":")) else { return nil }
-                if name == "downloads" {
+                guard let name = scanner.name(), scanner.take(UInt8(ascii: ":")) else { return nil }
+                if JSONScanner.matches(name, "downloads") {
                     guard downloads == nil, scanner.take(UInt8(ascii: "[")) else { return nil }
                     var list: [BriefDownload] = []
                     if !scanner.take(UInt8(ascii: "]")) {
@@ -238,6 +289,19 @@ public struct BriefProgress: Equatable, Sendable {
     }
 
     /// One progress event's data: read by the scanner, else by `decoder`.
+    public static func decode(_ text: String, with decoder: JSONDecoder) throws -> BriefProgress {
+        var text = text
+        if let brief = text.withUTF8({ bytes -> BriefProgress? in
+            var scanner = JSONScanner(UnsafeRawBufferPointer(bytes))
+            guard let brief = read(&scanner), scanner.isAtEnd else { return nil }
+            return brief
+        }) {
+            return brief
+        }
+        return try decode(Data(text.utf8), with: decoder)
+    }
+
+    /// One progress event's data: read by the scanner, else by `decoder`.
     public static func decode(_ data: Data, with decoder: JSONDecoder) throws -> BriefProgress {
         if let brief = data.withUnsafeBytes({ bytes -> BriefProgress? in
             var scanner = JSONScanner(bytes)
@@ -266,26 +330,26 @@ public struct BriefProgress: Equatable, Sendable {
         var seen: UInt8 = 0
         if !scanner.take(UInt8(ascii: "}")) {
             while true {
-                guard let name = scanner.string(), scanner.take(UInt8(ascii: ":")), let bit = Self.fields[name],
+                guard let name = scanner.name(), scanner.take(UInt8(ascii: ":")), let bit = Self.bit(of: name),
                     seen & bit == 0
                 else { return nil }
                 seen |= bit
-                switch name {
-                case "id":
+                switch bit {
+                case 1:
                     guard let value = scanner.string() else { return nil }
                     id = value
-                case "receivedBytes":
+                case 2:
                     guard let value = scanner.integer() else { return nil }
                     receivedBytes = value
-                case "totalBytes":
+                case 4:
                     if !scanner.null() {
                         guard let value = scanner.integer() else { return nil }
                         totalBytes = value
                     }
-                case "bytesPerSecond":
+                case 8:
                     guard let value = scanner.number() else { return nil }
                     bytesPerSecond = value
-                case "etaSeconds":
+                case 16:
                     if !scanner.null() {
                         guard let value = scanner.number() else { return nil }
                         etaSeconds = value
@@ -305,7 +369,14 @@ public struct BriefProgress: Equatable, Sendable {
             etaSeconds: etaSeconds, connections: connections)
     }
 
-    private static let fields: [String: UInt8] = [
-        "id": 1, "receivedBytes": 2, "totalBytes": 4, "bytesPerSecond": 8, "etaSeconds": 16, "connections": 32,
+    /// The fields the document defines, a bit each (to find a repeated one).
+    private static let fields: [(name: StaticString, bit: UInt8)] = [
+        ("id", 1), ("receivedBytes", 2), ("totalBytes", 4), ("bytesPerSecond", 8), ("etaSeconds", 16),
+        ("connections", 32),
     ]
+
+    /// The bit of a field the document defines, nil for any other name.
+    private static func bit(of name: UnsafeRawBufferPointer) -> UInt8? {
+        fields.first { JSONScanner.matches(name, $0.name) }?.bit
+    }
 }

@@ -1,3 +1,7 @@
+#if canImport(Glibc)
+    import Glibc
+#endif
+
 /// A reader of JSON tokens over bytes (RFC 8259), for the hand-written decoders: each method skips the whitespace
 /// before its token and returns nil, consuming nothing it can promise, when the next token is not what it reads.
 package struct JSONScanner {
@@ -40,6 +44,31 @@ package struct JSONScanner {
         guard peek() == byte else { return false }
         index += 1
         return true
+    }
+
+    /// The bytes of a string that is plain ASCII without escapes, as the names of the fields the hand-written readers
+    /// know are; nil for any other string (the reader then leaves the text to Foundation's decoder). Matching a name by
+    /// its bytes spares making a `String` of it and hashing it: with that, reading a download's 25 names was half of
+    /// reading it. The bytes are the scanner's, valid while its buffer is.
+    package mutating func name() -> UnsafeRawBufferPointer? {
+        guard take(UInt8(ascii: "\"")) else { return nil }
+        let start = index
+        while index < bytes.count {
+            let byte = bytes[index]
+            if byte == UInt8(ascii: "\"") {
+                index += 1
+                return UnsafeRawBufferPointer(rebasing: bytes[start..<(index - 1)])
+            }
+            guard byte >= 0x20, byte < 0x80, byte != UInt8(ascii: "\\") else { return nil }
+            index += 1
+        }
+        return nil
+    }
+
+    /// Whether `name` (from `name()`) is `word`.
+    package static func matches(_ name: UnsafeRawBufferPointer, _ word: StaticString) -> Bool {
+        name.count == word.utf8CodeUnitCount
+            && (name.count == 0 || memcmp(name.baseAddress!, word.utf8Start, name.count) == 0)
     }
 
     /// A string, unescaped; nil for invalid UTF-8, a raw control character, a bad escape or a lone surrogate.

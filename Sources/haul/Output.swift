@@ -99,7 +99,8 @@ struct Output: Sendable {
             switch event {
             case .added(let download), .changed(let download):
                 let id = download.id
-                if let path = download.path { board.names[id] = (path as NSString).lastPathComponent }
+                // The names are drawn only on a terminal's board.
+                if isTerminal && !quiet, let path = download.path { board.names[id] = PathName.lastComponent(of: path) }
                 switch download.state {
                 case .running, .waitingForNetwork:
                     ended.remove(id)

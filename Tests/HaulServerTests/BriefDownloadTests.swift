@@ -53,6 +53,36 @@ struct BriefDownloadTests {
         #expect(Self.fast(Array(text.utf8)) == nil)
     }
 
+    @Test(
+        "names are matched by their bytes: a name with an escape or beyond ASCII is left to Foundation's decoder",
+        arguments: [
+            (#""id""#, "id", true), (#""idx""#, "id", false), (#""i""#, "id", false), (#""""#, "", true),
+            (#""\u0069d""#, "id", false), (#""naïve""#, "naïve", false), (#""a\"b""#, "a\"b", false),
+        ] as [(String, String, Bool)])
+    func names(_ text: String, _ word: String, _ matches: Bool) {
+        let found = Array(text.utf8).withUnsafeBytes { raw -> Bool in
+            var scanner = JSONScanner(raw)
+            guard let name = scanner.name() else { return false }
+            return Array(name) == Array(word.utf8)
+        }
+        #expect(found == matches)
+    }
+
+    @Test("a field named with an escape is read by Foundation's decoder, the same from text as from bytes")
+    func escapedName() throws {
+        let text = #"{"\u0069d":"a","url":"u","state":"queued","receivedBytes":1,"connections":0,"\u0065rror":null}"#
+        #expect(Self.fast(Array(text.utf8)) == nil)
+        let fromText = try BriefDownload.decode(text, with: JSONDecoder())
+        #expect(fromText.id == "a")
+        #expect(fromText == (try BriefDownload.decode(Data(text.utf8), with: JSONDecoder())))
+        for bytes in Self.written {
+            let written = String(decoding: bytes, as: UTF8.self)
+            #expect(try BriefDownload.decode(written, with: JSONDecoder()) == Self.fast(bytes))
+        }
+        let progress = String(decoding: Self.progressWritten[0], as: UTF8.self)
+        #expect(try BriefProgress.decode(progress, with: JSONDecoder()) == Self.fastProgress(Self.progressWritten[0]))
+    }
+
     @Test("nulls, unknown fields of every kind and an error without a status are read")
     func unknownAndNull() throws {
         let text = #"""
