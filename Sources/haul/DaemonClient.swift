@@ -317,24 +317,13 @@ struct RemoteEvents: Sendable {
         case "progress":
             return .progress(try BriefProgress.decode(text, with: decoder).progress)
         default:
-            return try decode(name, Data(text.utf8), decoder)
+            return try decodeRare(name, Data(text.utf8), decoder)
         }
     }
 
-    static func decode(_ name: String, _ data: Data, _ decoder: JSONDecoder) throws -> DownloadEvent? {
+    /// The kinds of event that come a few times a run, read by Foundation's decoder; nil for a kind not known here.
+    private static func decodeRare(_ name: String, _ data: Data, _ decoder: JSONDecoder) throws -> DownloadEvent? {
         switch name {
-        case "snapshot":
-            let snapshot = try BriefSnapshot.decode(data, with: decoder)
-            return .snapshot(
-                ManagerSnapshot(
-                    downloads: snapshot.downloads.map(\.snapshot), stats: DownloadStats(bytesPerSecond: 0, counts: [:]),
-                    settings: ManagerSettings()))
-        case "added":
-            return .added(try BriefDownload.decode(data, with: decoder).snapshot)
-        case "changed":
-            return .changed(try BriefDownload.decode(data, with: decoder).snapshot)
-        case "progress":
-            return .progress(try BriefProgress.decode(data, with: decoder).progress)
         case "retrying":
             let retrying = try decoder.decode(Components.Schemas.Retrying.self, from: data)
             return .retrying(
