@@ -58,12 +58,6 @@ public struct BriefDownload: Decodable, Equatable, Sendable {
         return brief
     }
 
-    /// One download's JSON: read by the scanner, else by `decoder`.
-    public static func decode(_ data: Data, with decoder: JSONDecoder) throws -> BriefDownload {
-        if let brief = data.withUnsafeBytes({ read($0) }) { return brief }
-        return try decoder.decode(BriefDownload.self, from: data)
-    }
-
     /// A download object at the scanner, or nil (the scanner then stands anywhere inside it) when it is not one the
     /// scanner reads exactly as `JSONDecoder` would: a field of the wrong type, a repeated field, a missing one.
     static func read(_ scanner: inout JSONScanner) -> BriefDownload? {
@@ -288,33 +282,22 @@ public struct BriefProgress: Equatable, Sendable {
             secondsRemaining: etaSeconds, connections: connections)
     }
 
-    /// One progress event's data: read by the scanner, else by `decoder`.
+    /// One progress event's data (read in place): read by the scanner, else by `decoder`.
     public static func decode(_ text: String, with decoder: JSONDecoder) throws -> BriefProgress {
         var text = text
-        if let brief = text.withUTF8({ bytes -> BriefProgress? in
-            var scanner = JSONScanner(UnsafeRawBufferPointer(bytes))
-            guard let brief = read(&scanner), scanner.isAtEnd else { return nil }
-            return brief
-        }) {
-            return brief
-        }
-        return try decode(Data(text.utf8), with: decoder)
-    }
-
-    /// One progress event's data: read by the scanner, else by `decoder`.
-    public static func decode(_ data: Data, with decoder: JSONDecoder) throws -> BriefProgress {
-        if let brief = data.withUnsafeBytes({ bytes -> BriefProgress? in
-            var scanner = JSONScanner(bytes)
-            guard let brief = read(&scanner), scanner.isAtEnd else { return nil }
-            return brief
-        }) {
-            return brief
-        }
-        let progress = try decoder.decode(Components.Schemas.Progress.self, from: data)
+        if let brief = text.withUTF8({ read(UnsafeRawBufferPointer($0)) }) { return brief }
+        let progress = try decoder.decode(Components.Schemas.Progress.self, from: Data(text.utf8))
         return BriefProgress(
             id: progress.id, receivedBytes: progress.receivedBytes, totalBytes: progress.totalBytes,
             bytesPerSecond: progress.bytesPerSecond, etaSeconds: progress.etaSeconds,
             connections: progress.connections)
+    }
+
+    /// The progress in `bytes`, which hold nothing else, or nil when the scanner does not take them.
+    static func read(_ bytes: UnsafeRawBufferPointer) -> BriefProgress? {
+        var scanner = JSONScanner(bytes)
+        guard let brief = read(&scanner), scanner.isAtEnd else { return nil }
+        return brief
     }
 
     /// A progress object at the scanner, or nil when it is not one the scanner reads exactly as the generated
