@@ -59,7 +59,9 @@ public struct APIError: Error, Sendable, Equatable, CustomStringConvertible {
         var object: [String: Any] = ["code": code, "message": message]
         if let index { object["index"] = index }
         if let field { object["field"] = field }
-        return (try? JSONSerialization.data(withJSONObject: ["error": object], options: [.sortedKeys])) ?? Data()
+        return
+            (try? JSONSerialization.data(
+                withJSONObject: ["error": object], options: [.sortedKeys, .withoutEscapingSlashes])) ?? Data()
     }
 }
 

@@ -60,7 +60,9 @@ struct Output: Sendable {
                 "url": result.url, "path": result.path, "bytes": result.bytes, "sha256": result.sha256 ?? NSNull(),
                 "seconds": result.seconds, "resumed-from": result.resumedFrom,
             ]
-            if let data = try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys]) {
+            if let data = try? JSONSerialization.data(
+                withJSONObject: object, options: [.sortedKeys, .withoutEscapingSlashes])
+            {
                 FileHandle.standardOutput.write(data + Data("\n".utf8))
             }
         }

@@ -160,14 +160,21 @@ extension HaulCommand {
                         "connections": row.connections,
                     ]
                 }
-                let data = try JSONSerialization.data(withJSONObject: objects, options: [.sortedKeys])
+                let data = try JSONSerialization.data(
+                    withJSONObject: objects, options: [.sortedKeys, .withoutEscapingSlashes])
                 FileHandle.standardOutput.write(data + Data("\n".utf8))
                 return
             }
             for row in rows {
                 let progress = row.total.map { $0 > 0 ? "\(row.bytes * 100 / $0)%" : "100%" } ?? "-"
                 let size = row.total.map(Format.bytes) ?? "?"
-                let place = row.destination ?? row.directory.map { $0 + "/" } ?? "?"
+                var place = row.destination ?? row.directory.map { $0 + "/" } ?? "?"
+                // Before a response names the file, only its URL tells the user which download this is; and a failed
+                // or waiting one says why (the JSON form has both too).
+                if row.destination == nil { place += " (\(row.url))" }
+                if let error = row.error, row.state == "failed" || row.state == "waitingForNetwork" {
+                    place += ": \(error)"
+                }
                 let connections = row.state == "running" ? "\(row.connections)" : "-"
                 print(
                     [
@@ -213,15 +220,28 @@ extension HaulCommand {
                         throw ExitCode(1)
                     }
                     try forget(record, in: store, deletingFile: deleteFile)
+                    reportForgotten(
+                        record.id, path: record.destination, url: record.url,
+                        deletedFile: deleteFile && record.state == .completed)
                 }
             case .daemon(let client):
                 defer { Task { await client.shutdown() } }
                 try await runOrExit {
                     for download in try await client.resolve(ids) {
                         try await client.delete(download.id, deletingFile: deleteFile)
+                        reportForgotten(
+                            download.id, path: download.path, url: download.url,
+                            deletedFile: deleteFile && download.state == .completed)
                     }
                 }
             }
+        }
+
+        /// One line a download, as `pause` and `resume` say what they did (an id's start or end names several
+        /// downloads only in error, but the user sees which one went).
+        private func reportForgotten(_ id: String, path: String?, url: String, deletedFile: Bool) {
+            let name = path.map(PathName.lastComponent(of:)) ?? url
+            print("haul: forgot \(Format.shortID(id)) \(name)\(deletedFile ? " and deleted its file" : "")")
         }
     }
 

@@ -135,12 +135,19 @@ struct BatchCommandTests {
         #expect(listed.status == 0)
         let rows = try #require(try JSONSerialization.jsonObject(with: Data(listed.stdout.utf8)) as? [[String: Any]])
         #expect(rows.count == 3)
+        // URLs and paths as written, not with every slash escaped ("http:\/\/"), for grep and the eye.
+        #expect(listed.stdout.contains(server.url("/a.bin").absoluteString))
+        #expect(!listed.stdout.contains("\\/"))
         let states = Dictionary(uniqueKeysWithValues: rows.map { ($0["url"] as! String, $0["state"] as! String) })
         #expect(states[server.url("/a.bin").absoluteString] == "completed")
         #expect(states[server.url("/nope").absoluteString] == "failed")
         let plain = try await HaulProcess.run(["ls"] + state, in: workspace)
         #expect(plain.stdout.split(separator: "\n").count == 3)
         #expect(plain.stdout.contains(workspace.path("a.bin")))
+        // The failed one, whose server never named a file, shows its URL and why it failed.
+        let failedLine = try #require(plain.stdout.split(separator: "\n").first { $0.contains(" failed ") })
+        #expect(failedLine.contains("(\(server.url("/nope").absoluteString)): "))
+        #expect(failedLine.contains("404"), "\(failedLine)")
         let bID = try #require(
             rows.first { ($0["url"] as? String) == server.url("/b.bin").absoluteString }?["id"] as? String)
         // `haul ls` shows the end of each id (new ids begin with their time, the same for a batch), and `rm` takes it.
@@ -149,6 +156,7 @@ struct BatchCommandTests {
         #expect(shown == String(bID.suffix(8)))
         let removed = try await HaulProcess.run(["rm", shown, "--delete-file"] + state, in: workspace)
         #expect(removed.status == 0, "\(removed.stderr)")
+        #expect(removed.stdout == "haul: forgot \(shown) b.bin and deleted its file\n", "\(removed.stdout)")
         #expect(!FileManager.default.fileExists(atPath: workspace.path("b.bin")))
         let unknown = try await HaulProcess.run(["rm", "zzzz"] + state, in: workspace)
         #expect(unknown.status == 2)

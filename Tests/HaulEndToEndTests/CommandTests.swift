@@ -113,6 +113,7 @@ struct CommandTests {
         #expect((json?["sha256"] as? String)?.count == 64)
         #expect(json?["resumed-from"] as? Int == 0)
         #expect(json?["url"] as? String == server.url("/f").absoluteString)
+        #expect(first.stdout.contains("\"path\":\"\(workspace.path("f.bin"))\""))
         let second = try await HaulProcess.run(["get", server.url("/f").absoluteString, "-o", "f.bin"], in: workspace)
         #expect(second.status == 0)
         #expect(second.stderr.contains("already complete"))

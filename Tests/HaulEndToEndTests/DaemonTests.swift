@@ -166,6 +166,7 @@ struct DaemonTests {
         #expect(workspace.holds("slow.bin", body) && workspace.holds("quick.bin", body))
         let removed = try await HaulProcess.run(["rm", String(id.suffix(8)), "--delete-file"] + state, in: workspace)
         #expect(removed.status == 0)
+        #expect(removed.stdout == "haul: forgot \(id.suffix(8)) slow.bin and deleted its file\n", "\(removed.stdout)")
         #expect(!FileManager.default.fileExists(atPath: workspace.path("slow.bin")))
         let clean = try await HaulProcess.run(["clean"] + state, in: workspace)
         #expect(clean.stdout.contains("forgot 1 download"))
