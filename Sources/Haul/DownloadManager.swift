@@ -180,6 +180,9 @@ public actor DownloadManager {
     private var waiters: [String: [CheckedContinuation<DownloadResult, any Error>]] = [:]
     /// Waits of `results(of:)`: the ids not ended yet, and whom to resume when none is left.
     private var batchWaiters: [(open: Set<String>, continuation: CheckedContinuation<Void, Never>)] = []
+    /// Waits of `waitUntilStopped`, by a key of their own (a cancelled wait removes itself).
+    private var stopWaiters: [Int: StopWaiter] = [:]
+    private var nextStopWaiter = 0
     private var isShutDown = false
 
     /// `$HAUL_STATE_DIR`, else `$XDG_STATE_HOME/haul`, else `~/.local/state/haul`.
@@ -692,6 +695,7 @@ public actor DownloadManager {
             errors[id] = nil
         }
         resumeBatchWaiters(ending: nil)
+        for key in Array(stopWaiters.keys) { endStopWait(key) }
         hub.finishAll()
     }
 
@@ -836,6 +840,66 @@ public actor DownloadManager {
         }
     }
 
+    /// Whether none of `ids` (no download at all, when nil) is queued, running or waiting for the network: each has
+    /// completed, failed, been cancelled or paused. An unknown or removed id has stopped.
+    public func haveStopped(_ ids: [DownloadID]? = nil) -> Bool {
+        guard let ids else { return workingCount == 0 }
+        return ids.allSatisfy { id in catalog[id.rawValue].map { !Self.holdsWork($0.state) } ?? true }
+    }
+
+    /// Returns once `haveStopped(ids)` holds (downloads added meanwhile count when `ids` is nil; a named download
+    /// queued again counts again), when the calling task is cancelled, or when the manager shuts down: ask
+    /// `haveStopped` which. Each change of a download's state is checked against the waits, none is polled.
+    public func waitUntilStopped(_ ids: [DownloadID]? = nil) async {
+        guard !isShutDown, !haveStopped(ids) else { return }
+        let key = nextStopWaiter
+        nextStopWaiter += 1
+        let named = ids.map { Set($0.map(\.rawValue)) }
+        let open = named.map { names in names.filter { catalog[$0].map { Self.holdsWork($0.state) } ?? false } }
+        await withTaskCancellationHandler {
+            await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+                if Task.isCancelled {
+                    continuation.resume()
+                } else {
+                    stopWaiters[key] = StopWaiter(named: named, open: open ?? [], continuation: continuation)
+                }
+            }
+        } onCancel: {
+            Task { await self.endStopWait(key) }
+        }
+    }
+
+    /// How many waits of `waitUntilStopped` are pending (for tests that must know a wait has begun).
+    public var pendingStopWaits: Int { stopWaiters.count }
+
+    private func endStopWait(_ key: Int) {
+        stopWaiters.removeValue(forKey: key)?.continuation.resume()
+    }
+
+    /// Queued, running or waiting for the network: the states a wait for downloads to stop waits out.
+    private static func holdsWork(_ state: DownloadState) -> Bool { state == .queued || state.isActive }
+
+    private var workingCount: Int {
+        catalog.counts[.queued, default: 0] + catalog.counts[.running, default: 0]
+            + catalog.counts[.waitingForNetwork, default: 0]
+    }
+
+    /// Tells the waits of `waitUntilStopped` that `id` now holds work (queued, running, waiting) or not.
+    private func tellStopWaiters(_ id: String, holdsWork: Bool) {
+        var done: [Int] = []
+        for (key, var waiter) in stopWaiters {
+            if let named = waiter.named {
+                guard named.contains(id) else { continue }
+                if holdsWork { waiter.open.insert(id) } else { waiter.open.remove(id) }
+                stopWaiters[key] = waiter
+                if waiter.open.isEmpty { done.append(key) }
+            } else if workingCount == 0 {
+                done.append(key)
+            }
+        }
+        for key in done { endStopWait(key) }
+    }
+
     /// The result of a download that has ended, nil while it has not (throws for an unknown id).
     private func endedResult(of id: DownloadID) throws(DownloadError) -> Result<DownloadResult, DownloadError>? {
         if let result = results[id.rawValue] { return .success(result) }
@@ -948,9 +1012,16 @@ public actor DownloadManager {
     }
 
     @discardableResult
-    private func keep(_ record: DownloadRecord) -> DownloadRecord { catalog.keep(record) }
+    private func keep(_ record: DownloadRecord) -> DownloadRecord {
+        let kept = catalog.keep(record)
+        if !stopWaiters.isEmpty { tellStopWaiters(record.id, holdsWork: Self.holdsWork(record.state)) }
+        return kept
+    }
 
-    private func forget(_ record: DownloadRecord) { catalog.forget(record) }
+    private func forget(_ record: DownloadRecord) {
+        catalog.forget(record)
+        if !stopWaiters.isEmpty { tellStopWaiters(record.id, holdsWork: false) }
+    }
 
     private func start(_ record: DownloadRecord) throws(DownloadError) {
         var record = record
@@ -1277,6 +1348,13 @@ public actor DownloadManager {
 }
 
 /// The records in memory with the indexes the manager keeps beside them.
+/// One wait of `DownloadManager.waitUntilStopped`: the downloads named (nil: all) and those of them still holding work.
+private struct StopWaiter {
+    var named: Set<String>?
+    var open: Set<String>
+    let continuation: CheckedContinuation<Void, Never>
+}
+
 private struct Catalog {
     /// One record, held by reference: a dictionary of 20,000 records inline took 13 MiB, most of it empty buckets
     /// as large as a record.

@@ -82,7 +82,12 @@ extension APIError {
             if let inner = error.underlyingError as? APIError { return inner }
             if let inner = error.underlyingError as? DownloadError { return APIError(inner) }
             if let decoding = Self.decodingError(in: error.underlyingError) {
-                return describe(decoding, body: body)
+                // The runtime reads query parameters with a decoder of their own, whose errors do not name the
+                // parameter: a request without a body names its query instead of "the body".
+                let path = error.request.path ?? ""
+                let query =
+                    (body?.readableBytes ?? 0) == 0 ? path.firstIndex(of: "?").map { path[$0...].dropFirst() } : nil
+                return describe(decoding, body: body, query: query.map(String.init))
             }
             switch error.httpStatus {
             case .unsupportedMediaType:
@@ -109,7 +114,7 @@ extension APIError {
     }
 
     /// A 400 naming the item and field a decoding error is about.
-    private static func describe(_ error: DecodingError, body: ByteBuffer?) -> APIError {
+    private static func describe(_ error: DecodingError, body: ByteBuffer?, query: String?) -> APIError {
         var error = error
         // A body that may be an object or a list (adding downloads) fails as a whole; pick the attempt that matches
         // the body's shape: its first error for an object, its second for a list.
@@ -149,6 +154,9 @@ extension APIError {
         let index = context.codingPath.first?.intValue
         let names = context.codingPath.filter { $0.intValue == nil }.map(\.stringValue)
         guard let field = names.first else {
+            if let query {
+                return APIError(.badRequest, "invalidQuery", "in the query '\(query)', a value \(problem)")
+            }
             let place = index.map { "item \($0) " } ?? "the body "
             return APIError(.badRequest, "invalidBody", place + problem, index: index)
         }

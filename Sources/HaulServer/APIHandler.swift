@@ -6,6 +6,7 @@ import HaulCore
 import NIOCore
 import NIOFoundationCompat
 import OpenAPIRuntime
+import ServiceLifecycle
 
 /// The API's operations, implemented on a `DownloadManager`. One handler per door: what a request may do depends on
 /// whether it came over the network or through the local socket.
@@ -363,6 +364,35 @@ public struct APIHandler: APIProtocol {
             if let field, error.code == .notFound { throw .invalidField(field, "no download with id \(id)") }
             throw APIError(error)
         }
+    }
+
+    public func waitForDownloads(_ input: Operations.WaitForDownloads.Input) async throws
+        -> Operations.WaitForDownloads.Output
+    {
+        let seconds = input.query.timeout ?? 30
+        guard (0...60).contains(seconds) else { throw APIError.invalidField("timeout", "must be between 0 and 60") }
+        let ids = input.query.download.flatMap { $0.isEmpty ? nil : $0.map(DownloadID.init) }
+        if let ids {
+            // Every name must be a download (404 otherwise), as for the event stream's `download`.
+            do { _ = try await manager.snapshots(of: ids) } catch { throw APIError(error) }
+        }
+        let manager = self.manager
+        if seconds > 0, !(await manager.haveStopped(ids)) {
+            // Whichever comes first: the downloads stop, the time is up, or the daemon shuts down gracefully (which
+            // must not wait out a client's long poll).
+            await cancelWhenGracefulShutdown {
+                await withTaskGroup(of: Void.self) { group in
+                    group.addTask { await manager.waitUntilStopped(ids) }
+                    group.addTask { try? await Task.sleep(for: .seconds(seconds)) }
+                    await group.next()
+                    group.cancelAll()
+                }
+            }
+        }
+        let done = await manager.haveStopped(ids)
+        var downloads: [Components.Schemas.Download] = []
+        if let ids { downloads = await manager.snapshots(ofExisting: ids).map(Components.Schemas.Download.init) }
+        return .ok(.init(body: .json(.init(done: done, downloads: downloads))))
     }
 
     // MARK: The daemon

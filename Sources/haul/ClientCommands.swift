@@ -104,7 +104,9 @@ extension HaulCommand {
             abstract: "Show the live progress of haul serve's downloads until Ctrl-C.",
             discussion: """
                 Without ids, every download (and those added meanwhile). With --until-done, exits once none of them \
-                is queued or running: 0 when none failed, 1 otherwise.
+                is queued or running: 0 when none failed, 1 otherwise. With --until-done --quiet it does not follow \
+                the event stream: the daemon answers one long poll when they have stopped, and the failures are \
+                printed then.
                 """)
 
         @Argument(help: "Ids, or the unique start or end of one (default: all).")
@@ -125,6 +127,10 @@ extension HaulCommand {
             let client = try state.requireDaemon()
             defer { Task { await client.shutdown() } }
             let chosen = try await runOrExit { ids.isEmpty ? nil : try await client.resolve(ids) }
+            if untilDone && quiet && !json {
+                try await waitQuietly(client, for: chosen)
+                return
+            }
             let batch = RemoteBatch(followsAll: chosen == nil, endsWhenStopped: untilDone)
             if let chosen { await batch.track(chosen.map(DownloadSnapshot.init)) }
             let output = Output(quiet: quiet, json: json)
@@ -135,6 +141,53 @@ extension HaulCommand {
             follower.cancel()
             if let signal = signals.received { throw ExitCode(128 + signal) }
             if untilDone, await batch.failures > 0 { throw ExitCode(1) }
+        }
+
+        /// `--until-done --quiet`: nothing to show until the end but errors, so no event stream (the daemon writing
+        /// every change of every download, and this process reading them, while the downloads need the CPU). The
+        /// daemon answers one long poll (`GET /api/v1/wait`, asked again every 30 s) once the downloads have stopped;
+        /// then the failures since the start are printed (in queue order, not as they happened) and counted, as the
+        /// stream's reader would: those failed before it began do not count, unless named.
+        private func waitQuietly(_ client: DaemonClient, for chosen: [Components.Schemas.Download]?) async throws {
+            let named = chosen?.map(\.id)
+            let failedBefore = try await runOrExit {
+                named == nil ? Set(try await client.list(states: [.failed]).map(\.id)) : []
+            }
+            let waiting = Task { () -> Components.Schemas.WaitResult? in
+                var failures = 0
+                while !Task.isCancelled {
+                    do {
+                        let answer = try await client.wait(for: named, timeout: 30)
+                        failures = 0
+                        if answer.done { return answer }
+                    } catch {
+                        // The daemon restarting: ask again, as the event stream's reader reconnects.
+                        failures += 1
+                        if failures >= 20 || Task.isCancelled { throw error }
+                        try await Task.sleep(for: .milliseconds(250))
+                    }
+                }
+                return nil
+            }
+            let signals = SignalWatcher { waiting.cancel() }
+            let answer: Components.Schemas.WaitResult?
+            do { answer = try await waiting.value } catch {
+                Output(quiet: true, json: false).error(ClientError(description: "lost the daemon: \(error)"))
+                throw ExitCode(1)
+            }
+            if let signal = signals.received { throw ExitCode(128 + signal) }
+            guard answer != nil else { return }
+            let failed =
+                try await runOrExit {
+                    named == nil ? try await client.list(states: [.failed]) : (answer?.downloads ?? [])
+                }
+                .filter { $0.state == .failed && !failedBefore.contains($0.id) }
+            let output = Output(quiet: true, json: false)
+            for download in failed.map(DownloadSnapshot.init) {
+                // As the board prints a failure in a batch.
+                output.line("haul: error: \(download.url): \(download.error.map(Output.message) ?? "download failed")")
+            }
+            if !failed.isEmpty { throw ExitCode(1) }
         }
     }
 }

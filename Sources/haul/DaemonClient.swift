@@ -103,6 +103,14 @@ struct DaemonClient: Sendable {
         return list.downloads
     }
 
+    /// Waits up to `timeout` seconds for `ids` (every download, when nil) to stop: whether they have, and the named
+    /// downloads as they are then.
+    func wait(for ids: [String]?, timeout: Int) async throws -> Components.Schemas.WaitResult {
+        let output = try await call { try await api.waitForDownloads(query: .init(download: ids, timeout: timeout)) }
+        guard case .ok(let ok) = output, case .json(let result) = ok.body else { throw Self.failure(output) }
+        return result
+    }
+
     /// Runs a command on one download (`pause`, `resume`, `cancel`, `retry`) and returns it after.
     func command(_ name: String, _ id: String) async throws -> Components.Schemas.Download {
         let path = Operations.PauseDownload.Input.Path(id: id)

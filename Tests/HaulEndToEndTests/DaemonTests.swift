@@ -170,6 +170,21 @@ struct DaemonTests {
         #expect(!FileManager.default.fileExists(atPath: workspace.path("slow.bin")))
         let clean = try await HaulProcess.run(["clean"] + state, in: workspace)
         #expect(clean.stdout.contains("forgot 1 download"))
+        // --until-done --quiet waits with the daemon's long poll, not its event stream: it prints only failures, and
+        // a failure of a named download exits 1.
+        server.serve("/steady.bin", .init(body: body, bytesPerSecond: 2_000_000))
+        let steady = try await HaulProcess.run(
+            ["add", server.url("/steady.bin").absoluteString] + state, in: workspace)
+        #expect(steady.status == 0, "\(steady.stderr)")
+        let quiet = try await HaulProcess.run(["watch", "--until-done", "--quiet"] + state, in: workspace)
+        #expect(quiet.status == 0 && quiet.stdout.isEmpty && quiet.stderr.isEmpty, "\(quiet.stderr)")
+        #expect(workspace.holds("steady.bin", body))
+        let missingURL = server.url("/missing.bin").absoluteString
+        let missing = try await HaulProcess.run(["add", missingURL] + state, in: workspace)
+        let missingID = missing.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+        let failed = try await HaulProcess.run(["watch", "--until-done", "--quiet", missingID] + state, in: workspace)
+        #expect(failed.status == 1)
+        #expect(failed.stderr.hasPrefix("haul: error: \(missingURL): ") && failed.stderr.contains("404"))
         _ = await daemon.stop(SIGTERM)
         // Without a daemon, the daemon's commands say how to start one.
         let orphan = try await HaulProcess.run(["pause", "abc"] + state, in: workspace)

@@ -460,6 +460,42 @@ struct RouterTests {
         }
     }
 
+    @Test(
+        "wait: at once when the downloads have stopped, done false when the time is up (0 s here), when the last stops; 400, 404"
+    )
+    func waiting() async throws {
+        let h = try await ServerHarness.make()
+        h.server.serve("/stuck", .init(body: bytes) { _, _ in .stall(afterBytes: 1000) })
+        try await h.application().test(.router) { client in
+            func wait(_ query: String) async throws -> Components.Schemas.WaitResult {
+                try body(Components.Schemas.WaitResult.self, try await client.get("/api/v1/wait" + query))
+            }
+            let idle = try await wait("")
+            #expect(idle.done && idle.downloads.isEmpty, "no download at all")
+            let paused = try await client.add(h, "/a", extra: #", "paused": true"#)
+            let stuck = try await client.add(h, "/stuck")
+            #expect(try await !wait("?timeout=0").done)
+            #expect(try await !wait("?timeout=0&download=\(stuck.id)").done)
+            let named = try await wait("?download=\(paused.id)")
+            #expect(named.done && named.downloads.map(\.id) == [paused.id] && named.downloads[0].state == .paused)
+            // A wait under way ends when the running download stops.
+            async let both = wait("?download=\(stuck.id)&download=\(paused.id)")
+            await ServerHarness.untilWaiting(h.manager, 1)
+            #expect(try await client.post("/api/v1/downloads/\(stuck.id)/pause").status == .ok)
+            let after = try await both
+            #expect(after.done && after.downloads.map(\.id) == [stuck.id, paused.id])
+            #expect(after.downloads.allSatisfy { $0.state == .paused })
+            // Errors name what is wrong.
+            let late = try await client.get("/api/v1/wait?timeout=61")
+            #expect(late.status == .badRequest)
+            #expect(try apiError(late).field == "timeout")
+            let text = try await client.get("/api/v1/wait?timeout=soon")
+            #expect(text.status == .badRequest)
+            #expect(try apiError(text).message.contains("timeout=soon"))
+            #expect(try await client.get("/api/v1/wait?download=nope").status == .notFound)
+        }
+    }
+
     @Test("stats, settings (changes apply, survive a restart, null removes the limit), the document, metrics")
     func daemon() async throws {
         let h = try await ServerHarness.make()

@@ -52,6 +52,11 @@ struct ServerHarness {
 
     func path(_ name: String) -> String { downloads + "/" + name }
 
+    /// Returns once `manager` holds `count` pending waits for downloads to stop.
+    static func untilWaiting(_ manager: DownloadManager, _ count: Int) async {
+        while await manager.pendingStopWaits < count { await Task.yield() }
+    }
+
     func stop() async {
         await manager.shutdown()
         await server.stop()
