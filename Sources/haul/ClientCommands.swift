@@ -172,6 +172,8 @@ extension HaulCommand {
             let signals = SignalWatcher { waiting.cancel() }
             let answer: Components.Schemas.WaitResult?
             do { answer = try await waiting.value } catch {
+                // Ctrl-C cancels the request under way: that is not a lost daemon.
+                if let signal = signals.received { throw ExitCode(128 + signal) }
                 Output(quiet: true, json: false).error(ClientError(description: "lost the daemon: \(error)"))
                 throw ExitCode(1)
             }
