@@ -887,13 +887,14 @@ public actor DownloadManager {
     /// Tells the waits of `waitUntilStopped` that `id` now holds work (queued, running, waiting) or not.
     private func tellStopWaiters(_ id: String, holdsWork: Bool) {
         var done: [Int] = []
+        let isIdle = workingCount == 0
         for (key, var waiter) in stopWaiters {
             if let named = waiter.named {
                 guard named.contains(id) else { continue }
                 if holdsWork { waiter.open.insert(id) } else { waiter.open.remove(id) }
                 stopWaiters[key] = waiter
                 if waiter.open.isEmpty { done.append(key) }
-            } else if workingCount == 0 {
+            } else if isIdle {
                 done.append(key)
             }
         }
@@ -1347,7 +1348,6 @@ public actor DownloadManager {
     }
 }
 
-/// The records in memory with the indexes the manager keeps beside them.
 /// One wait of `DownloadManager.waitUntilStopped`: the downloads named (nil: all) and those of them still holding work.
 private struct StopWaiter {
     var named: Set<String>?
@@ -1355,6 +1355,7 @@ private struct StopWaiter {
     let continuation: CheckedContinuation<Void, Never>
 }
 
+/// The records in memory with the indexes the manager keeps beside them.
 private struct Catalog {
     /// One record, held by reference: a dictionary of 20,000 records inline took 13 MiB, most of it empty buckets
     /// as large as a record.

@@ -170,11 +170,12 @@ extension HaulCommand {
                 return nil
             }
             let signals = SignalWatcher { waiting.cancel() }
+            let output = Output(quiet: true, json: false)
             let answer: Components.Schemas.WaitResult?
             do { answer = try await waiting.value } catch {
                 // Ctrl-C cancels the request under way: that is not a lost daemon.
                 if let signal = signals.received { throw ExitCode(128 + signal) }
-                Output(quiet: true, json: false).error(ClientError(description: "lost the daemon: \(error)"))
+                output.error(ClientError(description: "lost the daemon: \(error)"))
                 throw ExitCode(1)
             }
             if let signal = signals.received { throw ExitCode(128 + signal) }
@@ -184,7 +185,6 @@ extension HaulCommand {
                     named == nil ? try await client.list(states: [.failed]) : (answer?.downloads ?? [])
                 }
                 .filter { $0.state == .failed && !failedBefore.contains($0.id) }
-            let output = Output(quiet: true, json: false)
             for download in failed.map(DownloadSnapshot.init) {
                 // As the board prints a failure in a batch.
                 output.line("haul: error: \(download.url): \(download.error.map(Output.message) ?? "download failed")")
