@@ -108,6 +108,15 @@ let package = Package(
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ]
         ),
+        // bench/run.sh's Swift floor: the small files through AsyncHTTPClient with the guarantees and nothing else.
+        .executableTarget(
+            name: "haul-floor",
+            dependencies: [
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+            ]
+        ),
         .testTarget(
             name: "HaulCoreTests",
             dependencies: [

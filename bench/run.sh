@@ -3,8 +3,9 @@
 # memory (max RSS), and ratios:
 #   1. one large file (1 GiB, 256 MiB): haul get against curl;
 #   2. 256 MiB served at 20 MiB/s per connection (nginx limit_rate 20m): haul get -x 8 against aria2c -x8 -s8 -k1M;
-#   3. 1000 files of 64 KiB: haul get -j 16 -i list against aria2c -j16 -i list and curl --parallel-max 16, and the
-#      floor of Haul's guarantees on the disk alone (bench/floor.c: write, fsync, rename, folder fsync; no network).
+#   3. 1000 files of 64 KiB: haul get -j 16 -i list against aria2c -j16 -i list and curl --parallel-max 16, the
+#      floor of Haul's guarantees on the disk alone (bench/floor.c: write, fsync, rename, folder fsync; no network),
+#      and the floor of Haul's parts (haul-floor: the same guarantees over AsyncHTTPClient, with nothing of Haul's).
 #
 #   bench/run.sh [ROUNDS]    (default 5; needs nginx, curl, aria2, GNU time and a C compiler:
 #                             apt-get install nginx-light curl aria2 time gcc)
@@ -26,6 +27,7 @@ done
 
 swift build -c release --static-swift-stdlib --product haul >/dev/null
 haul="$(swift build -c release --show-bin-path)/haul"
+if only small; then swift build -c release --static-swift-stdlib --product haul-floor >/dev/null; fi
 
 # The bench never changes the machine's settings. On a VM whose host takes back free memory (virtio free page
 # reporting), a round that writes into pages handed back runs two to three times slower, whatever the tool; that is
@@ -86,13 +88,13 @@ row() {
     wall=$(cut -d' ' -f1 "$work/$tool.txt" | median)
     cpu=$(cut -d' ' -f2 "$work/$tool.txt" | median)
     peak=$(cut -d' ' -f3 "$work/$tool.txt" | median)
-    printf "%-9s %-7s %10.3f %10.3f %12.1f   %s\n" "$label" "$tool" "$wall" "$cpu" "$(awk "BEGIN { print $peak / 1024 }")" \
+    printf "%-9s %-8s %10.3f %10.3f %12.1f   %s\n" "$label" "$tool" "$wall" "$cpu" "$(awk "BEGIN { print $peak / 1024 }")" \
         "$(cut -d' ' -f1 "$work/$tool.txt" | sort -n | tr '\n' ' ')"
     eval "${tool}_wall=$wall ${tool}_cpu=$cpu"
 }
 
 echo "haul $("$haul" --version), curl $(curl --version | head -1 | cut -d' ' -f2), $(nproc) cores, $rounds rounds"
-only large && printf "%-9s %-7s %10s %10s %12s %s\n" file tool "wall (s)" "cpu (s)" "peak (MiB)" "  every round's wall (s)"
+only large && printf "%-9s %-8s %10s %10s %12s %s\n" file tool "wall (s)" "cpu (s)" "peak (MiB)" "  every round's wall (s)"
 for file in 1g.bin 256m.bin; do
     only large || break
     : > "$work/haul.txt"
@@ -130,7 +132,7 @@ for round in $(seq "$first_round" "$rounds"); do
     cmp -s "$work/out/256m.bin" "$work/www/256m.bin" || { echo "bench: aria2c got a different file" >&2; exit 1; }
 done
 echo
-printf "%-9s %-7s %10s %10s %12s %s\n" "256m@20m" tool "wall (s)" "cpu (s)" "peak (MiB)" "  every round's wall (s)"
+printf "%-9s %-8s %10s %10s %12s %s\n" "256m@20m" tool "wall (s)" "cpu (s)" "peak (MiB)" "  every round's wall (s)"
 for tool in haul haul1m aria2c; do row 256m@20m "$tool"; done
 printf "256m@20m  ratio haul -x 8 / aria2c -x8 -s8 -k1M: wall %.2fx; with --min-split-size 1M: %.2fx\n" \
     "$(awk "BEGIN { print $haul_wall / $aria2c_wall }")" "$(awk "BEGIN { print $haul1m_wall / $aria2c_wall }")"
@@ -156,8 +158,12 @@ small() {
 }
 if only small; then
 # `floor` is bench/floor.c: the same 1000 files written, synced, moved and their folder synced, with no network at
-# all: what Haul's guarantees cost the disk before any HTTP (curl syncs nothing).
+# all: what Haul's guarantees cost the disk before any HTTP (curl syncs nothing). `ahcfloor` is Sources/haul-floor:
+# the same guarantees with the network, over the parts the brief prescribes (AsyncHTTPClient, NIO, Swift concurrency)
+# and nothing of Haul's (no store, no manager, no transfer machine): what is left between it and haul is Haul's own.
 cc -O2 -pthread -o "$work/floor" bench/floor.c
+ahcfloor="$(swift build -c release --show-bin-path)/haul-floor"
+: > "$work/ahcfloor.txt"
 : > "$work/haul.txt"
 : > "$work/aria2c.txt"
 : > "$work/curl.txt"
@@ -169,12 +175,16 @@ for round in $(seq "$first_round" "$rounds"); do
         >> "$(into "$round" aria2c)"
     small curl -s --parallel --parallel-max 16 -K "$work/curl.cfg" >> "$(into "$round" curl)"
     small "$work/floor" "$work/out/small" >> "$(into "$round" floor)"
+    small "$ahcfloor" "$work/list.txt" "$work/out/small" 16 >> "$(into "$round" ahcfloor)"
 done
 echo
-printf "%-9s %-7s %10s %10s %12s %s\n" "1000x64K" tool "wall (s)" "cpu (s)" "peak (MiB)" "  every round's wall (s)"
-for tool in haul aria2c curl floor; do row 1000x64K "$tool"; done
+printf "%-9s %-8s %10s %10s %12s %s\n" "1000x64K" tool "wall (s)" "cpu (s)" "peak (MiB)" "  every round's wall (s)"
+for tool in haul aria2c curl floor ahcfloor; do row 1000x64K "$tool"; done
 printf "1000x64K  ratio haul/aria2c: wall %.2fx; haul/curl: wall %.2fx, cpu %.2fx; floor/curl: wall %.2fx, cpu %.2fx\n" \
     "$(awk "BEGIN { print $haul_wall / $aria2c_wall }")" "$(awk "BEGIN { print $haul_wall / $curl_wall }")" \
     "$(awk "BEGIN { print $haul_cpu / $curl_cpu }")" "$(awk "BEGIN { print $floor_wall / $curl_wall }")" \
     "$(awk "BEGIN { print $floor_cpu / $curl_cpu }")"
+printf "1000x64K  ratio ahcfloor/curl: wall %.2fx, cpu %.2fx; haul/ahcfloor: wall %.2fx, cpu %.2fx\n" \
+    "$(awk "BEGIN { print $ahcfloor_wall / $curl_wall }")" "$(awk "BEGIN { print $ahcfloor_cpu / $curl_cpu }")" \
+    "$(awk "BEGIN { print $haul_wall / $ahcfloor_wall }")" "$(awk "BEGIN { print $haul_cpu / $ahcfloor_cpu }")"
 fi
