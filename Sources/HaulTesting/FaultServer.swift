@@ -85,6 +85,9 @@ public final class FaultServer: Sendable {
         case stallChunked(afterBytes: Int)
         /// Send the head, then nothing.
         case stallBeforeHead
+        /// Send the head and this many body bytes, then hold the rest back until `release()`; then send it and close.
+        /// Told to `onStall` like a stall once the first bytes are out, so a test acts while the download surely runs.
+        case hold(afterBytes: Int)
         /// Mark the body `Content-Encoding: gzip` (the bytes are the file's, gzipped by nobody).
         case gzipEncoding
         /// Send both Content-Length and chunked framing (chunked is the truth).
@@ -124,7 +127,7 @@ public final class FaultServer: Sendable {
         var peakOpen = 0
     }
 
-    /// An answer that went quiet (`stall`, `stallChunked`, `stallBeforeHead`), told once its bytes are sent.
+    /// An answer that went quiet (`stall`, `stallChunked`, `stallBeforeHead`, `hold`), told once its bytes are sent.
     public struct Stall: Sendable {
         /// The path asked for.
         public var path: String
@@ -136,6 +139,7 @@ public final class FaultServer: Sendable {
 
     private let state = Mutex(State())
     private let stallHandler = Mutex<(@Sendable (Stall) -> Void)?>(nil)
+    private let held = Mutex<[@Sendable () -> Void]>([])
     private let channel = Mutex<(any Channel)?>(nil)
     /// The port the server listens on.
     public let port: Int
@@ -195,6 +199,19 @@ public final class FaultServer: Sendable {
         stallHandler.withLock { $0 }?(stall)
     }
 
+    /// Sends the rest of every answer held back so far (`Fault.hold`).
+    public func release() {
+        let all = held.withLock { held in
+            defer { held.removeAll() }
+            return held
+        }
+        for send in all { send() }
+    }
+
+    fileprivate func hold(_ send: @escaping @Sendable () -> Void) {
+        held.withLock { $0.append(send) }
+    }
+
     /// Requests to `path`.
     public func requests(to path: String) -> [RecordedRequest] { requests.filter { $0.path == path } }
 
@@ -233,7 +250,11 @@ public final class FaultServer: Sendable {
         var headLength = 0
         /// For an answer that stalls: what to tell of it.
         var stall: Stall?
-        enum After { case keepAlive, close, stall }
+        enum After: Equatable {
+            case keepAlive, close, stall
+            /// The rest of the answer, sent on `release()`.
+            case hold([UInt8])
+        }
     }
 
     /// A throttled answer ended after `bytes` bytes of its body went out (the client may close before the end).
@@ -434,6 +455,15 @@ public final class FaultServer: Sendable {
                 body: chunked(sentBytes, terminate: false), after: .stall)
             answer.stall = Stall(path: "", end: sentBytes.endIndex, tail: Array(sentBytes.suffix(16)))
             return answer
+        case .hold(let count):
+            let sentBytes = slice.prefix(count)
+            // Counted whole: the rest goes out on `release()`.
+            sent.bodyBytesSent = slice.count
+            var answer = raw(
+                status: status, reason: reason, headers: headers + [("Content-Length", "\(slice.count)")],
+                body: Array(sentBytes), after: .hold(Array(slice.dropFirst(count))))
+            answer.stall = Stall(path: "", end: sentBytes.endIndex, tail: Array(sentBytes.suffix(16)))
+            return answer
         case .stall(let count):
             let sentBytes = slice.prefix(count)
             sent.bodyBytesSent = sentBytes.count
@@ -505,7 +535,7 @@ private final class FaultHandler: ChannelInboundHandler {
             let path = String(head.uri.split(separator: "?", maxSplits: 1).first ?? "/")
             let answer = server.answer(path: path, headers: head.headers)
             let buffer = context.channel.allocator.buffer(bytes: answer.bytes)
-            if let rate = answer.bytesPerSecond, answer.after != .stall {
+            if let rate = answer.bytesPerSecond, answer.after == .keepAlive || answer.after == .close {
                 stalled = true
                 writeThrottled(buffer, rate: rate, channel: context.channel) { [server] written in
                     server.recordWritten(answer.logIndex, bodyBytes: written - answer.headLength)
@@ -518,6 +548,21 @@ private final class FaultHandler: ChannelInboundHandler {
             case .close:
                 let channel = context.channel
                 context.writeAndFlush(wrapOutboundOut(buffer)).whenComplete { _ in channel.close(promise: nil) }
+            case .hold(let rest):
+                stalled = true
+                let stall = answer.stall
+                let channel = context.channel
+                context.writeAndFlush(wrapOutboundOut(buffer)).whenSuccess { [server] in
+                    // Held first, told after: a test that releases once told finds the answer held.
+                    server.hold {
+                        channel.eventLoop.execute {
+                            channel.writeAndFlush(channel.allocator.buffer(bytes: rest)).whenComplete { _ in
+                                channel.close(promise: nil)
+                            }
+                        }
+                    }
+                    if let stall { server.stalled(stall) }
+                }
             case .stall:
                 stalled = true
                 let stall = answer.stall

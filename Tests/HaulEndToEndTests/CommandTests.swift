@@ -184,13 +184,20 @@ struct CommandTests {
         let workspace = try Workspace()
         defer { workspace.remove() }
         let server = try await FaultServer.start()
-        server.serve("/big", .init(body: body, bytesPerSecond: 3_000_000))
+        // The first process's answer holds back all but 100 KB until the second has tried: at a rate, a loaded
+        // machine could let the first finish before the second started.
+        server.serve("/big", .init(body: body) { _, _ in .hold(afterBytes: 100_000) })
+        let (stalls, stalled) = AsyncStream<Void>.makeStream()
+        server.onStall { _ in stalled.yield() }
         let first = try HaulProcess(["get", server.url("/big").absoluteString, "-o", "big.bin"], in: workspace)
-        #expect(await waitUntil { (workspace.size("big.bin.part") ?? 0) > 100_000 })
+        var waits = stalls.makeAsyncIterator()
+        _ = await waits.next()
+        #expect(await waitUntil { (workspace.size("big.bin.part") ?? 0) > 0 })
         let second = try await HaulProcess.run(
             ["get", server.url("/big").absoluteString, "-o", "big.bin"], in: workspace)
         #expect(second.status == 1)
         #expect(second.stderr.contains("another process"))
+        server.release()
         let outcome = await first.finish()
         #expect(outcome.status == 0)
         #expect(workspace.holds("big.bin", body))

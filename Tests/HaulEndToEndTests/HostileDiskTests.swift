@@ -162,21 +162,21 @@ struct HostileDiskTests {
             await disk.remove()
             workspace.remove()
         }) {
-            // The first answer goes quiet after 1 MiB, so the folder turns read-only while the download is surely
-            // not done (a rate alone raced the `chattr` on a busy machine); the idle timeout ends that answer and
-            // the retry brings the rest, which can then not be renamed.
+            // The answer holds back its second half until the folder is read-only, so the download is surely not
+            // done when it turns (a rate alone raced the `chattr` on a busy machine).
             let body = testBytes(2 << 20)
-            server.serve("/f", .init(body: body) { index, _ in index == 0 ? .stall(afterBytes: 1 << 20) : nil })
+            server.serve("/f", .init(body: body) { _, _ in .hold(afterBytes: 1 << 20) })
             let (stalls, stalled) = AsyncStream<Void>.makeStream()
             server.onStall { _ in stalled.yield() }
             let folder = disk.path + "/downloads"
             try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
             let command = ["get", server.url("/f").absoluteString, "-o", folder + "/f.bin"]
-            let haul = try HaulProcess(command + ["--timeout", "0.5"], in: workspace)
+            let haul = try HaulProcess(command, in: workspace)
             var waits = stalls.makeAsyncIterator()
             _ = await waits.next()
             // Immutable: not even root may add a name to it (chmod would not stop root).
             try await SmallDisk.run("chattr", ["+i", folder])
+            server.release()
             let refused = await haul.finish()
             #expect(refused.status == 1)
             #expect(refused.stderr.contains("not writable"), "\(refused.stderr)")
