@@ -22,11 +22,12 @@ public struct EntityTag: Hashable, Sendable, Codable, CustomStringConvertible {
         }
         // Visible ASCII only (RFC 9110's etagc without obs-text): a tag is sent back in If-Range, and a control
         // character there would make the request invalid.
-        guard !text.isEmpty, !text.contains(","), text.unicodeScalars.allSatisfy({ (0x21...0x7E).contains($0.value) })
+        guard !text.isEmpty, !text.utf8.contains(UInt8(ascii: ",")),
+            text.unicodeScalars.allSatisfy({ (0x21...0x7E).contains($0.value) })
         else {
             return nil
         }
-        if text.count >= 2, text.hasPrefix("\""), text.hasSuffix("\"") {
+        if text.utf8.count >= 2, text.utf8.first == UInt8(ascii: "\""), text.utf8.last == UInt8(ascii: "\"") {
             opaqueTag = text
             isWeak = weak
         } else {

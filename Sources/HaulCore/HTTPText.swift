@@ -3,13 +3,23 @@
 extension StringProtocol {
     /// The text without leading and trailing spaces and tabs (RFC 9110's optional whitespace).
     public var trimmingHTTPSpace: String {
-        let bytes = Array(self.utf8)
-        var start = 0
-        var end = bytes.count
-        while start < end, bytes[start] == 0x20 || bytes[start] == 0x09 { start += 1 }
-        while end > start, bytes[end - 1] == 0x20 || bytes[end - 1] == 0x09 { end -= 1 }
-        if start == 0, end == bytes.count { return String(self) }
-        return String(decoding: bytes[start..<end], as: UTF8.self)
+        // On the UTF-8 view's own indices: no copy of the bytes (a header value is trimmed several times a
+        // response). Spaces and tabs are single bytes, so the ends found are scalar boundaries.
+        let bytes = self.utf8
+        var start = bytes.startIndex
+        while start < bytes.endIndex, bytes[start] == 0x20 || bytes[start] == 0x09 {
+            start = bytes.index(after: start)
+        }
+        // One pass forward (a StringProtocol's UTF-8 view only goes forward): the end is past the last other byte.
+        var end = start
+        var index = start
+        while index < bytes.endIndex {
+            let next = bytes.index(after: index)
+            if bytes[index] != 0x20, bytes[index] != 0x09 { end = next }
+            index = next
+        }
+        if start == bytes.startIndex, end == bytes.endIndex { return String(self) }
+        return String(self[start..<end])
     }
 
     /// Whether the text equals `lowercased` (which is in lower case) ignoring ASCII case.

@@ -25,7 +25,10 @@ public struct ResponseHead: Sendable, Equatable {
     }
 
     /// The first value of a header.
-    public func value(_ name: String) -> String? { values(name).first }
+    public func value(_ name: String) -> String? {
+        for header in headers where headerNamesEqual(header.name, name) { return header.value }
+        return nil
+    }
 
     /// The announced body length. `.invalid` when the header is malformed or repeated with different values
     /// (RFC 9112 §6.3), `.absent` when missing or when chunked framing overrides it.
@@ -49,7 +52,9 @@ public struct ResponseHead: Sendable, Equatable {
 
     /// Whether the body uses chunked transfer coding (which wins over Content-Length).
     public var isChunked: Bool {
-        values("Transfer-Encoding").contains { $0.lowercased().contains("chunked") }
+        headers.contains {
+            headerNamesEqual($0.name, "Transfer-Encoding") && $0.value.lowercased().contains("chunked")
+        }
     }
 
     /// The parsed `Content-Range`, nil when absent or malformed.
@@ -62,14 +67,17 @@ public struct ResponseHead: Sendable, Equatable {
 
     /// Whether the server declared byte ranges (`Accept-Ranges: bytes`).
     public var acceptsByteRanges: Bool {
-        values("Accept-Ranges").contains {
-            $0.lowercased().split(separator: ",").contains { $0.trimmingHTTPSpace == "bytes" }
+        headers.contains {
+            headerNamesEqual($0.name, "Accept-Ranges")
+                && $0.value.lowercased().split(separator: ",").contains { $0.trimmingHTTPSpace == "bytes" }
         }
     }
 
     /// Whether the server said `Accept-Ranges: none`.
     public var refusesRanges: Bool {
-        values("Accept-Ranges").contains { $0.trimmingHTTPSpace.lowercased() == "none" }
+        headers.contains {
+            headerNamesEqual($0.name, "Accept-Ranges") && $0.value.trimmingHTTPSpace.lowercased() == "none"
+        }
     }
 
     /// A content coding other than identity, if the server applied one.

@@ -22,10 +22,9 @@ public struct Validators: Hashable, Sendable, Codable {
     /// Reads the validators of a response from its headers (`ETag`, `Last-Modified`, `Date`).
     public init(etag etagValue: String?, lastModified lastModifiedValue: String?, date: String?) {
         etag = etagValue.flatMap(EntityTag.init)
-        lastModified = lastModifiedValue.flatMap { HTTPDate.parse($0) == nil ? nil : $0 }
-        if let lastModified, let modified = HTTPDate.parse(lastModified), let dateValue = date,
-            let now = HTTPDate.parse(dateValue)
-        {
+        let modified = lastModifiedValue.flatMap(HTTPDate.parse)
+        lastModified = modified == nil ? nil : lastModifiedValue
+        if let modified, let dateValue = date, let now = HTTPDate.parse(dateValue) {
             isLastModifiedStrong = now - modified >= Self.lastModifiedStrengthSeconds
         } else {
             isLastModifiedStrong = false

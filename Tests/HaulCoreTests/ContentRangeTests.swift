@@ -1,5 +1,6 @@
-import HaulCore
 import Testing
+
+@testable import HaulCore
 
 @Suite("Content-Range")
 struct ContentRangeTests {
@@ -80,6 +81,28 @@ struct ContentDispositionTests {
     )
     func sanitize(proposed: String, expected: String) {
         #expect(FileNameSanitizer.sanitize(proposed) == expected)
+    }
+
+    @Test("a name taken as it is is exactly what the long way makes of it, and the long way is taken when needed")
+    func safeNamesShortcut() {
+        let edges = [
+            "f0001.bin", "report 2024.pdf", "a", ".hidden", "-rf", "trail.", "trail ", " lead", "a/b", "a\\b", "",
+            String(repeating: "n", count: FileNameSanitizer.maximumBytes),
+            String(repeating: "n", count: FileNameSanitizer.maximumBytes + 1), "tab\there", "del\u{7F}", "é.txt",
+        ]
+        var generator = SplitMix(state: 13)
+        let alphabet = Array(" -./\\abcXYZ019%~_\t")
+        let random = (0..<5_000).map { _ in
+            String(
+                (0..<Int.random(in: 0...12, using: &generator)).map { _ in alphabet.randomElement(using: &generator)! })
+        }
+        for name in edges + random {
+            #expect(
+                FileNameSanitizer.sanitize(name) == FileNameSanitizer.sanitizeScalars(name), "\(name.debugDescription)")
+            if FileNameSanitizer.isSafeAsIs(name) { #expect(FileNameSanitizer.sanitizeScalars(name) == name) }
+        }
+        #expect(FileNameSanitizer.isSafeAsIs("f0001.bin") && FileNameSanitizer.isSafeAsIs("report 2024.pdf"))
+        #expect(!FileNameSanitizer.isSafeAsIs(".hidden") && !FileNameSanitizer.isSafeAsIs("é.txt"))
     }
 
     @Test func overLongNamesAreCutAndKeepTheirExtension() {
@@ -279,5 +302,17 @@ struct ChecksumTests {
     @Test(arguments: ["sha256", "sha256=abc", "crc32=00000000", "sha1=" + String(repeating: "z", count: 40), "=00"])
     func rejects(text: String) {
         #expect(throws: DownloadError.self) { try Checksum(parsing: text) }
+    }
+}
+
+/// A small seeded generator (SplitMix64), so a failing name comes back on the next run.
+struct SplitMix: RandomNumberGenerator {
+    var state: UInt64
+    mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
     }
 }
