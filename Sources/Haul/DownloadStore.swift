@@ -341,73 +341,87 @@ public struct DownloadStore: Sendable {
         fileprivate let sql: String
         fileprivate let arguments: StatementArguments
 
-        /// The kinds of update, each with its own statement.
-        fileprivate enum Kind: Hashable { case transfer, completion, attempts, state, activeConnections }
-
-        /// The text of each kind's statement, made the first time: a download makes a few updates, and joining the
-        /// column names for every one was about 2 % of the CPU of a thousand small downloads.
-        private static let statements = Mutex<[Kind: String]>([:])
-
-        fileprivate init(_ id: String, _ kind: Kind, _ columns: [(String, (any DatabaseValueConvertible)?)]) {
-            sql = Self.statements.withLock { statements in
-                if let known = statements[kind] { return known }
-                let made =
-                    "UPDATE download SET "
-                    + (columns.map { "\($0.0) = ?" } + ["updatedAt = ?"]).joined(separator: ", ") + " WHERE id = ?"
-                statements[kind] = made
-                return made
-            }
-            // Turned into values here: the write may run on the committing thread.
-            arguments = StatementArguments(columns.map(\.1) + [Date().timeIntervalSince1970, id])
+        /// `UPDATE download SET` these columns, `updatedAt`, `WHERE id`: each kind's text is made once (a download
+        /// makes a few updates, and joining the column names for every one was about 2 % of the CPU of a thousand
+        /// small downloads). The values of each kind below are in its columns' order.
+        private static func statement(_ columns: [String]) -> String {
+            "UPDATE download SET " + (columns.map { "\($0) = ?" } + ["updatedAt = ?"]).joined(separator: ", ")
+                + " WHERE id = ?"
         }
+
+        /// Turned into database values here, not boxed as existentials and converted later: the write may run on
+        /// the committing thread, and boxing each value was most of an update's cost.
+        private init(_ id: String, _ sql: String, _ values: [DatabaseValue]) {
+            self.sql = sql
+            var all = values
+            all.append(Date().timeIntervalSince1970.databaseValue)
+            all.append(id.databaseValue)
+            // As optional existentials: GRDB's initialiser over `some DatabaseValueConvertible` is generic and not
+            // specialised across modules (a key path per value), and cost more than boxing the database values.
+            arguments = StatementArguments(all.map { $0 as (any DatabaseValueConvertible)? })
+        }
+
+        private static let transferStatement = statement([
+            "finalURL", "destination", "totalLength", "durableOffset", "etag", "lastModified", "isLastModifiedStrong",
+            "isResumable", "isPartVerified", "segments",
+        ])
 
         /// What a response and the transfer change (final URL, destination, remote facts, offsets), without
         /// encoding the rest of the record: the common write, a few times for every download.
         public static func transfer(_ record: DownloadRecord) throws(DownloadError) -> RowUpdate {
             RowUpdate(
-                record.id, .transfer,
+                record.id, transferStatement,
                 [
-                    ("finalURL", record.finalURL), ("destination", record.destination),
-                    ("totalLength", record.totalLength), ("durableOffset", record.durableOffset),
-                    ("etag", record.etag), ("lastModified", record.lastModified),
-                    ("isLastModifiedStrong", record.isLastModifiedStrong), ("isResumable", record.isResumable),
-                    ("isPartVerified", record.isPartVerified), ("segments", try DownloadStore.json(record.segments)),
+                    record.finalURL.databaseValue, record.destination.databaseValue, record.totalLength.databaseValue,
+                    record.durableOffset.databaseValue, record.etag.databaseValue, record.lastModified.databaseValue,
+                    record.isLastModifiedStrong.databaseValue, record.isResumable.databaseValue,
+                    record.isPartVerified.databaseValue, try DownloadStore.json(record.segments).databaseValue,
                 ])
         }
+
+        private static let completionStatement = statement([
+            "destination", "state", "totalLength", "durableOffset", "attempts", "lastError", "errorCode",
+            "errorStatus", "completedAt", "mayReplaceDestination", "segments", "activeConnections",
+        ])
 
         /// A finished download: its place, state and counters, with what `transfer` writes.
         public static func completion(_ record: DownloadRecord) throws(DownloadError) -> RowUpdate {
             RowUpdate(
-                record.id, .completion,
+                record.id, completionStatement,
                 [
-                    ("destination", record.destination), ("state", record.state.rawValue),
-                    ("totalLength", record.totalLength), ("durableOffset", record.durableOffset),
-                    ("attempts", record.attempts), ("lastError", record.lastError), ("errorCode", record.errorCode),
-                    ("errorStatus", record.errorStatus), ("completedAt", record.completedAt?.timeIntervalSince1970),
-                    ("mayReplaceDestination", record.mayReplaceDestination),
-                    ("segments", try DownloadStore.json(record.segments)),
-                    ("activeConnections", record.activeConnections),
+                    record.destination.databaseValue, record.state.rawValue.databaseValue,
+                    record.totalLength.databaseValue, record.durableOffset.databaseValue,
+                    record.attempts.databaseValue, record.lastError.databaseValue, record.errorCode.databaseValue,
+                    record.errorStatus.databaseValue, record.completedAt?.timeIntervalSince1970.databaseValue ?? .null,
+                    record.mayReplaceDestination.databaseValue, try DownloadStore.json(record.segments).databaseValue,
+                    record.activeConnections.databaseValue,
                 ])
         }
+
+        private static let attemptsStatement = statement(["attempts", "lastError", "errorCode", "errorStatus"])
 
         /// A retry's counters: attempts without progress and the error.
         public static func attempts(_ record: DownloadRecord) -> RowUpdate {
             RowUpdate(
-                record.id, .attempts,
+                record.id, attemptsStatement,
                 [
-                    ("attempts", record.attempts), ("lastError", record.lastError), ("errorCode", record.errorCode),
-                    ("errorStatus", record.errorStatus),
+                    record.attempts.databaseValue, record.lastError.databaseValue, record.errorCode.databaseValue,
+                    record.errorStatus.databaseValue,
                 ])
         }
 
+        private static let stateStatement = statement(["state"])
+
         /// Only the state (the cheap write for a download starting).
         public static func state(_ state: DownloadState, for id: String) -> RowUpdate {
-            RowUpdate(id, .state, [("state", state.rawValue)])
+            RowUpdate(id, stateStatement, [state.rawValue.databaseValue])
         }
+
+        private static let activeConnectionsStatement = statement(["activeConnections"])
 
         /// Only the number of open connections.
         public static func activeConnections(_ count: Int, for id: String) -> RowUpdate {
-            RowUpdate(id, .activeConnections, [("activeConnections", count)])
+            RowUpdate(id, activeConnectionsStatement, [count.databaseValue])
         }
     }
 
