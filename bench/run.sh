@@ -5,7 +5,8 @@
 #   2. 256 MiB served at 20 MiB/s per connection (nginx limit_rate 20m): haul get -x 8 against aria2c -x8 -s8 -k1M;
 #   3. 1000 files of 64 KiB: haul get -j 16 -i list against aria2c -j16 -i list and curl --parallel-max 16, the
 #      floor of Haul's guarantees on the disk alone (bench/floor.c: write, fsync, rename, folder fsync; no network),
-#      and the floor of Haul's parts (haul-floor: the same guarantees over AsyncHTTPClient, with nothing of Haul's).
+#      the page-cache writes alone (bench/floor.c from one thread, no syncs, no network), the floor of Haul's parts
+#      (haul-floor: the same guarantees over AsyncHTTPClient, with nothing of Haul's) and those parts with no syncs.
 #
 #   bench/run.sh [ROUNDS]    (default 5; needs nginx, curl, aria2, GNU time and a C compiler:
 #                             apt-get install nginx-light curl aria2 time gcc)
@@ -88,13 +89,13 @@ row() {
     wall=$(cut -d' ' -f1 "$work/$tool.txt" | median)
     cpu=$(cut -d' ' -f2 "$work/$tool.txt" | median)
     peak=$(cut -d' ' -f3 "$work/$tool.txt" | median)
-    printf "%-9s %-8s %10.3f %10.3f %12.1f   %s\n" "$label" "$tool" "$wall" "$cpu" "$(awk "BEGIN { print $peak / 1024 }")" \
+    printf "%-9s %-9s %10.3f %10.3f %12.1f   %s\n" "$label" "$tool" "$wall" "$cpu" "$(awk "BEGIN { print $peak / 1024 }")" \
         "$(cut -d' ' -f1 "$work/$tool.txt" | sort -n | tr '\n' ' ')"
     eval "${tool}_wall=$wall ${tool}_cpu=$cpu"
 }
 
 echo "haul $("$haul" --version), curl $(curl --version | head -1 | cut -d' ' -f2), $(nproc) cores, $rounds rounds"
-only large && printf "%-9s %-8s %10s %10s %12s %s\n" file tool "wall (s)" "cpu (s)" "peak (MiB)" "  every round's wall (s)"
+only large && printf "%-9s %-9s %10s %10s %12s %s\n" file tool "wall (s)" "cpu (s)" "peak (MiB)" "  every round's wall (s)"
 for file in 1g.bin 256m.bin; do
     only large || break
     : > "$work/haul.txt"
@@ -132,7 +133,7 @@ for round in $(seq "$first_round" "$rounds"); do
     cmp -s "$work/out/256m.bin" "$work/www/256m.bin" || { echo "bench: aria2c got a different file" >&2; exit 1; }
 done
 echo
-printf "%-9s %-8s %10s %10s %12s %s\n" "256m@20m" tool "wall (s)" "cpu (s)" "peak (MiB)" "  every round's wall (s)"
+printf "%-9s %-9s %10s %10s %12s %s\n" "256m@20m" tool "wall (s)" "cpu (s)" "peak (MiB)" "  every round's wall (s)"
 for tool in haul haul1m aria2c; do row 256m@20m "$tool"; done
 printf "256m@20m  ratio haul -x 8 / aria2c -x8 -s8 -k1M: wall %.2fx; with --min-split-size 1M: %.2fx\n" \
     "$(awk "BEGIN { print $haul_wall / $aria2c_wall }")" "$(awk "BEGIN { print $haul1m_wall / $aria2c_wall }")"
@@ -161,9 +162,14 @@ if only small; then
 # all: what Haul's guarantees cost the disk before any HTTP (curl syncs nothing). `ahcfloor` is Sources/haul-floor:
 # the same guarantees with the network, over the parts the brief prescribes (AsyncHTTPClient, NIO, Swift concurrency)
 # and nothing of Haul's (no store, no manager, no transfer machine): what is left between it and haul is Haul's own.
+# `writes` is bench/floor.c from one thread with no syncs: writing the same 64 MiB into the page cache and moving the
+# files, which every tool pays, curl included. `ahcnosync` is haul-floor with no syncs: AsyncHTTPClient's cost for the
+# network and the writes, to set against curl's.
 cc -O2 -pthread -o "$work/floor" bench/floor.c
 ahcfloor="$(swift build -c release --show-bin-path)/haul-floor"
 : > "$work/ahcfloor.txt"
+: > "$work/ahcnosync.txt"
+: > "$work/writes.txt"
 : > "$work/haul.txt"
 : > "$work/aria2c.txt"
 : > "$work/curl.txt"
@@ -176,10 +182,12 @@ for round in $(seq "$first_round" "$rounds"); do
     small curl -s --parallel --parallel-max 16 -K "$work/curl.cfg" >> "$(into "$round" curl)"
     small "$work/floor" "$work/out/small" >> "$(into "$round" floor)"
     small "$ahcfloor" "$work/list.txt" "$work/out/small" 16 >> "$(into "$round" ahcfloor)"
+    small "$work/floor" "$work/out/small" 1 nosync >> "$(into "$round" writes)"
+    small "$ahcfloor" "$work/list.txt" "$work/out/small" 16 --no-sync >> "$(into "$round" ahcnosync)"
 done
 echo
-printf "%-9s %-8s %10s %10s %12s %s\n" "1000x64K" tool "wall (s)" "cpu (s)" "peak (MiB)" "  every round's wall (s)"
-for tool in haul aria2c curl floor ahcfloor; do row 1000x64K "$tool"; done
+printf "%-9s %-9s %10s %10s %12s %s\n" "1000x64K" tool "wall (s)" "cpu (s)" "peak (MiB)" "  every round's wall (s)"
+for tool in haul aria2c curl floor writes ahcfloor ahcnosync; do row 1000x64K "$tool"; done
 printf "1000x64K  ratio haul/aria2c: wall %.2fx; haul/curl: wall %.2fx, cpu %.2fx; floor/curl: wall %.2fx, cpu %.2fx\n" \
     "$(awk "BEGIN { print $haul_wall / $aria2c_wall }")" "$(awk "BEGIN { print $haul_wall / $curl_wall }")" \
     "$(awk "BEGIN { print $haul_cpu / $curl_cpu }")" "$(awk "BEGIN { print $floor_wall / $curl_wall }")" \
@@ -187,4 +195,7 @@ printf "1000x64K  ratio haul/aria2c: wall %.2fx; haul/curl: wall %.2fx, cpu %.2f
 printf "1000x64K  ratio ahcfloor/curl: wall %.2fx, cpu %.2fx; haul/ahcfloor: wall %.2fx, cpu %.2fx\n" \
     "$(awk "BEGIN { print $ahcfloor_wall / $curl_wall }")" "$(awk "BEGIN { print $ahcfloor_cpu / $curl_cpu }")" \
     "$(awk "BEGIN { print $haul_wall / $ahcfloor_wall }")" "$(awk "BEGIN { print $haul_cpu / $ahcfloor_cpu }")"
+printf "1000x64K  ratio writes/curl: cpu %.2fx; ahcnosync/curl: wall %.2fx, cpu %.2fx\n" \
+    "$(awk "BEGIN { print $writes_cpu / $curl_cpu }")" "$(awk "BEGIN { print $ahcnosync_wall / $curl_wall }")" \
+    "$(awk "BEGIN { print $ahcnosync_cpu / $curl_cpu }")"
 fi
