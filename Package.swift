@@ -36,10 +36,13 @@ let package = Package(
     ],
     targets: [
         .target(name: "HaulCore"),
+        // One C function: openat2(2), which glibc 2.36 does not wrap and Swift cannot reach through syscall(2).
+        .target(name: "CHaulSystem"),
         .target(
             name: "Haul",
             dependencies: [
                 "HaulCore",
+                "CHaulSystem",
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),

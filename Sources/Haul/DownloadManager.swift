@@ -52,6 +52,10 @@ public actor DownloadManager {
         public var ownsStateDirectory = false
         /// Who `add(_:to:options:priority:after:)` records as having added a download.
         public var origin = DownloadOrigin.library
+        /// The folders confined downloads (those of the daemon's network door, `DownloadOrigin.isConfined`) may write
+        /// to: opened once when the manager starts and held (`allowedFolders`); a confined download's folder is
+        /// opened beneath the one its path lies in at every start.
+        public var allowedFolders: [String] = []
         /// How many of the newest events are kept for subscribers that reconnect.
         public var replayCapacity = 10_240
         /// The clock for backoff, checkpoints and progress.
@@ -151,11 +155,13 @@ public actor DownloadManager {
     /// The running downloads' shared ticks.
     private let metronome: Metronome
     private var catalog = Catalog()
-    /// The folder an add last found writable, and when: adds within a second into it are not checked again (adding
-    /// 10,000 one request at a time checked the same folder 10,000 times). A folder found missing or read-only is
-    /// never remembered; one that becomes so within that second fails its downloads with the same clear error when
-    /// they start.
-    private var recentlyWritable: (path: String, at: ContinuousClock.Instant)?
+    /// The folder an add last opened and found writable, and when: adds within a second into it are not checked
+    /// again (adding 10,000 one request at a time checked the same folder 10,000 times). A folder found missing or
+    /// read-only is never remembered; one that becomes so within that second fails its downloads with the same clear
+    /// error when they start, and one replaced meanwhile fails its identity check.
+    private var recentlyWritable: FolderMemo.Recent?
+    /// The folders confined downloads may write to, held from the start (`Configuration.allowedFolders`).
+    public nonisolated let allowedFolders: AllowedFolders
     private var ids = DownloadIDSource()
     /// The last ten minutes of speed, one sample for each second of `run()`, and when the newest was taken.
     private var speeds = SpeedHistory(capacity: 600)
@@ -201,6 +207,7 @@ public actor DownloadManager {
         throws(DownloadError)
     {
         self.configuration = configuration
+        allowedFolders = try AllowedFolders(configuration.allowedFolders)
         if let directory = configuration.stateDirectory {
             store = try DownloadStore(directory: directory, exclusive: configuration.ownsStateDirectory)
         } else {
@@ -355,10 +362,10 @@ public actor DownloadManager {
         var reused: [String: DownloadRecord] = [:]
         var inBatch: [Catalog.Target: String] = [:]
         if requests.count > 1 { inBatch.reserveCapacity(requests.count) }
-        var folders = FolderMemo(recent: recentlyWritable)
+        var folders = FolderMemo(recent: recentlyWritable, allowed: allowedFolders)
         for (index, request) in requests.enumerated() {
             do {
-                let (key, record) = try prepare(request, folders: &folders)
+                let (key, record, folder) = try prepare(request, folders: &folders)
                 if let id = inBatch[key] {
                     added.append(Added(id: DownloadID(id), isNew: false))
                 } else if let existing = catalog.newest(at: key).flatMap({ catalog[$0] }) {
@@ -370,9 +377,7 @@ public actor DownloadManager {
                 } else {
                     var record = record
                     record.queuePosition = catalog.lastPosition + Double(fresh.count + 1)
-                    if let path = record.destination {
-                        try claimDestination(path, record: &record, options: request.options)
-                    }
+                    try claimDestination(record: &record, in: folder, options: request.options)
                     fresh.append(record)
                     inBatch[key] = record.id
                     added.append(Added(id: DownloadID(record.id), isNew: true))
@@ -408,7 +413,7 @@ public actor DownloadManager {
     /// Checks one request and makes its record (not yet stored); returns the key that finds the same URL and
     /// destination.
     private func prepare(_ request: DownloadRequest, folders: inout FolderMemo) throws(DownloadError)
-        -> (Catalog.Target, DownloadRecord)
+        -> (Catalog.Target, DownloadRecord, HeldFolder)
     {
         try Self.validate(request.url)
         for prerequisite in request.after where catalog[prerequisite.rawValue] == nil {
@@ -425,24 +430,27 @@ public actor DownloadManager {
             rateLimit: request.rateLimit, segments: nil, activeConnections: 0, createdAt: Date(), updatedAt: Date(),
             errorCode: nil, errorStatus: nil, origin: request.origin, completedAt: nil
         )
+        let confined = allowedFolders.confine(request.origin)
+        let folder: HeldFolder
         switch request.destination {
         case .file(let rawPath):
-            let path = Self.absolute(rawPath)
-            let folder = (path as NSString).deletingLastPathComponent
-            try folders.check(folder)
             if rawPath.hasSuffix("/") {
                 throw DownloadError(.invalidArgument, "\(rawPath) names a folder; use a folder destination for it")
             }
-            if FileSystem.isWritableDirectory(path) {
+            let path = Self.absolute(rawPath)
+            folder = try folders.open(PathName.folder(of: path), confined: confined)
+            let name = PathName.lastComponent(of: path)
+            if (try folder.entry(name))?.kind == .folder {
                 throw DownloadError(.destinationExists, "\(path) is a folder; use a folder destination for it")
             }
-            record.destination = path
+            record.destination = PathName.join(folder.path, name)
+            record.folderIdentity = folder.identity
         case .directory(let rawPath):
-            let path = folders.absolute(rawPath)
-            try folders.check(path)
-            record.directory = path
+            folder = try folders.open(folders.absolute(rawPath), confined: confined)
+            record.directory = folder.path
+            record.folderIdentity = folder.identity
         }
-        return (Catalog.target(of: record), record)
+        return (Catalog.target(of: record), record, folder)
     }
 
     /// Pauses a queued or running download; a running one stops after flushing its exact offset.
@@ -511,7 +519,8 @@ public actor DownloadManager {
 
     /// Deletes the part file and records the download as cancelled.
     private func markCancelled(_ record: inout DownloadRecord) throws(DownloadError) {
-        if let part = record.partPath { FileSystem.remove(part) }
+        DownloadFolder.deleteFiles(of: record, includingFile: false, allowed: allowedFolders)
+        record.partIdentity = nil
         record.state = .cancelled
         record.durableOffset = 0
         record.segments = nil
@@ -656,10 +665,7 @@ public actor DownloadManager {
             throw DownloadError(
                 .illegalTransition, "cannot remove a download that is running; pause or cancel it first")
         }
-        if let part = record.partPath { FileSystem.remove(part) }
-        if deletingFile, record.state == .completed, let destination = record.destination {
-            FileSystem.remove(destination)
-        }
+        DownloadFolder.deleteFiles(of: record, includingFile: deletingFile, allowed: allowedFolders)
         try store.delete(id: id.rawValue)
         forget(record)
         sessionIDs.remove(id.rawValue)
@@ -1050,7 +1056,8 @@ public actor DownloadManager {
             limiters: [globalLimiter, ownLimiter],
             report: { [weak self] report throws(DownloadError) in try await self?.runnerReported(id, report) },
             committed: { [store] commit throws(DownloadError) in try await store.committed(commit) },
-            isDestinationClaimed: { [weak self] path in await self?.isDestinationClaimed(path, excluding: id) ?? false }
+            isDestinationClaimed: { [weak self] path in await self?.isDestinationClaimed(path, excluding: id) ?? false },
+            allowedFolders: allowedFolders
         )
         let started = record
         tasks[id] = Task {
@@ -1233,42 +1240,58 @@ public actor DownloadManager {
     /// The result for a completed record whose file is still in place, nil when the file is gone or changed size.
     private func alreadyComplete(_ record: DownloadRecord) throws(DownloadError) -> DownloadResult? {
         if let result = results[record.id] { return result }
-        guard record.state == .completed, let path = record.destination, let size = FileSystem.size(path),
-            size == record.totalLength
+        guard record.state == .completed, let path = record.destination, let total = record.totalLength,
+            let folder = try? DownloadFolder.open(for: record, allowed: allowedFolders),
+            let file = try? folder.entry(PathName.lastComponent(of: path)), file.kind == .regular, file.size == total
         else { return nil }
-        let digest =
-            record.options.computesSHA256 ? try FileDigest.hexDigests(of: path, algorithms: [.sha256])[.sha256] : nil
+        var digest: String?
+        if record.options.computesSHA256 {
+            let descriptor = try folder.open(PathName.lastComponent(of: path), as: file)
+            defer { close(descriptor) }
+            digest = try FileDigest.hexDigests(of: descriptor, named: path, algorithms: [.sha256])[.sha256]
+        }
         let result = DownloadResult(
-            id: DownloadID(record.id), url: record.url, path: path, bytes: size, sha256: digest, seconds: 0,
-            resumedFrom: size, wasAlreadyComplete: true
+            id: DownloadID(record.id), url: record.url, path: path, bytes: total, sha256: digest, seconds: 0,
+            resumedFrom: total, wasAlreadyComplete: true
         )
         results[record.id] = result
         return result
     }
 
-    /// A file at the destination that Haul did not create is never overwritten unless asked; `continuePartial`
-    /// adopts it as a part file whose bytes are compared with the server before anything is appended.
-    private func claimDestination(_ path: String, record: inout DownloadRecord, options: DownloadOptions)
+    /// A file at the destination that Haul did not create is never overwritten unless asked, and never one that is
+    /// not a regular file. `continuePartial` hands Haul a file on purpose: the part file when there is one, else the
+    /// file at the destination moved to the part's name (a regular file with one link only, whoever made it); its
+    /// bytes are compared with the server before anything is appended.
+    private func claimDestination(record: inout DownloadRecord, in folder: HeldFolder, options: DownloadOptions)
         throws(DownloadError)
     {
-        let part = path + ".part"
-        if FileSystem.exists(part) {
-            // A part file with no record: never appended to blindly.
+        guard let destination = record.destination else { return }
+        let name = PathName.lastComponent(of: destination)
+        if options.continuePartial, try folder.entry(name + ".part") != nil {
             record.isPartVerified = false
+            return
         }
-        guard FileSystem.exists(path) else { return }
+        guard let existing = try folder.entry(name) else { return }
         if options.continuePartial {
-            if !FileSystem.exists(part) {
-                try FileSystem.move(path, to: part, replacing: false)
-                record.isPartVerified = false
+            if let reason = existing.distrust(owner: nil) {
+                throw DownloadError(.untrustedFile, "\(destination) \(reason); Haul will not continue it")
             }
+            let code = folder.move(name, to: name + ".part", replacing: false)
+            guard code == 0 else { throw PartFile.fileError(code, "cannot rename \(destination) to \(name).part") }
+            record.partIdentity = existing.identity
+            record.isPartVerified = false
             return
         }
         guard options.overwrite else {
             throw DownloadError(
                 .destinationExists,
-                "\(path) already exists and Haul did not create it; use --overwrite to replace it or -c to continue it"
+                "\(destination) already exists and Haul did not create it; use --overwrite to replace it or -c to "
+                    + "continue it"
             )
+        }
+        if existing.kind != .regular {
+            throw DownloadError(
+                .untrustedFile, "\(destination) is \(existing.kindInWords); Haul neither follows nor replaces it")
         }
         record.mayReplaceDestination = true
     }
@@ -1287,29 +1310,45 @@ public actor DownloadManager {
     }
 
     /// What one add learns about folders, once for a list: each folder's absolute form as the request named it (a
-    /// list of ten thousand into one folder normalises it once), and which folders were found writable.
+    /// list of ten thousand into one folder normalises it once), and each folder opened and found writable.
     private struct FolderMemo {
-        private var checked: Set<String> = []
-        private var lastChecked: String?
-        private var lastNamed: (String, String)?
-        /// The folder found writable last, across adds (see `recentlyWritable`).
-        private(set) var recent: (path: String, at: ContinuousClock.Instant)?
-
-        init(recent: (path: String, at: ContinuousClock.Instant)?) {
-            self.recent = recent
+        /// A folder opened for a path a request named, and when.
+        struct Recent {
+            let named: String
+            let isConfined: Bool
+            let folder: HeldFolder
+            let at: ContinuousClock.Instant
         }
 
-        /// Checks that `path` is a writable folder, once per batch (and once a second across adds).
-        mutating func check(_ path: String) throws(DownloadError) {
-            if path == lastChecked { return }
+        private var opened: [String: HeldFolder] = [:]
+        private var openedConfined: [String: HeldFolder] = [:]
+        private var lastNamed: (String, String)?
+        /// The folder opened last, across adds (see `recentlyWritable`).
+        private(set) var recent: Recent?
+        private let allowed: AllowedFolders
+
+        init(recent: Recent?, allowed: AllowedFolders) {
+            self.recent = recent
+            self.allowed = allowed
+        }
+
+        /// The folder `path` names, opened and checked writable, once per batch (and once a second across adds).
+        /// A confined request's folder is opened beneath the allowed folder it lies in; any other is opened where
+        /// its path leads now (its links resolved once, here: they are the namer's), and held there by identity.
+        mutating func open(_ path: String, confined: Bool) throws(DownloadError) -> HeldFolder {
             let now = ContinuousClock.now
-            if let recent, recent.path == path, now - recent.at < .seconds(1) {
-                lastChecked = path
-                return
+            if let recent, recent.named == path, recent.isConfined == confined, now - recent.at < .seconds(1) {
+                return recent.folder
             }
-            if checked.insert(path).inserted { try DownloadManager.checkWritableFolder(path) }
-            lastChecked = path
-            recent = (path, now)
+            let folder: HeldFolder
+            if let known = confined ? openedConfined[path] : opened[path] {
+                folder = known
+            } else {
+                folder = try DownloadManager.openFolder(path, confined: confined, allowed: allowed)
+                if confined { openedConfined[path] = folder } else { opened[path] = folder }
+            }
+            recent = Recent(named: path, isConfined: confined, folder: folder, at: now)
+            return folder
         }
 
         mutating func absolute(_ named: String) -> String {
@@ -1320,11 +1359,16 @@ public actor DownloadManager {
         }
     }
 
-    fileprivate static func checkWritableFolder(_ path: String) throws(DownloadError) {
-        guard FileSystem.isWritableDirectory(path) else {
-            let reason = FileSystem.exists(path) ? "is not a writable folder" : "does not exist"
-            throw DownloadError(.destinationNotWritable, "destination folder \(path) \(reason)")
+    /// Opens the folder `path` for a download and checks it is writable: beneath its allowed folder when `confined`,
+    /// else where its path leads now.
+    fileprivate static func openFolder(_ path: String, confined: Bool, allowed: AllowedFolders)
+        throws(DownloadError) -> HeldFolder
+    {
+        let folder = confined ? try allowed.open(path) : try HeldFolder.open(AllowedFolders.resolved(path))
+        guard folder.isWritable else {
+            throw DownloadError(.destinationNotWritable, "destination folder \(path) is not a writable folder")
         }
+        return folder
     }
 
     /// The download as subscribers see it: the manager's record (its runner reports every change of the transfer,

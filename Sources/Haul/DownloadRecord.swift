@@ -67,6 +67,14 @@ public struct DownloadRecord: Codable, Sendable, Equatable, FetchableRecord, Per
     public var origin: DownloadOrigin
     /// When it completed.
     public var completedAt: Date?
+    /// The device and inode of the download's folder when it was added (`folderIdentity`): at every start the folder
+    /// opened must be this one.
+    public var folderDevice: Int64?
+    public var folderInode: Int64?
+    /// The device and inode of the part file Haul made (`partIdentity`), which the finished file keeps: only this
+    /// file is written to, recognised as finished, or deleted.
+    public var partDevice: Int64?
+    public var partInode: Int64?
 
     /// Column names for queries.
     public enum Columns {
@@ -120,6 +128,33 @@ public struct DownloadRecord: Codable, Sendable, Equatable, FetchableRecord, Per
 
     /// The part file's path, when the destination is known.
     public var partPath: String? { destination.map { $0 + ".part" } }
+
+    /// The download's folder: `directory`, or the folder of `destination`.
+    public var folderPath: String? { directory ?? destination.map(PathName.folder(of:)) }
+
+    /// The identity of the download's folder, recorded when it was added; nil in a row written before Haul recorded
+    /// it.
+    public var folderIdentity: FileIdentity? {
+        get { FileIdentity(stored: folderDevice, folderInode) }
+        set {
+            folderDevice = newValue?.stored.device
+            folderInode = newValue?.stored.inode
+        }
+    }
+
+    /// The identity of the part file Haul made (and of the finished file, which keeps it); nil before it made one.
+    public var partIdentity: FileIdentity? {
+        get { FileIdentity(stored: partDevice, partInode) }
+        set {
+            partDevice = newValue?.stored.device
+            partInode = newValue?.stored.inode
+        }
+    }
+
+    /// Whether a part file or final name that is not Haul's sends the download to the next free name (`name (1).ext`)
+    /// instead of stopping it: downloads into a folder under the server's name, and every download of the daemon's
+    /// network door. A file the user named (`-o`) stops with an error instead.
+    var takesFreeName: Bool { directory != nil || origin.isConfined }
 }
 
 extension DownloadState: DatabaseValueConvertible {}
@@ -142,6 +177,7 @@ extension DownloadRecord {
         "lastModified", "isLastModifiedStrong", "isResumable", "isPartVerified", "mayReplaceDestination", "attempts",
         "lastError", "options", "priority", "queuePosition", "prerequisites", "rateLimit", "segments",
         "activeConnections", "createdAt", "updatedAt", "errorCode", "errorStatus", "origin", "completedAt",
+        "folderDevice", "folderInode", "partDevice", "partInode",
     ]
 
     /// Every column's value, in the order of `columnNames`. Arrays are stored as JSON text, as the `Codable`
@@ -189,6 +225,10 @@ extension DownloadRecord {
         visit(26, errorStatus.databaseValue)
         visit(27, origin.rawValue.databaseValue)
         visit(28, completedAt?.timeIntervalSince1970.databaseValue ?? .null)
+        visit(29, folderDevice.databaseValue)
+        visit(30, folderInode.databaseValue)
+        visit(31, partDevice.databaseValue)
+        visit(32, partInode.databaseValue)
     }
 
     /// Writes the columns directly (GRDB's `Codable` path is several times slower, and a batch of a thousand small

@@ -26,6 +26,8 @@ struct RunnerEnvironment: Sendable {
     let committed: @Sendable (DownloadStore.Commit) async throws(DownloadError) -> Void
     /// Whether another download of the manager already claims `path` (a folder download choosing its name).
     let isDestinationClaimed: @Sendable (String) async -> Bool
+    /// The folders confined downloads are opened beneath.
+    let allowedFolders: AllowedFolders
 }
 
 /// What a runner tells its manager while it runs.
@@ -76,7 +78,12 @@ final class DownloadRunner: Sendable {
 
     private struct State: Sendable {
         var record: DownloadRecord
+        /// The download's folder, held for the whole run: every file operation goes through it.
+        var folder: DownloadFolder?
         var part: PartFile?
+        /// False from the moment a part file is made or adopted until its identity is in the store: the first body
+        /// waits for that commit before it writes, so a part file with bytes always has its row's record of it.
+        var isPartIdentityStored = true
         /// Per connection: its task (request, body or wait) and its generation (events of an older one are stale).
         var tasks: [Int: (key: UInt64, task: Task<Void, Never>, writes: Bool)] = [:]
         /// Body tasks of closed connections until they end: a write in progress ends before the part file is
@@ -137,11 +144,13 @@ final class DownloadRunner: Sendable {
     func run() async -> RunOutcome {
         defer { part?.unlock() }
         do {
-            if let result = try await recognizeFinishedFile() { return .completed(result) }
-            if let destination = state.withLock({ $0.record.destination }) {
-                let opened = try PartFile.open(path: destination + ".part")
-                state.withLock { $0.part = opened }
+            let folder = try DownloadFolder.open(for: record, allowed: environment.allowedFolders)
+            state.withLock { state in
+                state.folder = folder
+                state.record.folderIdentity = folder.folder.identity
             }
+            if let result = try await recognizeFinishedFile(in: folder) { return .completed(result) }
+            try await openPart(in: folder)
             return try await loop()
         } catch {
             if error is CancellationError || Task.isCancelled || (error as? DownloadError)?.code == .cancelled {
@@ -277,13 +286,14 @@ final class DownloadRunner: Sendable {
             }
         case .stream(let id, let body):
             guard let response = state.withLock({ $0.responses.removeValue(forKey: id) }) else { return nil }
-            let naming = part == nil
-            if naming { try await resolveDestination(response: response) }
+            if part == nil { try await resolveDestination(response: response) }
             // One write for what the answer told: the name, the final URL, the remote file's facts. A name just
-            // chosen is in the store before any byte is written: after a crash the part file is found as this
-            // download's own, not left behind while another name is chosen.
+            // chosen, and the identity of a part file just made, are in the store before any byte is written: after
+            // a crash the part file is found as this download's own, not left behind while another name is chosen.
             let finalURL = response.finalURL.absoluteString
-            try await saveTransfer(waiting: naming) { $0.finalURL = finalURL }
+            let unsaved = state.withLock { !$0.isPartIdentityStored }
+            try await saveTransfer(waiting: unsaved) { $0.finalURL = finalURL }
+            if unsaved { state.withLock { $0.isPartIdentityStored = true } }
             let generation = state.withLock { $0.generations[id] ?? 0 }
             start(id, generation, writes: true) { [self] in
                 await stream(id, generation, response: response, body: body, continuation: continuation)
@@ -334,8 +344,8 @@ final class DownloadRunner: Sendable {
             cancelAll()
             await awaitConnections()
             if error.code == .checksumMismatch, let part {
-                // The bytes are not the file asked for: nothing of them is kept.
-                FileSystem.remove(part.path)
+                // The bytes are not the file asked for: nothing of them is kept (one unlink of Haul's own file).
+                state.withLock { $0.folder }?.delete(part.name, identity: part.identity)
             } else {
                 await flush(machine.withLock { $0.checkpointMark })
             }
@@ -433,12 +443,11 @@ final class DownloadRunner: Sendable {
     private static func checkTampering(of part: PartFile, with mark: TransferMachine.Checkpoint) -> (
         DownloadError, intact: TransferMachine.Checkpoint?
     )? {
-        guard part.isStillAtPath() else {
-            let folder = PathName.folder(of: part.path)
+        guard part.isStillInFolder() else {
             let what =
-                FileSystem.exists(folder)
-                ? "the part file \(part.path) was deleted or replaced by another program"
-                : "the folder \(folder) was deleted"
+                part.folder.isDeleted
+                ? "the folder \(part.folder.path) was deleted"
+                : "the part file \(part.path) was deleted or replaced by another program"
             let message = "\(what) while downloading; its bytes are gone (run the command again to start over)"
             return (DownloadError(.fileSystem, message), nil)
         }
@@ -705,54 +714,93 @@ final class DownloadRunner: Sendable {
         return headers.filter { seen.insert($0.name.lowercased()).inserted }
     }
 
+    /// Opens the part file of a download whose name is known, when it is Haul's (`DownloadFolder.openPart`). What is
+    /// not Haul's is left untouched: a download that may take another name (`takesFreeName`) starts again from 0
+    /// under the next free one; any other stops here, before a byte is fetched, with the reason.
+    private func openPart(in folder: DownloadFolder) async throws {
+        let record = record
+        guard let destination = record.destination else { return }
+        let name = PathName.lastComponent(of: destination)
+        let adopting = options.continuePartial && record.partIdentity == nil
+        switch try folder.openPart(name + ".part", recorded: record.partIdentity, adopting: adopting) {
+        case .opened(let part, let isNew):
+            // A file handed over with -c: its bytes are compared with the server's before anything is appended.
+            let isHandedOver = try adopting && part.length() > 0
+            state.withLock { state in
+                state.part = part
+                state.record.partIdentity = part.identity
+                if isNew { state.isPartIdentityStored = false }
+                if isHandedOver { state.record.isPartVerified = false }
+            }
+        case .untrusted(let error):
+            guard record.takesFreeName else { throw error }
+            environment.logger.notice("\(source): \(error.message); taking the next free name")
+            state.withLock { state in
+                state.record.durableOffset = 0
+                state.record.segments = nil
+                state.record.isPartVerified = true
+                state.record.partIdentity = nil
+            }
+            try await claimName(name, in: folder, from: 1)
+        }
+    }
+
     /// Picks the file name for a folder download from the first answer, never over a file Haul did not create.
     private func resolveDestination(response: TransportResponse) async throws {
-        let record = record
-        guard let directory = record.directory else {
-            throw DownloadError(.fileSystem, "download \(record.id) has neither a destination nor a folder")
+        guard let folder = state.withLock({ $0.folder }) else {
+            throw DownloadError(.fileSystem, "download \(id) has no folder open")
         }
         let name = FileNameSanitizer.name(
             contentDisposition: response.head.value("Content-Disposition"),
             finalURLPath: response.finalURL.path
         )
-        for number in 0..<1000 {
-            let candidate = PathName.appending(
-                number == 0 ? name : FileNameSanitizer.alternative(name, number: number), to: directory)
-            if FileSystem.exists(candidate) || FileSystem.exists(candidate + ".part") { continue }
-            if await environment.isDestinationClaimed(candidate) { continue }
-            // Creating the part file exclusively claims the name against folder downloads running beside this one.
-            let claimed: PartFile
-            switch Result(catching: { () throws(DownloadError) in
-                try PartFile.open(path: candidate + ".part", exclusive: true)
-            }) {
-            case .success(let file): claimed = file
-            case .failure(let error) where error.code == .destinationExists: continue
-            case .failure(let error): throw error
-            }
+        try await claimName(name, in: folder, from: 0)
+    }
+
+    /// Claims the first free name of `name`, `name (1)`, … (from the `first`th) in the download's folder by making
+    /// its part file there exclusively. Free means that nothing of any kind (a link included) has the name or its
+    /// `.part`, and that no other download of the manager claims it.
+    private func claimName(_ name: String, in folder: DownloadFolder, from first: Int) async throws {
+        for number in first..<1000 {
+            let candidate = number == 0 ? name : FileNameSanitizer.alternative(name, number: number)
+            if folder.has(candidate) || folder.has(candidate + ".part") { continue }
+            let path = PathName.join(folder.path, candidate)
+            if await environment.isDestinationClaimed(path) { continue }
+            // Made exclusively: a download of another process choosing the same name at the same moment loses.
+            guard let part = try folder.makePart(candidate + ".part") else { continue }
             state.withLock { state in
-                state.part = claimed
-                state.record.destination = candidate
+                state.part = part
+                state.record.destination = path
+                state.record.partIdentity = part.identity
+                state.isPartIdentityStored = false
             }
             return
         }
-        throw DownloadError(.destinationExists, "no free name for \(name) in \(directory)")
+        throw DownloadError(.destinationExists, "no free name for \(name) in \(folder.path)")
     }
 
     // MARK: Finalising
 
-    /// A run that finds no part file, and at the destination a file of exactly the length its record durably held in
-    /// full, is looking at its own finished file: the previous process died between the rename and the completed state.
-    private func recognizeFinishedFile() async throws -> DownloadResult? {
+    /// A run that finds no part file, and at the destination the very file its part file was (the identity the
+    /// store recorded) with exactly the length its record durably held in full, is looking at its own finished file:
+    /// the previous process died between the rename and the completed state.
+    private func recognizeFinishedFile(in folder: DownloadFolder) async throws -> DownloadResult? {
         let record = record
         guard let destination = record.destination, let total = record.totalLength, record.durableOffset == total,
-            record.isPartVerified, !FileSystem.exists(destination + ".part"), FileSystem.size(destination) == total
+            record.isPartVerified
+        else { return nil }
+        let name = PathName.lastComponent(of: destination)
+        guard !folder.has(name + ".part"),
+            let descriptor = folder.finishedFile(name, identity: record.partIdentity, length: total)
         else { return nil }
         let digests = try await Blocking.run {
             [computesSHA256 = options.computesSHA256, checksum = options.checksum] in
+            defer { close(descriptor) }
             var algorithms = Set<Checksum.Algorithm>()
             if let checksum { algorithms.insert(checksum.algorithm) }
             if computesSHA256 { algorithms.insert(.sha256) }
-            return algorithms.isEmpty ? [:] : try FileDigest.hexDigests(of: destination, algorithms: algorithms)
+            return algorithms.isEmpty
+                ? [:] : try FileDigest.hexDigests(of: descriptor, named: destination, algorithms: algorithms)
         }
         if let checksum = options.checksum, digests[checksum.algorithm] != checksum.hex { return nil }
         state.withLock { state in
@@ -767,7 +815,10 @@ final class DownloadRunner: Sendable {
     /// Verifies the part file's `total` bytes and moves them to the destination; throws `checksumMismatch` (with
     /// the part file emptied) when the checksum does not match.
     private func finalize(total: Int64) async throws -> DownloadResult {
-        guard let part, let destination = state.withLock({ $0.record.destination }) else {
+        guard let part, let (folder, destination) = state.withLock({ state in
+            state.folder.flatMap { folder in state.record.destination.map { (folder, $0) } }
+        })
+        else {
             throw DownloadError(.fileSystem, "nothing to finalise for \(source)")
         }
         let length = try part.length()
@@ -784,7 +835,7 @@ final class DownloadRunner: Sendable {
             ) in
             try part.sync()
             if let found = Self.checkTampering(of: part, with: .offset(total)) { return (found, [:]) }
-            return (nil, algorithms.isEmpty ? [:] : try FileDigest.hexDigests(of: part.path, algorithms: algorithms))
+            return (nil, algorithms.isEmpty ? [:] : try part.hexDigests(algorithms: algorithms))
         }
         if let (problem, intact) = tampered {
             // Every byte was written, and some are not there any more: nothing wrong goes under the final name.
@@ -807,15 +858,17 @@ final class DownloadRunner: Sendable {
             record.totalLength = size
             record.segments = nil
         }
-        let (replacing, isFolderDownload) = state.withLock {
-            ($0.record.mayReplaceDestination, $0.record.directory != nil)
+        let (replacing, takesFreeName) = state.withLock {
+            ($0.record.mayReplaceDestination, $0.record.takesFreeName)
         }
-        let target = try await Blocking.run {
-            let target = try Self.moveIntoPlace(
-                part.path, destination: destination, replacing: replacing, isFolderDownload: isFolderDownload)
-            FileSystem.syncDirectory(of: target)
-            return target
+        let name = try await Blocking.run {
+            let name = try Self.moveIntoPlace(
+                part, in: folder, name: PathName.lastComponent(of: destination), replacing: replacing,
+                takesFreeName: takesFreeName)
+            folder.sync()
+            return name
         }
+        let target = PathName.join(folder.path, name)
         let resumedFrom = machine.withLock { $0.resumedFrom } ?? 0
         state.withLock { state in
             state.part = nil
@@ -840,26 +893,23 @@ final class DownloadRunner: Sendable {
         )
     }
 
-    /// Moves the verified part file to its destination. A folder download whose name was taken meanwhile takes the
-    /// next free `name (n).ext`; a file download stops rather than replace a file Haul did not create.
-    private static func moveIntoPlace(_ partPath: String, destination: String, replacing: Bool, isFolderDownload: Bool)
-        throws -> String
-    {
-        let name = PathName.lastComponent(of: destination)
-        let folder = PathName.folder(of: destination)
+    /// Moves the verified part file to `name` in its folder and returns the name it took. A download that may take
+    /// another name (`takesFreeName`) whose name was taken meanwhile takes the next free `name (n).ext`; any other
+    /// stops rather than replace a file Haul did not create.
+    private static func moveIntoPlace(
+        _ part: PartFile, in folder: DownloadFolder, name: String, replacing: Bool, takesFreeName: Bool
+    ) throws -> String {
         for number in 0..<1000 {
-            let target =
-                number == 0
-                ? destination : PathName.appending(FileNameSanitizer.alternative(name, number: number), to: folder)
+            let target = number == 0 ? name : FileNameSanitizer.alternative(name, number: number)
             let result = Result { () throws(DownloadError) in
-                try FileSystem.move(partPath, to: target, replacing: replacing)
+                try folder.moveIntoPlace(part, to: target, replacing: replacing && number == 0)
             }
             switch result {
             case .success: return target
             case .failure(let error):
-                if error.code != .destinationExists || !isFolderDownload { throw error }
+                if error.code != .destinationExists || !takesFreeName { throw error }
             }
         }
-        throw DownloadError(.destinationExists, "no free name for \(name) in \(folder)")
+        throw DownloadError(.destinationExists, "no free name for \(name) in \(folder.path)")
     }
 }

@@ -11,6 +11,11 @@ public enum DownloadOrigin: String, Sendable, Codable, CaseIterable {
     case api
     /// The daemon's Unix socket (the local user's own `haul` commands).
     case socket
+
+    /// Whether a download from here is confined to the manager's allowed folders: its folder is opened beneath the
+    /// allowed folder its path lies in, at every start. Only the network door's are: anyone with the token may add
+    /// them, while the other origins are the user's own.
+    public var isConfined: Bool { self == .api }
 }
 
 /// A download as it is now: what the store holds, with the live speed, connections and bytes of a running one.

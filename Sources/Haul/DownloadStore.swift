@@ -18,10 +18,12 @@ public struct DownloadStore: Sendable {
     /// With `exclusive`, for a process that owns the state folder (the daemon holds its lock), the store keeps one
     /// connection with SQLite's exclusive locking mode: no other process may open it meanwhile, and in return no
     /// commit takes and releases file locks or touches the shared-memory index (a few percent of every add).
+    ///
+    /// The folder is checked first (`StateFolder`): a real folder of this user's that nobody else may write to, so
+    /// nobody else can plant a link under the database's names.
     public init(directory: String, exclusive: Bool = false) throws(DownloadError) {
-        let path = (directory as NSString).appendingPathComponent("haul.sqlite")
+        let path = try StateFolder.open(directory).path(of: "haul.sqlite")
         do {
-            try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
             var configuration = Configuration()
             configuration.busyMode = .timeout(5)
             // WAL with synchronous=NORMAL: a commit does not fsync, so many small downloads do not cost a disk flush
@@ -164,6 +166,16 @@ public struct DownloadStore: Sendable {
             try db.drop(index: "download_on_destination")
             try db.execute(
                 sql: "CREATE INDEX download_on_destination ON download(destination) WHERE destination IS NOT NULL")
+        }
+        migrator.registerMigration("v8: folder and part file identities") { db in
+            // Haul writes only into the folder and the part file it recorded (device and inode); rows from before
+            // have none, and take what they find at their next start.
+            try db.alter(table: "download") { table in
+                table.add(column: "folderDevice", .integer)
+                table.add(column: "folderInode", .integer)
+                table.add(column: "partDevice", .integer)
+                table.add(column: "partInode", .integer)
+            }
         }
         return migrator
     }
@@ -363,7 +375,7 @@ public struct DownloadStore: Sendable {
 
         private static let transferStatement = statement([
             "finalURL", "destination", "totalLength", "durableOffset", "etag", "lastModified", "isLastModifiedStrong",
-            "isResumable", "isPartVerified", "segments",
+            "isResumable", "isPartVerified", "segments", "folderDevice", "folderInode", "partDevice", "partInode",
         ])
 
         /// What a response and the transfer change (final URL, destination, remote facts, offsets), without
@@ -376,6 +388,8 @@ public struct DownloadStore: Sendable {
                     record.durableOffset.databaseValue, record.etag.databaseValue, record.lastModified.databaseValue,
                     record.isLastModifiedStrong.databaseValue, record.isResumable.databaseValue,
                     record.isPartVerified.databaseValue, try DownloadStore.json(record.segments).databaseValue,
+                    record.folderDevice.databaseValue, record.folderInode.databaseValue,
+                    record.partDevice.databaseValue, record.partInode.databaseValue,
                 ])
         }
 

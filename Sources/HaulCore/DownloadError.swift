@@ -6,7 +6,7 @@ public struct DownloadError: Error, Sendable, Equatable, CustomStringConvertible
             case invalidURL, invalidArgument, httpStatus, invalidResponse, contentEncoding, tooManyRedirects
             case connectionFailed, connectionLost, idleTimeout, bodyTooShort, bodyTooLong, tls
             case checksumMismatch, diskFull, fileSystem, destinationExists, destinationNotWritable
-            case locked, store, cancelled, retriesExhausted, illegalTransition, notFound
+            case locked, store, cancelled, retriesExhausted, illegalTransition, notFound, untrustedFile
         }
         private let base: Base
         private init(_ base: Base) { self.base = base }
@@ -45,6 +45,10 @@ public struct DownloadError: Error, Sendable, Equatable, CustomStringConvertible
         public static let destinationExists = Code(.destinationExists)
         /// The destination folder is missing or cannot be written.
         public static let destinationNotWritable = Code(.destinationNotWritable)
+        /// Something on disk that Haul will not write through: a symbolic link, a hard link, a FIFO, a socket or a
+        /// device where its part file should be, another user's file, a part file it has no record of making, or a
+        /// folder that leads outside the allowed ones or is not the one the download was added to.
+        public static let untrustedFile = Code(.untrustedFile)
         /// Another process holds the part file.
         public static let locked = Code(.locked)
         /// The state database failed (locked by another process, unreadable, corrupt).

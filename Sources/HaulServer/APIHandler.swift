@@ -21,7 +21,7 @@ public struct APIHandler: APIProtocol {
         self.manager = manager
         self.configuration = configuration
         self.door = door
-        policy = FolderPolicy(configuration)
+        policy = FolderPolicy(configuration, allowed: manager.allowedFolders)
     }
 
     // MARK: Downloads

@@ -35,9 +35,11 @@ public struct ServeFile: Codable, Sendable, Equatable {
         (stateDirectory as NSString).appendingPathComponent("haul.sock")
     }
 
-    /// Reads the file of `stateDirectory`, nil when there is none or it cannot be read.
+    /// Reads the file of `stateDirectory`, nil when there is none or it cannot be read. Only a regular file of
+    /// this user's is read, never through a link: it tells commands where to send the token.
     public static func read(in stateDirectory: String) -> ServeFile? {
-        guard let data = FileManager.default.contents(atPath: path(in: stateDirectory)) else { return nil }
+        guard let folder = try? StateFolder.open(stateDirectory), let data = try? folder.read("serve.json") ?? nil
+        else { return nil }
         return try? JSONDecoder().decode(ServeFile.self, from: data)
     }
 }
@@ -96,16 +98,21 @@ public enum Daemon {
     {
         let logger = options.logger
         let state = options.stateDirectory
+        // The state folder holds the token and the socket: a real folder of this user's, 0700, checked before
+        // anything in it is made or read.
+        let stateFolder: StateFolder
         do {
-            try FileManager.default.createDirectory(
-                atPath: state, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+            stateFolder = try StateFolder.open(state)
+            try stateFolder.restrictToOwner()
         } catch {
-            throw DaemonError(description: "cannot create the state folder \(state): \(error)")
+            throw DaemonError(description: error.message)
         }
         let lock = try lockStateDirectory(state)
         defer { close(lock) }
-        let token = try options.token ?? storedToken(in: state)
+        let token = try options.token ?? storedToken(in: stateFolder)
         var managerConfiguration = DownloadManager.Configuration(stateDirectory: state)
+        // Held from the start; the network door's downloads are opened beneath them.
+        managerConfiguration.allowedFolders = [options.downloadDirectory] + options.allowedDirectories
         managerConfiguration.persistsSettings = true
         // The folder's lock is held until the daemon exits: no other process opens the store meanwhile.
         managerConfiguration.ownsStateDirectory = true
@@ -125,14 +132,14 @@ public enum Daemon {
 
         let usesTLS = options.tlsCertificate != nil
         let configuration = DaemonConfiguration(
-            token: token, downloadDirectory: FolderPolicy.resolved(options.downloadDirectory),
-            allowedDirectories: options.allowedDirectories.map(FolderPolicy.resolved),
+            token: token, downloadDirectory: AllowedFolders.resolved(options.downloadDirectory),
+            allowedDirectories: options.allowedDirectories.map(AllowedFolders.resolved),
             allowedHosts: options.allowedHosts,
             listenHost: options.listenHost, usesTLS: usesTLS)
         let metrics = DaemonMetrics()
-        let socketPath = ServeFile.socketPath(in: state)
-        // The lock is held: a socket file left here is a dead daemon's.
-        unlink(socketPath)
+        let socketPath = stateFolder.path(of: "haul.sock")
+        // The lock is held: a socket left here is a dead daemon's.
+        stateFolder.remove("haul.sock")
         var tls: TLSConfiguration?
         if let certificate = options.tlsCertificate, let key = options.tlsKey {
             do {
@@ -153,9 +160,9 @@ public enum Daemon {
             let file = ServeFile(
                 url: "\(scheme)://\(host):\(port)", token: token, pid: getpid(), socket: socketPath)
             do {
-                try writeServeFile(file, in: state)
+                try writeServeFile(file, in: stateFolder)
             } catch {
-                logger.error("cannot write \(ServeFile.path(in: state)): \(error)")
+                logger.error("cannot write \(stateFolder.path(of: "serve.json")): \(error)")
             }
             logger.notice("haul serve: listening on \(file.url); sign in at \(file.url)/?token=\(token)")
             onReady(file)
@@ -179,7 +186,7 @@ public enum Daemon {
                 shutdown: { await trigger.fire() }),
             address: .unixDomainSocket(path: socketPath), logger: logger
         ) { _ in
-            chmod(socketPath, 0o600)
+            stateFolder.restrictSocket("haul.sock")
             await readiness.ready(port: nil)
         }
         var group = ServiceGroupConfiguration(
@@ -194,8 +201,8 @@ public enum Daemon {
         group.maximumGracefulShutdownDuration = .seconds(4)
         group.maximumCancellationDuration = .seconds(1)
         defer {
-            unlink(ServeFile.path(in: state))
-            unlink(socketPath)
+            stateFolder.remove("serve.json")
+            stateFolder.remove("haul.sock")
         }
         do {
             // Requests are handled on the event loop that read them (see `EventLoopTaskExecutor`).
@@ -228,38 +235,30 @@ public enum Daemon {
         }
     }
 
-    /// The token kept in `STATE_DIR/token` (0600), made from 32 random bytes on the first start.
-    private static func storedToken(in state: String) throws -> String {
-        let path = (state as NSString).appendingPathComponent("token")
-        if let data = FileManager.default.contents(atPath: path) {
-            let token = String(decoding: data, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
-            if !token.isEmpty { return token }
+    /// The token kept in `STATE_DIR/token` (0600, readable by its owner alone), made from 32 random bytes on the
+    /// first start.
+    private static func storedToken(in state: StateFolder) throws -> String {
+        do {
+            if let data = try state.read("token", secret: true) {
+                let token = String(decoding: data, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
+                if !token.isEmpty { return token }
+                state.remove("token")
+            }
+            var generator = SystemRandomNumberGenerator()
+            let token = (0..<32).map { _ in String(format: "%02x", UInt8.random(in: 0...255, using: &generator)) }
+                .joined()
+            try state.create("token", Data(token.utf8))
+            return token
+        } catch {
+            throw DaemonError(description: "the token: \(error.message)")
         }
-        var generator = SystemRandomNumberGenerator()
-        let token = (0..<32).map { _ in String(format: "%02x", UInt8.random(in: 0...255, using: &generator)) }.joined()
-        guard
-            FileManager.default.createFile(
-                atPath: path, contents: Data(token.utf8), attributes: [.posixPermissions: 0o600])
-        else {
-            throw DaemonError(description: "cannot write the token to \(path)")
-        }
-        return token
     }
 
-    /// Writes `serve.json` (0600) by renaming a complete temporary file over it.
-    private static func writeServeFile(_ file: ServeFile, in state: String) throws {
+    /// Writes `serve.json` (0600) by renaming a complete temporary file over it, within the state folder.
+    private static func writeServeFile(_ file: ServeFile, in state: StateFolder) throws {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys, .prettyPrinted, .withoutEscapingSlashes]
-        let data = try encoder.encode(file)
-        let path = ServeFile.path(in: state)
-        let temporary = path + ".tmp"
-        guard FileManager.default.createFile(atPath: temporary, contents: data, attributes: [.posixPermissions: 0o600])
-        else {
-            throw DaemonError(description: "cannot write \(temporary)")
-        }
-        guard rename(temporary, path) == 0 else {
-            throw DaemonError(description: "cannot rename \(temporary): \(String(cString: strerror(errno)))")
-        }
+        try state.replace("serve.json", with: try encoder.encode(file))
     }
 
     static func isLoopback(_ host: String) -> Bool {
@@ -282,13 +281,13 @@ public enum StateLock {
         case failed(String)
     }
 
-    /// Tries once, without waiting.
+    /// Tries once, without waiting. The state folder is made when missing and checked (`StateFolder`), and the lock
+    /// file must be a regular file of this user's.
     public static func acquire(_ state: String, exclusive: Bool) -> Outcome {
-        try? FileManager.default.createDirectory(
-            atPath: state, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
-        let path = (state as NSString).appendingPathComponent("serve.lock")
-        let descriptor = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
-        guard descriptor >= 0 else { return .failed("cannot open \(path): \(String(cString: strerror(errno)))") }
+        let descriptor: Int32
+        do { descriptor = try StateFolder.open(state).openOwnFile("serve.lock") } catch {
+            return .failed(error.message)
+        }
         guard flock(descriptor, (exclusive ? LOCK_EX : LOCK_SH) | LOCK_NB) == 0 else {
             close(descriptor)
             return .held

@@ -68,26 +68,25 @@ public enum Door: Sendable, Equatable {
 /// Resolves the folder and file name a request asks for into a destination, within what its door allows.
 struct FolderPolicy: Sendable {
     let downloadDirectory: String
-    let allowedDirectories: [String]
-    /// The download folder and the allowed ones with symbolic links resolved, once: they are set at start.
-    let roots: [String]
+    /// The allowed folders as the manager holds them (`DownloadManager.allowedFolders`): the download folder first.
+    let allowed: AllowedFolders
     /// The download folder resolved (a request naming no folder needs no file-system call).
     let resolvedDownloadDirectory: String
     /// The download folder as requests name it, normalised.
     let normalizedDownloadDirectory: String
 
-    init(_ configuration: DaemonConfiguration) {
+    init(_ configuration: DaemonConfiguration, allowed: AllowedFolders) {
         downloadDirectory = configuration.downloadDirectory
-        allowedDirectories = configuration.allowedDirectories
-        roots = ([configuration.downloadDirectory] + configuration.allowedDirectories).map(Self.resolved)
-        resolvedDownloadDirectory = Self.resolved(configuration.downloadDirectory)
+        self.allowed = allowed
+        resolvedDownloadDirectory = AllowedFolders.resolved(configuration.downloadDirectory)
         normalizedDownloadDirectory = PathName.normalized(configuration.downloadDirectory)
     }
 
     /// The destination of a request. Over the network a relative folder is under the download folder; an absolute
-    /// one must lie inside the download folder or an allowed one, after resolving `..` and symbolic links; missing
-    /// folders inside are created. A file name is sanitised like a server-chosen one (over the socket it must just
-    /// be one path component).
+    /// one must name a place inside the download folder or an allowed one, and lead nowhere else: it is opened
+    /// beneath that folder, where `..` and links may not leave it (`AllowedFolders`); missing folders inside are
+    /// created there. The manager opens it beneath the same held folder again at every start of the download. A file
+    /// name is sanitised like a server-chosen one (over the socket it must just be one path component).
     func destination(directory: String?, filename: String?, door: Door, index: Int?) throws(APIError)
         -> DownloadManager.Destination
     {
@@ -107,7 +106,7 @@ struct FolderPolicy: Sendable {
             lexical = PathName.absolute(requested, base: downloadDirectory)
         }
         let folder: String
-        // The download folder itself (most requests) needs no file-system call: the manager checks it is writable.
+        // The download folder itself (most requests) needs no file-system call here: the manager opens it.
         if door == .network, lexical == normalizedDownloadDirectory {
             folder = resolvedDownloadDirectory
         } else if door == .network {
@@ -128,40 +127,26 @@ struct FolderPolicy: Sendable {
         return .file(PathName.join(folder, name))
     }
 
-    /// `path` with every symbolic link resolved, checked to lie inside an allowed folder; creates what is missing.
+    /// `path` opened beneath the allowed folder it names (what is missing inside made there), as the path of that
+    /// folder plus the rest; 403 when it names none or leads out of its own.
     private func confined(_ path: String, requested: String, index: Int?) throws(APIError) -> String {
-        // The deepest folder that exists decides where the path really leads; what is missing below it cannot be a
-        // link.
-        var existing = path
-        var missing: [String] = []
-        while !FileManager.default.fileExists(atPath: existing), existing != "/" {
-            missing.insert((existing as NSString).lastPathComponent, at: 0)
-            existing = (existing as NSString).deletingLastPathComponent
-        }
-        var real = Self.resolved(existing)
-        for component in missing { real = (real as NSString).appendingPathComponent(component) }
-        guard roots.contains(where: { real == $0 || real.hasPrefix($0 == "/" ? "/" : $0 + "/") }) else {
-            throw APIError(
+        let forbidden = { (why: String) in
+            APIError(
                 .forbidden, "forbiddenFolder",
-                "directory '\(requested)' leads to \(real), outside the folders downloads may go to: "
-                    + roots.joined(separator: ", "),
+                "directory '\(requested)' \(why), outside the folders downloads may go to: "
+                    + allowed.paths.joined(separator: ", "),
                 index: index, field: "directory")
         }
-        if !missing.isEmpty {
-            do { try FileManager.default.createDirectory(atPath: real, withIntermediateDirectories: true) } catch {
-                // The request is well formed; the file system refuses (a name too long, a file in the way).
-                throw APIError(
-                    .conflict, "destinationNotWritable", "cannot create the folder \(real): \(error)",
-                    index: index, field: "directory")
-            }
+        guard let (root, relative) = allowed.locate(path) else { throw forbidden("names \(path)") }
+        do {
+            return try root.folder.folder(at: relative, creating: true).path
+        } catch where error.code == .untrustedFile {
+            throw forbidden("leads out of \(root.folder.path) through a symbolic link or ..")
+        } catch {
+            // The request is well formed; the file system refuses (a name too long, a file in the way).
+            throw APIError(
+                .conflict, "destinationNotWritable", "cannot create the folder \(path): \(error.message)",
+                index: index, field: "directory")
         }
-        return real
-    }
-
-    /// The path with symbolic links resolved (as it is when it cannot be).
-    static func resolved(_ path: String) -> String {
-        guard let real = realpath(path, nil) else { return PathName.normalized(path) }
-        defer { free(real) }
-        return String(cString: real)
     }
 }

@@ -289,11 +289,9 @@ enum Connection {
     case standalone(lock: Int32)
 }
 
-/// Deletes a record, its part file, and with `deletingFile` its completed file.
+/// Deletes a record, its part file, and with `deletingFile` its completed file: only the files Haul made for it, as
+/// the manager deletes them (`DownloadFolder.deleteFiles`).
 func forget(_ record: DownloadRecord, in store: DownloadStore, deletingFile: Bool) throws {
-    if let part = record.partPath { try? FileManager.default.removeItem(atPath: part) }
-    if deletingFile, record.state == .completed, let path = record.destination {
-        try? FileManager.default.removeItem(atPath: path)
-    }
+    DownloadFolder.deleteFiles(of: record, includingFile: deletingFile, allowed: .none)
     try store.delete(id: record.id)
 }

@@ -318,16 +318,12 @@ func checkURL(_ url: String) throws {
 }
 
 /// Creates the folder of `-d DIR` and its parents when they are missing, as wget's `-P`, aria2c's `-d` and curl's
-/// `--create-dirs` do; exits 1 naming the cause when it cannot. (Only on this machine: a daemon reached with
-/// `--server` creates what is missing inside its own allowed folders.)
+/// `--create-dirs` do, each beneath the deepest folder that exists (`HeldFolder.make`); exits 1 naming the cause
+/// when it cannot. (Only on this machine: a daemon reached with `--server` creates what is missing inside its own
+/// allowed folders.)
 func createFolder(_ path: String) throws {
-    var isDirectory: ObjCBool = false
-    if FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory), isDirectory.boolValue { return }
-    do {
-        try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
-    } catch {
-        let reason = (error as NSError).localizedFailureReason ?? (error as NSError).localizedDescription
-        FileHandle.standardError.write(Data("haul: error: cannot create the folder \(path): \(reason)\n".utf8))
+    do { _ = try HeldFolder.make(path) } catch {
+        FileHandle.standardError.write(Data("haul: error: cannot create the folder \(path): \(error.message)\n".utf8))
         throw ExitCode(1)
     }
 }

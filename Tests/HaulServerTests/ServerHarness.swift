@@ -32,6 +32,8 @@ struct ServerHarness {
         managerConfiguration.persistsSettings = true
         managerConfiguration.clock = RecordingClock()
         managerConfiguration.engine.jitter = { 1 }
+        // As `haul serve` holds them: the network door's downloads are opened beneath these.
+        managerConfiguration.allowedFolders = [downloads] + allowed
         configure(&managerConfiguration)
         let manager = try DownloadManager(configuration: managerConfiguration)
         try await manager.start()

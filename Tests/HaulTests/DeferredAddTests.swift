@@ -128,16 +128,26 @@ struct PathNameTests {
         }
     }
 
-    @Test("a writable folder is one; a file, a missing path and a file's child are not")
-    func writableFolder() throws {
+    @Test("a folder opens and is writable; a file, a missing path, a file's child and a link do not open")
+    func heldFolders() throws {
         let root = NSTemporaryDirectory() + "haul-paths-" + UUID().uuidString
         try FileManager.default.createDirectory(atPath: root + "/dir", withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(atPath: root) }
         FileManager.default.createFile(atPath: root + "/file", contents: Data("x".utf8))
-        #expect(FileSystem.isWritableDirectory(root + "/dir"))
-        #expect(FileSystem.isWritableDirectory(root + "/dir/"))
-        #expect(!FileSystem.isWritableDirectory(root + "/file"))
-        #expect(!FileSystem.isWritableDirectory(root + "/missing"))
-        #expect(!FileSystem.isWritableDirectory(root + "/file/x"))
+        try FileManager.default.createSymbolicLink(atPath: root + "/link", withDestinationPath: root + "/dir")
+        #expect(try HeldFolder.open(root + "/dir").isWritable)
+        #expect(try HeldFolder.open(root + "/dir/").identity == HeldFolder.open(root + "/dir").identity)
+        for (path, code, words) in [
+            ("/file", DownloadError.Code.destinationNotWritable, "is not a folder"),
+            ("/missing", .destinationNotWritable, "does not exist"),
+            ("/file/x", .destinationNotWritable, "is not a folder"),
+            ("/link", .untrustedFile, "is a symbolic link"),
+        ] {
+            #expect(throws: DownloadError.self) { try HeldFolder.open(root + path) }
+            do { _ = try HeldFolder.open(root + path) } catch {
+                #expect(error.code == code, "\(path)")
+                #expect(error.message.contains(words), "\(path): \(error.message)")
+            }
+        }
     }
 }

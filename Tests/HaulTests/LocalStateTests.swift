@@ -1,8 +1,9 @@
 import Foundation
-import Haul
 import HaulCore
 import HaulTesting
 import Testing
+
+@testable import Haul
 
 /// HOSTILE.md 28–35 for one download, checksums, and the destination rules.
 @Suite("Local state", .timeLimit(.minutes(2)), .teardowns)
@@ -61,13 +62,19 @@ struct LocalStateTests {
         #expect(h.server.requests(to: "/f").last?.range == nil)
     }
 
-    @Test("31: part file with no store row: compared with the server before appending")
+    @Test("31: part file with no store row: never written to; handed over with -c, compared before appending")
     func partWithoutRecord() async throws {
         for (bytes, restarts) in [(Array(body.prefix(Self.cut)), false), (testBytes(Self.cut, seed: 9), true)] {
             let h = try await Harness.make()
             h.server.serve("/f", .init(body: body))
             _ = FileManager.default.createFile(atPath: h.path("file.bin.part"), contents: Data(bytes))
-            _ = try await h.fetch("/f")
+            let error = await h.fetchError("/f")
+            #expect(error?.code == .untrustedFile)
+            #expect(error?.message.contains("file.bin.part was not made by this download") == true, "\(error!)")
+            #expect(error?.message.contains("-c") == true)
+            #expect(h.contents("file.bin.part") == bytes, "left as it was")
+            #expect(h.server.requests.isEmpty, "nothing fetched")
+            _ = try await h.fetch("/f", options: DownloadOptions(continuePartial: true))
             #expect(h.holds("file.bin", body))
             let requests = h.server.requests(to: "/f")
             #expect(requests.first?.range == "bytes=\(Self.cut - 65_536)-")
@@ -95,15 +102,19 @@ struct LocalStateTests {
         #expect(FileManager.default.contents(atPath: path) == Data(repeating: 0x42, count: 4096), "nothing lost")
     }
 
-    @Test("33: disk full while writing: a clear error, resumable once space is free")
-    func diskFull() async throws {
+    @Test("38: a symbolic link at the part file's name is never followed; the file it leads to is untouched")
+    func linkedPart() async throws {
         let h = try await Harness.make()
         h.server.serve("/f", .init(body: body))
-        try FileManager.default.createSymbolicLink(atPath: h.path("file.bin.part"), withDestinationPath: "/dev/full")
+        let victim = h.path("../victim")
+        _ = FileManager.default.createFile(atPath: victim, contents: Data("victim".utf8))
+        try FileManager.default.createSymbolicLink(atPath: h.path("file.bin.part"), withDestinationPath: victim)
         let error = await h.fetchError("/f")
-        #expect(error?.code == .diskFull)
-        #expect(error?.message.contains("disk is full") == true)
+        #expect(error?.code == .untrustedFile)
+        #expect(error?.message.contains("file.bin.part is a symbolic link; Haul will not write through it") == true)
+        #expect(FileManager.default.contents(atPath: victim) == Data("victim".utf8))
         #expect(!h.exists("file.bin"))
+        #expect(h.server.requests.isEmpty)
         try FileManager.default.removeItem(atPath: h.path("file.bin.part"))
         _ = try await h.fetch("/f")
         #expect(h.holds("file.bin", body))
@@ -122,14 +133,17 @@ struct LocalStateTests {
     @Test("35: one writer per part file: a second lock on it is refused")
     func oneWriter() async throws {
         let h = try await Harness.make()
-        let first = try PartFile.open(path: h.path("x.part"))
-        #expect(throws: DownloadError.self) { try PartFile.open(path: h.path("x.part")) }
-        do {
-            _ = try PartFile.open(path: h.path("x.part"))
-        } catch {
-            #expect((error as DownloadError).code == .locked)
+        let folder = DownloadFolder(try HeldFolder.open(h.folder))
+        guard case .opened(let first, isNew: true) = try folder.openPart("x.part", recorded: nil, adopting: false) else {
+            Issue.record("the part file was not made")
+            return
         }
-        _ = first
+        do {
+            _ = try folder.openPart("x.part", recorded: first.identity, adopting: false)
+            Issue.record("a second writer was let in")
+        } catch {
+            #expect(error.code == .locked)
+        }
     }
 
     @Test("35: two managers asked for the same destination: the second refuses, the file is written once")

@@ -38,9 +38,11 @@ struct WritebackTests {
         #if os(Linux)
             #expect(PartFile.canStartWriteback)
         #endif
-        let path = FileManager.default.temporaryDirectory.appendingPathComponent("haul-writeback-\(UUID()).part").path
+        let folder = DownloadFolder(try HeldFolder.open(FileManager.default.temporaryDirectory.path))
+        let name = "haul-writeback-\(UUID()).part"
+        let part = try #require(try folder.makePart(name))
+        let path = part.path
         defer { try? FileManager.default.removeItem(atPath: path) }
-        let part = try PartFile.open(path: path)
         let bytes = testBytes(10 << 20)
         var starter = WritebackStarter(part: part, from: 0)
         var offset = 0

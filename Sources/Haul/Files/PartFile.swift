@@ -9,29 +9,27 @@ import Synchronization
     import Darwin
 #endif
 
-/// The `NAME.part` file of one download: opened once, locked with `flock` so no other process writes it, written
-/// with positional writes of the received buffers.
+/// The `NAME.part` file of one download: opened once through its download's held folder (`DownloadFolder`), locked
+/// with `flock` so no other process writes it, written with positional writes of the received buffers.
 public final class PartFile: @unchecked Sendable {
-    /// The file's path.
+    /// The file's path when it was opened (for messages: Haul never opens it by path).
     public let path: String
+    /// The folder it is in, and its name there: every later look at it goes through the folder.
+    let folder: HeldFolder
+    let name: String
+    /// Its device and inode, which the store records as the download's own part file.
+    public let identity: FileIdentity
     private let descriptor: Int32
 
-    private init(path: String, descriptor: Int32) {
-        self.path = path
-        self.descriptor = descriptor
-    }
-
-    deinit { close(descriptor) }
-
-    /// Opens (creating when needed) and locks the part file. Throws `locked` when another process holds it. With
-    /// `exclusive`, the file must not exist yet (an atomic claim of a name) and `destinationExists` says it did.
-    public static func open(path: String, exclusive: Bool = false) throws(DownloadError) -> PartFile {
-        let descriptor = FileSystem.changing(folderOf: path) {
-            Foundation.open(path, O_RDWR | O_CREAT | O_CLOEXEC | (exclusive ? O_EXCL : 0), 0o644)
-        }
-        guard descriptor >= 0 else {
-            if errno == EEXIST { throw DownloadError(.destinationExists, "\(path) already exists") }
-            throw fileError(errno, "cannot open \(path)")
+    /// Takes `descriptor`, open on `name` in `folder`, and locks it; throws `locked` when another process holds it
+    /// (the descriptor is closed then).
+    init(descriptor: Int32, name: String, in folder: HeldFolder) throws(DownloadError) {
+        let path = folder.path(of: name)
+        var info = stat()
+        guard fstat(descriptor, &info) == 0 else {
+            let code = errno
+            close(descriptor)
+            throw Self.fileError(code, "cannot stat \(path)")
         }
         if flock(descriptor, LOCK_EX | LOCK_NB) != 0 {
             let code = errno
@@ -39,10 +37,16 @@ public final class PartFile: @unchecked Sendable {
             if code == EWOULDBLOCK {
                 throw DownloadError(.locked, "another process is downloading to \(path)")
             }
-            throw fileError(code, "cannot lock \(path)")
+            throw Self.fileError(code, "cannot lock \(path)")
         }
-        return PartFile(path: path, descriptor: descriptor)
+        self.path = path
+        self.folder = folder
+        self.name = name
+        identity = FileIdentity(info)
+        self.descriptor = descriptor
     }
+
+    deinit { close(descriptor) }
 
     /// Gives up the lock while the descriptor stays open: called when the writer is done, so the next run (in this
     /// process, right after a pause) can take it even if something still holds this object for a moment.
@@ -132,13 +136,17 @@ public final class PartFile: @unchecked Sendable {
         guard fsync(descriptor) == 0 else { throw Self.fileError(errno, "cannot sync \(path)") }
     }
 
-    /// Whether the path still names this open file: false when another program deleted it (or its folder), or put
-    /// another file in its place.
-    public func isStillAtPath() -> Bool {
+    /// Whether the file is still in its folder under its name: false when another program deleted it (or its
+    /// folder), or put another file in its place.
+    public func isStillInFolder() -> Bool {
         var open = stat()
-        var named = stat()
-        guard fstat(descriptor, &open) == 0, open.st_nlink > 0, stat(path, &named) == 0 else { return false }
-        return open.st_dev == named.st_dev && open.st_ino == named.st_ino
+        guard fstat(descriptor, &open) == 0, open.st_nlink > 0, let entry = try? folder.entry(name) else { return false }
+        return entry.identity == identity
+    }
+
+    /// Hex digests of the file, read through its descriptor.
+    func hexDigests(algorithms: Set<Checksum.Algorithm>) throws(DownloadError) -> [Checksum.Algorithm: String] {
+        try FileDigest.hexDigests(of: descriptor, named: path, algorithms: algorithms)
     }
 
     /// Where the intact bytes of `start..<end` end, nil when every one is there: the file's end when someone cut it
@@ -189,129 +197,6 @@ public final class PartFile: @unchecked Sendable {
             return DownloadError(.diskFull, "\(what): the disk is full (\(reason))")
         }
         return DownloadError(.fileSystem, "\(what): \(reason)")
-    }
-}
-
-/// Small file-system helpers the engine needs around the part file.
-enum FileSystem {
-    static func exists(_ path: String) -> Bool {
-        var info = stat()
-        return lstat(path, &info) == 0
-    }
-
-    static func size(_ path: String) -> Int64? {
-        var info = stat()
-        return stat(path, &info) == 0 ? Int64(info.st_size) : nil
-    }
-
-    static func isWritableDirectory(_ path: String) -> Bool {
-        // "/." makes the kernel resolve the path as a folder (ENOTDIR for anything else): one system call instead
-        // of a stat and an access, once for every download added.
-        access(path.hasSuffix("/") ? path + "." : path + "/.", W_OK | X_OK) == 0
-    }
-
-    static func remove(_ path: String) {
-        unlink(path)
-    }
-
-    /// Moves `source` to `destination`. Without `replacing`, fails with EEXIST rather than replace a file:
-    /// `renameat2(RENAME_NOREPLACE)` where the file system has it (ext4, XFS, Btrfs, tmpfs: one change of the
-    /// folder), else link + unlink (atomic no-replace on every POSIX file system that has hard links, but two).
-    static func move(_ source: String, to destination: String, replacing: Bool) throws(DownloadError) {
-        try changing(folderOf: destination) { () throws(DownloadError) in
-            try moveNow(source, to: destination, replacing: replacing)
-        }
-    }
-
-    /// Runs `change` (a create or a rename of `path`) while no other thread of the process changes `path`'s folder.
-    /// The kernel lets one change into a folder at a time anyway; without this lock, the threads that wait spin on
-    /// the folder's lock instead of sleeping (`rwsem_spin_on_owner`: 8 % of the CPU time of 1000 small files at 16
-    /// at once on two cores, where ext4 takes long to find a free inode after many deletions). One lock per folder,
-    /// as the kernel's: changes in different folders never wait for each other.
-    static func changing<T, E: Error>(folderOf path: String, _ change: () throws(E) -> T) throws(E) -> T {
-        let folder = PathName.folder(of: path)
-        let lock = folderLocks.withLock { locks in
-            let entry = locks[folder] ?? (NSLock(), 0)
-            locks[folder] = (entry.lock, entry.users + 1)
-            return entry.lock
-        }
-        lock.lock()
-        defer {
-            lock.unlock()
-            folderLocks.withLock { locks in
-                guard let entry = locks[folder] else { return }
-                locks[folder] = entry.users > 1 ? (entry.lock, entry.users - 1) : nil
-            }
-        }
-        return try change()
-    }
-
-    /// The lock of each folder being changed, and how many threads use it (removed when none does).
-    private static let folderLocks = Mutex<[String: (lock: NSLock, users: Int)]>([:])
-
-    private static func moveNow(_ source: String, to destination: String, replacing: Bool) throws(DownloadError) {
-        if replacing {
-            guard rename(source, destination) == 0 else { throw movingError(errno, source, destination) }
-            return
-        }
-        if let renameat2 = Self.renameat2 {
-            if renameat2(AT_FDCWD, source, AT_FDCWD, destination, Self.renameNoReplace) == 0 { return }
-            let code = errno
-            if code == EEXIST {
-                throw DownloadError(
-                    .destinationExists, "\(destination) appeared while downloading; not overwriting it")
-            }
-            // EINVAL: this file system cannot promise no-replace; anything else is answered the same way below.
-            if code != EINVAL && code != ENOSYS { throw movingError(code, source, destination) }
-        }
-        if link(source, destination) == 0 {
-            unlink(source)
-            return
-        }
-        let code = errno
-        if code == EEXIST {
-            throw DownloadError(.destinationExists, "\(destination) appeared while downloading; not overwriting it")
-        }
-        // File systems without hard links: check, then rename (a small race, but never over an existing file).
-        guard !exists(destination) else {
-            throw DownloadError(.destinationExists, "\(destination) appeared while downloading; not overwriting it")
-        }
-        guard rename(source, destination) == 0 else { throw movingError(errno, source, destination) }
-    }
-
-    /// `renameat2`, which Swift's Glibc module does not import (it needs `_GNU_SOURCE`); nil where the C library
-    /// lacks it (glibc before 2.28).
-    private static let renameat2:
-        (@convention(c) (Int32, UnsafePointer<CChar>, Int32, UnsafePointer<CChar>, UInt32) -> Int32)? = {
-            guard let symbol = dlsym(UnsafeMutableRawPointer(bitPattern: 0), "renameat2") else { return nil }
-            return unsafeBitCast(
-                symbol,
-                to: (@convention(c) (Int32, UnsafePointer<CChar>, Int32, UnsafePointer<CChar>, UInt32) -> Int32).self)
-        }()
-    private static let renameNoReplace: UInt32 = 1
-
-    /// Why a part file cannot be moved into place; its bytes stay where they are, so the same command finishes once
-    /// the cause is gone.
-    private static func movingError(_ code: Int32, _ source: String, _ destination: String) -> DownloadError {
-        let folder = (destination as NSString).deletingLastPathComponent
-        let reason = String(cString: strerror(code))
-        switch code {
-        case EACCES, EPERM, EROFS:
-            return DownloadError(
-                .destinationNotWritable,
-                "cannot move the finished download into \(folder): the folder is not writable (\(reason)); "
-                    + "its bytes stay in \(source)")
-        case ENOENT where !exists(folder):
-            return DownloadError(
-                .destinationNotWritable, "cannot move the finished download into \(folder): the folder is gone")
-        default:
-            return PartFile.fileError(code, "cannot rename \(source) to \(destination)")
-        }
-    }
-
-    /// Flushes a directory entry change (a rename) to disk.
-    static func syncDirectory(of path: String) {
-        FolderSyncs.shared.sync(PathName.folder(of: path))
     }
 }
 

@@ -10,7 +10,7 @@ import Foundation
 /// that one ends.
 final class FolderSyncs: @unchecked Sendable {
     /// The process's syncs: every download's renames go through the same one.
-    static let shared = FolderSyncs(sync: FolderSyncs.fsyncFolder)
+    static let shared = FolderSyncs()
 
     private struct Progress {
         /// Requests made (each a ticket), and the newest ticket covered by a finished sync.
@@ -20,18 +20,19 @@ final class FolderSyncs: @unchecked Sendable {
     }
 
     private let condition = NSCondition()
-    private var folders: [String: Progress] = [:]
-    private let syncFolder: @Sendable (String) -> Void
+    /// Each folder by its identity: two descriptors of one folder share its syncs.
+    private var folders: [FileIdentity: Progress] = [:]
     /// Syncs made (for tests).
     private(set) var syncs = 0
 
-    init(sync: @escaping @Sendable (String) -> Void) {
-        syncFolder = sync
+    /// Returns once a sync of `held` (through any descriptor of the same folder) that started after this call has
+    /// finished. Blocking: call it off the cooperative pool (from `Blocking.run`).
+    func sync(_ held: HeldFolder) {
+        sync(held.identity) { held.sync() }
     }
 
-    /// Returns once a sync of `folder` that started after this call has finished. Blocking: call it off the
-    /// cooperative pool (from `Blocking.run`).
-    func sync(_ folder: String) {
+    /// Returns once a `perform` of the folder `folder` that started after this call has finished; `perform` syncs it.
+    func sync(_ folder: FileIdentity, perform: () -> Void) {
         condition.lock()
         var progress = folders[folder, default: Progress()]
         progress.requested += 1
@@ -46,7 +47,7 @@ final class FolderSyncs: @unchecked Sendable {
             folders[folder]!.isSyncing = true
             let covered = folders[folder]!.requested
             condition.unlock()
-            syncFolder(folder)
+            perform()
             condition.lock()
             syncs += 1
             folders[folder]!.synced = covered
@@ -56,12 +57,5 @@ final class FolderSyncs: @unchecked Sendable {
         // The entry stays (a few numbers for each folder downloads went to): a waiter woken by this sync still reads
         // it.
         condition.unlock()
-    }
-
-    private static func fsyncFolder(_ folder: String) {
-        let descriptor = open(folder.isEmpty ? "." : folder, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-        guard descriptor >= 0 else { return }
-        fsync(descriptor)
-        close(descriptor)
     }
 }

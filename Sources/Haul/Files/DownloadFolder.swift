@@ -1,0 +1,184 @@
+import Foundation
+import HaulCore
+
+#if canImport(Glibc)
+    import Glibc
+#elseif canImport(Darwin)
+    import Darwin
+#endif
+
+/// Everything one download does on disk goes through here. At each start its folder is opened again (beneath its
+/// allowed folder when it is confined) and checked against the device and inode the store recorded when it was
+/// added; from then on every name in it is looked at, opened, created, moved, synced and deleted relative to that
+/// descriptor, and no path string is resolved again. Which file Haul trusts as its part file is decided here.
+public final class DownloadFolder: Sendable {
+    /// The folder, held.
+    let folder: HeldFolder
+
+    init(_ folder: HeldFolder) {
+        self.folder = folder
+    }
+
+    /// The folder's path when it was opened.
+    var path: String { folder.path }
+
+    /// Opens the folder of `record`: beneath the allowed folder its path lies in when the download is confined
+    /// (`AllowedFolders.confine`), else at its path; either way it must be the folder the store recorded
+    /// when the download was added. A row written before identities were recorded has none, and the folder found
+    /// now is taken (the caller stores it).
+    static func open(for record: DownloadRecord, allowed: AllowedFolders) throws(DownloadError) -> DownloadFolder {
+        guard let path = record.folderPath else {
+            throw DownloadError(.fileSystem, "download \(record.id) has neither a destination nor a folder")
+        }
+        let folder = allowed.confine(record.origin) ? try allowed.open(path) : try HeldFolder.open(path)
+        if let recorded = record.folderIdentity, recorded != folder.identity {
+            throw DownloadError(
+                .untrustedFile,
+                "the folder \(path) is no longer the folder this download was added to (it was replaced, or a link "
+                    + "in its path leads elsewhere now); Haul will not write there")
+        }
+        return DownloadFolder(folder)
+    }
+
+    /// How `openPart` found the part file.
+    enum Part {
+        /// Opened and locked; `isNew` when its identity is not the one recorded (made now, or adopted with `-c`).
+        case opened(PartFile, isNew: Bool)
+        /// Something that is not Haul's has the name; it was left untouched. The error says what and why.
+        case untrusted(DownloadError)
+    }
+
+    /// Opens the part file `name`, or makes it (`O_CREAT | O_EXCL | O_NOFOLLOW`) when nothing has the name. What is
+    /// there is Haul's, and written to, only when it is a regular file with one link, owned by this process's user,
+    /// with the device and inode that the store recorded when Haul made it (`recorded`). Two exceptions: with
+    /// `adopting` (`-c`, a file the user hands over on purpose) any regular file with one link is taken; and an empty
+    /// file of the user's with nothing recorded is taken, since it holds no bytes to trust (Haul made it and stopped
+    /// before its identity was stored). Anything else is `untrusted`, and never opened for writing: a link (which
+    /// would send the writes elsewhere), a hard link (which would change the file it shares), a FIFO, socket or
+    /// device (opened, if at all, without blocking), another user's file, or a file with another identity.
+    func openPart(_ name: String, recorded: FileIdentity?, adopting: Bool) throws(DownloadError) -> Part {
+        for _ in 0..<3 {
+            guard let entry = try folder.entry(name) else {
+                switch folder.create(name) {
+                case .success(let descriptor):
+                    return .opened(try PartFile(descriptor: descriptor, name: name, in: folder), isNew: true)
+                case .failure(let failure) where failure.code == EEXIST:
+                    // Planted between the look and the create: look again.
+                    continue
+                case .failure(let failure):
+                    throw PartFile.fileError(failure.code, "cannot create \(folder.path(of: name))")
+                }
+            }
+            let user = geteuid()
+            if let reason = entry.distrust(owner: adopting ? nil : user) {
+                return .untrusted(refusal(name, reason))
+            }
+            let isKnown =
+                entry.identity == recorded || (recorded == nil && (adopting || entry.size == 0))
+            let descriptor = try folder.open(name, as: entry, writing: true)
+            // Locked first: a part file another process is writing right now is that process's, whatever the store
+            // of this one knows.
+            let part = try PartFile(descriptor: descriptor, name: name, in: folder)
+            guard isKnown else {
+                part.unlock()
+                return .untrusted(
+                    refusal(
+                        name,
+                        "was not made by this download (Haul has no record of it)",
+                        hint: "continue it on purpose with -c (--continue), or delete it"))
+            }
+            return .opened(part, isNew: entry.identity != recorded)
+        }
+        throw DownloadError(
+            .untrustedFile, "\(folder.path(of: name)) keeps changing while Haul opens it; it is left as it is")
+    }
+
+    /// Makes the part file `name`, which must not exist: a folder download claiming a free name. Nil when something
+    /// has the name already.
+    func makePart(_ name: String) throws(DownloadError) -> PartFile? {
+        switch folder.create(name) {
+        case .success(let descriptor): return try PartFile(descriptor: descriptor, name: name, in: folder)
+        case .failure(let failure) where failure.code == EEXIST: return nil
+        case .failure(let failure): throw PartFile.fileError(failure.code, "cannot create \(folder.path(of: name))")
+        }
+    }
+
+    /// The refusal of `name`: what it is, and that Haul will not write through it.
+    private func refusal(_ name: String, _ reason: String, hint: String? = nil) -> DownloadError {
+        DownloadError(
+            .untrustedFile,
+            "\(folder.path(of: name)) \(reason); Haul will not write through it" + (hint.map { ": \($0)" } ?? ""))
+    }
+
+    /// Whether anything (a file, a link, anything) has `name`.
+    func has(_ name: String) -> Bool {
+        (try? folder.entry(name)) != nil
+    }
+
+    /// What `name` is, without following a link.
+    func entry(_ name: String) throws(DownloadError) -> FolderEntry? {
+        try folder.entry(name)
+    }
+
+    /// Opens the file `name` that `entry` describes, for reading (see `HeldFolder.open`).
+    func open(_ name: String, as entry: FolderEntry) throws(DownloadError) -> Int32 {
+        try folder.open(name, as: entry, writing: false)
+    }
+
+    /// The finished file `name` of a download whose part file had `identity` and `length` bytes, opened for
+    /// reading; nil when what has the name is anything else (another file, a link, another length).
+    func finishedFile(_ name: String, identity: FileIdentity?, length: Int64) -> Int32? {
+        guard let identity, let entry = try? folder.entry(name), entry.kind == .regular, entry.identity == identity,
+            entry.size == length
+        else { return nil }
+        return try? folder.open(name, as: entry, writing: false)
+    }
+
+    /// Moves the verified part file to `target` in the same folder (see `HeldFolder.move`); throws naming the cause,
+    /// `destinationExists` when something has the name (and `replacing` does not allow replacing it).
+    func moveIntoPlace(_ part: PartFile, to target: String, replacing: Bool) throws(DownloadError) {
+        let code = folder.move(part.name, to: target, replacing: replacing)
+        guard code != 0 else { return }
+        let reason = String(cString: strerror(code))
+        switch code {
+        case EEXIST:
+            throw DownloadError(
+                .destinationExists, "\(folder.path(of: target)) appeared while downloading; not overwriting it")
+        case EACCES, EPERM, EROFS:
+            throw DownloadError(
+                .destinationNotWritable,
+                "cannot move the finished download into \(folder.path): the folder is not writable (\(reason)); "
+                    + "its bytes stay in \(part.path)")
+        case ENOENT where folder.isDeleted:
+            throw DownloadError(
+                .destinationNotWritable, "cannot move the finished download into \(folder.path): the folder is gone")
+        default:
+            throw PartFile.fileError(code, "cannot rename \(part.path) to \(folder.path(of: target))")
+        }
+    }
+
+    /// Flushes the folder's entries (a rename into it) to the disk, shared with the other downloads finishing in it.
+    func sync() {
+        folder.syncShared()
+    }
+
+    /// Deletes the regular file `name` when it is the one Haul made (`identity`): one `unlinkat`, never recursive.
+    @discardableResult
+    func delete(_ name: String, identity: FileIdentity?) -> Bool {
+        guard let identity else { return false }
+        return folder.removeFile(name, identity: identity)
+    }
+
+    /// Deletes what Haul made for `record` and nothing else: its part file, and with `includingFile` its completed
+    /// file, each only when it is the file whose identity the store recorded, through the download's folder opened
+    /// as `open(for:allowed:)` opens it. A folder that is gone or is not the one recorded deletes nothing. This is
+    /// how `cancel`, `remove` and the command line's `rm --delete-file` delete.
+    public static func deleteFiles(of record: DownloadRecord, includingFile: Bool, allowed: AllowedFolders) {
+        guard let destination = record.destination, let folder = try? open(for: record, allowed: allowed) else {
+            return
+        }
+        let name = PathName.lastComponent(of: destination)
+        folder.delete(name + ".part", identity: record.partIdentity)
+        if includingFile, record.state == .completed { folder.delete(name, identity: record.partIdentity) }
+    }
+}
