@@ -1056,7 +1056,8 @@ public actor DownloadManager {
             limiters: [globalLimiter, ownLimiter],
             report: { [weak self] report throws(DownloadError) in try await self?.runnerReported(id, report) },
             committed: { [store] commit throws(DownloadError) in try await store.committed(commit) },
-            isDestinationClaimed: { [weak self] path in await self?.isDestinationClaimed(path, excluding: id) ?? false },
+            isDestinationClaimed: { [weak self] path in await self?.isDestinationClaimed(path, excluding: id) ?? false
+            },
             allowedFolders: allowedFolders
         )
         let started = record
@@ -1333,8 +1334,8 @@ public actor DownloadManager {
         }
 
         /// The folder `path` names, opened and checked writable, once per batch (and once a second across adds).
-        /// A confined request's folder is opened beneath the allowed folder it lies in; any other is opened where
-        /// its path leads now (its links resolved once, here: they are the namer's), and held there by identity.
+        /// A confined request's folder is opened beneath the allowed folder it lies in; any other where its path
+        /// leads now (its links are the namer's). Its identity is recorded: every later start must find that folder.
         mutating func open(_ path: String, confined: Bool) throws(DownloadError) -> HeldFolder {
             let now = ContinuousClock.now
             if let recent, recent.named == path, recent.isConfined == confined, now - recent.at < .seconds(1) {
@@ -1364,7 +1365,7 @@ public actor DownloadManager {
     fileprivate static func openFolder(_ path: String, confined: Bool, allowed: AllowedFolders)
         throws(DownloadError) -> HeldFolder
     {
-        let folder = confined ? try allowed.open(path) : try HeldFolder.open(AllowedFolders.resolved(path))
+        let folder = confined ? try allowed.open(path) : try HeldFolder.open(path, followsLinks: true)
         guard folder.isWritable else {
             throw DownloadError(.destinationNotWritable, "destination folder \(path) is not a writable folder")
         }

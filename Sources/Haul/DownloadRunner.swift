@@ -815,9 +815,10 @@ final class DownloadRunner: Sendable {
     /// Verifies the part file's `total` bytes and moves them to the destination; throws `checksumMismatch` (with
     /// the part file emptied) when the checksum does not match.
     private func finalize(total: Int64) async throws -> DownloadResult {
-        guard let part, let (folder, destination) = state.withLock({ state in
-            state.folder.flatMap { folder in state.record.destination.map { (folder, $0) } }
-        })
+        guard let part,
+            let (folder, destination) = state.withLock({ state in
+                state.folder.flatMap { folder in state.record.destination.map { (folder, $0) } }
+            })
         else {
             throw DownloadError(.fileSystem, "nothing to finalise for \(source)")
         }

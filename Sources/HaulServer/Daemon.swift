@@ -124,6 +124,13 @@ public enum Daemon {
         do { manager = try DownloadManager(configuration: managerConfiguration) } catch {
             throw DaemonError(description: error.message)
         }
+        if !AllowedFolders.resolvesInKernel {
+            logger.notice(
+                """
+                openat2 is not available here (an older kernel, or a seccomp filter): folders are resolved beneath \
+                the allowed ones one component at a time with O_NOFOLLOW
+                """)
+        }
         var settings = await manager.currentSettings()
         if let jobs = options.maxConcurrentDownloads { settings.maxConcurrentDownloads = jobs }
         if let rate = options.rateLimit { settings.rateLimit = rate }

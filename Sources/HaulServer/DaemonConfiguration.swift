@@ -140,7 +140,7 @@ struct FolderPolicy: Sendable {
         guard let (root, relative) = allowed.locate(path) else { throw forbidden("names \(path)") }
         do {
             return try root.folder.folder(at: relative, creating: true).path
-        } catch where error.code == .untrustedFile {
+        } catch  where error.code == .untrustedFile {
             throw forbidden("leads out of \(root.folder.path) through a symbolic link or ..")
         } catch {
             // The request is well formed; the file system refuses (a name too long, a file in the way).

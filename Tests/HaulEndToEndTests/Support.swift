@@ -51,16 +51,26 @@ final class HaulProcess: @unchecked Sendable {
     private let outPath: String
     private let errPath: String
 
-    init(_ arguments: [String], in workspace: Workspace, environment: [String: String] = [:]) throws {
+    /// With a `launcher` (a program and its arguments), that program runs and is handed the `haul` binary and its
+    /// arguments to run in its place (a seccomp filter installed first, say).
+    init(
+        _ arguments: [String], in workspace: Workspace, environment: [String: String] = [:], launcher: [String] = []
+    ) throws {
         let stamp = UUID().uuidString
         outPath = workspace.root + "/haul-\(stamp).out"
         errPath = workspace.root + "/haul-\(stamp).err"
         _ = FileManager.default.createFile(atPath: outPath, contents: nil)
         _ = FileManager.default.createFile(atPath: errPath, contents: nil)
-        process.executableURL = URL(fileURLWithPath: haulBinary)
-        process.arguments =
+        let arguments =
             arguments.first == "get" && !arguments.contains("--state-dir")
             ? arguments + ["--state-dir", workspace.state] : arguments
+        if let program = launcher.first {
+            process.executableURL = URL(fileURLWithPath: program)
+            process.arguments = Array(launcher.dropFirst()) + [haulBinary] + arguments
+        } else {
+            process.executableURL = URL(fileURLWithPath: haulBinary)
+            process.arguments = arguments
+        }
         process.currentDirectoryURL = URL(fileURLWithPath: workspace.files)
         process.standardOutput = FileHandle(forWritingAtPath: outPath)
         process.standardError = FileHandle(forWritingAtPath: errPath)

@@ -134,7 +134,8 @@ struct LocalStateTests {
     func oneWriter() async throws {
         let h = try await Harness.make()
         let folder = DownloadFolder(try HeldFolder.open(h.folder))
-        guard case .opened(let first, isNew: true) = try folder.openPart("x.part", recorded: nil, adopting: false) else {
+        guard case .opened(let first, isNew: true) = try folder.openPart("x.part", recorded: nil, adopting: false)
+        else {
             Issue.record("the part file was not made")
             return
         }

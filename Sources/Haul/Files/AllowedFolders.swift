@@ -48,6 +48,10 @@ public final class AllowedFolders: Sendable {
         origin.isConfined && !roots.isEmpty
     }
 
+    /// Whether the kernel resolves paths beneath a folder itself (`openat2`, Linux 5.6 and later, when no seccomp
+    /// filter refuses it); where it does not, the same rules are kept by walking each path one component at a time.
+    public static var resolvesInKernel: Bool { FolderWalk.kernelResolvesBeneath }
+
     /// The allowed folders' paths, links resolved (for messages).
     public var paths: [String] { roots.map(\.folder.path) }
 

@@ -23,14 +23,17 @@ public final class DownloadFolder: Sendable {
     var path: String { folder.path }
 
     /// Opens the folder of `record`: beneath the allowed folder its path lies in when the download is confined
-    /// (`AllowedFolders.confine`), else at its path; either way it must be the folder the store recorded
-    /// when the download was added. A row written before identities were recorded has none, and the folder found
+    /// (`AllowedFolders.confine`), else at its path, as the user named it; either way it must be the folder the store
+    /// recorded when the download was added (a link in the path swapped since then makes it another folder, and
+    /// nothing is written). A row written before identities were recorded has none, and the folder found
     /// now is taken (the caller stores it).
     static func open(for record: DownloadRecord, allowed: AllowedFolders) throws(DownloadError) -> DownloadFolder {
         guard let path = record.folderPath else {
             throw DownloadError(.fileSystem, "download \(record.id) has neither a destination nor a folder")
         }
-        let folder = allowed.confine(record.origin) ? try allowed.open(path) : try HeldFolder.open(path)
+        let folder =
+            allowed.confine(record.origin)
+            ? try allowed.open(path) : try HeldFolder.open(path, followsLinks: true)
         if let recorded = record.folderIdentity, recorded != folder.identity {
             throw DownloadError(
                 .untrustedFile,

@@ -38,6 +38,22 @@ enum FolderWalk {
         return walk(relative, beneath: root, creating: creating)
     }
 
+    /// Whether the kernel resolves beneath a folder itself (`openat2`): false before Linux 5.6, or under a seccomp
+    /// filter that refuses it, where `walk` does the work instead. Asked once.
+    static var kernelResolvesBeneath: Bool {
+        if lacksOpenat2.load(ordering: .relaxed) { return false }
+        let probe = haul_openat2(AT_FDCWD, ".", UInt64(O_RDONLY | O_DIRECTORY | O_CLOEXEC), 0, resolveBeneath)
+        if probe >= 0 {
+            close(probe)
+            return true
+        }
+        if errno == ENOSYS || errno == EPERM {
+            lacksOpenat2.store(true, ordering: .relaxed)
+            return false
+        }
+        return true
+    }
+
     /// The most links one walk follows before it gives up with ELOOP, as the kernel's own limit.
     static let linkLimit = 40
 

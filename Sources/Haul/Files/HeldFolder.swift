@@ -40,10 +40,11 @@ public final class HeldFolder: Sendable {
 
     deinit { close(descriptor) }
 
-    /// Opens the folder at `path` as its namer meant it: links on the way are followed (they are the namer's), but
-    /// the folder itself must be one, not a link to one (`O_DIRECTORY | O_NOFOLLOW`).
-    public static func open(_ path: String) throws(DownloadError) -> HeldFolder {
-        let descriptor = Foundation.open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+    /// Opens the folder at `path` as its namer meant it: links on the way are followed (they are the namer's); the
+    /// folder itself must not be a link unless `followsLinks` (`O_DIRECTORY | O_NOFOLLOW`). Callers that follow
+    /// check the identity of what opened against the one they recorded.
+    public static func open(_ path: String, followsLinks: Bool = false) throws(DownloadError) -> HeldFolder {
+        let descriptor = Foundation.open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC | (followsLinks ? 0 : O_NOFOLLOW))
         guard descriptor >= 0 else {
             var code = errno
             // A link to a folder fails with ENOTDIR under O_DIRECTORY: say what it is.

@@ -140,7 +140,9 @@ public final class PartFile: @unchecked Sendable {
     /// folder), or put another file in its place.
     public func isStillInFolder() -> Bool {
         var open = stat()
-        guard fstat(descriptor, &open) == 0, open.st_nlink > 0, let entry = try? folder.entry(name) else { return false }
+        guard fstat(descriptor, &open) == 0, open.st_nlink > 0, let entry = try? folder.entry(name) else {
+            return false
+        }
         return entry.identity == identity
     }
 
