@@ -32,7 +32,7 @@ struct DaemonTests {
         let id = try await daemon.add(server.url("/f.bin"))
         #expect(await waitUntil { (workspace.size("f.bin.part") ?? 0) > 400_000 })
         let paused = try await daemon.call(.POST, "/api/v1/downloads/\(id)/pause")
-        #expect((paused.body as? [String: Any])?["state"] as? String == "paused")
+        #expect((paused.body as? [String: Any])?["state"] as? String == "paused", "\(paused)")
         let held = (paused.body as? [String: Any])?["receivedBytes"] as? Int ?? 0
         #expect(held > 0)
         #expect(try await daemon.call(.POST, "/api/v1/downloads/\(id)/resume").status == 200)

@@ -25,7 +25,7 @@ public final class DownloadFolder: Sendable {
     /// Opens the folder of `record`: beneath the allowed folder its path lies in when the download is confined
     /// (`AllowedFolders.confine`), else at its path, as the user named it; either way it must be the folder the store
     /// recorded when the download was added (a link in the path swapped since then makes it another folder, and
-    /// nothing is written). A row written before identities were recorded has none, and the folder found
+    /// nothing is written), or that folder made again (`isRemade`). A row written before identities were recorded has none, and the folder found
     /// now is taken (the caller stores it).
     static func open(for record: DownloadRecord, allowed: AllowedFolders) throws(DownloadError) -> DownloadFolder {
         guard let path = record.folderPath else {
@@ -34,13 +34,21 @@ public final class DownloadFolder: Sendable {
         let folder =
             allowed.confine(record.origin)
             ? try allowed.open(path) : try HeldFolder.open(path, followsLinks: true)
-        if let recorded = record.folderIdentity, recorded != folder.identity {
+        if let recorded = record.folderIdentity, recorded != folder.identity, !isRemade(folder, at: path) {
             throw DownloadError(
                 .untrustedFile,
                 "the folder \(path) is no longer the folder this download was added to (it was replaced, or a link "
                     + "in its path leads elsewhere now); Haul will not write there")
         }
         return DownloadFolder(folder)
+    }
+
+    /// Whether `folder`, found at `path` where the store recorded another, is that folder made again (deleted, then
+    /// created anew by the user at the same place) rather than something swapped in: it is the user's, and no link
+    /// on the path leads anywhere (the path is its own real path). A link swapped in anywhere on the path, or a
+    /// folder of someone else's, is not. Its part file is gone with the old folder, so nothing in it is trusted.
+    private static func isRemade(_ folder: HeldFolder, at path: String) -> Bool {
+        folder.owner == geteuid() && AllowedFolders.resolved(path) == PathName.normalized(path)
     }
 
     /// How `openPart` found the part file.
