@@ -46,7 +46,8 @@ public struct APIError: Error, Sendable, Equatable, CustomStringConvertible {
         case .notFound: status = .notFound
         // A folder that does not exist or a folder where a file should go is the disk's state, not a malformed
         // request: the same request succeeds once the disk changes.
-        case .illegalTransition, .destinationExists, .destinationNotWritable, .locked: status = .conflict
+        case .illegalTransition, .destinationExists, .destinationNotWritable, .locked, .untrustedFile:
+            status = .conflict
         case .invalidURL, .invalidArgument: status = .badRequest
         default: status = .internalServerError
         }

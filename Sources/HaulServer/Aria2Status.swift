@@ -71,6 +71,8 @@ enum Aria2Status {
         case .diskFull: return 9
         case .locked: return 11
         case .destinationExists: return 13
+        // "could not open existing file": what is at the name is not Haul's to write through.
+        case .untrustedFile: return 15
         case .destinationNotWritable: return 16
         case .fileSystem: return 17
         case .invalidResponse, .contentEncoding, .bodyTooShort, .bodyTooLong: return 22

@@ -27,11 +27,18 @@ struct DaemonTests {
     func addPauseResume() async throws {
         let (workspace, server) = try await Self.setUp()
         defer { Self.tearDown(workspace, server) }
-        server.serve("/f.bin", .init(body: body, bytesPerSecond: 1_000_000))
+        // The first answer holds back all but its first 600,000 bytes: the pause surely comes mid-download (a rate
+        // alone lost the race on a busy machine, where the download finished first).
+        server.serve("/f.bin", .init(body: body) { index, _ in index == 0 ? .hold(afterBytes: 600_000) : nil })
+        let (stalls, stalled) = AsyncStream<Void>.makeStream()
+        server.onStall { _ in stalled.yield() }
         let daemon = try await DaemonProcess(workspace)
         let id = try await daemon.add(server.url("/f.bin"))
-        #expect(await waitUntil { (workspace.size("f.bin.part") ?? 0) > 400_000 })
+        var waits = stalls.makeAsyncIterator()
+        _ = await waits.next()
+        #expect(await waitUntil { (workspace.size("f.bin.part") ?? 0) == 600_000 })
         let paused = try await daemon.call(.POST, "/api/v1/downloads/\(id)/pause")
+        server.release()
         #expect((paused.body as? [String: Any])?["state"] as? String == "paused", "\(paused)")
         let held = (paused.body as? [String: Any])?["receivedBytes"] as? Int ?? 0
         #expect(held > 0)
