@@ -72,11 +72,12 @@ struct SegmentedTests {
     func noWastedByteWithSeveralConnections() async throws {
         let h = try await Harness.make()
         // The case: 16 MiB, every answer cut after 3 MiB, -x 4 with the default minimum split (4 MiB parts,
-        // so no connection takes work from another). 6 MiB/s a connection: the first answer lasts long enough for
-        // the ramp to open the others, and every one of them is cut.
+        // so no connection takes work from another). 3 MiB/s a connection: the first answer lasts a second, long
+        // enough for the ramp (200 ms windows) to open the others even when the test run loads both cores, and every
+        // one of them is cut.
         let body = testBytes(16 << 20, seed: 44)
         let cut = 3 << 20
-        h.server.serve("/f", .init(body: body, bytesPerSecond: 6 << 20) { _, _ in .cut(afterBytes: cut) })
+        h.server.serve("/f", .init(body: body, bytesPerSecond: 3 << 20) { _, _ in .cut(afterBytes: cut) })
         var configuration = DownloadManager.Configuration(stateDirectory: h.stateDirectory)
         configuration.startsStoredDownloads = false
         Self.configure(&configuration)
