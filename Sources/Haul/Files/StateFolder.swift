@@ -9,8 +9,9 @@ import HaulCore
 
 /// The state folder: the store, the lock, and the daemon's token, socket and `serve.json`. It is held open and
 /// checked before anything in it is used: a real folder (not a link), owned by this process's user and writable by
-/// nobody else, so nobody else can plant a link under one of its names. It is made with mode 0700 when missing. Its
-/// own files are opened through it with `O_NOFOLLOW`, created with `O_EXCL`, and kept to their owner (0600).
+/// nobody else (write bits for its group or others are taken away), so nobody else can plant a link under one of its
+/// names. It is made with mode 0700 when missing. Its own files are opened through it with `O_NOFOLLOW`, created with
+/// `O_EXCL`, and kept to their owner (0600).
 public final class StateFolder: Sendable {
     /// The folder, held.
     public let folder: HeldFolder
@@ -23,7 +24,8 @@ public final class StateFolder: Sendable {
     public var path: String { folder.path }
 
     /// Opens the state folder at `path`, making it (0700, with its missing parents) when it is missing, and checks
-    /// it. Throws `untrustedFile` naming what is wrong: a link, another user's folder, a folder others may write to.
+    /// it. Throws `untrustedFile` naming what is wrong: a link, another user's folder, a folder others may write to
+    /// whose mode cannot be narrowed.
     public static func open(_ path: String) throws(DownloadError) -> StateFolder {
         var info = stat()
         if lstat(path, &info) != 0 {
@@ -45,11 +47,14 @@ public final class StateFolder: Sendable {
                 "the state folder \(path) belongs to another user (uid \(folder.owner)); Haul keeps its state only "
                     + "in a folder of its user's")
         }
-        if folder.permissions & 0o022 != 0 {
+        // A folder of the user's that others may write to (made by hand under umask 002, or by an older Haul) loses
+        // those write bits: nobody else may plant a file in it.
+        if folder.permissions & 0o022 != 0, fchmod(folder.descriptor, mode_t(folder.permissions & ~0o022)) != 0 {
             throw DownloadError(
                 .untrustedFile,
-                "the state folder \(path) can be written by other users (mode \(String(folder.permissions, radix: 8)));"
-                    + " Haul keeps its state only where nobody else can plant a file: chmod 700 \(path)")
+                "the state folder \(path) can be written by other users (mode \(String(folder.permissions, radix: 8)))"
+                    + " and cannot be narrowed (\(String(cString: strerror(errno)))); Haul keeps its state only where "
+                    + "nobody else can plant a file: chmod 700 \(path)")
         }
         return StateFolder(folder)
     }
