@@ -144,13 +144,15 @@ final class DownloadRunner: Sendable {
     func run() async -> RunOutcome {
         defer { part?.unlock() }
         do {
+            // A row stored before Haul recorded identities has none of its folder.
+            let isEarlierRow = record.folderIdentity == nil
             let folder = try DownloadFolder.open(for: record, allowed: environment.allowedFolders)
             state.withLock { state in
                 state.folder = folder
                 state.record.folderIdentity = folder.folder.identity
             }
             if let result = try await recognizeFinishedFile(in: folder) { return .completed(result) }
-            try await openPart(in: folder)
+            try await openPart(in: folder, isEarlierRow: isEarlierRow)
             return try await loop()
         } catch {
             if error is CancellationError || Task.isCancelled || (error as? DownloadError)?.code == .cancelled {
@@ -716,15 +718,18 @@ final class DownloadRunner: Sendable {
 
     /// Opens the part file of a download whose name is known, when it is Haul's (`DownloadFolder.openPart`). What is
     /// not Haul's is left untouched: a download that may take another name (`takesFreeName`) starts again from 0
-    /// under the next free one; any other stops here, before a byte is fetched, with the reason.
-    private func openPart(in folder: DownloadFolder) async throws {
+    /// under the next free one; any other stops here, before a byte is fetched, with the reason. The part file of a
+    /// row stored before Haul recorded identities (`isEarlierRow`) is handed over as `-c` hands one over: a regular
+    /// file with one link, whose bytes are compared with the server's before anything is appended.
+    private func openPart(in folder: DownloadFolder, isEarlierRow: Bool) async throws {
         let record = record
         guard let destination = record.destination else { return }
         let name = PathName.lastComponent(of: destination)
-        let adopting = options.continuePartial && record.partIdentity == nil
+        let adopting = (options.continuePartial || isEarlierRow) && record.partIdentity == nil
         switch try folder.openPart(name + ".part", recorded: record.partIdentity, adopting: adopting) {
         case .opened(let part, let isNew):
-            // A file handed over with -c: its bytes are compared with the server's before anything is appended.
+            // A file handed over (-c, or an earlier row's): its bytes are compared with the server's before anything
+            // is appended.
             let isHandedOver = try adopting && part.length() > 0
             state.withLock { state in
                 state.part = part

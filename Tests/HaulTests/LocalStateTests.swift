@@ -84,6 +84,22 @@ struct LocalStateTests {
         }
     }
 
+    @Test("a row stored before Haul recorded identities: its part file is compared with the server, then resumed")
+    func earlierRow() async throws {
+        let h = try await Harness.make()
+        try await leavePartial(h)
+        let store = try DownloadStore(directory: h.stateDirectory)
+        var record = try #require(try store.allRecords().first)
+        #expect(record.folderIdentity != nil && record.partIdentity != nil)
+        record.folderIdentity = nil
+        record.partIdentity = nil
+        try store.save(record)
+        store.flush()
+        _ = try await h.fetch("/f")
+        #expect(h.holds("file.bin", body))
+        #expect(h.server.requests(to: "/f").last?.range == "bytes=\(Self.cut - 65_536)-")
+    }
+
     @Test("32: an unreadable state database gives a clear error naming it")
     func unreadableStore() async throws {
         let h = try await Harness.make()
