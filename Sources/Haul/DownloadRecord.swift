@@ -67,13 +67,15 @@ public struct DownloadRecord: Codable, Sendable, Equatable, FetchableRecord, Per
     public var origin: DownloadOrigin
     /// When it completed.
     public var completedAt: Date?
-    /// The device and inode of the download's folder when it was added (`folderIdentity`): at every start the folder
-    /// opened must be this one.
+    /// The device of the download's folder when it was added (`folderIdentity`): at every start the folder opened
+    /// must be this one.
     public var folderDevice: Int64?
+    /// The inode of the download's folder when it was added (`folderIdentity`).
     public var folderInode: Int64?
-    /// The device and inode of the part file Haul made (`partIdentity`), which the finished file keeps: only this
-    /// file is written to, recognised as finished, or deleted.
+    /// The device of the part file Haul made (`partIdentity`), which the finished file keeps: only this file is
+    /// written to, recognised as finished, or deleted.
     public var partDevice: Int64?
+    /// The inode of the part file Haul made (`partIdentity`).
     public var partInode: Int64?
 
     /// Column names for queries.
