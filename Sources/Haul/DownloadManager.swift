@@ -1365,7 +1365,7 @@ public actor DownloadManager {
     fileprivate static func openFolder(_ path: String, confined: Bool, allowed: AllowedFolders)
         throws(DownloadError) -> HeldFolder
     {
-        let folder = confined ? try allowed.open(path) : try HeldFolder.open(path, followsLinks: true)
+        let folder = try DownloadFolder.open(path, confined: confined, allowed: allowed)
         guard folder.isWritable else {
             throw DownloadError(.destinationNotWritable, "destination folder \(path) is not a writable folder")
         }

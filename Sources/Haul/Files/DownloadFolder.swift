@@ -31,9 +31,7 @@ public final class DownloadFolder: Sendable {
         guard let path = record.folderPath else {
             throw DownloadError(.fileSystem, "download \(record.id) has neither a destination nor a folder")
         }
-        let folder =
-            allowed.confine(record.origin)
-            ? try allowed.open(path) : try HeldFolder.open(path, followsLinks: true)
+        let folder = try open(path, confined: allowed.confine(record.origin), allowed: allowed)
         if let recorded = record.folderIdentity, recorded != folder.identity, !isRemade(folder, at: path) {
             throw DownloadError(
                 .untrustedFile,
@@ -41,6 +39,13 @@ public final class DownloadFolder: Sendable {
                     + "in its path leads elsewhere now); Haul will not write there")
         }
         return DownloadFolder(folder)
+    }
+
+    /// The folder `path` names, opened: beneath the allowed folder it lies in when `confined`, else where the path
+    /// leads now (its links are the namer's). The one way a download's folder is opened, when it is added and at
+    /// every start.
+    static func open(_ path: String, confined: Bool, allowed: AllowedFolders) throws(DownloadError) -> HeldFolder {
+        confined ? try allowed.open(path) : try HeldFolder.open(path, followsLinks: true)
     }
 
     /// Whether `folder`, found at `path` where the store recorded another, is that folder made again (deleted, then
