@@ -1261,17 +1261,14 @@ public actor DownloadManager {
 
     /// A file at the destination that Haul did not create is never overwritten unless asked, and never one that is
     /// not a regular file. `continuePartial` hands Haul a file on purpose: the part file when there is one, else the
-    /// file at the destination moved to the part's name (a regular file with one link only, whoever made it); its
-    /// bytes are compared with the server before anything is appended.
+    /// file at the destination (a regular file with one link, whoever made it) moved to the part's name; the runner
+    /// takes it over and compares its bytes with the server's before anything is appended.
     private func claimDestination(record: inout DownloadRecord, in folder: HeldFolder, options: DownloadOptions)
         throws(DownloadError)
     {
         guard let destination = record.destination else { return }
         let name = PathName.lastComponent(of: destination)
-        if options.continuePartial, try folder.entry(name + ".part") != nil {
-            record.isPartVerified = false
-            return
-        }
+        if options.continuePartial, try folder.entry(name + ".part") != nil { return }
         guard let existing = try folder.entry(name) else { return }
         if options.continuePartial {
             if let reason = existing.distrust(owner: nil) {
@@ -1279,8 +1276,6 @@ public actor DownloadManager {
             }
             let code = folder.move(name, to: name + ".part", replacing: false)
             guard code == 0 else { throw PartFile.fileError(code, "cannot rename \(destination) to \(name).part") }
-            record.partIdentity = existing.identity
-            record.isPartVerified = false
             return
         }
         guard options.overwrite else {
@@ -1321,8 +1316,8 @@ public actor DownloadManager {
             let at: ContinuousClock.Instant
         }
 
+        /// Each folder opened in this batch, by the path named and whether it is confined.
         private var opened: [String: HeldFolder] = [:]
-        private var openedConfined: [String: HeldFolder] = [:]
         private var lastNamed: (String, String)?
         /// The folder opened last, across adds (see `recentlyWritable`).
         private(set) var recent: Recent?
@@ -1341,12 +1336,13 @@ public actor DownloadManager {
             if let recent, recent.named == path, recent.isConfined == confined, now - recent.at < .seconds(1) {
                 return recent.folder
             }
+            let key = (confined ? "confined:" : "named:") + path
             let folder: HeldFolder
-            if let known = confined ? openedConfined[path] : opened[path] {
+            if let known = opened[key] {
                 folder = known
             } else {
                 folder = try DownloadManager.openFolder(path, confined: confined, allowed: allowed)
-                if confined { openedConfined[path] = folder } else { opened[path] = folder }
+                opened[key] = folder
             }
             recent = Recent(named: path, isConfined: confined, folder: folder, at: now)
             return folder

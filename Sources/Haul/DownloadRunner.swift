@@ -66,17 +66,17 @@ enum RunOutcome: Sendable {
 /// writes (comparing an overlap where the machine asks), syncs and stores checkpoints, sleeps the backoffs, ticks the
 /// machine's clock, and verifies and moves the finished file into place. The decisions are all the machine's.
 final class DownloadRunner: Sendable {
-    private let environment: RunnerEnvironment
-    private let id: DownloadID
-    private let state: Mutex<State>
-    private let machine: Mutex<TransferMachine>
-    private let startedAt: Duration
+    let environment: RunnerEnvironment
+    let id: DownloadID
+    let state: Mutex<State>
+    let machine: Mutex<TransferMachine>
+    let startedAt: Duration
     /// What does not change while it runs, kept apart from `record` (a copy of the whole record under the lock for
     /// each look at one of them): the URL the user gave and the download's options.
-    private let source: String
-    private let options: DownloadOptions
+    let source: String
+    let options: DownloadOptions
 
-    private struct State: Sendable {
+    struct State: Sendable {
         var record: DownloadRecord
         /// The download's folder, held for the whole run: every file operation goes through it.
         var folder: DownloadFolder?
@@ -138,7 +138,7 @@ final class DownloadRunner: Sendable {
     /// The record as the runner last knew it.
     var record: DownloadRecord { state.withLock { $0.record } }
 
-    private var part: PartFile? { state.withLock { $0.part } }
+    var part: PartFile? { state.withLock { $0.part } }
 
     /// Runs to the end; never throws.
     func run() async -> RunOutcome {
@@ -251,7 +251,7 @@ final class DownloadRunner: Sendable {
         }
     }
 
-    private func now() -> Duration { environment.idleClock.now() }
+    func now() -> Duration { environment.idleClock.now() }
 
     private func isCurrent(_ id: Int, _ generation: UInt64) -> Bool {
         state.withLock { $0.generations[id] == generation }
@@ -442,7 +442,7 @@ final class DownloadRunner: Sendable {
     }
 
     /// `tampering(of:with:)` on the calling thread, for work already off the cooperative pool.
-    private static func checkTampering(of part: PartFile, with mark: TransferMachine.Checkpoint) -> (
+    static func checkTampering(of part: PartFile, with mark: TransferMachine.Checkpoint) -> (
         DownloadError, intact: TransferMachine.Checkpoint?
     )? {
         guard part.isStillInFolder() else {
@@ -480,7 +480,7 @@ final class DownloadRunner: Sendable {
 
     /// Stores what is left after another program changed the part file: the intact bytes, or, for a file that is
     /// gone, nothing (and whatever is at its path later is compared before it is trusted).
-    private func storeTampered(_ intact: TransferMachine.Checkpoint?) async throws(DownloadError) {
+    func storeTampered(_ intact: TransferMachine.Checkpoint?) async throws(DownloadError) {
         guard let intact else {
             try await saveTransfer(waiting: true) { record in
                 record.durableOffset = 0
@@ -610,7 +610,7 @@ final class DownloadRunner: Sendable {
 
     /// Changes the runner's record and has the manager store what changed of the transfer; with `waiting`, returns
     /// once it is committed.
-    private func saveTransfer(waiting: Bool = false, _ change: (inout DownloadRecord) -> Void)
+    func saveTransfer(waiting: Bool = false, _ change: (inout DownloadRecord) -> Void)
         async throws(DownloadError)
     {
         let updated = state.withLock { state in
@@ -622,13 +622,13 @@ final class DownloadRunner: Sendable {
         if waiting, let commit { try await environment.committed(commit) }
     }
 
-    private func tellManager(_ report: RunnerReport) async throws(DownloadError) {
+    func tellManager(_ report: RunnerReport) async throws(DownloadError) {
         _ = try await environment.report(report)
     }
 
     /// Lowers the stored offset first (it never exceeds the bytes on disk), forgets the segments and, when asked,
     /// what was known of the remote file, then truncates.
-    private func truncate(to length: Int64, forgetting: Bool) async throws {
+    func truncate(to length: Int64, forgetting: Bool) async throws {
         // A checkpoint in flight ends first: its mark, stored after the offset is lowered, would count bytes the
         // truncate removes (and its look at the part file would take the truncate for someone else's).
         await state.withLock { $0.checkpoint }?.value
@@ -714,208 +714,5 @@ final class DownloadRunner: Sendable {
         if let ifRange { headers.append(("If-Range", ifRange)) }
         var seen = Set<String>()
         return headers.filter { seen.insert($0.name.lowercased()).inserted }
-    }
-
-    /// Opens the part file of a download whose name is known, when it is Haul's (`DownloadFolder.openPart`). What is
-    /// not Haul's is left untouched: a download that may take another name (`takesFreeName`) starts again from 0
-    /// under the next free one; any other stops here, before a byte is fetched, with the reason. The part file of a
-    /// row stored before Haul recorded identities (`isEarlierRow`) is handed over as `-c` hands one over: a regular
-    /// file with one link, whose bytes are compared with the server's before anything is appended.
-    private func openPart(in folder: DownloadFolder, isEarlierRow: Bool) async throws {
-        let record = record
-        guard let destination = record.destination else { return }
-        let name = PathName.lastComponent(of: destination)
-        let adopting = (options.continuePartial || isEarlierRow) && record.partIdentity == nil
-        switch try folder.openPart(name + ".part", recorded: record.partIdentity, adopting: adopting) {
-        case .opened(let part, let isNew):
-            // A file handed over (-c, or an earlier row's): its bytes are compared with the server's before anything
-            // is appended.
-            let isHandedOver = try adopting && part.length() > 0
-            state.withLock { state in
-                state.part = part
-                state.record.partIdentity = part.identity
-                if isNew { state.isPartIdentityStored = false }
-                if isHandedOver { state.record.isPartVerified = false }
-            }
-        case .untrusted(let error):
-            guard record.takesFreeName else { throw error }
-            environment.logger.notice("\(source): \(error.message); taking the next free name")
-            state.withLock { state in
-                state.record.durableOffset = 0
-                state.record.segments = nil
-                state.record.isPartVerified = true
-                state.record.partIdentity = nil
-            }
-            try await claimName(name, in: folder, from: 1)
-        }
-    }
-
-    /// Picks the file name for a folder download from the first answer, never over a file Haul did not create.
-    private func resolveDestination(response: TransportResponse) async throws {
-        guard let folder = state.withLock({ $0.folder }) else {
-            throw DownloadError(.fileSystem, "download \(id) has no folder open")
-        }
-        let name = FileNameSanitizer.name(
-            contentDisposition: response.head.value("Content-Disposition"),
-            finalURLPath: response.finalURL.path
-        )
-        try await claimName(name, in: folder, from: 0)
-    }
-
-    /// Claims the first free name of `name`, `name (1)`, … (from the `first`th) in the download's folder by making
-    /// its part file there exclusively. Free means that nothing of any kind (a link included) has the name or its
-    /// `.part`, and that no other download of the manager claims it.
-    private func claimName(_ name: String, in folder: DownloadFolder, from first: Int) async throws {
-        for number in first..<1000 {
-            let candidate = number == 0 ? name : FileNameSanitizer.alternative(name, number: number)
-            if folder.has(candidate) || folder.has(candidate + ".part") { continue }
-            let path = PathName.join(folder.path, candidate)
-            if await environment.isDestinationClaimed(path) { continue }
-            // Made exclusively: a download of another process choosing the same name at the same moment loses.
-            guard let part = try folder.makePart(candidate + ".part") else { continue }
-            state.withLock { state in
-                state.part = part
-                state.record.destination = path
-                state.record.partIdentity = part.identity
-                state.isPartIdentityStored = false
-            }
-            return
-        }
-        throw DownloadError(.destinationExists, "no free name for \(name) in \(folder.path)")
-    }
-
-    // MARK: Finalising
-
-    /// A run that finds no part file, and at the destination the very file its part file was (the identity the
-    /// store recorded) with exactly the length its record durably held in full, is looking at its own finished file:
-    /// the previous process died between the rename and the completed state.
-    private func recognizeFinishedFile(in folder: DownloadFolder) async throws -> DownloadResult? {
-        let record = record
-        guard let destination = record.destination, let total = record.totalLength, record.durableOffset == total,
-            record.isPartVerified
-        else { return nil }
-        let name = PathName.lastComponent(of: destination)
-        guard !folder.has(name + ".part"),
-            let descriptor = folder.finishedFile(name, identity: record.partIdentity, length: total)
-        else { return nil }
-        let digests = try await Blocking.run {
-            [computesSHA256 = options.computesSHA256, checksum = options.checksum] in
-            defer { close(descriptor) }
-            var algorithms = Set<Checksum.Algorithm>()
-            if let checksum { algorithms.insert(checksum.algorithm) }
-            if computesSHA256 { algorithms.insert(.sha256) }
-            return algorithms.isEmpty
-                ? [:] : try FileDigest.hexDigests(of: descriptor, named: destination, algorithms: algorithms)
-        }
-        if let checksum = options.checksum, digests[checksum.algorithm] != checksum.hex { return nil }
-        state.withLock { state in
-            state.record.mayReplaceDestination = true
-            state.record.completedAt = state.record.completedAt ?? Date()
-        }
-        return DownloadResult(
-            id: id, url: source, path: destination, bytes: total, sha256: digests[.sha256], seconds: 0,
-            resumedFrom: total, wasAlreadyComplete: true)
-    }
-
-    /// Verifies the part file's `total` bytes and moves them to the destination; throws `checksumMismatch` (with
-    /// the part file emptied) when the checksum does not match.
-    private func finalize(total: Int64) async throws -> DownloadResult {
-        guard let part,
-            let (folder, destination) = state.withLock({ state in
-                state.folder.flatMap { folder in state.record.destination.map { (folder, $0) } }
-            })
-        else {
-            throw DownloadError(.fileSystem, "nothing to finalise for \(source)")
-        }
-        let length = try part.length()
-        if length > total { try part.truncate(to: total) }
-        let size = min(length, total)
-        var algorithms = Set<Checksum.Algorithm>()
-        if let checksum = options.checksum { algorithms.insert(checksum.algorithm) }
-        if options.computesSHA256 { algorithms.insert(.sha256) }
-        // One trip off the cooperative pool for the sync, the look at the part file and the digests: each trip is
-        // two thread switches, which a burst of small files pays for every file.
-        let (tampered, digests) = try await Blocking.run {
-            [algorithms] () throws -> (
-                (DownloadError, intact: TransferMachine.Checkpoint?)?, [Checksum.Algorithm: String]
-            ) in
-            try part.sync()
-            if let found = Self.checkTampering(of: part, with: .offset(total)) { return (found, [:]) }
-            return (nil, algorithms.isEmpty ? [:] : try part.hexDigests(algorithms: algorithms))
-        }
-        if let (problem, intact) = tampered {
-            // Every byte was written, and some are not there any more: nothing wrong goes under the final name.
-            try? await storeTampered(intact)
-            throw problem
-        }
-        if let checksum = options.checksum, digests[checksum.algorithm] != checksum.hex {
-            let got = digests[checksum.algorithm] ?? "nothing"
-            try await truncate(to: 0, forgetting: true)
-            throw DownloadError(
-                .checksumMismatch,
-                "checksum mismatch for \(source): expected \(checksum), got \(checksum.algorithm.rawValue)=\(got); "
-                    + "the file was not kept"
-            )
-        }
-        // Stored before the rename: if the process dies between the rename and the completed state, the next run
-        // recognises the whole file at the destination as its own (`recognizeFinishedFile`).
-        try await saveTransfer(waiting: true) { record in
-            record.durableOffset = size
-            record.totalLength = size
-            record.segments = nil
-        }
-        let (replacing, takesFreeName) = state.withLock {
-            ($0.record.mayReplaceDestination, $0.record.takesFreeName)
-        }
-        let name = try await Blocking.run {
-            let name = try Self.moveIntoPlace(
-                part, in: folder, name: PathName.lastComponent(of: destination), replacing: replacing,
-                takesFreeName: takesFreeName)
-            folder.sync()
-            return name
-        }
-        let target = PathName.join(folder.path, name)
-        let resumedFrom = machine.withLock { $0.resumedFrom } ?? 0
-        state.withLock { state in
-            state.part = nil
-            state.record.destination = target
-            state.record.completedAt = Date()
-            state.record.durableOffset = size
-            state.record.totalLength = size
-            state.record.attempts = 0
-            state.record.error = nil
-            state.record.mayReplaceDestination = true
-        }
-        let elapsed = environment.idleClock.now() - startedAt
-        return DownloadResult(
-            id: id,
-            url: source,
-            path: target,
-            bytes: size,
-            sha256: digests[.sha256],
-            seconds: Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18,
-            resumedFrom: resumedFrom,
-            wasAlreadyComplete: false
-        )
-    }
-
-    /// Moves the verified part file to `name` in its folder and returns the name it took. A download that may take
-    /// another name (`takesFreeName`) whose name was taken meanwhile takes the next free `name (n).ext`; any other
-    /// stops rather than replace a file Haul did not create.
-    private static func moveIntoPlace(
-        _ part: PartFile, in folder: DownloadFolder, name: String, replacing: Bool, takesFreeName: Bool
-    ) throws -> String {
-        for number in 0..<1000 {
-            let target = number == 0 ? name : FileNameSanitizer.alternative(name, number: number)
-            let result = Result { () throws(DownloadError) in
-                try folder.moveIntoPlace(part, to: target, replacing: replacing && number == 0)
-            }
-            switch result {
-            case .success: return target
-            case .failure(let error):
-                if error.code != .destinationExists || !takesFreeName { throw error }
-            }
-        }
-        throw DownloadError(.destinationExists, "no free name for \(name) in \(folder.path)")
     }
 }

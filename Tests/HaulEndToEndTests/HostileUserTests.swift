@@ -328,6 +328,29 @@ struct HostileUserTests {
         }
     }
 
+    @Test("haul serve: its state folder is made its owner's alone; token, serve.json and socket are 0600")
+    func daemonStateFolder() async throws {
+        let (workspace, outside, server) = try await Self.setUp()
+        try await withTeardown({ await Self.tearDown(workspace, server) }) {
+            try FileManager.default.createDirectory(atPath: workspace.state, withIntermediateDirectories: true)
+            #expect(chmod(workspace.state, 0o755) == 0)
+            // A link where serve.json is written first: replaced, never followed.
+            #expect(symlink(outside.victim, workspace.state + "/serve.json.tmp") == 0)
+            let daemon = try await Self.daemon(workspace, withoutOpenat2: false)
+            var info = stat()
+            for (name, kind, mode) in [
+                ("", S_IFDIR, 0o700), ("/token", S_IFREG, 0o600), ("/serve.json", S_IFREG, 0o600),
+                ("/haul.sock", S_IFSOCK, 0o600),
+            ] {
+                #expect(lstat(workspace.state + name, &info) == 0, "\(name)")
+                #expect(UInt32(info.st_mode) & UInt32(S_IFMT) == UInt32(kind), "\(name)")
+                #expect(UInt32(info.st_mode) & 0o7777 == UInt32(mode), "\(name)")
+            }
+            #expect(outside.isUntouched)
+            _ = await Self.stop(daemon, withoutOpenat2: false)
+        }
+    }
+
     // MARK: Support
 
     static func setUp() async throws -> (Workspace, Outside, FaultServer) {

@@ -1,0 +1,215 @@
+import Foundation
+import HaulCore
+
+#if canImport(Glibc)
+    import Glibc
+#elseif canImport(Darwin)
+    import Darwin
+#endif
+
+/// The runner's file names and its end: which part file it writes (`DownloadFolder.openPart`), the name a folder
+/// download claims, the finished file it recognises, and the move into place.
+extension DownloadRunner {
+    /// Opens the part file of a download whose name is known, when it is Haul's (`DownloadFolder.openPart`). What is
+    /// not Haul's is left untouched: a download that may take another name (`takesFreeName`) starts again from 0
+    /// under the next free one; any other stops here, before a byte is fetched, with the reason. The part file of a
+    /// row stored before Haul recorded identities (`isEarlierRow`) is handed over as `-c` hands one over: a regular
+    /// file with one link, whose bytes are compared with the server's before anything is appended.
+    func openPart(in folder: DownloadFolder, isEarlierRow: Bool) async throws {
+        let record = record
+        guard let destination = record.destination else { return }
+        let name = PathName.lastComponent(of: destination)
+        let adopting = (options.continuePartial || isEarlierRow) && record.partIdentity == nil
+        switch try folder.openPart(name + ".part", recorded: record.partIdentity, adopting: adopting) {
+        case .opened(let part, let isNew):
+            // A file handed over (-c, or an earlier row's): its bytes are compared with the server's before anything
+            // is appended.
+            let isHandedOver = try adopting && part.length() > 0
+            state.withLock { state in
+                state.part = part
+                state.record.partIdentity = part.identity
+                if isNew { state.isPartIdentityStored = false }
+                if isHandedOver { state.record.isPartVerified = false }
+            }
+        case .untrusted(let error):
+            guard record.takesFreeName else { throw error }
+            environment.logger.notice("\(source): \(error.message); taking the next free name")
+            state.withLock { state in
+                state.record.durableOffset = 0
+                state.record.segments = nil
+                state.record.isPartVerified = true
+                state.record.partIdentity = nil
+            }
+            try await claimName(name, in: folder, from: 1)
+        }
+    }
+
+    /// Picks the file name for a folder download from the first answer, never over a file Haul did not create.
+    func resolveDestination(response: TransportResponse) async throws {
+        guard let folder = state.withLock({ $0.folder }) else {
+            throw DownloadError(.fileSystem, "download \(id) has no folder open")
+        }
+        let name = FileNameSanitizer.name(
+            contentDisposition: response.head.value("Content-Disposition"),
+            finalURLPath: response.finalURL.path
+        )
+        try await claimName(name, in: folder, from: 0)
+    }
+
+    /// Claims the first free name of `name`, `name (1)`, … (from the `first`th) in the download's folder by making
+    /// its part file there exclusively. Free means that nothing of any kind (a link included) has the name or its
+    /// `.part`, and that no other download of the manager claims it.
+    fileprivate func claimName(_ name: String, in folder: DownloadFolder, from first: Int) async throws {
+        for number in first..<1000 {
+            let candidate = number == 0 ? name : FileNameSanitizer.alternative(name, number: number)
+            if folder.has(candidate) || folder.has(candidate + ".part") { continue }
+            let path = PathName.join(folder.path, candidate)
+            if await environment.isDestinationClaimed(path) { continue }
+            // Made exclusively: a download of another process choosing the same name at the same moment loses.
+            guard let part = try folder.makePart(candidate + ".part") else { continue }
+            state.withLock { state in
+                state.part = part
+                state.record.destination = path
+                state.record.partIdentity = part.identity
+                state.isPartIdentityStored = false
+            }
+            return
+        }
+        throw DownloadError(.destinationExists, "no free name for \(name) in \(folder.path)")
+    }
+
+    // MARK: Finalising
+
+    /// A run that finds no part file, and at the destination the very file its part file was (the identity the
+    /// store recorded) with exactly the length its record durably held in full, is looking at its own finished file:
+    /// the previous process died between the rename and the completed state.
+    func recognizeFinishedFile(in folder: DownloadFolder) async throws -> DownloadResult? {
+        let record = record
+        guard let destination = record.destination, let total = record.totalLength, record.durableOffset == total,
+            record.isPartVerified
+        else { return nil }
+        let name = PathName.lastComponent(of: destination)
+        guard !folder.has(name + ".part"),
+            let descriptor = folder.finishedFile(name, identity: record.partIdentity, length: total)
+        else { return nil }
+        let digests = try await Blocking.run {
+            [computesSHA256 = options.computesSHA256, checksum = options.checksum] in
+            defer { close(descriptor) }
+            var algorithms = Set<Checksum.Algorithm>()
+            if let checksum { algorithms.insert(checksum.algorithm) }
+            if computesSHA256 { algorithms.insert(.sha256) }
+            return algorithms.isEmpty
+                ? [:] : try FileDigest.hexDigests(of: descriptor, named: destination, algorithms: algorithms)
+        }
+        if let checksum = options.checksum, digests[checksum.algorithm] != checksum.hex { return nil }
+        state.withLock { state in
+            state.record.mayReplaceDestination = true
+            state.record.completedAt = state.record.completedAt ?? Date()
+        }
+        return DownloadResult(
+            id: id, url: source, path: destination, bytes: total, sha256: digests[.sha256], seconds: 0,
+            resumedFrom: total, wasAlreadyComplete: true)
+    }
+
+    /// Verifies the part file's `total` bytes and moves them to the destination; throws `checksumMismatch` (with
+    /// the part file emptied) when the checksum does not match.
+    func finalize(total: Int64) async throws -> DownloadResult {
+        guard let part,
+            let (folder, destination) = state.withLock({ state in
+                state.folder.flatMap { folder in state.record.destination.map { (folder, $0) } }
+            })
+        else {
+            throw DownloadError(.fileSystem, "nothing to finalise for \(source)")
+        }
+        let length = try part.length()
+        if length > total { try part.truncate(to: total) }
+        let size = min(length, total)
+        var algorithms = Set<Checksum.Algorithm>()
+        if let checksum = options.checksum { algorithms.insert(checksum.algorithm) }
+        if options.computesSHA256 { algorithms.insert(.sha256) }
+        // One trip off the cooperative pool for the sync, the look at the part file and the digests: each trip is
+        // two thread switches, which a burst of small files pays for every file.
+        let (tampered, digests) = try await Blocking.run {
+            [algorithms] () throws -> (
+                (DownloadError, intact: TransferMachine.Checkpoint?)?, [Checksum.Algorithm: String]
+            ) in
+            try part.sync()
+            if let found = Self.checkTampering(of: part, with: .offset(total)) { return (found, [:]) }
+            return (nil, algorithms.isEmpty ? [:] : try part.hexDigests(algorithms: algorithms))
+        }
+        if let (problem, intact) = tampered {
+            // Every byte was written, and some are not there any more: nothing wrong goes under the final name.
+            try? await storeTampered(intact)
+            throw problem
+        }
+        if let checksum = options.checksum, digests[checksum.algorithm] != checksum.hex {
+            let got = digests[checksum.algorithm] ?? "nothing"
+            try await truncate(to: 0, forgetting: true)
+            throw DownloadError(
+                .checksumMismatch,
+                "checksum mismatch for \(source): expected \(checksum), got \(checksum.algorithm.rawValue)=\(got); "
+                    + "the file was not kept"
+            )
+        }
+        // Stored before the rename: if the process dies between the rename and the completed state, the next run
+        // recognises the whole file at the destination as its own (`recognizeFinishedFile`).
+        try await saveTransfer(waiting: true) { record in
+            record.durableOffset = size
+            record.totalLength = size
+            record.segments = nil
+        }
+        let (replacing, takesFreeName) = state.withLock {
+            ($0.record.mayReplaceDestination, $0.record.takesFreeName)
+        }
+        let name = try await Blocking.run {
+            let name = try Self.moveIntoPlace(
+                part, in: folder, name: PathName.lastComponent(of: destination), replacing: replacing,
+                takesFreeName: takesFreeName)
+            folder.sync()
+            return name
+        }
+        let target = PathName.join(folder.path, name)
+        let resumedFrom = machine.withLock { $0.resumedFrom } ?? 0
+        state.withLock { state in
+            state.part = nil
+            state.record.destination = target
+            state.record.completedAt = Date()
+            state.record.durableOffset = size
+            state.record.totalLength = size
+            state.record.attempts = 0
+            state.record.error = nil
+            state.record.mayReplaceDestination = true
+        }
+        let elapsed = environment.idleClock.now() - startedAt
+        return DownloadResult(
+            id: id,
+            url: source,
+            path: target,
+            bytes: size,
+            sha256: digests[.sha256],
+            seconds: Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18,
+            resumedFrom: resumedFrom,
+            wasAlreadyComplete: false
+        )
+    }
+
+    /// Moves the verified part file to `name` in its folder and returns the name it took. A download that may take
+    /// another name (`takesFreeName`) whose name was taken meanwhile takes the next free `name (n).ext`; any other
+    /// stops rather than replace a file Haul did not create.
+    fileprivate static func moveIntoPlace(
+        _ part: PartFile, in folder: DownloadFolder, name: String, replacing: Bool, takesFreeName: Bool
+    ) throws -> String {
+        for number in 0..<1000 {
+            let target = number == 0 ? name : FileNameSanitizer.alternative(name, number: number)
+            let result = Result { () throws(DownloadError) in
+                try folder.moveIntoPlace(part, to: target, replacing: replacing && number == 0)
+            }
+            switch result {
+            case .success: return target
+            case .failure(let error):
+                if error.code != .destinationExists || !takesFreeName { throw error }
+            }
+        }
+        throw DownloadError(.destinationExists, "no free name for \(name) in \(folder.path)")
+    }
+}
