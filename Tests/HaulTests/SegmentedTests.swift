@@ -126,9 +126,10 @@ struct SegmentedTests {
         #expect(h.holds("one.bin", small))
         #expect(h.holds("f.bin", body))
         #expect(await most.value == 4, "never more than -x, and all of them used")
-        // The server may briefly count one more: a connection the ramp closed can still be open at its end when the
-        // next one arrives.
-        #expect((4...5).contains(h.server.peakConnections))
+        // The server never sees more than -x at once, save one: a connection the ramp closed can still be open at its
+        // end when the next one arrives. It may see fewer at once: on a loaded machine the first connection can finish
+        // its quarter before the ramp opens the fourth. That four were opened is what the segments below show.
+        #expect((2...5).contains(h.server.peakConnections))
         let segments = h.server.requests(to: "/f").filter(Self.isSegmentRequest)
         #expect(segments.allSatisfy { $0.headers["if-range"] == "\"v1\"" && $0.status == 206 })
         // The first split is planned: the added connections fetch the second, third and fourth quarter of the file
