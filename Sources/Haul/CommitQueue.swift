@@ -224,6 +224,24 @@ final class CommitQueue: @unchecked Sendable {
         }
     }
 
+    /// Runs `body` in one transaction. A `durable` one is on the disk when it returns: with SQLite's
+    /// `synchronous=FULL` for that commit, its WAL frames are synced before the commit returns (and with them every
+    /// commit before it). The store's default, `NORMAL`, syncs the WAL only at its checkpoints, so a power cut can
+    /// lose the last commits: right for the writes no one waits for (a state change, a completion the next run
+    /// recognises anyway), not for those a caller acts on (an add acknowledged, the row before a part file, a
+    /// checkpoint). A group holding one write someone waits for is synced once for all of its writes.
+    private func transaction(durable: Bool, _ body: @escaping (Database) throws -> Void) throws {
+        guard durable else { return try writer.write(body) }
+        try writer.writeWithoutTransaction { db in
+            try db.execute(sql: "PRAGMA synchronous = FULL")
+            defer { try? db.execute(sql: "PRAGMA synchronous = NORMAL") }
+            try db.inTransaction {
+                try body(db)
+                return .commit
+            }
+        }
+    }
+
     /// Commits what is queued, in one transaction, and tells the waiters. Called only by the committing thread.
     private func commitPending() {
         condition.lock()
@@ -233,8 +251,9 @@ final class CommitQueue: @unchecked Sendable {
         guard let last = batch.last else { return }
         var errors: [UInt64: DownloadError] = [:]
         var lost: [DownloadError] = []
+        let durable = batch.contains { $0.awaited }
         do {
-            try writer.write { db in
+            try transaction(durable: durable) { db in
                 for entry in batch { try entry.work(db) }
             }
         } catch {
@@ -242,7 +261,7 @@ final class CommitQueue: @unchecked Sendable {
             // (a constraint, a full disk) is told to its caller alone. Rare: no savepoint is paid for on the common
             // path.
             for entry in batch {
-                do { try writer.write { db in try entry.work(db) } } catch {
+                do { try transaction(durable: entry.awaited) { db in try entry.work(db) } } catch {
                     // Kept for a caller that waits for it after all (`completion(of:)`), and told as lost when no
                     // one was expected to.
                     errors[entry.ticket] = describe(error)

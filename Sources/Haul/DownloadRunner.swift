@@ -292,8 +292,12 @@ final class DownloadRunner: Sendable {
             // One write for what the answer told: the name, the final URL, the remote file's facts. A name just
             // chosen, and the identity of a part file just made, are in the store before any byte is written: after
             // a crash the part file is found as this download's own, not left behind while another name is chosen.
+            // The part file's name is made durable first (a sync of its folder, shared with the downloads making
+            // theirs at the same moment), then the identity's commit (durable, as every commit waited for): after a
+            // power cut, no checkpoint counts bytes of a part file whose name the disk lost.
             let finalURL = response.finalURL.absoluteString
-            let unsaved = state.withLock { !$0.isPartIdentityStored }
+            let (unsaved, folder) = state.withLock { (!$0.isPartIdentityStored, $0.folder) }
+            if unsaved, let folder { try await Blocking.run { folder.sync() } }
             try await saveTransfer(waiting: unsaved) { $0.finalURL = finalURL }
             if unsaved { state.withLock { $0.isPartIdentityStored = true } }
             let generation = state.withLock { $0.generations[id] ?? 0 }

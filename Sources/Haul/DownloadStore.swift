@@ -22,13 +22,15 @@ public struct DownloadStore: Sendable {
     /// The folder is checked first (`StateFolder`): a real folder of this user's that nobody else may write to, so
     /// nobody else can plant a link under the database's names.
     public init(directory: String, exclusive: Bool = false) throws(DownloadError) {
-        let path = try StateFolder.open(directory).path(of: "haul.sqlite")
+        let folder = try StateFolder.open(directory)
+        let path = folder.path(of: "haul.sqlite")
         do {
             var configuration = Configuration()
             configuration.busyMode = .timeout(5)
-            // WAL with synchronous=NORMAL: a commit does not fsync, so many small downloads do not cost a disk flush
-            // each. A power loss may drop the last commits; that only lowers stored offsets, which stays safe
-            // (invariant 1), and the database stays consistent.
+            // WAL with synchronous=NORMAL: a commit no one waits for does not fsync, so the state changes of many
+            // small downloads do not cost a disk flush each; a power cut may drop the last of them, which only lowers
+            // stored offsets and states (invariant 1), and the database stays consistent. A commit someone waits for
+            // (an add, the row before its part file, a checkpoint) is synced (`CommitQueue`), one sync for a group.
             // A page cache of 512 KiB a connection of a pool (SQLite's default is 2 MiB): the manager keeps what it
             // reads often in memory already. The daemon's single connection keeps the default: inserting a list of
             // 10,000 into a store of 10,000 took a fifth longer with the smaller cache (the id index is random).
@@ -46,6 +48,7 @@ public struct DownloadStore: Sendable {
                 writer = try DatabasePool(path: path, configuration: configuration)
             }
             try Self.migrator.migrate(writer)
+            folder.sync()
             self.writer = writer
             queue = CommitQueue(writer: writer, describe: Self.writeError)
             self.path = path

@@ -14,10 +14,10 @@ def free_port():
         return s.getsockname()[1]
 
 
-def start_nginx(work, processes, probe, access_log=None):
+def start_nginx(work, processes, probe, access_log=None, locations=""):
     """nginx serving `work`/www (which the caller fills) with one worker and its files in `work`; /slow/ at 1 MiB/s.
-    `access_log` is an nginx log_format string for `work`/access.log (none when omitted). Appends the process to
-    `processes` and returns the port once `probe` (a path under www) is served."""
+    `access_log` is an nginx log_format string for `work`/access.log (none when omitted); `locations` adds location
+    blocks. Appends the process to `processes` and returns the port once `probe` (a path under www) is served."""
     port = free_port()
     www = os.path.join(work, "www")
     log = (f"log_format custom '{access_log}'; access_log {work}/access.log custom;" if access_log
@@ -34,6 +34,7 @@ http {{
   server {{
     listen 127.0.0.1:{port}; root {www};
     location /slow/ {{ limit_rate 1m; }}
+    {locations}
   }}
 }}
 """)

@@ -96,8 +96,15 @@ enum FolderWalk {
             }
             if code == ENOENT, creating, made < 256 {
                 made += 1
-                // EEXIST: made meanwhile by someone else, or a link left dangling: the next look decides.
-                if mkdirat(current, name, 0o755) == 0 || errno == EEXIST {
+                // EEXIST: made meanwhile by someone else, or a link left dangling: the next look decides. A folder
+                // made is synced into its parent at once: a power cut must not lose the folder of a part file or of
+                // the store whose rows say it is there.
+                if mkdirat(current, name, 0o755) == 0 {
+                    fsync(current)
+                    pending.append(name)
+                    continue
+                }
+                if errno == EEXIST {
                     pending.append(name)
                     continue
                 }

@@ -29,12 +29,26 @@ public final class StateFolder: Sendable {
     public static func open(_ path: String) throws(DownloadError) -> StateFolder {
         var info = stat()
         if lstat(path, &info) != 0 {
+            // The folders that get a new entry: the deepest one that exists, and each one made but the last.
+            var changed = [PathName.absolute(path)]
+            while let folder = changed.last, folder != "/", lstat(folder, &info) != 0, errno == ENOENT {
+                changed.append(PathName.folder(of: folder))
+            }
+            changed.removeFirst()
             do {
                 try FileManager.default.createDirectory(
                     atPath: path, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
             } catch {
                 throw DownloadError(
                     .store, "cannot create the state folder \(path): \(error.localizedDescription)", underlying: error)
+            }
+            // Synced into their parents: a power cut must not lose the folder whose store said an add was made.
+            for folder in changed {
+                let descriptor = Foundation.open(folder, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+                if descriptor >= 0 {
+                    fsync(descriptor)
+                    close(descriptor)
+                }
             }
         }
         let folder: HeldFolder
@@ -66,6 +80,12 @@ public final class StateFolder: Sendable {
         guard fchmod(folder.descriptor, 0o700) == 0 else {
             throw PartFile.fileError(errno, "cannot make the state folder \(path) its owner's alone (chmod 700)")
         }
+    }
+
+    /// Flushes the folder's entries to the disk: SQLite syncs the folder when it makes a WAL, not when it makes the
+    /// database file itself.
+    public func sync() {
+        folder.sync()
     }
 
     /// The path of `name` in the folder (for what can only be named by path: SQLite's database, a socket to bind).
