@@ -294,11 +294,22 @@ class Cut:
         """Adds, pauses, removes and moves, one request at a time, until the cut; records what was acknowledged."""
         ids = []
         try:
-            for name, rate, connections in self.files():
+            for index, (name, rate, connections) in enumerate(self.files()):
                 if stop.is_set():
                     return
-                status, answer = self.call("POST", "/downloads", {
-                    "url": self.run.url(name, self.number, rate), "filename": name, "connections": connections})
+                url = self.run.url(name, self.number, rate)
+                if index % 2:
+                    # haul add, through the daemon's socket: an id printed and exit 0 acknowledge it.
+                    added = subprocess.run(
+                        [self.run.haul, "add", url, "-x", str(connections), "--state-dir", self.state],
+                        capture_output=True, text=True, timeout=30)
+                    if added.returncode == 0:
+                        for line in added.stdout.split():
+                            ids.append(line.strip())
+                            self.acknowledged.add(line.strip())
+                    continue
+                status, answer = self.call("POST", "/downloads", {"url": url, "filename": name,
+                                                                   "connections": connections})
                 if status == 201:
                     for download in (answer if isinstance(answer, list) else [answer]):
                         ids.append(download["id"])
@@ -450,6 +461,7 @@ class Cut:
         keep = self.rng.choice(["none", "none", "prefix", "subset"])
         cut_at = f"-wal:{self.rng.randrange(1, 40)}" if self.scenario == "commit" else None
         disk = Disk(self.run.binary, self.mnt, backing, keep=keep, seed=self.rng.randrange(1 << 30), cut_at=cut_at)
+        device = os.stat(self.mnt).st_dev
         process = self.start()
         stop = threading.Event()
         driver = None
@@ -479,6 +491,10 @@ class Cut:
         if self.run.keep_work:
             shutil.copytree(disk.image, disk.image + ".as-cut", symlinks=True)
         after = Disk(self.run.binary, self.mnt, disk.image, nodes=disk.image + ".nodes")
+        if os.stat(self.mnt).st_dev != device:
+            # Haul compares the device and inode it recorded, as a disk back from a power cut keeps them.
+            after.unmount()
+            raise SystemExit("powercut: the remount got another device number; the results would not count")
         try:
             self.check_after_cut()
             self.rerun()
@@ -521,7 +537,8 @@ def main():
             over_bound += int(over)
             violations += cut.violations
             if arguments.verbose or cut.violations:
-                print(f"cut {number} {scenario}: {summary}; refetched {extra / MiB:.2f} MiB"
+                acknowledged = f"; {len(cut.acknowledged)} adds acknowledged" if scenario == "serve" else ""
+                print(f"cut {number} {scenario}: {summary}; refetched {extra / MiB:.2f} MiB{acknowledged}"
                       + "".join("\n  " + v for v in cut.violations), flush=True)
     finally:
         run.close()

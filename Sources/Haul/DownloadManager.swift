@@ -1268,12 +1268,16 @@ public actor DownloadManager {
     {
         guard let destination = record.destination else { return }
         let name = PathName.lastComponent(of: destination)
-        if options.continuePartial, try folder.entry(name + ".part") != nil { return }
+        if options.continuePartial, let part = try folder.entry(name + ".part") {
+            if part.kind == .regular { try Self.refuseHoles(name + ".part", as: part, in: folder) }
+            return
+        }
         guard let existing = try folder.entry(name) else { return }
         if options.continuePartial {
             if let reason = existing.distrust(owner: nil) {
                 throw DownloadError(.untrustedFile, "\(destination) \(reason); Haul will not continue it")
             }
+            try Self.refuseHoles(name, as: existing, in: folder)
             let code = folder.move(name, to: name + ".part", replacing: false)
             guard code == 0 else { throw PartFile.fileError(code, "cannot rename \(destination) to \(name).part") }
             return
@@ -1290,6 +1294,25 @@ public actor DownloadManager {
                 .untrustedFile, "\(destination) is \(existing.kindInWords); Haul neither follows nor replaces it")
         }
         record.mayReplaceDestination = true
+    }
+
+    /// `-c` continues a file written from its start. A file with a hole (bytes never written) is not one: it is
+    /// what a download made with several connections leaves when its record is gone. Where the file system shows
+    /// holes (`PartFile.firstHole`), such a file is refused and left as it is; where it cannot (FUSE, NFS), `-c`
+    /// has its overlap check alone, as `curl -C -` and `wget -c` have. Haul's own part files never need this: their
+    /// row, with the segment map, is durable before they exist.
+    private static func refuseHoles(_ name: String, as entry: FolderEntry, in folder: HeldFolder)
+        throws(DownloadError)
+    {
+        let descriptor = try folder.open(name, as: entry, writing: false)
+        defer { close(descriptor) }
+        if let hole = PartFile.firstHole(in: descriptor) {
+            throw DownloadError(
+                .untrustedFile,
+                "\(folder.path(of: name)) has a hole at byte \(hole) (a range never written): it was not written from "
+                    + "its start, as the part file of a download made with several connections is; -c continues only a "
+                    + "file written from its start, so it is left as it is")
+        }
     }
 
     private static func validate(_ url: URL) throws(DownloadError) {

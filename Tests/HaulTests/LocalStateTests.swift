@@ -258,6 +258,29 @@ struct LocalStateTests {
         }
     }
 
+    @Test("-c refuses a file with a hole (a segmented part file whose record is gone): nothing fetched, left as it is")
+    func continueRefusesHoles() async throws {
+        for name in ["file.bin", "file.bin.part"] {
+            let h = try await Harness.make()
+            h.server.serve("/f", .init(body: body))
+            // The first and the third of four segments written, as several connections leave them.
+            let path = h.path(name)
+            _ = FileManager.default.createFile(atPath: path, contents: nil)
+            let handle = try #require(FileHandle(forWritingAtPath: path))
+            try handle.write(contentsOf: Data(body[0..<8192]))
+            try handle.seek(toOffset: 200_704)
+            try handle.write(contentsOf: Data(body[200_704..<240_000]))
+            try handle.close()
+            let before = h.contents(name)
+            let error = await h.fetchError("/f", options: DownloadOptions(continuePartial: true))
+            #expect(error?.code == .untrustedFile)
+            #expect(error?.message.contains("has a hole at byte") == true, "\(error?.message ?? "none")")
+            #expect(h.contents(name) == before, "left as it is, under its own name")
+            #expect(h.server.requests.isEmpty)
+            await h.stop()
+        }
+    }
+
     @Test("25, 26, 27: folder downloads take the server's name, sanitised, never over an existing file")
     func folderNames() async throws {
         let h = try await Harness.make()

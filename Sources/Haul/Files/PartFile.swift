@@ -174,6 +174,16 @@ public final class PartFile: @unchecked Sendable {
         return missing
     }
 
+    /// The first hole of the file open at `descriptor` (a range never written), before its end; nil when it has
+    /// none, or when the file system cannot show holes (FUSE, NFS, and the others `holesAreTrustworthy` leaves out:
+    /// there no answer is given, rather than a wrong one).
+    static func firstHole(in descriptor: Int32) -> Int64? {
+        var info = stat()
+        guard fstat(descriptor, &info) == 0, info.st_size > 0, holesAreTrustworthy(descriptor) else { return nil }
+        let hole = Int64(lseek(descriptor, 0, 4))  // SEEK_HOLE
+        return hole >= 0 && hole < Int64(info.st_size) ? hole : nil
+    }
+
     /// Whether the file system keeps written bytes as data even when they are zeros, so a hole means nothing was
     /// written there: ext4, XFS, Btrfs, tmpfs, F2FS. Not ZFS, which stores blocks of zeros as holes when it
     /// compresses; there only the length is checked.
