@@ -260,12 +260,12 @@ class Cut:
     def start(self):
         if self.scenario == "serve":
             return self.start_serve()
-        return subprocess.Popen(self.command(), stdout=self.haul_log, stderr=self.haul_log, start_new_session=True)
+        return subprocess.Popen(self.command(), stdout=self.haul_log, stderr=self.haul_log, start_new_session=True, cwd=self.run.work)
 
     def start_serve(self):
         process = subprocess.Popen(
             [self.run.haul, "serve", "--listen", "127.0.0.1:0", "--download-dir", self.downloads, "-j", "4",
-             "--state-dir", self.state], stdout=self.haul_log, stderr=self.haul_log, start_new_session=True)
+             "--state-dir", self.state], stdout=self.haul_log, stderr=self.haul_log, start_new_session=True, cwd=self.run.work)
         deadline = time.monotonic() + 30
         serve_json = os.path.join(self.state, "serve.json")
         # A serve.json the cut left names the process before it: wait for this one's.
@@ -301,8 +301,9 @@ class Cut:
                 if index % 2:
                     # haul add, through the daemon's socket: an id printed and exit 0 acknowledge it.
                     added = subprocess.run(
-                        [self.run.haul, "add", url, "-x", str(connections), "--state-dir", self.state],
-                        capture_output=True, text=True, timeout=30)
+                        [self.run.haul, "add", url, "-d", self.downloads, "-x", str(connections),
+                         "--state-dir", self.state],
+                        capture_output=True, text=True, timeout=30, cwd=self.run.work)
                     if added.returncode == 0:
                         for line in added.stdout.split():
                             ids.append(line.strip())
@@ -331,7 +332,7 @@ class Cut:
 
     def check_after_cut(self):
         listing = subprocess.run([self.run.haul, "ls", "--json", "--state-dir", self.state],
-                                 capture_output=True, text=True, timeout=60)
+                                 capture_output=True, text=True, timeout=60, cwd=self.run.work)
         if listing.returncode != 0:
             self.violation(f"the store does not open: {listing.stderr.strip()[:300]}")
             return
@@ -435,7 +436,7 @@ class Cut:
                 process.wait(timeout=30)
         else:
             result = subprocess.run(self.command(), stdout=self.haul_log, stderr=subprocess.PIPE, text=True,
-                                    timeout=120)
+                                    timeout=120, cwd=self.run.work)
             if result.returncode != 0:
                 self.violation(f"the rerun exited {result.returncode}: {result.stderr.strip()[-400:]}")
         self.check_final_names(complete=True)

@@ -1,6 +1,7 @@
 import Foundation
 import GRDB
 import HaulCore
+import Synchronization
 import Testing
 
 @testable import Haul
@@ -41,6 +42,39 @@ struct CommitQueueTests {
             #expect(failure == nil)
         }
         #expect(try await database.read { db in try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM t") } == 100)
+    }
+
+    @Test("a write someone waits for commits with synchronous=FULL, with its group; one no one waits for with NORMAL")
+    func durableWhenAwaited() async throws {
+        let folder = FileManager.default.temporaryDirectory.appendingPathComponent("haul-commit-\(UUID())").path
+        try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: folder) }
+        var configuration = Configuration()
+        configuration.journalMode = .wal
+        configuration.prepareDatabase { db in try db.execute(sql: "PRAGMA synchronous = NORMAL") }
+        let database = try DatabaseQueue(path: folder + "/t.sqlite", configuration: configuration)
+        let queue = CommitQueue(writer: database) { error in DownloadError(.store, "\(error)", underlying: error) }
+        let seen = Mutex<[String: Int]>([:])
+        func noting(_ key: String) -> @Sendable (Database) throws -> Void {
+            { db in
+                let mode = try Int.fetchOne(db, sql: "PRAGMA synchronous") ?? -1
+                seen.withLock { $0[key] = mode }
+            }
+        }
+        // SQLite's values: 1 is NORMAL, 2 is FULL.
+        let alone = queue.submit(awaited: false, noting("alone"))
+        queue.waitUntilIdle()
+        _ = await queue.completion(of: alone)
+        // Queued behind one someone waits for, before anyone commits: the drain that the second starts commits both
+        // in one group.
+        let awaited = queue.submit(awaited: true, noting("awaited"))
+        let unawaited = queue.submit(awaited: false, noting("beside"))
+        _ = await queue.completion(of: awaited)
+        _ = await queue.completion(of: unawaited)
+        let after = queue.submit(awaited: false, noting("after"))
+        queue.waitUntilIdle()
+        _ = await queue.completion(of: after)
+        #expect(seen.withLock { $0 } == ["alone": 1, "beside": 2, "awaited": 2, "after": 1])
     }
 
     @Test("a write that fails is reported to its caller alone; the writes around it are committed")
