@@ -453,6 +453,7 @@ class Cut:
             per_second = (8 if rate == "r8" else 4) * 1_000_000
             # One checkpoint interval of bytes a connection, and the 64 KiB each compares when it resumes.
             bound += connections * (int(per_second * CHECKPOINT_SECONDS) + (64 << 10))
+        self.bound = bound
         return extra, extra > bound
 
     def execute(self):
@@ -537,6 +538,9 @@ def main():
             refetched.append(extra)
             over_bound += int(over)
             violations += cut.violations
+            if over:
+                print(f"cut {number} {scenario}: over bound: fetched again {extra / MiB:.2f} MiB, bound "
+                      f"{cut.bound / MiB:.2f} MiB; {summary}", flush=True)
             if arguments.verbose or cut.violations:
                 acknowledged = f"; {len(cut.acknowledged)} adds acknowledged" if scenario == "serve" else ""
                 print(f"cut {number} {scenario}: {summary}; refetched {extra / MiB:.2f} MiB{acknowledged}"
