@@ -356,9 +356,10 @@ final class DownloadRunner: Sendable {
                 await flush(machine.withLock { $0.checkpointMark })
             }
             return .failed(error)
-        case .stopped(let mark):
+        case .stopped:
             await awaitConnections()
-            await flush(mark)
+            // The machine's mark now, not the stop's: it counts the chunks granted before the stop and written after.
+            await flush(machine.withLock { $0.checkpointMark })
             return .stopped
         }
         return nil
@@ -501,9 +502,11 @@ final class DownloadRunner: Sendable {
         for action in actions {
             switch action {
             case .close(let id): cancel(id)
-            case .stopped(let mark):
+            case .stopped:
                 await awaitConnections()
-                await flush(mark)
+                // The machine's mark now, not the stop's: it counts the chunks granted before the stop and written
+                // after.
+                await flush(machine.withLock { $0.checkpointMark })
             default: break
             }
         }

@@ -176,7 +176,9 @@ public struct TransferMachine: Sendable {
         case finalize(total: Int64)
         /// The download fails with this error.
         case fail(DownloadError)
-        /// Stopped on request: every connection is closed; sync and store the written bytes, then end.
+        /// Stopped on request: every connection is closed; sync and store the written bytes, then end. The mark is
+        /// as of the stop: once the closed connections' writes have ended, `checkpointMark` also counts the chunks
+        /// they were granted before it and wrote after.
         case stopped(Checkpoint)
     }
 
@@ -269,6 +271,8 @@ public struct TransferMachine: Sendable {
     /// Several: per segment, bytes `start..<written` are written.
     var segmentWritten: [Int64] = []
     var connections: [ConnectionID: Connection] = [:]
+    /// After `stop()`: the connections it closed, whose writes granted before it may still land (`wrote`).
+    var stoppedConnections: [ConnectionID: Connection] = [:]
     var nextID = 0
     var freshFetchTried = false
     var segmentationDisabled = false
@@ -326,6 +330,7 @@ public struct TransferMachine: Sendable {
     /// The first actions of a run, from what the runner found.
     public mutating func start(_ start: Start, now: Duration) -> [Action] {
         phase = .transferring
+        stoppedConnections = [:]
         facts = start.facts
         isPartVerified = start.isPartVerified
         durable = start.durableOffset
@@ -426,10 +431,22 @@ public struct TransferMachine: Sendable {
 
     /// The chunk `claim` granted on `connection` is compared and written.
     public mutating func wrote(_ id: ConnectionID, now: Duration) -> [Action] {
+        if phase == .stopping, let connection = stoppedConnections[id] {
+            // A chunk granted before the stop, written after it: it is in the file, so the stop's flush counts it.
+            count(writtenBy: connection)
+            return []
+        }
         guard var connection = connections[id], phase == .transferring else { return [] }
-        let position = connection.position
-        if position > connection.compareUntil { connection.progressed = true }
+        if connection.position > connection.compareUntil { connection.progressed = true }
         connections[id] = connection
+        count(writtenBy: connection)
+        restartsWithoutProgress = 0
+        return checkpointIfDue(now: now)
+    }
+
+    /// Counts the bytes `connection` has written, up to its position.
+    private mutating func count(writtenBy connection: Connection) {
+        let position = connection.position
         if let segment = connection.segment, case .segmented = mode {
             segmentWritten[segment] = max(segmentWritten[segment], position)
         } else if position > connection.compareUntil || position > written {
@@ -438,8 +455,6 @@ public struct TransferMachine: Sendable {
                 isPartVerified = true
             }
         }
-        restartsWithoutProgress = 0
-        return checkpointIfDue(now: now)
     }
 
     /// `connection` is busy though no byte arrived (it waits for a rate limit): not idle.
@@ -600,6 +615,7 @@ public struct TransferMachine: Sendable {
     public mutating func stop() -> [Action] {
         guard phase != .done, phase != .stopping else { return [] }
         let ids = connections.keys.sorted()
+        stoppedConnections = connections
         connections.removeAll()
         phase = .stopping
         return ids.map { .close($0) } + [.stopped(checkpointMark)]

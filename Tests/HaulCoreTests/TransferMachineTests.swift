@@ -327,6 +327,21 @@ struct TransferMachineSingleTests {
         #expect(d.machine.stop() == [])
     }
 
+    @Test("stop: a chunk granted before the stop and written after it is counted; nothing is granted after")
+    func stopWithWriteInFlight() {
+        var d = Driver()
+        _ = d.machine.start(.init(partLength: nil, durableOffset: 0, isPartVerified: true, facts: nil), now: d.now)
+        _ = d.machine.responseReceived(0, Heads.ok(1000), now: d.now)
+        _ = d.stream(0, 300, chunk: 150)
+        let grant = d.machine.claim(0, count: 100)
+        #expect(grant.write == 100)
+        #expect(d.machine.stop() == [.close(0), .stopped(.offset(300))])
+        #expect(d.machine.claim(0, count: 100).write == 0, "no byte granted after the stop")
+        // The granted chunk lands in the file after the stop: the flush that follows counts it.
+        #expect(d.machine.wrote(0, now: d.now) == [])
+        #expect(d.machine.checkpointMark == .offset(400))
+    }
+
     @Test("restarts in a row with no byte written between them end in a failure after three, not a loop")
     func restartLoop() {
         var d = Driver()
