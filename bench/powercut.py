@@ -63,7 +63,7 @@ class Disk:
     """One mount of the power-cut file system at `mountpoint` over `backing`. Every mount uses the same mount point,
     so the kernel gives each the same device number, as a disk keeps its own across a reboot."""
 
-    def __init__(self, binary, mountpoint, backing, nodes=None, keep="none", seed=1, cut_at=None):
+    def __init__(self, binary, mountpoint, backing, nodes=None, keep="none", seed=1, cut_at=None, live=None):
         self.mountpoint, self.backing = mountpoint, backing
         self.control = backing + ".control"
         self.image = backing + ".image"
@@ -76,6 +76,8 @@ class Disk:
         if cut_at:
             command += ["--cut-at-write", cut_at]
         self.process = subprocess.Popen(command, stdout=self.log, stderr=self.log)
+        if live is not None:
+            live.append(self)
         deadline = time.monotonic() + 10
         while not os.path.ismount(mountpoint):
             if self.process.poll() is not None or time.monotonic() > deadline:
@@ -97,6 +99,8 @@ class Disk:
             time.sleep(0.005)
 
     def unmount(self):
+        if self.process.poll() is not None:
+            return
         subprocess.run(["umount", "-l", self.mountpoint], check=False)
         try:
             self.process.wait(timeout=10)
@@ -125,6 +129,7 @@ class Run:
     def __init__(self, haul, keep_work):
         self.haul = haul
         self.keep_work = keep_work
+        self.live = []  # haul processes and mounted disks of the cut in progress, for close()
         self.work = tempfile.mkdtemp(prefix="haul-powercut.")
         os.chmod(self.work, 0o755)  # nginx's worker reads www as nobody
         self.processes = []
@@ -170,6 +175,13 @@ class Run:
         return sent
 
     def close(self):
+        # Interrupted in the middle of a cut: its haul processes and its mount go first.
+        for item in reversed(self.live):
+            if isinstance(item, Disk):
+                item.unmount()
+            elif item.poll() is None:
+                os.killpg(item.pid, signal.SIGKILL)
+                item.wait()
         for process in self.processes:
             process.terminate()
         for process in self.processes:
@@ -260,12 +272,17 @@ class Cut:
     def start(self):
         if self.scenario == "serve":
             return self.start_serve()
-        return subprocess.Popen(self.command(), stdout=self.haul_log, stderr=self.haul_log, start_new_session=True, cwd=self.run.work)
+        process = subprocess.Popen(self.command(), stdout=self.haul_log, stderr=self.haul_log,
+                                   start_new_session=True, cwd=self.run.work)
+        self.run.live.append(process)
+        return process
 
     def start_serve(self):
         process = subprocess.Popen(
             [self.run.haul, "serve", "--listen", "127.0.0.1:0", "--download-dir", self.downloads, "-j", "4",
-             "--state-dir", self.state], stdout=self.haul_log, stderr=self.haul_log, start_new_session=True, cwd=self.run.work)
+             "--state-dir", self.state], stdout=self.haul_log, stderr=self.haul_log, start_new_session=True,
+            cwd=self.run.work)
+        self.run.live.append(process)
         deadline = time.monotonic() + 30
         serve_json = os.path.join(self.state, "serve.json")
         # A serve.json the cut left names the process before it: wait for this one's.
@@ -462,7 +479,8 @@ class Cut:
         os.makedirs(os.path.join(backing, "dl"))
         keep = self.rng.choice(["none", "none", "prefix", "subset"])
         cut_at = f"-wal:{self.rng.randrange(1, 40)}" if self.scenario == "commit" else None
-        disk = Disk(self.run.binary, self.mnt, backing, keep=keep, seed=self.rng.randrange(1 << 30), cut_at=cut_at)
+        disk = Disk(self.run.binary, self.mnt, backing, keep=keep, seed=self.rng.randrange(1 << 30), cut_at=cut_at,
+                    live=self.run.live)
         device = os.stat(self.mnt).st_dev
         process = self.start()
         stop = threading.Event()
@@ -492,7 +510,7 @@ class Cut:
         disk.unmount()
         if self.run.keep_work:
             shutil.copytree(disk.image, disk.image + ".as-cut", symlinks=True)
-        after = Disk(self.run.binary, self.mnt, disk.image, nodes=disk.image + ".nodes")
+        after = Disk(self.run.binary, self.mnt, disk.image, nodes=disk.image + ".nodes", live=self.run.live)
         if os.stat(self.mnt).st_dev != device:
             # Haul compares the device and inode it recorded, as a disk back from a power cut keeps them.
             after.unmount()
@@ -502,6 +520,7 @@ class Cut:
             self.rerun()
         finally:
             after.unmount()
+        self.run.live.clear()
         extra, over = self.refetched()
         self.haul_log.close()
         if not self.run.keep_work and not self.violations:
@@ -525,6 +544,8 @@ def main():
                        check=True).stdout.strip(), "haul")
     seed = arguments.seed if arguments.seed is not None else random.randrange(1 << 30)
     print(f"powercut: seed {seed}, haul {haul}")
+    # SIGTERM (a timeout, CI giving up) ends the run as Ctrl-C does: its haul processes, mount and nginx go too.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     rng = random.Random(seed)
     scenarios = arguments.scenarios.split(",")
     run = Run(haul, arguments.keep_work)
