@@ -131,15 +131,19 @@ struct SegmentedTests {
         #expect(await most.value == 4, "never more than -x, and all of them used")
         // The server never sees more than -x at once, save one: a connection the ramp closed can still be open at its
         // end when the next one arrives. It may see fewer at once: on a loaded machine the first connection can finish
-        // its quarter before the ramp opens the fourth. That four were opened is what the segments below show.
+        // its quarter before the ramp opens the fourth. That four were opened is what the events above and the three
+        // segment requests below show.
         #expect((2...5).contains(h.server.peakConnections))
         let segments = h.server.requests(to: "/f").filter(Self.isSegmentRequest)
         #expect(segments.allSatisfy { $0.headers["if-range"] == "\"v1\"" && $0.status == 206 })
-        // The first split is planned: the added connections fetch the second, third and fourth quarter of the file
-        // (the first connection fetched far less than a quarter in its first window).
+        #expect(segments.count >= 3, "three connections added: \(segments.map(\.range))")
+        // The first split is planned: the first connections added fetch the second and third quarter of the file
+        // (the first connection fetched far less than a quarter in its first window). The fourth quarter waits for
+        // the fourth connection, and on a loaded machine a connection that finished its quarter may take part of it
+        // first (a clean-clone CI run did), so where the fourth starts is not asserted.
         let quarter = (12 << 20) / 4
         #expect(
-            segments.prefix(3).map(\.range) == (1...3).map { "bytes=\(quarter * $0)-\(quarter * ($0 + 1) - 1)" },
+            segments.prefix(2).map(\.range) == (1...2).map { "bytes=\(quarter * $0)-\(quarter * ($0 + 1) - 1)" },
             "\(segments.map(\.range))")
     }
 
