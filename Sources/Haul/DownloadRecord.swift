@@ -17,8 +17,8 @@ public struct DownloadRecord: Codable, Sendable, Equatable, FetchableRecord, Per
     public var directory: String?
     /// The destination path; nil until a folder download has its name.
     public var destination: String?
-    /// The state.
-    public var state: DownloadState
+    /// The state; it changes only through `apply(_:)`, by the state machine's table.
+    public private(set) var state: DownloadState
     /// The remote length, when known.
     public var totalLength: Int64?
     /// Bytes of the part file known to be on disk (fsynced before this was written).
@@ -250,5 +250,30 @@ enum OptionsColumn {
         let value = options.databaseValue
         last.withLock { $0 = (options, value) }
         return value
+    }
+}
+
+extension DownloadRecord {
+    /// Moves the download to the state `event` leads to by `DownloadStateMachine`, or throws `illegalTransition`
+    /// naming the state and the event and leaves it as it is.
+    public mutating func apply(_ event: DownloadStateMachine.Event) throws(DownloadError) {
+        var machine = DownloadStateMachine(state: state)
+        state = try machine.apply(event)
+    }
+}
+
+extension DownloadRecord {
+    /// This record with what a runner owns taken from `other` (what the transfer learned and did): the manager's
+    /// own fields (its state, which the runner never changes; priority, place, limit, options, prerequisites) stay.
+    func adoptingTransfer(of other: DownloadRecord) -> DownloadRecord {
+        var merged = other
+        merged.state = state
+        merged.priority = priority
+        merged.queuePosition = queuePosition
+        merged.rateLimit = rateLimit
+        merged.options.maxConnectionsPerDownload = options.maxConnectionsPerDownload
+        merged.prerequisites = prerequisites
+        merged.origin = origin
+        return merged
     }
 }

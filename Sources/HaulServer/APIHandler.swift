@@ -286,19 +286,7 @@ public struct APIHandler: APIProtocol {
         -> Operations.ResumeDownload.Output
     {
         let id = DownloadID(input.path.id)
-        do {
-            // Resume is for a paused download; a failed one is retried with /retry.
-            let state = try await manager.snapshot(id).state
-            guard state == .paused else {
-                throw DownloadError(
-                    .illegalTransition,
-                    "cannot resume a download that is \(state.rawValue)"
-                        + (state == .failed || state == .cancelled ? "; use retry" : ""))
-            }
-            try await manager.resume(id)
-        } catch let error as DownloadError {
-            throw APIError(error)
-        }
+        do { try await manager.resume(id) } catch { throw APIError(error) }
         return .ok(.init(body: .json(try await download(id.rawValue))))
     }
 

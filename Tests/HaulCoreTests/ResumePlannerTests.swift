@@ -302,14 +302,20 @@ struct DownloadStateMachineTests {
         (.paused, .resumeRequested, .queued),
         (.failed, .retryRequested, .queued),
         (.cancelled, .retryRequested, .queued),
-        (.completed, .retryRequested, .queued),
+        (.paused, .addedAgain, .queued),
+        (.completed, .addedAgain, .queued),
+        (.failed, .addedAgain, .queued),
+        (.cancelled, .addedAgain, .queued),
+        (.completed, .addedAgainPaused, .paused),
+        (.failed, .addedAgainPaused, .paused),
+        (.cancelled, .addedAgainPaused, .paused),
         (.queued, .cancelRequested, .cancelled),
         (.running, .cancelRequested, .cancelled),
         (.paused, .cancelRequested, .cancelled),
         (.waitingForNetwork, .cancelRequested, .cancelled),
         (.failed, .cancelRequested, .cancelled),
         (.running, .networkLost, .waitingForNetwork),
-        (.waitingForNetwork, .networkReturned, .queued),
+        (.waitingForNetwork, .networkReturned, .running),
         (.running, .finished, .completed),
         (.running, .failedPermanently, .failed),
         (.waitingForNetwork, .failedPermanently, .failed),
@@ -343,7 +349,11 @@ struct DownloadStateMachineTests {
             Issue.record("expected an error")
         } catch {
             #expect(error.code == .illegalTransition)
-            #expect(error.message.contains("completed"))
+            #expect(error.message == "cannot resume a download that is completed")
+        }
+        var failed = DownloadStateMachine(state: .failed)
+        #expect(throws: DownloadError(.illegalTransition, "cannot resume a download that is failed; use retry")) {
+            try failed.apply(.resumeRequested)
         }
     }
 }

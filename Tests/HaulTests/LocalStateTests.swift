@@ -329,9 +329,9 @@ struct LocalStateTests {
         // The row as the dying process left it: the full offset stored, the completed state not yet.
         let store = try DownloadStore(directory: h.stateDirectory)
         var record = try #require(try store.allRecords().first)
-        record.state = .running
         record.mayReplaceDestination = false
         try store.save(record)
+        try store.saveState(.running, for: record.id)
         let again = try await h.fetch("/f")
         #expect(again.wasAlreadyComplete)
         #expect(h.holds("file.bin", body))

@@ -1,0 +1,164 @@
+import Foundation
+import HaulCore
+import Logging
+import Synchronization
+
+/// The records in memory with the indexes the manager keeps beside them.
+struct Catalog {
+    /// One record, held by reference: a dictionary of 20,000 records inline took 13 MiB, most of it empty buckets
+    /// as large as a record.
+    final class Box {
+        var record: DownloadRecord
+        init(_ record: DownloadRecord) { self.record = record }
+    }
+
+    /// A download's URL and destination (a file, or a folder for a name the server chooses); its strings are the
+    /// record's own, not copies. Its hash is computed once: an add looks a target up four times (in its batch and
+    /// in the catalog, then stores it in both), and hashing the two strings each time was a tenth of a batch's time.
+    struct Target: Hashable {
+        let url: String
+        let isFolder: Bool
+        let place: String
+        private let digest: Int
+
+        init(url: String, isFolder: Bool, place: String) {
+            self.url = url
+            self.isFolder = isFolder
+            self.place = place
+            var hasher = Hasher()
+            hasher.combine(url)
+            hasher.combine(isFolder)
+            hasher.combine(place)
+            digest = hasher.finalize()
+        }
+
+        func hash(into hasher: inout Hasher) { hasher.combine(digest) }
+
+        static func == (left: Target, right: Target) -> Bool {
+            left.digest == right.digest && left.isFolder == right.isFolder && left.url == right.url
+                && left.place == right.place
+        }
+    }
+
+    private var boxes: [String: Box] = [:]
+    /// The records in state `queued`, in queue order (higher priority first, then lower position).
+    private(set) var queue: [DownloadManager.QueueCursor] = []
+    /// The newest record of each URL and destination: how `add` finds a download it already has without looking at
+    /// every record. The older ones of a target (rare: a target added again after it was cancelled) wait in
+    /// `olderByTarget`, oldest first.
+    private var byTarget: [Target: String] = [:]
+    /// The ids of the downloads (not cancelled) that have each destination: a folder download choosing its name asks
+    /// here instead of the store (a query for every small file).
+    private var destinations: [String: Set<String>] = [:]
+    private var olderByTarget: [Target: [String]] = [:]
+    /// How many records are in each state.
+    var counts: [DownloadState: Int] = [:]
+    /// The highest queue position given so far: a new download goes after it.
+    var lastPosition: Double = 0
+    /// One copy of each folder name: thousands of downloads into one folder share it.
+    private var folders: Set<String> = []
+    /// The folder name shared last (most adds go to the folder of the one before).
+    private var lastFolder: String?
+    /// The options of the record kept last: the next one with equal options shares their storage.
+    private var lastOptions: DownloadOptions?
+
+    subscript(id: String) -> DownloadRecord? { boxes[id]?.record }
+
+    /// The id of the newest record of `target`.
+    func newest(at target: Target) -> String? { byTarget[target] }
+
+    /// Every record, in no order.
+    var all: some Collection<DownloadRecord> { boxes.values.lazy.map(\.record) }
+
+    var count: Int { boxes.count }
+
+    static func target(of record: DownloadRecord) -> Target {
+        if let directory = record.directory { return Target(url: record.url, isFolder: true, place: directory) }
+        return Target(url: record.url, isFolder: false, place: record.destination ?? "")
+    }
+
+    /// Keeps `record`, with its place in the queue when it is queued, its target and its state's count; returns it
+    /// as kept (its folder name and options shared with the records before it that have equal ones).
+    @discardableResult
+    mutating func keep(_ record: DownloadRecord) -> DownloadRecord {
+        var record = record
+        if let shared = lastOptions {
+            record.options = record.options.sharingStorage(with: shared)
+        }
+        lastOptions = record.options
+        if let directory = record.directory {
+            if let lastFolder, lastFolder == directory {
+                record.directory = lastFolder
+            } else if let shared = folders.firstIndex(of: directory) {
+                record.directory = folders[shared]
+            } else {
+                folders.insert(directory)
+            }
+            lastFolder = record.directory
+        }
+        // One lookup of the id, for a new record (an add) as for a known one.
+        if let old = boxes.updateValue(Box(record), forKey: record.id)?.record {
+            unclaim(old)
+            counts[old.state, default: 0] -= 1
+            if old.state == .queued { dequeue(DownloadManager.QueueCursor(old)) }
+        } else {
+            let target = Self.target(of: record)
+            if let previous = byTarget.updateValue(record.id, forKey: target) {
+                olderByTarget[target, default: []].append(previous)
+            }
+        }
+        counts[record.state, default: 0] += 1
+        if record.state == .queued {
+            let key = DownloadManager.QueueCursor(record)
+            queue.insert(key, at: place(of: key))
+        }
+        if let destination = record.destination, record.state != .cancelled {
+            destinations[destination, default: []].insert(record.id)
+        }
+        lastPosition = max(lastPosition, record.queuePosition)
+        return record
+    }
+
+    /// Whether a download other than `id` that is not cancelled has `destination`.
+    func isClaimed(_ destination: String, excluding id: String) -> Bool {
+        guard let ids = destinations[destination] else { return false }
+        return ids.contains { $0 != id }
+    }
+
+    private mutating func unclaim(_ record: DownloadRecord) {
+        guard let destination = record.destination else { return }
+        destinations[destination]?.remove(record.id)
+        if destinations[destination]?.isEmpty == true { destinations[destination] = nil }
+    }
+
+    /// Where `key` is or belongs in `queue` (binary search).
+    private func place(of key: DownloadManager.QueueCursor) -> Int {
+        var low = 0
+        var high = queue.count
+        while low < high {
+            let middle = (low + high) / 2
+            if queue[middle].precedes(key) { low = middle + 1 } else { high = middle }
+        }
+        return low
+    }
+
+    private mutating func dequeue(_ key: DownloadManager.QueueCursor) {
+        let index = place(of: key)
+        if index < queue.count, queue[index] == key { queue.remove(at: index) }
+    }
+
+    mutating func forget(_ record: DownloadRecord) {
+        guard let old = boxes.removeValue(forKey: record.id)?.record else { return }
+        unclaim(old)
+        counts[old.state, default: 0] -= 1
+        if old.state == .queued { dequeue(DownloadManager.QueueCursor(old)) }
+        let key = Self.target(of: old)
+        if byTarget[key] == record.id {
+            byTarget[key] = olderByTarget[key]?.popLast()
+            if olderByTarget[key]?.isEmpty == true { olderByTarget[key] = nil }
+        } else {
+            olderByTarget[key]?.removeAll { $0 == record.id }
+            if olderByTarget[key]?.isEmpty == true { olderByTarget[key] = nil }
+        }
+    }
+}

@@ -1,0 +1,251 @@
+import Foundation
+import HaulCore
+import Logging
+import Synchronization
+
+extension DownloadManager {
+    // MARK: Commands
+
+    /// Pauses a queued or running download; a running one stops after flushing its exact offset.
+    public func pause(_ id: DownloadID) async throws(DownloadError) {
+        var record = try require(id)
+        try record.apply(.pauseRequested)
+        // A running download changes state when its runner has stopped (`finished`).
+        if await stopRunning(id, because: .pause) { return }
+        try persist(record)
+        hub.emit(.changed(snapshot(of: record)))
+    }
+
+    /// Queues a paused download again (a failed or cancelled one is queued again by `retry(_:)`).
+    public func resume(_ id: DownloadID) throws(DownloadError) {
+        var record = try require(id)
+        try record.apply(.resumeRequested)
+        try requeue(&record)
+    }
+
+    /// Queues a failed or cancelled download again, from the bytes it still holds.
+    public func retry(_ id: DownloadID) throws(DownloadError) {
+        var record = try require(id)
+        try record.apply(.retryRequested)
+        try requeue(&record)
+    }
+
+    /// Stores a download the state machine has just queued again, from its first attempt.
+    func requeue(_ record: inout DownloadRecord) throws(DownloadError) {
+        record.attempts = 0
+        record.error = nil
+        errors[record.id] = nil
+        try persist(record)
+        sessionIDs.insert(record.id)
+        hub.emit(.changed(snapshot(of: record)))
+        try schedule()
+    }
+
+    /// Stops a download and deletes its part file; the record stays, as `cancelled`.
+    public func cancel(_ id: DownloadID) async throws(DownloadError) {
+        var record = try require(id)
+        var probe = record
+        try probe.apply(.cancelRequested)
+        // A running download is cancelled when its runner has stopped (`finished`).
+        if await stopRunning(id, because: .cancel) { return }
+        try markCancelled(&record)
+    }
+
+    /// Cancels the running task of `id`, if any, and waits until its runner has flushed and `finished` has run.
+    func stopRunning(_ id: DownloadID, because reason: StopReason) async -> Bool {
+        guard let task = tasks[id.rawValue] else { return false }
+        stopReasons[id.rawValue] = reason
+        task.cancel()
+        await task.value
+        return true
+    }
+
+    /// Deletes the part file and records the download as cancelled.
+    func markCancelled(_ record: inout DownloadRecord) throws(DownloadError) {
+        DownloadFolder.deleteFiles(of: record, includingFile: false, allowed: allowedFolders)
+        record.partIdentity = nil
+        try record.apply(.cancelRequested)
+        record.durableOffset = 0
+        record.segments = nil
+        record.remoteFacts = nil
+        try persist(record)
+        finish(record.id, with: .failure(DownloadError(.cancelled, "download cancelled")))
+        hub.emit(.changed(snapshot(of: record)))
+    }
+
+    /// Pauses every queued, running or waiting download.
+    public func pauseAll() async {
+        for record in queueOrder(catalog.all) where record.state == .queued || record.state.isActive {
+            try? await pause(DownloadID(record.id))
+        }
+    }
+
+    /// Queues every paused download again.
+    public func resumeAll() {
+        for record in queueOrder(catalog.all) where record.state == .paused {
+            try? resume(DownloadID(record.id))
+        }
+    }
+
+    /// Moves `id` in the queue to just before `other` (and takes `other`'s priority, so the move is what the queue
+    /// shows). Running downloads keep running; the order decides what starts next.
+    public func move(_ id: DownloadID, before other: DownloadID) throws(DownloadError) {
+        var record = try require(id)
+        let target = try require(other)
+        guard record.id != target.id else { return }
+        let ordered = queueOrder(catalog.all.filter { $0.priority == target.priority && $0.id != id.rawValue })
+        let index = ordered.firstIndex { $0.id == target.id } ?? 0
+        let previous = index > 0 ? ordered[index - 1].queuePosition : target.queuePosition - 1
+        record.priority = target.priority
+        record.queuePosition = (previous + target.queuePosition) / 2
+        try reorder(record)
+    }
+
+    /// Moves `id` before or after every other download of its priority.
+    public func move(_ id: DownloadID, to end: QueueEnd) throws(DownloadError) {
+        var record = try require(id)
+        let others = catalog.all.filter { $0.priority == record.priority && $0.id != record.id }.map(\.queuePosition)
+        switch end {
+        case .top: record.queuePosition = (others.min() ?? record.queuePosition) - 1
+        case .bottom: record.queuePosition = max(others.max() ?? record.queuePosition, catalog.lastPosition) + 1
+        }
+        try reorder(record)
+    }
+
+    /// Changes the priority of `id`; it keeps its position among the downloads of its new priority.
+    public func setPriority(_ priority: DownloadPriority, for id: DownloadID) throws(DownloadError) {
+        var record = try require(id)
+        guard record.priority != priority.rawValue else { return }
+        record.priority = priority.rawValue
+        try reorder(record)
+    }
+
+    func reorder(_ record: DownloadRecord) throws(DownloadError) {
+        try persist(record)
+        hub.emit(.changed(snapshot(of: record)))
+        try schedule()
+    }
+
+    /// Changes the most connections of one download (1...16), from its next run on (a running download keeps the
+    /// connections it has).
+    public func setConnections(_ connections: Int, for id: DownloadID) throws(DownloadError) {
+        guard (1...DownloadOptions.connectionLimit).contains(connections) else {
+            throw DownloadError(
+                .invalidArgument,
+                "connections must be between 1 and \(DownloadOptions.connectionLimit), not "
+                    + "\(connections)")
+        }
+        var record = try require(id)
+        record.options.maxConnectionsPerDownload = connections
+        try persist(record)
+        hub.emit(.changed(snapshot(of: record)))
+    }
+
+    /// Changes how many downloads run at once. Raising it starts queued ones at once; lowering it lets running
+    /// downloads finish and starts no new one until fewer than the limit run.
+    public func setMaxConcurrentDownloads(_ limit: Int) throws(DownloadError) {
+        var changed = settings
+        changed.maxConcurrentDownloads = limit
+        try update(changed)
+    }
+
+    /// Limits all downloads together to `bytesPerSecond` (nil: no limit), at once for running downloads too.
+    public func setRateLimit(_ bytesPerSecond: Int64?) throws(DownloadError) {
+        var changed = settings
+        changed.rateLimit = bytesPerSecond
+        try update(changed)
+    }
+
+    /// The settings now.
+    public func currentSettings() -> ManagerSettings { settings }
+
+    /// The settings now, read without waiting for the actor (a request that only needs the defaults does not queue
+    /// behind the manager's work).
+    public nonisolated var settingsNow: ManagerSettings { settingsMirror.withLock { $0 } }
+
+    /// Changes the settings at once (and stores them when `persistsSettings`); subscribers get a `settings` event.
+    public func update(_ new: ManagerSettings) throws(DownloadError) {
+        guard new.maxConcurrentDownloads >= 1 else {
+            throw DownloadError(
+                .invalidArgument, "the concurrency limit must be at least 1, not \(new.maxConcurrentDownloads)")
+        }
+        try Self.checkRate(new.rateLimit)
+        guard (1...DownloadOptions.connectionLimit).contains(new.connectionsPerDownload) else {
+            throw DownloadError(
+                .invalidArgument,
+                "connections must be between 1 and \(DownloadOptions.connectionLimit), not "
+                    + "\(new.connectionsPerDownload)")
+        }
+        guard new != settings else { return }
+        if configuration.persistsSettings { try store.saveSettings(new) }
+        settings = new
+        globalLimiter.setRate(new.rateLimit)
+        hub.emit(.settings(new))
+        try schedule()
+    }
+
+    /// Limits one download (all its connections) to `bytesPerSecond` (nil: no limit of its own), at once if it runs,
+    /// and for every later run.
+    public func setRateLimit(_ bytesPerSecond: Int64?, for id: DownloadID) throws(DownloadError) {
+        try Self.checkRate(bytesPerSecond)
+        var record = try require(id)
+        record.rateLimit = bytesPerSecond
+        try persist(record)
+        downloadLimiters[id.rawValue]?.setRate(bytesPerSecond)
+        hub.emit(.changed(snapshot(of: record)))
+    }
+
+    static func checkRate(_ bytesPerSecond: Int64?) throws(DownloadError) {
+        if let bytesPerSecond, bytesPerSecond <= 0 {
+            throw DownloadError(.invalidArgument, "a rate limit must be positive, not \(bytesPerSecond) bytes a second")
+        }
+    }
+
+    /// Forgets a download that is not running; with `deletingFile` also deletes its completed file.
+    public func remove(_ id: DownloadID, deletingFile: Bool = false) throws(DownloadError) {
+        let record = try require(id)
+        guard tasks[id.rawValue] == nil else {
+            throw DownloadError(
+                .illegalTransition, "cannot remove a download that is running; pause or cancel it first")
+        }
+        DownloadFolder.deleteFiles(of: record, includingFile: deletingFile, allowed: allowedFolders)
+        try store.delete(id: id.rawValue)
+        forget(record)
+        sessionIDs.remove(id.rawValue)
+        // Whoever waits for its result hears that it is gone, instead of waiting for ever.
+        finish(id.rawValue, with: .failure(DownloadError(.notFound, "download \(id) was removed")))
+        errors[id.rawValue] = nil
+        hub.emit(.removed(id))
+    }
+
+    /// Forgets every completed, cancelled and failed download (their files stay); returns how many.
+    @discardableResult
+    public func clean() throws(DownloadError) -> Int {
+        let finished = queueOrder(catalog.all.filter { $0.state.isTerminal && tasks[$0.id] == nil })
+        for record in finished { try remove(DownloadID(record.id)) }
+        return finished.count
+    }
+
+    /// Stops every running download and waits until each has flushed its exact offset. By default they go back to
+    /// `queued` and resume by themselves when a manager on the same store starts again (as after a crash); with
+    /// `pausing` they become `paused`, as a user's pause would leave them. The manager accepts no work afterwards.
+    public func shutdown(pausing: Bool = false) async {
+        isShutDown = true
+        // Cancel all first, then wait: the runners flush in parallel.
+        for (id, task) in tasks {
+            stopReasons[id] = pausing ? .pause : .exit
+            task.cancel()
+        }
+        for task in Array(tasks.values) { await task.value }
+        // Every queued write reaches the store before the manager lets go of it.
+        store.flush()
+        for id in Array(waiters.keys) {
+            finish(id, with: .failure(DownloadError(.cancelled, "download paused: the manager shut down")))
+            errors[id] = nil
+        }
+        resumeBatchWaiters(ending: nil)
+        for key in Array(stopWaiters.keys) { endStopWait(key) }
+        hub.finishAll()
+    }
+
+}

@@ -1,0 +1,275 @@
+import Foundation
+import HaulCore
+import Logging
+import Synchronization
+
+extension DownloadManager {
+    // MARK: Observing
+
+    /// Events of every download, or of one download only when `id` is given, from now on. Each call makes a new
+    /// stream; it is not bounded (for readers in the same process that keep up). The stream of one download ends
+    /// with it: after the event that completes, fails, cancels or removes it, or at once when it has already ended
+    /// (a failed download that is retried later needs a new stream).
+    public nonisolated func events(for id: DownloadID? = nil) -> DownloadEvents {
+        DownloadEvents(subscription: hub.subscribe(filter: id, after: nil, bounded: false, snapshot: nil))
+    }
+
+    /// A subscription for a reader that may fall behind or reconnect (the daemon's event stream). With `after`, the
+    /// id of the last event a reader saw, it begins with exactly the events that followed, when they are still in
+    /// the replay window and from this run of the store; otherwise with a `snapshot` event of everything. It is
+    /// bounded: queued progress collapses into the newest per download when the reader falls behind, and the
+    /// subscription ends when it falls too far (the reader reconnects with its last id).
+    public func subscribe(to id: DownloadID? = nil, after: EventID? = nil) -> EventSubscription {
+        hub.subscribe(filter: id, after: after, bounded: true) {
+            .snapshot(self.managerSnapshot(for: id))
+        }
+    }
+
+    /// Everything now: the downloads (only `id` when given), totals and settings.
+    public func managerSnapshot(for id: DownloadID? = nil) -> ManagerSnapshot {
+        let downloads =
+            id.map { id in catalog[id.rawValue].map { [snapshot(of: $0)] } ?? [] }
+            ?? queueOrder(catalog.all).map { snapshot(of: $0) }
+        return ManagerSnapshot(downloads: downloads, stats: stats(), settings: settings)
+    }
+
+    /// The id of the newest event.
+    public nonisolated var lastEventID: EventID { hub.lastID }
+
+    /// The download now (live bytes, speed and segments while it runs).
+    public func snapshot(_ id: DownloadID) throws(DownloadError) -> Snapshot {
+        snapshot(of: try require(id))
+    }
+
+    /// The downloads with these ids that the manager still has, in the order given.
+    public func snapshots(ofExisting ids: [DownloadID]) -> [Snapshot] {
+        ids.compactMap { catalog[$0.rawValue].map { snapshot(of: $0) } }
+    }
+
+    /// The downloads with these ids, in the order given (one actor hop for a whole list).
+    public func snapshots(of ids: [DownloadID]) throws(DownloadError) -> [Snapshot] {
+        var all: [Snapshot] = []
+        all.reserveCapacity(ids.count)
+        for id in ids { all.append(snapshot(of: try require(id))) }
+        return all
+    }
+
+    /// Every download, in queue order.
+    public func snapshots() throws(DownloadError) -> [Snapshot] {
+        queueOrder(catalog.all).map { snapshot(of: $0) }
+    }
+
+    /// A page of the downloads in queue order: those in `states` (all when nil) after `cursor`, at most `limit`
+    /// (all when nil), and the cursor of the last one when more follow. Paging stays stable while downloads change:
+    /// a page begins after the place of the last download of the page before.
+    public func snapshots(in states: Set<DownloadState>?, after cursor: QueueCursor?, limit: Int?)
+        -> (downloads: [Snapshot], next: QueueCursor?)
+    {
+        let page = page(in: states, after: cursor, limit: limit)
+        return (page.ids.compactMap { catalog[$0.rawValue].map { snapshot(of: $0) } }, page.next)
+    }
+
+    /// The ids of a page, as `snapshots(in:after:limit:)` chooses them, for a reader that fetches the downloads a
+    /// few at a time (`snapshots(of:)`) instead of holding thousands of them at once.
+    public func page(in states: Set<DownloadState>?, after cursor: QueueCursor?, limit: Int?)
+        -> (ids: [DownloadID], next: QueueCursor?)
+    {
+        var chosen: [QueueCursor] = []
+        for record in catalog.all where states?.contains(record.state) ?? true {
+            let place = QueueCursor(record)
+            if cursor.map({ $0.precedes(place) }) ?? true { chosen.append(place) }
+        }
+        chosen.sort { $0.precedes($1) }
+        var next: QueueCursor?
+        if let limit, chosen.count > limit {
+            chosen.removeLast(chosen.count - max(0, limit))
+            next = chosen.last
+        }
+        return (chosen.map { DownloadID($0.id) }, next)
+    }
+
+    /// The speed samples `run()` took, one a second for the last ten minutes (oldest first), in total and for the
+    /// downloads that ran (of `id` only, when given), with the time of the newest sample (nil before the first).
+    public func speedSamples(of id: DownloadID? = nil) -> (
+        end: Date?, total: [Double], downloads: [String: SpeedHistory.Track]
+    ) {
+        (speedsEnd, speeds.total, speeds.tracks(of: id?.rawValue))
+    }
+
+    func recordSpeeds() {
+        let progress = hub.allProgress()
+        var running: [String: Double] = [:]
+        for id in tasks.keys { running[id] = progress[DownloadID(id)]?.bytesPerSecond ?? 0 }
+        speeds.record(total: running.values.reduce(0, +), running: running)
+        speedsEnd = Date()
+    }
+
+    /// Speed of all running downloads and a count per state.
+    public func stats() -> DownloadStats {
+        let progress = hub.allProgress()
+        let speed = tasks.keys.reduce(0.0) { $0 + (progress[DownloadID($1)]?.bytesPerSecond ?? 0) }
+        var all: [DownloadState: Int] = [:]
+        for state in DownloadState.allCases { all[state] = catalog.counts[state, default: 0] }
+        return DownloadStats(bytesPerSecond: speed, counts: all)
+    }
+
+    /// Waits until the download completes (returning its result) or fails or is cancelled (throwing its error).
+    public func result(of id: DownloadID) async throws -> DownloadResult {
+        if let known = try endedResult(of: id) { return try known.get() }
+        return try await withCheckedThrowingContinuation { continuation in
+            waiters[id.rawValue, default: []].append(continuation)
+        }
+    }
+
+    /// The outcome of each of `ids`, in their order, once every one has ended: what `result(of:)` returns or throws
+    /// for each, in one wait for the whole batch instead of one trip to the manager for every download. A shutdown
+    /// ends the wait: those that had not ended are `cancelled`; an unknown or removed id is `notFound`.
+    public func results(of ids: [DownloadID]) async -> [Result<DownloadResult, any Error>] {
+        // Still running or waiting: known and not ended (an unknown id is not waited for).
+        let open = Set(
+            ids.filter { id in
+                do { return try endedResult(of: id) == nil } catch { return false }
+            }.map(\.rawValue))
+        if !open.isEmpty, !isShutDown {
+            await withCheckedContinuation { continuation in
+                batchWaiters.append((open, continuation))
+            }
+        }
+        return ids.map { id in
+            Result { () throws -> DownloadResult in
+                guard let known = try endedResult(of: id) else {
+                    throw DownloadError(.cancelled, "download paused: the manager shut down")
+                }
+                return try known.get()
+            }
+        }
+    }
+
+    /// Whether none of `ids` (no download at all, when nil) is queued, running or waiting for the network: each has
+    /// completed, failed, been cancelled or paused. An unknown or removed id has stopped.
+    public func haveStopped(_ ids: [DownloadID]? = nil) -> Bool {
+        guard let ids else { return workingCount == 0 }
+        return ids.allSatisfy { id in catalog[id.rawValue].map { !Self.holdsWork($0.state) } ?? true }
+    }
+
+    /// Returns once `haveStopped(ids)` holds (downloads added meanwhile count when `ids` is nil; a named download
+    /// queued again counts again), when the calling task is cancelled, or when the manager shuts down: ask
+    /// `haveStopped` which. Each change of a download's state is checked against the waits, none is polled.
+    public func waitUntilStopped(_ ids: [DownloadID]? = nil) async {
+        guard !isShutDown, !haveStopped(ids) else { return }
+        let key = nextStopWaiter
+        nextStopWaiter += 1
+        let named = ids.map { Set($0.map(\.rawValue)) }
+        let open = named.map { names in names.filter { catalog[$0].map { Self.holdsWork($0.state) } ?? false } }
+        await withTaskCancellationHandler {
+            await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+                if Task.isCancelled {
+                    continuation.resume()
+                } else {
+                    stopWaiters[key] = StopWaiter(named: named, open: open ?? [], continuation: continuation)
+                }
+            }
+        } onCancel: {
+            Task { await self.endStopWait(key) }
+        }
+    }
+
+    /// How many waits of `waitUntilStopped` are pending (for tests that must know a wait has begun).
+    public var pendingStopWaits: Int { stopWaiters.count }
+
+    func endStopWait(_ key: Int) {
+        stopWaiters.removeValue(forKey: key)?.continuation.resume()
+    }
+
+    /// Queued, running or waiting for the network: the states a wait for downloads to stop waits out.
+    static func holdsWork(_ state: DownloadState) -> Bool { state == .queued || state.isActive }
+
+    var workingCount: Int {
+        catalog.counts[.queued, default: 0] + catalog.counts[.running, default: 0]
+            + catalog.counts[.waitingForNetwork, default: 0]
+    }
+
+    /// Tells the waits of `waitUntilStopped` that `id` now holds work (queued, running, waiting) or not.
+    func tellStopWaiters(_ id: String, holdsWork: Bool) {
+        var done: [Int] = []
+        let isIdle = workingCount == 0
+        for (key, var waiter) in stopWaiters {
+            if let named = waiter.named {
+                guard named.contains(id) else { continue }
+                if holdsWork { waiter.open.insert(id) } else { waiter.open.remove(id) }
+                stopWaiters[key] = waiter
+                if waiter.open.isEmpty { done.append(key) }
+            } else if isIdle {
+                done.append(key)
+            }
+        }
+        for key in done { endStopWait(key) }
+    }
+
+    /// The result of a download that has ended, nil while it has not (throws for an unknown id).
+    func endedResult(of id: DownloadID) throws(DownloadError) -> Result<DownloadResult, DownloadError>? {
+        if let result = results[id.rawValue] { return .success(result) }
+        if let error = errors[id.rawValue] { return .failure(error) }
+        let record = try require(id)
+        switch record.state {
+        case .completed:
+            if let result = try alreadyComplete(record) { return .success(result) }
+        case .failed:
+            return .failure(record.error ?? DownloadError(.retriesExhausted, "download failed"))
+        case .cancelled:
+            return .failure(DownloadError(.cancelled, "download cancelled"))
+        default: break
+        }
+        return nil
+    }
+
+    /// Downloads `url` to `path` with a manager of its own and returns when the file is complete. The state lives in
+    /// `configuration.stateDirectory` (the default directory unless given), so a second call resumes what the first
+    /// left; only this download runs, whatever else the store holds.
+    public static func download(
+        _ url: URL,
+        to path: String,
+        options: DownloadOptions = DownloadOptions(),
+        configuration: Configuration = Configuration()
+    ) async throws -> DownloadResult {
+        var configuration = configuration
+        configuration.startsStoredDownloads = false
+        let manager = try DownloadManager(configuration: configuration)
+        do {
+            let id = try await manager.add(url, to: .file(path), options: options)
+            let result = try await manager.result(of: id)
+            await manager.shutdown()
+            return result
+        } catch {
+            await manager.shutdown()
+            throw error
+        }
+    }
+
+    /// The download as subscribers see it: the manager's record (its runner reports every change of the transfer,
+    /// so it is current) with the live progress of a running download.
+    func snapshot(of record: DownloadRecord) -> Snapshot {
+        let isRunning = tasks[record.id] != nil
+        let progress = isRunning ? hub.progress(of: DownloadID(record.id)) : nil
+        return Snapshot(
+            id: DownloadID(record.id), url: record.url, path: record.destination, directory: record.directory,
+            state: record.state, priority: DownloadPriority(rawValue: record.priority) ?? .normal,
+            position: record.queuePosition,
+            receivedBytes: max(progress?.receivedBytes ?? 0, record.durableOffset),
+            totalBytes: progress?.totalBytes ?? record.totalLength,
+            bytesPerSecond: progress?.bytesPerSecond ?? 0, secondsRemaining: progress?.secondsRemaining,
+            connections: isRunning ? max(progress?.connections ?? 0, record.activeConnections, 1) : 0,
+            segments: record.segments, after: record.prerequisites.map(DownloadID.init), error: record.error,
+            isResumable: record.isResumable, createdAt: record.createdAt, completedAt: record.completedAt,
+            options: record.options, rateLimit: record.rateLimit, origin: record.origin,
+            sha256: results[record.id]?.sha256
+        )
+    }
+}
+
+/// One wait of `DownloadManager.waitUntilStopped`: the downloads named (nil: all) and those of them still holding work.
+struct StopWaiter {
+    var named: Set<String>?
+    var open: Set<String>
+    let continuation: CheckedContinuation<Void, Never>
+}

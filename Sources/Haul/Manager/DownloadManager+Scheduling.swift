@@ -1,0 +1,270 @@
+import Foundation
+import HaulCore
+import Logging
+import Synchronization
+
+extension DownloadManager {
+    // MARK: Scheduling
+
+    /// Starts queued downloads while fewer than the limit run: higher priority first, then queue order, never before
+    /// their prerequisites have completed. A download whose prerequisite failed, was cancelled or was removed fails
+    /// with a reason that names it.
+    func schedule() throws(DownloadError) {
+        guard !isShutDown else { return }
+        guard transferring < settings.maxConcurrentDownloads else { return }
+        // The queue is kept in order: the first ones that may start are all this looks at (with thousands queued,
+        // sorting them each time a download finished made a batch quadratic).
+        var queued: [String] = []
+        var free = settings.maxConcurrentDownloads - transferring
+        for key in catalog.queue where free > 0 {
+            guard tasks[key.id] == nil, configuration.startsStoredDownloads || sessionIDs.contains(key.id),
+                let record = catalog[key.id]
+            else { continue }
+            queued.append(key.id)
+            if case .ready = prerequisiteStatus(of: record) { free -= 1 }
+        }
+        var failedAny = false
+        for id in queued {
+            guard transferring < settings.maxConcurrentDownloads else { break }
+            guard let record = catalog[id] else { continue }
+            switch prerequisiteStatus(of: record) {
+            case .ready: try start(record)
+            case .waiting: continue
+            case .failed(let reason):
+                failDependent(record, reason: reason)
+                failedAny = true
+            }
+        }
+        // A failed dependent may fail its own dependents in turn.
+        if failedAny { try schedule() }
+    }
+
+    enum PrerequisiteStatus { case ready, waiting, failed(String) }
+
+    func prerequisiteStatus(of record: DownloadRecord) -> PrerequisiteStatus {
+        var waiting = false
+        for id in record.prerequisites {
+            guard let prerequisite = catalog[id] else { return .failed("download \(id) it waits for was removed") }
+            switch prerequisite.state {
+            case .completed: continue
+            case .failed: return .failed("download \(id) (\(prerequisite.url)) it waits for failed")
+            case .cancelled: return .failed("download \(id) (\(prerequisite.url)) it waits for was cancelled")
+            default: waiting = true
+            }
+        }
+        return waiting ? .waiting : .ready
+    }
+
+    func failDependent(_ record: DownloadRecord, reason: String) {
+        var record = record
+        let error = DownloadError(.illegalTransition, "not started: \(reason)")
+        guard (try? record.apply(.failedPermanently)) != nil else { return }
+        record.error = error
+        try? persist(record)
+        finish(record.id, with: .failure(error))
+        hub.emit(.changed(snapshot(of: record)))
+    }
+
+    /// Higher priority first, then queue position.
+    func queueOrder<S: Sequence>(_ candidates: S) -> [DownloadRecord] where S.Element == DownloadRecord {
+        candidates.sorted { QueueCursor($0).precedes(QueueCursor($1)) }
+    }
+
+    func persist(_ record: DownloadRecord) throws(DownloadError) {
+        try store.save(record)
+        keep(record)
+    }
+
+    @discardableResult
+    func keep(_ record: DownloadRecord) -> DownloadRecord {
+        let kept = catalog.keep(record)
+        if !stopWaiters.isEmpty { tellStopWaiters(record.id, holdsWork: Self.holdsWork(record.state)) }
+        return kept
+    }
+
+    func forget(_ record: DownloadRecord) {
+        catalog.forget(record)
+        if !stopWaiters.isEmpty { tellStopWaiters(record.id, holdsWork: false) }
+    }
+
+    func start(_ record: DownloadRecord) throws(DownloadError) {
+        var record = record
+        try record.apply(.started)
+        // Queued, not waited for: after a crash a download stored as queued resumes as one stored as running would.
+        store.submit(.state(.running, for: record.id))
+        keep(record)
+        let id = record.id
+        if record.options.tls.insecure {
+            // Each run says so in the log (the daemon's; `haul get --insecure` warns on its terminal instead, and
+            // logs only warnings and worse).
+            configuration.logger.notice(
+                "\(record.url): insecure: the server's TLS certificate is not verified; the server is not proven")
+        }
+        let ownLimiter = RateLimiter(bytesPerSecond: record.rateLimit)
+        downloadLimiters[id] = ownLimiter
+        let environment = RunnerEnvironment(
+            transport: transport,
+            clock: EngineClock(configuration.clock),
+            idleClock: EngineClock(configuration.idleClock),
+            metronome: metronome,
+            events: hub,
+            settings: configuration.engine,
+            logger: configuration.logger,
+            limiters: [globalLimiter, ownLimiter],
+            report: { [weak self] report throws(DownloadError) in try await self?.runnerReported(id, report) },
+            committed: { [store] commit throws(DownloadError) in try await store.committed(commit) },
+            isDestinationClaimed: { [weak self] path in await self?.isDestinationClaimed(path, excluding: id) ?? false
+            },
+            allowedFolders: allowedFolders
+        )
+        let started = record
+        tasks[id] = Task {
+            let runner = DownloadRunner(record: started, environment: environment)
+            let outcome = await runner.run()
+            await self.finished(id, outcome: outcome, record: runner.record)
+        }
+        hub.emit(.changed(snapshot(of: record)))
+    }
+
+    /// Takes in what a runner reports: the manager is the only writer of a download's record and its row. Stores
+    /// what must be stored before the runner goes on (the transfer's state: a checkpoint is durable once this
+    /// returns) and tells subscribers.
+    ///
+    /// The writes are queued, not waited for (the store commits those of many downloads together): the runner waits
+    /// for the returned commit only where a later step depends on it (the row must hold the finished length before
+    /// the file is renamed). Every other write may trail: a stored offset that lags behind the part file, or facts
+    /// a run did not store, are what a crash leaves anyway, and the resume rules handle them.
+    func runnerReported(_ id: String, _ report: RunnerReport) throws(DownloadError) -> DownloadStore.Commit? {
+        guard var record = catalog[id], tasks[id] != nil else { return nil }
+        var commit: DownloadStore.Commit?
+        switch report {
+        case .transfer(let transfer, let waiting):
+            let named = record.destination != transfer.destination
+            record = record.adoptingTransfer(of: transfer)
+            keep(record)
+            // A folder download's name is news for subscribers; facts and offsets are not (progress tells the bytes).
+            if named { hub.emit(.changed(snapshot(of: record))) }
+            return store.submit(try .transfer(record), awaited: waiting)
+        case .finishing:
+            // Its file is synced and moved while the next download transfers: with many small files, the syncs
+            // (waits for the disk) no longer leave slots idle. Bounded, so a slow disk cannot gather every
+            // download of a batch into its queue.
+            guard finishing.count < settings.maxConcurrentDownloads else { return nil }
+            finishing.insert(id)
+            try? schedule()
+            return nil
+        case .transferring:
+            finishing.remove(id)
+            return nil
+        case .restarted(let reason):
+            record.error = nil
+            record.attempts = 0
+            keep(record)
+            hub.emit(.restarted(DownloadID(id), reason: reason))
+            return nil
+        case .waitingForNetwork(let error):
+            try record.apply(.networkLost)
+            record.error = error
+            commit = store.submit(.state(record.state, for: id))
+        case .networkReturned:
+            try record.apply(.networkReturned)
+            record.error = nil
+            commit = store.submit(.state(record.state, for: id))
+        case .retrying(let error, let delay, let attempts):
+            if let attempts { record.attempts = attempts }
+            record.error = error
+            commit = store.submit(.attempts(record))
+            hub.emit(.retrying(DownloadID(id), error: error, delay: delay))
+        case .connections(let count):
+            // Stored too: `haul ls` in another process reads the store.
+            record.activeConnections = count
+            keep(record)
+            return store.submit(.activeConnections(count, for: id))
+        }
+        keep(record)
+        hub.emit(.changed(snapshot(of: record)))
+        return commit
+    }
+
+    /// Whether a download other than `id` has `path` as its destination (a folder download choosing its name).
+    func isDestinationClaimed(_ path: String, excluding id: String) -> Bool {
+        catalog.isClaimed(path, excluding: id)
+    }
+
+    func finished(_ id: String, outcome: RunOutcome, record runnerRecord: DownloadRecord) {
+        tasks[id] = nil
+        finishing.remove(id)
+        downloadLimiters[id] = nil
+        hub.clearProgress(of: DownloadID(id))
+        let reason = stopReasons.removeValue(forKey: id)
+        // The runner's record is current for what the transfer changed, and the manager stored each change as it
+        // was reported. The manager's own fields (priority, place, limit, connections) may have changed meanwhile
+        // and stay as the manager has them.
+        var record = catalog[id].map { $0.adoptingTransfer(of: runnerRecord) } ?? runnerRecord
+        record.activeConnections = 0
+        switch outcome {
+        case .completed(let result):
+            settle(&record, on: .finished)
+            // Queued: should it not reach the store, the next run recognises the finished file as its own.
+            do { store.submit(try .completion(record)) } catch {
+                configuration.logger.error("\(record.url): completed, but storing that failed: \(error.message)")
+            }
+            keep(record)
+            finish(id, with: .success(result))
+        case .failed(let error) where reason == nil:
+            settle(&record, on: .failedPermanently)
+            record.error = error
+            try? persist(record)
+            finish(id, with: .failure(error))
+        case .stopped, .failed:
+            switch reason {
+            case .cancel:
+                keep(record)
+                try? markCancelled(&record)
+                try? schedule()
+                return
+            case .exit:
+                settle(&record, on: .interruptedByExit)
+            default:
+                settle(&record, on: .pauseRequested)
+            }
+            try? persist(record)
+        }
+        hub.emit(.changed(snapshot(of: record)))
+        try? schedule()
+    }
+
+    /// Applies what a runner's end means for its download. The table allows each of these from the states a
+    /// running download can be in; should it not, the log says so and the record keeps its state.
+    func settle(_ record: inout DownloadRecord, on event: DownloadStateMachine.Event) {
+        do { try record.apply(event) } catch {
+            configuration.logger.error("\(record.url): the run ended, but \(error.message)")
+        }
+    }
+
+    func finish(_ id: String, with result: Result<DownloadResult, DownloadError>) {
+        switch result {
+        case .success(let value): results[id] = value
+        case .failure(let error): errors[id] = error
+        }
+        for waiter in waiters.removeValue(forKey: id) ?? [] {
+            waiter.resume(with: result.mapError { $0 as any Error })
+        }
+        resumeBatchWaiters(ending: id)
+    }
+
+    /// Tells the batch waits of `results(of:)` that `id` ended (every id, with nil, at shutdown).
+    func resumeBatchWaiters(ending id: String?) {
+        guard !batchWaiters.isEmpty else { return }
+        var index = 0
+        while index < batchWaiters.count {
+            if let id { batchWaiters[index].open.remove(id) } else { batchWaiters[index].open.removeAll() }
+            if batchWaiters[index].open.isEmpty {
+                batchWaiters.remove(at: index).continuation.resume()
+            } else {
+                index += 1
+            }
+        }
+    }
+
+}

@@ -1,0 +1,194 @@
+import Foundation
+import HaulCore
+import Logging
+import Synchronization
+
+extension DownloadManager {
+    // MARK: Helpers
+
+    func require(_ id: DownloadID) throws(DownloadError) -> DownloadRecord {
+        guard let record = catalog[id.rawValue] else {
+            throw DownloadError(.notFound, "no download with id \(id)")
+        }
+        return record
+    }
+
+    /// Re-adding a known download: resume what can be resumed, restart what was lost.
+    func reuse(_ record: inout DownloadRecord, options: DownloadOptions, staysPaused: Bool)
+        throws(DownloadError)
+    {
+        switch record.state {
+        case .queued, .running, .waitingForNetwork:
+            return
+        case .paused where staysPaused:
+            return
+        case .completed:
+            if try alreadyComplete(record) != nil { return }
+            // The file is gone: fetch it again.
+            record.durableOffset = 0
+            record.segments = nil
+            record.remoteFacts = nil
+            record.completedAt = nil
+        case .paused, .failed, .cancelled:
+            break
+        }
+        record.options = options
+        record.mayReplaceDestination = record.mayReplaceDestination || options.overwrite
+        try record.apply(staysPaused ? .addedAgainPaused : .addedAgain)
+        record.attempts = 0
+        record.error = nil
+    }
+
+    /// The result for a completed record whose file is still in place, nil when the file is gone or changed size.
+    func alreadyComplete(_ record: DownloadRecord) throws(DownloadError) -> DownloadResult? {
+        if let result = results[record.id] { return result }
+        guard record.state == .completed, let path = record.destination, let total = record.totalLength,
+            let folder = try? DownloadFolder.open(for: record, allowed: allowedFolders),
+            let file = try? folder.entry(PathName.lastComponent(of: path)), file.kind == .regular, file.size == total
+        else { return nil }
+        var digest: String?
+        if record.options.computesSHA256 {
+            let descriptor = try folder.open(PathName.lastComponent(of: path), as: file)
+            defer { close(descriptor) }
+            digest = try FileDigest.hexDigests(of: descriptor, named: path, algorithms: [.sha256])[.sha256]
+        }
+        let result = DownloadResult(
+            id: DownloadID(record.id), url: record.url, path: path, bytes: total, sha256: digest, seconds: 0,
+            resumedFrom: total, wasAlreadyComplete: true
+        )
+        results[record.id] = result
+        return result
+    }
+
+    /// A file at the destination that Haul did not create is never overwritten unless asked, and never one that is
+    /// not a regular file. `continuePartial` hands Haul a file on purpose: the part file when there is one, else the
+    /// file at the destination (a regular file with one link, whoever made it) moved to the part's name; the runner
+    /// takes it over and compares its bytes with the server's before anything is appended.
+    func claimDestination(record: inout DownloadRecord, in folder: HeldFolder, options: DownloadOptions)
+        throws(DownloadError)
+    {
+        guard let destination = record.destination else { return }
+        let name = PathName.lastComponent(of: destination)
+        if options.continuePartial, let part = try folder.entry(name + ".part") {
+            if part.kind == .regular { try Self.refuseHoles(name + ".part", as: part, in: folder) }
+            return
+        }
+        guard let existing = try folder.entry(name) else { return }
+        if options.continuePartial {
+            if let reason = existing.distrust(owner: nil) {
+                throw DownloadError(.untrustedFile, "\(destination) \(reason); Haul will not continue it")
+            }
+            try Self.refuseHoles(name, as: existing, in: folder)
+            let code = folder.move(name, to: name + ".part", replacing: false)
+            guard code == 0 else { throw PartFile.fileError(code, "cannot rename \(destination) to \(name).part") }
+            return
+        }
+        guard options.overwrite else {
+            throw DownloadError(
+                .destinationExists,
+                "\(destination) already exists and Haul did not create it; use --overwrite to replace it or -c to "
+                    + "continue it"
+            )
+        }
+        if existing.kind != .regular {
+            throw DownloadError(
+                .untrustedFile, "\(destination) is \(existing.kindInWords); Haul neither follows nor replaces it")
+        }
+        record.mayReplaceDestination = true
+    }
+
+    /// `-c` continues a file written from its start. A file with a hole (bytes never written) is not one: it is
+    /// what a download made with several connections leaves when its record is gone. Where the file system shows
+    /// holes (`PartFile.firstHole`), such a file is refused and left as it is; where it cannot (FUSE, NFS), `-c`
+    /// has its overlap check alone, as `curl -C -` and `wget -c` have. Haul's own part files never need this: their
+    /// row, with the segment map, is durable before they exist.
+    static func refuseHoles(_ name: String, as entry: FolderEntry, in folder: HeldFolder)
+        throws(DownloadError)
+    {
+        let descriptor = try folder.open(name, as: entry, writing: false)
+        defer { close(descriptor) }
+        if let hole = PartFile.firstHole(in: descriptor) {
+            throw DownloadError(
+                .untrustedFile,
+                "\(folder.path(of: name)) has a hole at byte \(hole) (a range never written): it was not written from "
+                    + "its start, as the part file of a download made with several connections is; -c continues only a "
+                    + "file written from its start, so it is left as it is")
+        }
+    }
+
+    static func validate(_ url: URL) throws(DownloadError) {
+        guard let scheme = url.scheme?.lowercased(), URLList.schemes.contains(scheme) else {
+            throw DownloadError(.invalidURL, "'\(url.absoluteString)' is not an http, https or ftp URL")
+        }
+        guard let host = url.host, !host.isEmpty else {
+            throw DownloadError(.invalidURL, "'\(url.absoluteString)' has no host")
+        }
+    }
+
+    static func absolute(_ path: String) -> String {
+        PathName.absolute(path)
+    }
+
+    /// What one add learns about folders, once for a list: each folder's absolute form as the request named it (a
+    /// list of ten thousand into one folder normalises it once), and each folder opened and found writable.
+    struct FolderMemo {
+        /// A folder opened for a path a request named, and when.
+        struct Recent {
+            let named: String
+            let isConfined: Bool
+            let folder: HeldFolder
+            let at: ContinuousClock.Instant
+        }
+
+        /// Each folder opened in this batch, by the path named and whether it is confined.
+        private var opened: [String: HeldFolder] = [:]
+        private var lastNamed: (String, String)?
+        /// The folder opened last, across adds (see `recentlyWritable`).
+        private(set) var recent: Recent?
+        private let allowed: AllowedFolders
+
+        init(recent: Recent?, allowed: AllowedFolders) {
+            self.recent = recent
+            self.allowed = allowed
+        }
+
+        /// The folder `path` names, opened and checked writable, once per batch (and once a second across adds).
+        /// A confined request's folder is opened beneath the allowed folder it lies in; any other where its path
+        /// leads now (its links are the namer's). Its identity is recorded: every later start must find that folder.
+        mutating func open(_ path: String, confined: Bool) throws(DownloadError) -> HeldFolder {
+            let now = ContinuousClock.now
+            if let recent, recent.named == path, recent.isConfined == confined, now - recent.at < .seconds(1) {
+                return recent.folder
+            }
+            let key = (confined ? "confined:" : "named:") + path
+            let folder: HeldFolder
+            if let known = opened[key] {
+                folder = known
+            } else {
+                folder = try DownloadManager.openFolder(path, confined: confined, allowed: allowed)
+                opened[key] = folder
+            }
+            recent = Recent(named: path, isConfined: confined, folder: folder, at: now)
+            return folder
+        }
+
+        mutating func absolute(_ named: String) -> String {
+            if let lastNamed, lastNamed.0 == named { return lastNamed.1 }
+            let path = PathName.absolute(named)
+            lastNamed = (named, path)
+            return path
+        }
+    }
+
+    /// Opens the folder `path` for a download and checks it is writable: beneath its allowed folder when `confined`,
+    /// else where its path leads now.
+    static func openFolder(_ path: String, confined: Bool, allowed: AllowedFolders)
+        throws(DownloadError) -> HeldFolder
+    {
+        let folder = try DownloadFolder.open(path, confined: confined, allowed: allowed)
+        guard folder.isWritable else {
+            throw DownloadError(.destinationNotWritable, "destination folder \(path) is not a writable folder")
+        }
+        return folder
+    }
+}

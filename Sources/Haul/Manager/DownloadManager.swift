@@ -1,0 +1,133 @@
+import Foundation
+import HaulCore
+import Logging
+import Synchronization
+
+/// The public API of Haul: add downloads, control them, watch them. Downloads run under a concurrency limit,
+/// survive the process being killed (the store keeps every byte's offset), and report state and progress as an
+/// `AsyncSequence` of events.
+public actor DownloadManager {
+    enum StopReason { case pause, cancel, exit }
+
+    let configuration: Configuration
+    let store: DownloadStore
+    let transport: any HTTPTransport
+    let hub: EventHub
+    /// The running downloads' shared ticks.
+    let metronome: Metronome
+    var catalog = Catalog()
+    /// The folder an add last opened and found writable, and when: adds within a second into it are not checked
+    /// again (adding 10,000 one request at a time checked the same folder 10,000 times). A folder found missing or
+    /// read-only is never remembered; one that becomes so within that second fails its downloads with the same clear
+    /// error when they start, and one replaced meanwhile fails its identity check.
+    var recentlyWritable: FolderMemo.Recent?
+    /// The folders confined downloads may write to, held from the start (`Configuration.allowedFolders`).
+    public nonisolated let allowedFolders: AllowedFolders
+    var ids = DownloadIDSource()
+    /// The last ten minutes of speed, one sample for each second of `run()`, and when the newest was taken.
+    var speeds = SpeedHistory(capacity: 600)
+    var speedsEnd: Date?
+    var settings: ManagerSettings {
+        didSet { settingsMirror.withLock { $0 = settings } }
+    }
+    /// `settings`, readable without a hop onto the actor (`settingsNow`).
+    let settingsMirror: Mutex<ManagerSettings>
+    var tasks: [String: Task<Void, Never>] = [:]
+    /// Running downloads whose bytes have all arrived and that are being verified, synced and moved into place: they
+    /// no longer hold one of the `maxConcurrentDownloads` transfer slots (at most as many again at once).
+    var finishing: Set<String> = []
+    /// Downloads that hold a transfer slot.
+    var transferring: Int { tasks.count - finishing.count }
+    let globalLimiter: RateLimiter
+    var downloadLimiters: [String: RateLimiter] = [:]
+    var stopReasons: [String: StopReason] = [:]
+    var sessionIDs: Set<String> = []
+    var results: [String: DownloadResult] = [:]
+    var errors: [String: DownloadError] = [:]
+    var waiters: [String: [CheckedContinuation<DownloadResult, any Error>]] = [:]
+    /// Waits of `results(of:)`: the ids not ended yet, and whom to resume when none is left.
+    var batchWaiters: [(open: Set<String>, continuation: CheckedContinuation<Void, Never>)] = []
+    /// Waits of `waitUntilStopped`, by a key of their own (a cancelled wait removes itself).
+    var stopWaiters: [Int: StopWaiter] = [:]
+    var nextStopWaiter = 0
+    var isShutDown = false
+
+    /// `$HAUL_STATE_DIR`, else `$XDG_STATE_HOME/haul`, else `~/.local/state/haul`.
+    public static func defaultStateDirectory() -> String {
+        let environment = ProcessInfo.processInfo.environment
+        if let directory = environment["HAUL_STATE_DIR"], !directory.isEmpty { return directory }
+        if let state = environment["XDG_STATE_HOME"], !state.isEmpty {
+            return (state as NSString).appendingPathComponent("haul")
+        }
+        return (NSHomeDirectory() as NSString).appendingPathComponent(".local/state/haul")
+    }
+
+    /// Opens the store and recovers from an earlier process: downloads it left running are queued again.
+    /// With `transport` nil the manager uses the live AsyncHTTPClient transport.
+    public init(configuration: Configuration = Configuration(), transport: (any HTTPTransport)? = nil)
+        throws(DownloadError)
+    {
+        self.configuration = configuration
+        allowedFolders = try AllowedFolders(configuration.allowedFolders)
+        if let directory = configuration.stateDirectory {
+            store = try DownloadStore(directory: directory, exclusive: configuration.ownsStateDirectory)
+        } else {
+            store = try DownloadStore()
+        }
+        let logger = configuration.logger
+        store.onLostWrite { error in
+            logger.error("a state database write was lost: \(error.message); the record keeps its earlier values")
+        }
+        self.transport = transport ?? LiveTransport()
+        metronome = Metronome(
+            clock: EngineClock(configuration.idleClock),
+            interval: min(configuration.engine.progressInterval, .milliseconds(100)))
+        hub = EventHub(run: try store.beginRun(), replayCapacity: configuration.replayCapacity)
+        var settings = ManagerSettings(
+            maxConcurrentDownloads: max(1, configuration.maxConcurrentDownloads), rateLimit: configuration.rateLimit,
+            connectionsPerDownload: configuration.connectionsPerDownload)
+        if configuration.persistsSettings, let stored = try store.settings() { settings = stored }
+        self.settings = settings
+        settingsMirror = Mutex(settings)
+        globalLimiter = RateLimiter(bytesPerSecond: settings.rateLimit)
+        var recovered: [DownloadRecord] = []
+        var catalog = Catalog()
+        for var record in try store.allRecords() {
+            if record.state.isActive {
+                // Running when the process died: queued again, in its old place.
+                try record.apply(.interruptedByExit)
+                record.activeConnections = 0
+                recovered.append(record)
+            }
+            catalog.keep(record)
+        }
+        self.catalog = catalog
+        hub.markEnded(
+            catalog.all.filter { [.completed, .failed, .cancelled].contains($0.state) }.map { DownloadID($0.id) })
+        try store.save(recovered)
+    }
+
+    /// Starts the downloads the store holds as queued (when `startsStoredDownloads`). Call once after `init`.
+    public func start() throws(DownloadError) {
+        try schedule()
+    }
+
+    /// Runs the manager as a long-lived service: starts what the store holds, publishes `stats` about once a second
+    /// while anything runs, and when the calling task is cancelled shuts down (running downloads flush their exact
+    /// offsets and stay queued for the next start). Every `heartbeatInterval` seconds, readers of `subscribe` get a
+    /// heartbeat (`EventSubscription.AsyncIterator.nextDelivery()`), so a quiet stream can say it is alive.
+    public func run(heartbeatEvery heartbeatInterval: Int = 15) async {
+        try? start()
+        let clock = EngineClock(configuration.idleClock)
+        var seconds = 0
+        while !Task.isCancelled {
+            do { try await clock.sleep(.seconds(1)) } catch { break }
+            seconds += 1
+            recordSpeeds()
+            if !tasks.isEmpty { hub.emit(.stats(stats())) }
+            if seconds % max(1, heartbeatInterval) == 0 { hub.heartbeat() }
+        }
+        await shutdown()
+    }
+
+}
