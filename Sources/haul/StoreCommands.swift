@@ -72,19 +72,33 @@ struct StateOptions: ParsableArguments {
         }
     }
 
-    /// The records named by each of `names` (a whole id, or its start or end); one matching none or several is an
-    /// error.
-    func records(_ names: [String], in store: DownloadStore) throws -> [DownloadRecord] {
-        let all = try store.allRecords()
-        return try names.map { name in
-            let matches = all.filter { Format.id($0.id, matches: name) }
-            guard matches.count == 1 else {
-                throw ValidationError(
-                    matches.isEmpty
-                        ? "no download with id \(name)" : "id \(name) matches \(matches.count) downloads")
-            }
-            return matches[0]
+    /// A manager on the state folder that runs nothing and leaves what other processes run alone: `haul rm` and
+    /// `haul clean` without a daemon change the list through it, as the daemon does.
+    func openManager() throws -> DownloadManager {
+        var configuration = DownloadManager.Configuration(stateDirectory: directory)
+        configuration.startsStoredDownloads = false
+        configuration.recoversInterruptedDownloads = false
+        configuration.origin = .commandLine
+        do {
+            return try DownloadManager(configuration: configuration)
+        } catch {
+            FileHandle.standardError.write(Data("haul: error: \(error.message)\n".utf8))
+            throw ExitCode(1)
         }
+    }
+}
+
+/// The downloads named by each of `names` (a whole id, or its start or end); one matching none or several is an
+/// error.
+func resolve(_ names: [String], in manager: DownloadManager) async throws -> [DownloadSnapshot] {
+    let all = try await manager.snapshots()
+    return try names.map { name in
+        let matches = all.filter { Format.id($0.id.rawValue, matches: name) }
+        guard matches.count == 1 else {
+            throw ValidationError(
+                matches.isEmpty ? "no download with id \(name)" : "id \(name) matches \(matches.count) downloads")
+        }
+        return matches[0]
     }
 }
 
@@ -212,18 +226,18 @@ extension HaulCommand {
         func run() async throws {
             switch try state.connect() {
             case .standalone:
-                let store = try state.openStore()
-                for record in try state.records(ids, in: store) {
-                    guard record.state != .running else {
+                let manager = try state.openManager()
+                for download in try await resolve(ids, in: manager) {
+                    do { try await manager.remove(download.id, deletingFile: deleteFile) } catch {
                         FileHandle.standardError.write(
-                            Data("haul: error: \(Format.shortID(record.id)) is running; stop that haul first\n".utf8))
+                            Data("haul: error: \(Format.shortID(download.id.rawValue)): \(error.message)\n".utf8))
                         throw ExitCode(1)
                     }
-                    try forget(record, in: store, deletingFile: deleteFile)
                     reportForgotten(
-                        record.id, path: record.destination, url: record.url,
-                        deletedFile: deleteFile && record.state == .completed)
+                        download.id.rawValue, path: download.path, url: download.url,
+                        deletedFile: deleteFile && download.state == .completed)
                 }
+                await manager.shutdown()
             case .daemon(let client):
                 defer { Task { await client.shutdown() } }
                 try await runOrExit {
@@ -257,10 +271,12 @@ extension HaulCommand {
             let count: Int
             switch try state.connect() {
             case .standalone:
-                let store = try state.openStore()
-                let finished = try store.allRecords().filter(\.state.isTerminal)
-                for record in finished { try forget(record, in: store, deletingFile: false) }
-                count = finished.count
+                let manager = try state.openManager()
+                do { count = try await manager.clean() } catch {
+                    FileHandle.standardError.write(Data("haul: error: \(error.message)\n".utf8))
+                    throw ExitCode(1)
+                }
+                await manager.shutdown()
             case .daemon(let client):
                 defer { Task { await client.shutdown() } }
                 count = try await runOrExit { try await client.clean() }
@@ -287,11 +303,4 @@ enum Connection {
     case daemon(DaemonClient)
     /// Through the store, holding the state folder's lock shared (closed when the process ends).
     case standalone(lock: Int32)
-}
-
-/// Deletes a record, its part file, and with `deletingFile` its completed file: only the files Haul made for it, as
-/// the manager deletes them (`DownloadFolder.deleteFiles`).
-func forget(_ record: DownloadRecord, in store: DownloadStore, deletingFile: Bool) throws {
-    DownloadFolder.deleteFiles(of: record, includingFile: deletingFile, allowed: .none)
-    try store.delete(id: record.id)
 }

@@ -204,7 +204,8 @@ extension DownloadManager {
     /// Forgets a download that is not running; with `deletingFile` also deletes its completed file.
     public func remove(_ id: DownloadID, deletingFile: Bool = false) throws(DownloadError) {
         let record = try require(id)
-        guard tasks[id.rawValue] == nil else {
+        // Active without a task of this manager's: another process runs it.
+        guard tasks[id.rawValue] == nil, !record.state.isActive else {
             throw DownloadError(
                 .illegalTransition, "cannot remove a download that is running; pause or cancel it first")
         }

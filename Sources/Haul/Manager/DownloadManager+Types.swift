@@ -43,6 +43,10 @@ extension DownloadManager {
         /// Whether downloads left queued in the store by an earlier process start by themselves. The `haul get`
         /// command turns this off so that it only runs what it was given.
         public var startsStoredDownloads = true
+        /// Whether downloads the store holds as running, left so by a process that ended without stopping them, are
+        /// queued again when the manager opens the store. Commands that only edit the list (`haul rm`, `haul clean`)
+        /// turn this off: a download another process runs stays its own, and cannot be removed.
+        public var recoversInterruptedDownloads = true
         /// Whether this process owns the state folder for as long as the manager runs (the daemon, which holds the
         /// folder's lock): the store is then opened for this process alone, which makes every commit cheaper. Other
         /// processes cannot open it meanwhile.

@@ -93,7 +93,7 @@ public actor DownloadManager {
         var recovered: [DownloadRecord] = []
         var catalog = Catalog()
         for var record in try store.allRecords() {
-            if record.state.isActive {
+            if record.state.isActive, configuration.recoversInterruptedDownloads {
                 // Running when the process died: queued again, in its old place.
                 try record.apply(.interruptedByExit)
                 record.activeConnections = 0
