@@ -9,6 +9,7 @@ let package = Package(
         .library(name: "Haul", targets: ["Haul"]),
         .library(name: "HaulTesting", targets: ["HaulTesting"]),
         .library(name: "HaulAPI", targets: ["HaulAPI"]),
+        .library(name: "HaulWire", targets: ["HaulWire"]),
         .library(name: "HaulServer", targets: ["HaulServer"]),
         .executable(name: "haul", targets: ["haul"]),
     ],
@@ -71,11 +72,22 @@ let package = Package(
             resources: [.embedInCode("openapi.yaml")],
             plugins: [.plugin(name: "OpenAPIGenerator", package: "swift-openapi-generator")]
         ),
+        // The API's wire: its types' fast codecs, the mapping between them and the engine's, and how a command finds
+        // the daemon. The daemon and the command line both import it; the command line imports no server code.
+        .target(
+            name: "HaulWire",
+            dependencies: [
+                "Haul",
+                "HaulAPI",
+                .product(name: "OpenAPIRuntime", package: "swift-openapi-runtime"),
+            ]
+        ),
         .target(
             name: "HaulServer",
             dependencies: [
                 "Haul",
                 "HaulAPI",
+                "HaulWire",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HummingbirdTLS", package: "hummingbird"),
                 .product(name: "HummingbirdWebSocket", package: "hummingbird-websocket"),
@@ -103,6 +115,7 @@ let package = Package(
             dependencies: [
                 "Haul",
                 "HaulAPI",
+                "HaulWire",
                 "HaulServer",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
@@ -147,6 +160,7 @@ let package = Package(
             dependencies: [
                 "HaulServer",
                 "HaulAPI",
+                "HaulWire",
                 "HaulCore",
                 "HaulTesting",
                 .product(name: "HummingbirdTesting", package: "hummingbird"),

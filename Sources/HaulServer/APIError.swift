@@ -2,6 +2,7 @@ import Foundation
 import HTTPTypes
 import Haul
 import HaulCore
+import HaulWire
 import NIOCore
 import OpenAPIRuntime
 

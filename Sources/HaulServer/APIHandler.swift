@@ -3,6 +3,7 @@ import HTTPTypes
 import Haul
 import HaulAPI
 import HaulCore
+import HaulWire
 import NIOCore
 import NIOFoundationCompat
 import OpenAPIRuntime

@@ -2,6 +2,7 @@ import HTTPTypes
 import Haul
 import HaulAPI
 import HaulCore
+import HaulWire
 import Hummingbird
 import NIOCore
 

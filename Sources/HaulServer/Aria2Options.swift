@@ -2,6 +2,7 @@ import Foundation
 import Haul
 import HaulAPI
 import HaulCore
+import HaulWire
 
 /// aria2's option names and values (every value a string; `header` a list) read into Haul's: the options of
 /// `aria2.addUri`, `changeOption` and `changeGlobalOption`. Each bad value is an error naming the option.

@@ -2,6 +2,7 @@ import Foundation
 import Haul
 import HaulAPI
 import HaulCore
+import HaulWire
 
 extension Aria2RPC {
     /// aria2's methods, with its parameter and result shapes (numbers as strings).

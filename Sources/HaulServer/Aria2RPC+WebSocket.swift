@@ -1,6 +1,7 @@
 import Foundation
 import Haul
 import HaulCore
+import HaulWire
 import HummingbirdWebSocket
 
 extension Aria2RPC {

@@ -3,6 +3,7 @@ import Foundation
 import HTTPTypes
 import Haul
 import HaulCore
+import HaulWire
 import Synchronization
 
 /// aria2's JSON-RPC on Haul's manager: the envelope (single calls, batches, `system.multicall`), the token check,

@@ -2,6 +2,7 @@ import Crypto
 import Foundation
 import Haul
 import HaulCore
+import HaulWire
 
 /// How a Haul download looks to an aria2 client: its gid, its `status`, the struct `aria2.tellStatus` answers, the
 /// `errorCode` numbers, and which notification a change of state sends. Pure functions of a snapshot, table-tested.

@@ -1,6 +1,7 @@
 import Foundation
 import Haul
 import HaulCore
+import HaulWire
 import Hummingbird
 import HummingbirdCore
 import Logging
@@ -13,36 +14,6 @@ import Synchronization
 #if canImport(Glibc)
     import Glibc
 #endif
-
-/// What `haul serve` writes to `STATE_DIR/serve.json` while it runs, and what other commands read to reach it.
-public struct ServeFile: Codable, Sendable, Equatable {
-    /// The TCP listener's URL.
-    public var url: String
-    /// The token of the API.
-    public var token: String
-    /// The daemon's process id.
-    public var pid: Int32
-    /// The Unix socket of the local door.
-    public var socket: String?
-
-    /// The file's path in `stateDirectory`.
-    public static func path(in stateDirectory: String) -> String {
-        (stateDirectory as NSString).appendingPathComponent("serve.json")
-    }
-
-    /// The socket's path in `stateDirectory`.
-    public static func socketPath(in stateDirectory: String) -> String {
-        (stateDirectory as NSString).appendingPathComponent("haul.sock")
-    }
-
-    /// Reads the file of `stateDirectory`, nil when there is none or it cannot be read. Only a regular file of
-    /// this user's is read, never through a link: it tells commands where to send the token.
-    public static func read(in stateDirectory: String) -> ServeFile? {
-        guard let folder = try? StateFolder.open(stateDirectory), let data = try? folder.read("serve.json") ?? nil
-        else { return nil }
-        return try? JSONDecoder().decode(ServeFile.self, from: data)
-    }
-}
 
 /// How `haul serve` runs.
 public struct DaemonOptions: Sendable {
@@ -271,35 +242,6 @@ public enum Daemon {
     static func isLoopback(_ host: String) -> Bool {
         let lowered = host.lowercased()
         return lowered == "localhost" || lowered.hasPrefix("127.") || lowered == "::1" || lowered == "[::1]"
-    }
-}
-
-/// The lock on a state folder's `serve.lock`: `haul serve` holds it exclusively for as long as it runs; a command
-/// that opens the store itself (`haul get` without a daemon) holds it shared. So a command finds a daemon by failing
-/// to share the lock, and a daemon never starts behind a command writing the store.
-public enum StateLock {
-    /// What trying to take the lock gave.
-    public enum Outcome: Sendable {
-        /// Taken; the descriptor holds it until closed.
-        case acquired(Int32)
-        /// Someone holds it the other way.
-        case held
-        /// The lock file cannot be opened.
-        case failed(String)
-    }
-
-    /// Tries once, without waiting. The state folder is made when missing and checked (`StateFolder`), and the lock
-    /// file must be a regular file of this user's.
-    public static func acquire(_ state: String, exclusive: Bool) -> Outcome {
-        let descriptor: Int32
-        do { descriptor = try StateFolder.open(state).openOwnFile("serve.lock") } catch {
-            return .failed(error.message)
-        }
-        guard flock(descriptor, (exclusive ? LOCK_EX : LOCK_SH) | LOCK_NB) == 0 else {
-            close(descriptor)
-            return .held
-        }
-        return .acquired(descriptor)
     }
 }
 

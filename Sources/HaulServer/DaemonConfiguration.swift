@@ -1,6 +1,8 @@
 import Foundation
 import Haul
+import HaulAPI
 import HaulCore
+import HaulWire
 
 /// What the daemon's HTTP side needs to know: the token, the folders downloads may go to, the names it answers to.
 public struct DaemonConfiguration: Sendable {
@@ -148,5 +150,14 @@ struct FolderPolicy: Sendable {
                 .conflict, "destinationNotWritable", "cannot create the folder \(path): \(error.message)",
                 index: index, field: "directory")
         }
+    }
+}
+
+extension Components.Schemas.Settings {
+    init(_ settings: ManagerSettings, configuration: DaemonConfiguration) {
+        self.init(
+            maxConcurrentDownloads: settings.maxConcurrentDownloads, limitRate: settings.rateLimit,
+            connections: settings.connectionsPerDownload, downloadDir: configuration.downloadDirectory,
+            allowedDirs: configuration.allowedDirectories)
     }
 }

@@ -1,6 +1,7 @@
 import Foundation
 import Haul
 import HaulAPI
+import HaulWire
 import ServiceLifecycle
 
 /// A subscription written as Server-Sent Events: `id`, `event` and one JSON `data` line per event, a comment line

@@ -2,6 +2,7 @@ import Foundation
 import HTTPTypes
 import Haul
 import HaulAPI
+import HaulWire
 import Hummingbird
 import HummingbirdCore
 import NIOCore

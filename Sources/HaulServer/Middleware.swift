@@ -4,6 +4,7 @@ import HTTPTypes
 import Haul
 import HaulAPI
 import HaulCore
+import HaulWire
 import Hummingbird
 import HummingbirdWebSocket
 import NIOCore

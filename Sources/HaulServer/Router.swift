@@ -1,6 +1,7 @@
 import Foundation
 import HTTPTypes
 import Haul
+import HaulWire
 import Hummingbird
 import HummingbirdCore
 import HummingbirdTLS

@@ -4,7 +4,7 @@ import HTTPTypes
 import Haul
 import HaulAPI
 import HaulCore
-import HaulServer
+import HaulWire
 import OpenAPIAsyncHTTPClient
 import OpenAPIRuntime
 

@@ -3,7 +3,7 @@ import Foundation
 import Haul
 import HaulAPI
 import HaulCore
-import HaulServer
+import HaulWire
 
 extension HaulCommand.Get {
     /// With a daemon: hand the downloads to it and show their progress from its event stream, with the same output,

@@ -3,6 +3,7 @@ import Foundation
 import Haul
 import HaulCore
 import HaulServer
+import HaulWire
 import Logging
 
 extension HaulCommand {

@@ -3,7 +3,7 @@ import Foundation
 import Haul
 import HaulAPI
 import HaulCore
-import HaulServer
+import HaulWire
 
 /// Where a command finds its downloads: the state folder (whose daemon, when one runs, owns the store), or another
 /// daemon with `--server`.

@@ -3,6 +3,7 @@ import HaulAPI
 import Testing
 
 @testable import HaulServer
+@testable import HaulWire
 
 @Suite("The add fast path's reader of request bodies")
 struct AddDownloadJSONTests {

@@ -10,6 +10,7 @@ import Synchronization
 import Testing
 
 @testable import HaulServer
+@testable import HaulWire
 
 @Suite("aria2's JSON-RPC: the mapping of parameters and results", .timeLimit(.minutes(2)), .teardowns)
 struct Aria2RPCTests {

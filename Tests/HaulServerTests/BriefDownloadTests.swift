@@ -3,6 +3,7 @@ import HaulAPI
 import Testing
 
 @testable import HaulServer
+@testable import HaulWire
 
 @Suite("The command line's fast reader of downloads in events and answers")
 struct BriefDownloadTests {

@@ -5,6 +5,7 @@ import OpenAPIRuntime
 import Testing
 
 @testable import HaulServer
+@testable import HaulWire
 
 @Suite("The fast writer of a Download")
 struct DownloadJSONTests {

@@ -9,6 +9,8 @@ import HummingbirdTesting
 import NIOCore
 import Testing
 
+@testable import HaulWire
+
 /// One server-sent event as it arrived.
 struct ReceivedEvent: Equatable {
     var id: String?

@@ -10,6 +10,7 @@ import NIOCore
 import Testing
 
 @testable import HaulServer
+@testable import HaulWire
 
 #if canImport(Glibc)
     import Glibc

@@ -6,6 +6,8 @@ import Hummingbird
 import HummingbirdTesting
 import Testing
 
+@testable import HaulWire
+
 @Suite("Folders a request may write to", .timeLimit(.minutes(1)), .teardowns)
 struct FolderPolicyTests {
     /// `path` with symbolic links resolved.

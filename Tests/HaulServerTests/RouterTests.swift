@@ -12,6 +12,7 @@ import NIOEmbedded
 import Testing
 
 @testable import HaulServer
+@testable import HaulWire
 
 @Suite("The daemon's API", .timeLimit(.minutes(2)), .teardowns)
 struct RouterTests {

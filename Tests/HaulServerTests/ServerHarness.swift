@@ -11,6 +11,8 @@ import NIOCore
 import NIOEmbedded
 import Testing
 
+@testable import HaulWire
+
 /// A fault server, a download folder, a state folder, a manager and the daemon's router for one test.
 struct ServerHarness {
     static let token = "test-token-0123456789abcdef"

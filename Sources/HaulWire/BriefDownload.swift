@@ -52,7 +52,7 @@ public struct BriefDownload: Decodable, Equatable, Sendable {
     }
 
     /// The download in `bytes`, which hold nothing else, or nil when the scanner does not take them.
-    static func read(_ bytes: UnsafeRawBufferPointer) -> BriefDownload? {
+    package static func read(_ bytes: UnsafeRawBufferPointer) -> BriefDownload? {
         var scanner = JSONScanner(bytes)
         guard let brief = read(&scanner), scanner.isAtEnd else { return nil }
         return brief
@@ -60,7 +60,7 @@ public struct BriefDownload: Decodable, Equatable, Sendable {
 
     /// A download object at the scanner, or nil (the scanner then stands anywhere inside it) when it is not one the
     /// scanner reads exactly as `JSONDecoder` would: a field of the wrong type, a repeated field, a missing one.
-    static func read(_ scanner: inout JSONScanner) -> BriefDownload? {
+    package static func read(_ scanner: inout JSONScanner) -> BriefDownload? {
         guard scanner.take(UInt8(ascii: "{")) else { return nil }
         var id: String?
         var url: String?
@@ -230,7 +230,7 @@ public struct BriefSnapshot: Decodable, Equatable, Sendable {
         return try decoder.decode(BriefSnapshot.self, from: data)
     }
 
-    static func read(_ bytes: UnsafeRawBufferPointer) -> BriefSnapshot? {
+    package static func read(_ bytes: UnsafeRawBufferPointer) -> BriefSnapshot? {
         var scanner = JSONScanner(bytes)
         guard scanner.take(UInt8(ascii: "{")) else { return nil }
         var downloads: [BriefDownload]?
@@ -294,7 +294,7 @@ public struct BriefProgress: Equatable, Sendable {
     }
 
     /// The progress in `bytes`, which hold nothing else, or nil when the scanner does not take them.
-    static func read(_ bytes: UnsafeRawBufferPointer) -> BriefProgress? {
+    package static func read(_ bytes: UnsafeRawBufferPointer) -> BriefProgress? {
         var scanner = JSONScanner(bytes)
         guard let brief = read(&scanner), scanner.isAtEnd else { return nil }
         return brief
@@ -302,7 +302,7 @@ public struct BriefProgress: Equatable, Sendable {
 
     /// A progress object at the scanner, or nil when it is not one the scanner reads exactly as the generated
     /// decoder would (which refuses unknown fields: the document allows none).
-    static func read(_ scanner: inout JSONScanner) -> BriefProgress? {
+    package static func read(_ scanner: inout JSONScanner) -> BriefProgress? {
         guard scanner.take(UInt8(ascii: "{")) else { return nil }
         var id: String?
         var receivedBytes: Int64?

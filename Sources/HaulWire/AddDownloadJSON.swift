@@ -10,13 +10,13 @@ import HaulAPI
 /// which answers it as the document says, with the error naming the field. So the fast path never decides an error.
 public enum AddDownloadJSON {
     /// A parsed body.
-    enum Body: Equatable {
+    package enum Body: Equatable {
         case one(Components.Schemas.AddDownload)
         case list([Components.Schemas.AddDownload])
     }
 
     /// The body in `bytes`, or nil when the generated route must read it.
-    static func parse(_ bytes: UnsafeRawBufferPointer) -> Body? {
+    package static func parse(_ bytes: UnsafeRawBufferPointer) -> Body? {
         var scanner = JSONScanner(bytes)
         let body: Body
         switch scanner.peek() {

@@ -6,9 +6,9 @@ import HaulCore
 /// Between the engine's values and the API's generated types.
 extension Components.Schemas.Download {
     /// The header names whose values the API never shows.
-    static let credentialHeaders: Set<String> = ["authorization", "cookie", "proxy-authorization"]
+    package static let credentialHeaders: Set<String> = ["authorization", "cookie", "proxy-authorization"]
 
-    init(_ download: DownloadSnapshot) {
+    package init(_ download: DownloadSnapshot) {
         let options = download.options
         var headers: [String: String] = [:]
         for header in options.headers {
@@ -52,21 +52,21 @@ extension Components.Schemas.Download {
 }
 
 extension Components.Schemas.DownloadError {
-    init(_ error: DownloadError) {
+    package init(_ error: DownloadError) {
         self.init(code: error.code.description, message: error.message, httpStatus: error.status)
     }
 }
 
 extension Components.Schemas.State {
-    init(_ state: DownloadState) {
+    package init(_ state: DownloadState) {
         self = Self(rawValue: state.rawValue) ?? .failed
     }
 
-    var engine: DownloadState { DownloadState(rawValue: rawValue) ?? .failed }
+    package var engine: DownloadState { DownloadState(rawValue: rawValue) ?? .failed }
 }
 
 extension Components.Schemas.Priority {
-    init(_ priority: DownloadPriority) {
+    package init(_ priority: DownloadPriority) {
         switch priority {
         case .high: self = .high
         case .normal: self = .normal
@@ -74,7 +74,7 @@ extension Components.Schemas.Priority {
         }
     }
 
-    var engine: DownloadPriority {
+    package var engine: DownloadPriority {
         switch self {
         case .high: .high
         case .normal: .normal
@@ -84,7 +84,7 @@ extension Components.Schemas.Priority {
 }
 
 extension Components.Schemas.Stats {
-    init(_ stats: DownloadStats) {
+    package init(_ stats: DownloadStats) {
         let counts = stats.counts
         self.init(
             bytesPerSecond: stats.bytesPerSecond.isFinite ? stats.bytesPerSecond : 0,
@@ -96,17 +96,8 @@ extension Components.Schemas.Stats {
     }
 }
 
-extension Components.Schemas.Settings {
-    init(_ settings: ManagerSettings, configuration: DaemonConfiguration) {
-        self.init(
-            maxConcurrentDownloads: settings.maxConcurrentDownloads, limitRate: settings.rateLimit,
-            connections: settings.connectionsPerDownload, downloadDir: configuration.downloadDirectory,
-            allowedDirs: configuration.allowedDirectories)
-    }
-}
-
 extension Components.Schemas.Progress {
-    init(_ progress: DownloadProgress) {
+    package init(_ progress: DownloadProgress) {
         self.init(
             id: progress.id.rawValue, receivedBytes: progress.receivedBytes, totalBytes: progress.totalBytes,
             bytesPerSecond: progress.bytesPerSecond.isFinite ? progress.bytesPerSecond : 0,

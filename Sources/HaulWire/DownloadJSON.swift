@@ -11,8 +11,8 @@ import HaulAPI
 /// and without the intermediate tree Foundation's `JSONEncoder` builds. Listing 20,000 downloads through
 /// `JSONEncoder` spent 40 % of the daemon's time in it, formatting dates through ICU, and held about 40 MiB for the
 /// tree; lists and the event stream are written with this instead.
-enum DownloadJSON {
-    static func append(_ download: Components.Schemas.Download, to out: inout [UInt8]) {
+package enum DownloadJSON {
+    package static func append(_ download: Components.Schemas.Download, to out: inout [UInt8]) {
         var object = ObjectWriter(&out)
         object.string("id", download.id, &out)
         object.string("url", download.url, &out)
@@ -82,7 +82,7 @@ enum DownloadJSON {
     }
 
     /// One download's JSON, on its own (reading one, adding one).
-    static func bytes(of snapshot: DownloadManager.Snapshot) -> [UInt8] {
+    package static func bytes(of snapshot: DownloadManager.Snapshot) -> [UInt8] {
         var bytes: [UInt8] = []
         bytes.reserveCapacity(1024)
         append(Components.Schemas.Download(snapshot), to: &bytes)
@@ -91,13 +91,13 @@ enum DownloadJSON {
 
     /// Whether an `Accept` value (nil: none sent) takes the JSON these answers are: the fast paths answer only
     /// those, and leave the rest to the generated routes' content negotiation.
-    static func isAccepted(_ accept: String?) -> Bool {
+    package static func isAccepted(_ accept: String?) -> Bool {
         accept.map { $0.contains("application/json") || $0.contains("*/*") } ?? true
     }
 
     /// A `progress` event's data, as the generated `Codable` conformance writes it (the most frequent event while
     /// downloads run; `JSONEncoder` spent tens of microseconds on each).
-    static func append(_ progress: Components.Schemas.Progress, to out: inout [UInt8]) {
+    package static func append(_ progress: Components.Schemas.Progress, to out: inout [UInt8]) {
         var object = ObjectWriter(&out)
         object.string("id", progress.id, &out)
         object.integer("receivedBytes", progress.receivedBytes, &out)
@@ -110,7 +110,7 @@ enum DownloadJSON {
 
     /// `{"downloads":[…],"nextCursor":…}` for the downloads of `ids`, fetched `batch` at a time with `fetch` and
     /// written in chunks of about `chunkSize` bytes: memory stays flat however long the list.
-    static func list<ID>(
+    package static func list<ID>(
         ids: [ID], nextCursor: String?, chunkSize: Int = 64 << 10, batch: Int = 256,
         fetch: ([ID]) async throws -> [Components.Schemas.Download],
         emit: ([UInt8]) async throws -> Void
@@ -144,60 +144,60 @@ enum DownloadJSON {
 
 /// One JSON object being written into `out`: keys in the order given, a field whose value is nil left out (as the
 /// generated encoder leaves it out).
-struct ObjectWriter {
+package struct ObjectWriter {
     private var isFirst = true
 
-    init(_ out: inout [UInt8]) {
+    package init(_ out: inout [UInt8]) {
         out.append(UInt8(ascii: "{"))
     }
 
-    mutating func key(_ name: String, _ out: inout [UInt8]) {
+    package mutating func key(_ name: String, _ out: inout [UInt8]) {
         if !isFirst { out.append(UInt8(ascii: ",")) }
         isFirst = false
         JSONText.appendString(name, to: &out)
         out.append(UInt8(ascii: ":"))
     }
 
-    mutating func string(_ name: String, _ value: String?, _ out: inout [UInt8]) {
+    package mutating func string(_ name: String, _ value: String?, _ out: inout [UInt8]) {
         guard let value else { return }
         key(name, &out)
         JSONText.appendString(value, to: &out)
     }
 
-    mutating func integer(_ name: String, _ value: Int64?, _ out: inout [UInt8]) {
+    package mutating func integer(_ name: String, _ value: Int64?, _ out: inout [UInt8]) {
         guard let value else { return }
         key(name, &out)
         JSONText.appendInteger(value, to: &out)
     }
 
-    mutating func number(_ name: String, _ value: Double?, _ out: inout [UInt8]) {
+    package mutating func number(_ name: String, _ value: Double?, _ out: inout [UInt8]) {
         guard let value else { return }
         key(name, &out)
         JSONText.appendNumber(value, to: &out)
     }
 
-    mutating func bool(_ name: String, _ value: Bool?, _ out: inout [UInt8]) {
+    package mutating func bool(_ name: String, _ value: Bool?, _ out: inout [UInt8]) {
         guard let value else { return }
         key(name, &out)
         out.append(contentsOf: (value ? "true" : "false").utf8)
     }
 
-    mutating func date(_ name: String, _ value: Date?, _ out: inout [UInt8]) {
+    package mutating func date(_ name: String, _ value: Date?, _ out: inout [UInt8]) {
         guard let value else { return }
         key(name, &out)
         JSONText.appendDate(value, to: &out)
     }
 
-    func close(_ out: inout [UInt8]) {
+    package func close(_ out: inout [UInt8]) {
         out.append(UInt8(ascii: "}"))
     }
 }
 
 /// JSON scalars, as Foundation's encoder writes them (RFC 8259 strings, ISO 8601 dates in UTC to the second).
-enum JSONText {
+package enum JSONText {
     private static let hex = Array("0123456789abcdef".utf8)
 
-    static func appendString(_ text: String, to out: inout [UInt8]) {
+    package static func appendString(_ text: String, to out: inout [UInt8]) {
         out.append(UInt8(ascii: "\""))
         // Most strings need no escape: copied whole, from the string's own storage when it has one.
         let copied = text.utf8.withContiguousStorageIfAvailable { bytes -> Bool in
@@ -230,7 +230,7 @@ enum JSONText {
 
     /// A finite number: integral values without a fraction (as `JSONEncoder` writes `2.0` as `2`), others in
     /// Swift's shortest round-trip form.
-    static func appendNumber(_ value: Double, to out: inout [UInt8]) {
+    package static func appendNumber(_ value: Double, to out: inout [UInt8]) {
         guard value.isFinite else {
             out.append(UInt8(ascii: "0"))
             return
@@ -243,7 +243,7 @@ enum JSONText {
     }
 
     /// An integer in decimal, written digit by digit (no `String` made for it).
-    static func appendInteger(_ value: Int64, to out: inout [UInt8]) {
+    package static func appendInteger(_ value: Int64, to out: inout [UInt8]) {
         if value < 0 { out.append(UInt8(ascii: "-")) }
         // The magnitude as unsigned, so that Int64.min has one.
         var magnitude = value.magnitude
@@ -264,7 +264,7 @@ enum JSONText {
     }
 
     /// `2026-11-23T01:08:05Z`: what the generated code's ISO 8601 transcoder writes.
-    static func appendDate(_ date: Date, to out: inout [UInt8]) {
+    package static func appendDate(_ date: Date, to out: inout [UInt8]) {
         var seconds = time_t(date.timeIntervalSince1970.rounded(.down))
         var parts = tm()
         gmtime_r(&seconds, &parts)
