@@ -80,6 +80,8 @@ extension APIError {
     static func from(_ error: any Error, body: ByteBuffer?) -> APIError {
         if let error = error as? APIError { return error }
         if let error = error as? DownloadError { return APIError(error) }
+        // HaulWire's codec reading what its fast reader declined (`APIWire`).
+        if let error = error as? DecodingError { return describe(error, body: body, query: nil) }
         if let error = error as? ServerError {
             if let inner = error.underlyingError as? APIError { return inner }
             if let inner = error.underlyingError as? DownloadError { return APIError(inner) }

@@ -27,63 +27,122 @@ public struct APIHandler: APIProtocol {
 
     // MARK: Downloads
 
-    public func listDownloads(_ input: Operations.ListDownloads.Input) async throws -> Operations.ListDownloads.Output {
-        let states = input.query.state.map { Set($0.map(\.engine)) }
+    /// The page of downloads a list asks for: the query checked, the downloads chosen. The operation's one
+    /// implementation: `APIWire` writes the page in chunks as it fetches it, `listDownloads` as the generated type.
+    func downloadsPage(states: [Components.Schemas.State]?, limit: Int?, cursor text: String?)
+        async throws(APIError) -> (ids: [DownloadID], nextCursor: String?)
+    {
+        if let states, states.isEmpty {
+            throw APIError.invalidField("state", "is empty; leave the parameter out for every state")
+        }
         var cursor: DownloadManager.QueueCursor?
-        if let text = input.query.cursor {
+        if let text {
             guard let parsed = DownloadManager.QueueCursor(text: text) else {
                 throw APIError.invalidField("cursor", "'\(text)' is not a cursor this API gave")
             }
             cursor = parsed
         }
-        if let limit = input.query.limit, !(1...1_000_000).contains(limit) {
+        if let limit, !(1...1_000_000).contains(limit) {
             throw APIError.invalidField("limit", "must be between 1 and 1000000")
         }
-        if let slot = ListBody.slot {
-            let page = await manager.page(in: states, after: cursor, limit: input.query.limit)
-            slot.hand(page.ids, nextCursor: page.next?.text, from: manager)
-            return .ok(.init(body: .json(.init(downloads: [], nextCursor: page.next?.text))))
-        }
-        let page = await manager.snapshots(in: states, after: cursor, limit: input.query.limit)
-        return .ok(
-            .init(
-                body: .json(
-                    .init(downloads: page.downloads.map(Components.Schemas.Download.init), nextCursor: page.next?.text)
-                )))
+        let page = await manager.page(in: states.map { Set($0.map(\.engine)) }, after: cursor, limit: limit)
+        return (page.ids, page.next?.text)
     }
 
-    public func addDownloads(_ input: Operations.AddDownloads.Input) async throws -> Operations.AddDownloads.Output {
-        guard case .json(let payload) = input.body else {
-            throw APIError(.unsupportedMediaType, "unsupportedMediaType", "send the body as application/json")
-        }
+    /// `downloadsPage` as the generated type, every download of the page in memory (the daemon's router serves the
+    /// operation through `APIWire`, which writes them as it fetches them).
+    public func listDownloads(_ input: Operations.ListDownloads.Input) async throws -> Operations.ListDownloads.Output {
+        let page = try await downloadsPage(
+            states: input.query.state, limit: input.query.limit, cursor: input.query.cursor)
+        let downloads = await manager.snapshots(ofExisting: page.ids).map(Components.Schemas.Download.init)
+        return .ok(.init(body: .json(.init(downloads: downloads, nextCursor: page.nextCursor))))
+    }
+
+    /// What an add did.
+    enum AddOutcome: Sendable {
+        /// One download, new or found, as it is now.
+        case one(DownloadManager.Added, DownloadSnapshot)
+        /// A list's downloads, in its order.
+        case list([DownloadID])
+    }
+
+    /// Adding one download or a list: every item checked, then all added in one transaction, and returned once the
+    /// store has them (a 201 means stored). The operation's one implementation: `APIWire` and `addDownloads` write
+    /// its outcome, each with its codec.
+    func add(_ payload: Operations.AddDownloads.Input.Body.JsonPayload) async throws(APIError) -> AddOutcome {
         try RawBody.rejectNulls()
-        let defaults = await manager.currentSettings()
+        let defaults = manager.settingsNow
         switch payload {
         case .AddDownload(let item):
             let request = try request(from: item, index: nil, defaults: defaults)
-            let added: DownloadManager.Added
-            do { added = try await manager.add([request])[0] } catch { throw APIError(error.error) }
-            let download = Components.Schemas.Download(try await manager.snapshot(added.id))
-            if added.isNew {
-                return .created(
-                    .init(headers: .init(location: "/api/v1/downloads/\(added.id)"), body: .json(download)))
+            let added: (added: DownloadManager.Added, download: DownloadSnapshot, commit: DownloadStore.Commit)
+            do {
+                added = try await manager.addOneDeferringCommit(request)
+                try await manager.committed(added.commit, rollingBack: [added.added])
+            } catch {
+                throw APIError(error)
             }
-            return .ok(.init(body: .json(.Download(download))))
-        case .case2(let items):
+            return .one(added.added, added.download)
+        case .case2(var items):
             var requests: [DownloadRequest] = []
             requests.reserveCapacity(items.count)
             for (index, item) in items.enumerated() {
                 requests.append(try request(from: item, index: index, defaults: defaults))
             }
+            // The parsed items are not needed any more: freed before the manager makes the records.
+            items = []
             let added: [DownloadManager.Added]
-            do { added = try await manager.add(requests) } catch {
+            let commit: DownloadStore.Commit
+            do { (added, commit) = try await manager.addDeferringCommit(requests) } catch {
                 throw APIError(error.error, index: error.index)
             }
-            if let slot = ListBody.slot {
-                slot.hand(added.map(\.id), nextCursor: nil, from: manager)
-                return .ok(.init(body: .json(.DownloadList(.init(downloads: [])))))
+            do { try await manager.committed(commit, rollingBack: added) } catch { throw APIError(error) }
+            return .list(added.map(\.id))
+        }
+    }
+
+    /// Whether a `Prefer` header asks for the ids alone (RFC 7240 `return=minimal`, among other preferences).
+    static func prefersMinimal(_ prefer: String?) -> Bool {
+        guard let prefer else { return false }
+        return prefer.split(separator: ",").contains { preference in
+            preference.split(separator: ";").first?.trimmingCharacters(in: .whitespaces).lowercased()
+                == "return=minimal"
+        }
+    }
+
+    /// `add` as the generated types (the daemon's router serves the operation through `APIWire`).
+    public func addDownloads(_ input: Operations.AddDownloads.Input) async throws -> Operations.AddDownloads.Output {
+        guard case .json(let payload) = input.body else {
+            throw APIError(.unsupportedMediaType, "unsupportedMediaType", "send the body as application/json")
+        }
+        let minimal = Self.prefersMinimal(input.headers.prefer)
+        let applied = minimal ? "return=minimal" : nil
+        switch try await add(payload) {
+        case .one(let added, let snapshot):
+            if added.isNew {
+                return .created(
+                    .init(
+                        headers: .init(location: "/api/v1/downloads/\(added.id)", preferenceApplied: applied),
+                        body: .json(
+                            minimal
+                                ? .AddedID(.init(id: added.id.rawValue))
+                                : .Download(Components.Schemas.Download(snapshot)))))
             }
-            let downloads = try await manager.snapshots(of: added.map(\.id)).map(Components.Schemas.Download.init)
+            return .ok(
+                .init(
+                    headers: .init(preferenceApplied: applied),
+                    body: .json(
+                        minimal
+                            ? .AddedID(.init(id: added.id.rawValue)) : .Download(Components.Schemas.Download(snapshot))
+                    )))
+        case .list(let ids):
+            if minimal {
+                return .ok(
+                    .init(
+                        headers: .init(preferenceApplied: applied),
+                        body: .json(.AddedIDs(.init(ids: ids.map(\.rawValue))))))
+            }
+            let downloads = await manager.snapshots(ofExisting: ids).map(Components.Schemas.Download.init)
             return .ok(.init(body: .json(.DownloadList(.init(downloads: downloads)))))
         }
     }
@@ -525,28 +584,6 @@ extension APIHandler {
             }
         }
         return true
-    }
-}
-
-/// The downloads of a list answer, handed from the handler to `ListBodyMiddleware` as ids, which it fetches a few
-/// hundred at a time and writes with `DownloadJSON`: the generated code's `JSONEncoder` builds a tree of the whole
-/// list first (40 % of the daemon's time and tens of MiB for 20,000 downloads), and holding 20,000 downloads at once
-/// took 16 MiB more. Outside that middleware (a handler called directly) the answer carries its downloads.
-enum ListBody {
-    /// Set by the middleware for the request it serves.
-    @TaskLocal static var slot: Slot?
-
-    final class Slot: @unchecked Sendable {
-        // Written by the handler and read by the middleware after it, in the same task.
-        private(set) var ids: [DownloadID]?
-        private(set) var nextCursor: String?
-        private(set) var manager: DownloadManager?
-
-        func hand(_ ids: [DownloadID], nextCursor: String?, from manager: DownloadManager) {
-            self.ids = ids
-            self.nextCursor = nextCursor
-            self.manager = manager
-        }
     }
 }
 

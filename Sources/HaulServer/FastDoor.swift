@@ -28,7 +28,7 @@ import Synchronization
 /// the two.
 public struct FastDoor: Sendable {
     let door: NetworkDoor
-    let api: APIHandler
+    let wire: APIWire
     /// Where the answering tasks run: the event loop that read the request, as every request of the daemon.
     let executor: (any TaskExecutor)?
     /// How many requests the fast path answered (the tests tell which path answered by it).
@@ -42,7 +42,7 @@ public struct FastDoor: Sendable {
     /// `executor`.
     public init(manager: DownloadManager, configuration: DaemonConfiguration, executor: (any TaskExecutor)? = nil) {
         door = NetworkDoor(names: configuration.hostNames, credentials: Credentials(token: configuration.token))
-        api = APIHandler(manager: manager, configuration: configuration, door: .network)
+        wire = APIWire(api: APIHandler(manager: manager, configuration: configuration, door: .network))
         self.executor = executor
     }
 
@@ -60,6 +60,7 @@ public struct FastDoor: Sendable {
     struct Answer: Sendable {
         var status: HTTPResponse.Status
         var location: String?
+        var preferenceApplied: String?
         var contentType: String
         var body: [UInt8]
     }
@@ -83,7 +84,7 @@ public struct FastDoor: Sendable {
             guard !id.isEmpty, !id.contains(UInt8(ascii: "/")), !id.contains(UInt8(ascii: "%")) else { return nil }
             route = .read(DownloadID(String(Substring(id))))
         case .post:
-            guard target == "/api/v1/downloads", let type = fields[.contentType], AddDownloadMiddleware.isJSON(type),
+            guard target == "/api/v1/downloads", let type = fields[.contentType], APIWire.isJSON(type),
                 let length = fields[.contentLength].flatMap(Int.init), (1...Self.bodyLimit).contains(length)
             else { return nil }
             route = .add
@@ -94,26 +95,48 @@ public struct FastDoor: Sendable {
         return route
     }
 
-    /// The answer to a request of `route` with `body`, or nil to hand it to the router.
-    func answer(_ route: Route, body: ByteBuffer?) async -> Answer? {
-        switch route {
-        case .read(let id):
-            guard let snapshot = try? await api.manager.snapshot(id) else { return nil }
-            return Answer(
-                status: .ok, contentType: "application/json; charset=utf-8", body: DownloadJSON.bytes(of: snapshot))
-        case .add:
-            guard let body, case .one(let item) = body.withUnsafeReadableBytes({ AddDownloadJSON.parse($0) }) else {
-                return nil
+    /// The answer to a request of `route` with `body`, through the operation's one implementation and HaulWire's
+    /// codec (`APIWire`, as the router's route); nil hands the request to the router: a body `AddDownloadJSON`
+    /// declines, which the router reads with the body middleware's checks.
+    func answer(_ route: Route, head: HTTPRequest, body: ByteBuffer?) async -> Answer? {
+        let fields = head.headerFields
+        let answer: APIWire.Answer
+        do {
+            switch route {
+            case .read(let id):
+                answer = try await wire.getDownload(id: id.rawValue, accept: fields[.accept])
+            case .add:
+                guard let body, let parsed = body.withUnsafeReadableBytes({ AddDownloadJSON.parse($0) }) else {
+                    return nil
+                }
+                let payload: Operations.AddDownloads.Input.Body.JsonPayload
+                switch consume parsed {
+                case .one(let item): payload = .AddDownload(item)
+                case .list(let items): payload = .case2(items)
+                }
+                answer = try await wire.addDownloads(payload, accept: fields[.accept], prefer: fields[.prefer])
             }
-            do {
-                let added = try await api.addOne(item, defaults: api.manager.settingsNow)
-                return Answer(
-                    status: added.status, location: added.location, contentType: "application/json; charset=utf-8",
-                    body: added.json)
-            } catch {
-                return Answer(status: error.status, contentType: "application/json", body: Array(error.body))
-            }
+        } catch {
+            return Answer(status: error.status, contentType: "application/json", body: Array(error.body))
         }
+        let bytes: [UInt8]
+        switch answer.body {
+        case .bytes(let written):
+            bytes = written
+        case .page(let ids, let nextCursor):
+            // The full answer to a list small enough for this path (its body is at most `bodyLimit`).
+            var written: [UInt8] = []
+            let manager = wire.api.manager
+            try? await DownloadJSON.list(ids: ids, nextCursor: nextCursor) { chunk in
+                await manager.snapshots(ofExisting: chunk).map(Components.Schemas.Download.init)
+            } emit: { chunk in
+                written += chunk
+            }
+            bytes = written
+        }
+        return Answer(
+            status: answer.status, location: answer.location, preferenceApplied: answer.preferenceApplied,
+            contentType: APIWire.Answer.contentType, body: bytes)
     }
 }
 
@@ -254,7 +277,7 @@ final class FastDoorHandler: ChannelDuplexHandler, RemovableChannelHandler {
         let loop = context.eventLoop
         let door = door
         Task(executorPreference: door.executor) {
-            let answer = await door.answer(route, body: body)
+            let answer = await door.answer(route, head: head, body: body)
             if loop.inEventLoop {
                 let (handler, context) = bound.value
                 handler.finish(answer, head: head, body: body, context: context)
@@ -284,6 +307,7 @@ final class FastDoorHandler: ChannelDuplexHandler, RemovableChannelHandler {
         fields.reserveCapacity(5)
         fields[.contentType] = answer.contentType
         if let location = answer.location { fields[.location] = location }
+        if let applied = answer.preferenceApplied { fields[.preferenceApplied] = applied }
         fields[.contentLength] = String(answer.body.count)
         fields[.date] = HTTPDateNow.value
         fields[.server] = "haul"

@@ -62,7 +62,9 @@ extension APIError {
 
     /// The answer for any error, with the request's body known (to tell a list from an object).
     static func from(any error: any Error, body: ByteBuffer?) -> APIError {
-        if error is APIError || error is DownloadError || error is ServerError { return from(error, body: body) }
+        if error is APIError || error is DownloadError || error is ServerError || error is DecodingError {
+            return from(error, body: body)
+        }
         return from(http: error)
     }
 }
@@ -289,13 +291,16 @@ public struct Credentials: Sendable {
 }
 
 /// The API's routes as the generated code registers them, recorded on their way to the router: which methods each
-/// path takes, so that another method gets 405 with `Allow` instead of 404.
+/// path takes, so that another method gets 405 with `Allow` instead of 404. The three operations `APIWire` serves
+/// are registered with its codec in place of the generated one; every other with the generated code.
 final class RouteTable: ServerTransport, @unchecked Sendable {
     private let router: Router<HaulRequestContext>
+    private let wire: APIWire
     private(set) var routes: [(template: [Substring], methods: Set<HTTPRequest.Method>)] = []
 
-    init(router: Router<HaulRequestContext>) {
+    init(router: Router<HaulRequestContext>, wire: APIWire) {
         self.router = router
+        self.wire = wire
     }
 
     func register(
@@ -312,6 +317,7 @@ final class RouteTable: ServerTransport, @unchecked Sendable {
         } else {
             routes.append((template, [method]))
         }
+        if wire.register(method, path, on: router) { return }
         try router.register(handler, method: method, path: path)
     }
 
@@ -348,67 +354,5 @@ struct MethodMiddleware: RouterMiddleware {
             response.headers[.allow] = methods.map(\.rawValue).sorted().joined(separator: ", ")
             return response
         }
-    }
-}
-
-/// Writes the downloads of a list answer (listing, adding a list) straight into the response in chunks, with
-/// `DownloadJSON`, in place of the empty list the generated code encoded (see `ListBody`).
-struct ListBodyMiddleware: RouterMiddleware {
-    typealias Context = HaulRequestContext
-
-    func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response)
-        async throws -> Response
-    {
-        guard request.uri.path == "/api/v1/downloads", request.method == .get || request.method == .post else {
-            return try await next(request, context)
-        }
-        // The generated parser reads an empty list (`state=`) as no filter; the document says a state is one of the
-        // names, so an empty one is refused as any other wrong name.
-        if request.method == .get, let query = request.uri.query, query.split(separator: "&").contains("state=") {
-            throw APIError.invalidField("state", "is empty; leave the parameter out for every state")
-        }
-        let slot = ListBody.Slot()
-        var response = try await ListBody.$slot.withValue(slot) { try await next(request, context) }
-        guard let ids = slot.ids, let manager = slot.manager, response.status == .ok else { return response }
-        let nextCursor = slot.nextCursor
-        response.headers[.contentLength] = nil
-        response.body = ResponseBody { writer in
-            try await DownloadJSON.list(ids: ids, nextCursor: nextCursor) { chunk in
-                // A download removed since the page was chosen is left out.
-                await manager.snapshots(ofExisting: chunk).map(Components.Schemas.Download.init)
-            } emit: { bytes in
-                try await writer.write(ByteBuffer(bytes: bytes))
-            }
-            try await writer.finish(nil)
-        }
-        return response
-    }
-}
-
-/// `GET /api/v1/downloads/{id}`, the most frequent read, answered here with `DownloadJSON` (the generated route's
-/// `JSONEncoder` was most of its time). Anything unusual (an `Accept` that does not take JSON, an unknown id) goes on
-/// to the generated route, which answers it as the document says.
-struct DownloadReadMiddleware: RouterMiddleware {
-    typealias Context = HaulRequestContext
-    let manager: DownloadManager
-
-    func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response)
-        async throws -> Response
-    {
-        let prefix = "/api/v1/downloads/"
-        let path = request.uri.path
-        guard request.method == .get, path.hasPrefix(prefix), request.uri.query == nil else {
-            return try await next(request, context)
-        }
-        let id = path.dropFirst(prefix.count)
-        guard !id.isEmpty, !id.contains("/"), !id.contains("%"),
-            DownloadJSON.isAccepted(request.headers[.accept]),
-            let snapshot = try? await manager.snapshot(DownloadID(String(id)))
-        else {
-            return try await next(request, context)
-        }
-        return Response(
-            status: .ok, headers: [.contentType: "application/json; charset=utf-8"],
-            body: .init(byteBuffer: ByteBuffer(bytes: DownloadJSON.bytes(of: snapshot))))
     }
 }

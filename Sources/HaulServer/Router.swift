@@ -34,13 +34,9 @@ public func buildRouter(
     case .socket:
         router.add(middleware: PeerMiddleware(peerUID: peerUID))
     }
-    let table = RouteTable(router: router)
     let handler = APIHandler(manager: manager, configuration: configuration, door: door)
-    // The most frequent read and write first, past as few layers as possible.
-    router.add(middleware: DownloadReadMiddleware(manager: manager))
-    router.add(middleware: AddDownloadMiddleware(handler: handler))
+    let table = RouteTable(router: router, wire: APIWire(api: handler))
     router.add(middleware: MethodMiddleware(table: table))
-    router.add(middleware: ListBodyMiddleware())
     router.add(middleware: BodyMiddleware())
     // Compact JSON with slashes as they are: listing 20,000 downloads pretty-printed doubled the bytes to write.
     try handler.registerHandlers(

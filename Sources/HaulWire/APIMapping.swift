@@ -105,3 +105,36 @@ extension Components.Schemas.Progress {
             connections: progress.connections)
     }
 }
+
+extension DownloadSnapshot {
+    /// The engine's view of a download the daemon described (the mirror of `Components.Schemas.Download(_:)`), for
+    /// the command line's output shared with `haul get`.
+    package init(_ download: Components.Schemas.Download) {
+        let options = download.options
+        self.init(
+            id: DownloadID(download.id), url: download.url, path: download.path, directory: download.directory,
+            state: DownloadState(rawValue: download.state.rawValue) ?? .failed,
+            priority: download.priority == .high ? .high : download.priority == .low ? .low : .normal,
+            position: download.position, receivedBytes: download.receivedBytes, totalBytes: download.totalBytes,
+            bytesPerSecond: download.bytesPerSecond, secondsRemaining: download.etaSeconds,
+            connections: download.connections,
+            segments: download.segments?.map { Segment(start: $0.start, end: $0.end, offset: $0.offset) },
+            after: download.after.map(DownloadID.init),
+            error: download.error.map {
+                DownloadError(
+                    DownloadError.Code(named: $0.code) ?? .invalidResponse, $0.message, status: $0.httpStatus)
+            },
+            isResumable: download.resumable, createdAt: download.createdAt, completedAt: download.completedAt,
+            options: DownloadOptions(
+                headers: options.headers.additionalProperties.map {
+                    DownloadOptions.Header(name: $0.key, value: $0.value)
+                },
+                userAgent: options.userAgent,
+                overwrite: options.overwrite, continuePartial: options.continuePartial,
+                idleTimeoutSeconds: options.timeoutSeconds, maximumAttemptsWithoutProgress: options.retries,
+                maxConnectionsPerDownload: options.connections, minimumSplitSize: options.minSplitSize),
+            rateLimit: download.limitRate,
+            origin: DownloadOrigin(rawValue: download.origin.rawValue) ?? .api,
+            sha256: download.sha256)
+    }
+}

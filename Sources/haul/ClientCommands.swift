@@ -60,8 +60,8 @@ extension HaulCommand {
                     url: url, output: output, directory: directory, continuePartial: `continue`, computesSHA256: false,
                     network: network, paused: paused, priority: Components.Schemas.Priority(rawValue: priority))
             }
-            let added = try await runOrExit { try await client.add(items) }
-            for download in added { print(download.id) }
+            let ids = try await runOrExit { try await client.addReturningIDs(items) }
+            for id in ids { print(id) }
         }
     }
 

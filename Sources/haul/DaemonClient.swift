@@ -38,7 +38,8 @@ struct DaemonClient: Sendable {
         api = Client(
             serverURL: baseURL,
             configuration: .init(dateTranscoder: APIDateTranscoder()),
-            transport: AsyncHTTPClientTransport(configuration: .init(client: http, timeout: .seconds(60))))
+            transport: AsyncHTTPClientTransport(configuration: .init(client: http, timeout: .seconds(60))),
+            middlewares: [ErrorAnswers()])
     }
 
     /// A client of the daemon at `server` (its URL, as `serve.json` holds it), sending `token`.
@@ -51,7 +52,7 @@ struct DaemonClient: Sendable {
             serverURL: baseURL,
             configuration: .init(dateTranscoder: APIDateTranscoder()),
             transport: AsyncHTTPClientTransport(configuration: .init(client: http, timeout: .seconds(60))),
-            middlewares: [BearerToken(token: token)])
+            middlewares: [ErrorAnswers(), BearerToken(token: token)])
     }
 
     func shutdown() async {
@@ -66,9 +67,31 @@ struct DaemonClient: Sendable {
     /// as the event stream is, not through the generated client: checking every field of 1000 answered downloads was
     /// 44 % of `haul add -i`'s CPU time (about 45 ms), and the commands use only what the brief form holds.
     func add(_ items: [Components.Schemas.AddDownload]) async throws -> [BriefDownload] {
+        let (status, body) = try await post(items, minimal: false)
+        do {
+            guard status == 200 else { throw ClientError(description: "the daemon answered \(status)") }
+            return try BriefSnapshot.decode(body, with: Self.briefDecoder).downloads
+        } catch {
+            throw ClientError(description: "the daemon's answer to adding downloads cannot be read: \(error)")
+        }
+    }
+
+    /// Adds `items` in one request as `add` does, and returns only their ids, in order (`Prefer: return=minimal`).
+    func addReturningIDs(_ items: [Components.Schemas.AddDownload]) async throws -> [String] {
+        let (status, body) = try await post(items, minimal: true)
+        guard status == 200, let answer = try? JSONDecoder().decode(Components.Schemas.AddedIDs.self, from: body)
+        else {
+            throw ClientError(description: "the daemon's answer to adding downloads cannot be read (\(status))")
+        }
+        return answer.ids
+    }
+
+    /// Posts a list of downloads to add, with HaulWire's codec; the status and body of a successful answer.
+    private func post(_ items: [Components.Schemas.AddDownload], minimal: Bool) async throws -> (Int, Data) {
         var request = HTTPClientRequest(url: baseURL.appendingPathComponent("downloads").absoluteString)
         request.method = .POST
         request.headers.add(name: "Content-Type", value: "application/json")
+        if minimal { request.headers.add(name: "Prefer", value: "return=minimal") }
         if let token { request.headers.add(name: "Authorization", value: "Bearer \(token)") }
         request.body = .bytes(try AddDownloadJSON.encode(items) ?? Array(JSONEncoder().encode(items)))
         let (status, body) = try await call { () async throws -> (Int, Data) in
@@ -78,17 +101,13 @@ struct DaemonClient: Sendable {
             let bytes = try await response.body.collect(upTo: 256 << 20)
             return (Int(response.status.code), Data(buffer: bytes))
         }
-        guard status == 200 else {
+        if status >= 400 {
             if let answer = try? JSONDecoder().decode(Components.Schemas.ErrorResponse.self, from: body) {
                 throw ClientError(description: answer.error.message, status: status, index: answer.error.index)
             }
             throw ClientError(description: "the daemon answered \(status)", status: status)
         }
-        do {
-            return try BriefSnapshot.decode(body, with: Self.briefDecoder).downloads
-        } catch {
-            throw ClientError(description: "the daemon's answer to adding downloads cannot be read: \(error)")
-        }
+        return (status, body)
     }
 
     private static let briefDecoder: JSONDecoder = {
@@ -173,7 +192,13 @@ struct DaemonClient: Sendable {
 
     /// Runs `body`, turning a failure to reach the daemon into a message that says so.
     private func call<T>(_ body: () async throws -> T) async throws -> T {
-        do { return try await body() } catch let error as ClientError { throw error } catch {
+        do { return try await body() } catch let error as ClientError { throw error } catch let error
+            as OpenAPIRuntime.ClientError
+        {
+            // The generated client wraps what a middleware throws: the daemon's own error answer (`ErrorAnswers`).
+            if let answer = error.underlyingError as? ClientError { throw answer }
+            throw ClientError(description: "cannot reach the daemon: \(Self.shorten("\(error.underlyingError)"))")
+        } catch {
             let underlying = (error as? ClientError)?.description ?? "\(error)"
             throw ClientError(description: "cannot reach the daemon: \(Self.shorten(underlying))")
         }
@@ -184,33 +209,30 @@ struct DaemonClient: Sendable {
         return text
     }
 
-    /// The daemon's error answer inside a generated output, as a `ClientError`.
+    /// An answer the generated output holds but the command did not expect (the daemon's errors are thrown by
+    /// `ErrorAnswers` before they get here).
     static func failure(_ output: Any) -> ClientError {
-        if let error = find(Components.Schemas.ErrorResponse.self, in: output) {
-            return ClientError(
-                description: error.error.message, status: status(of: output), index: error.error.index)
-        }
-        return ClientError(description: "the daemon answered \(status(of: output).map(String.init) ?? "unexpectedly")")
+        ClientError(description: "the daemon answered unexpectedly: \(output)")
     }
+}
 
-    private static func status(of output: Any) -> Int? {
-        let names: [String: Int] = [
-            "ok": 200, "created": 201, "noContent": 204, "badRequest": 400, "unauthorized": 401, "forbidden": 403,
-            "notFound": 404, "conflict": 409, "contentTooLarge": 413, "unsupportedMediaType": 415,
-        ]
-        guard let child = Mirror(reflecting: output).children.first else { return nil }
-        if child.label == "undocumented", let tuple = Mirror(reflecting: child.value).children.first?.value as? Int {
-            return tuple
+/// Turns every error answer of the daemon into a `ClientError` with its status and message (the document's
+/// `ErrorResponse`), so a call either returns what it asked for or throws what the daemon said.
+struct ErrorAnswers: ClientMiddleware {
+    func intercept(
+        _ request: HTTPRequest, body: HTTPBody?, baseURL: URL, operationID: String,
+        next: (HTTPRequest, HTTPBody?, URL) async throws -> (HTTPResponse, HTTPBody?)
+    ) async throws -> (HTTPResponse, HTTPBody?) {
+        let (response, answer) = try await next(request, body, baseURL)
+        guard response.status.kind == .clientError || response.status.kind == .serverError else {
+            return (response, answer)
         }
-        return child.label.flatMap { names[$0] }
-    }
-
-    private static func find<T>(_ type: T.Type, in value: Any) -> T? {
-        if let value = value as? T { return value }
-        for child in Mirror(reflecting: value).children {
-            if let found = find(type, in: child.value) { return found }
+        var bytes = Data()
+        if let answer { bytes = try await Data(collecting: answer, upTo: 1 << 20) }
+        guard let error = try? JSONDecoder().decode(Components.Schemas.ErrorResponse.self, from: bytes) else {
+            throw ClientError(description: "the daemon answered \(response.status.code)", status: response.status.code)
         }
-        return nil
+        throw ClientError(description: error.error.message, status: response.status.code, index: error.error.index)
     }
 }
 
@@ -225,38 +247,6 @@ struct BearerToken: ClientMiddleware {
         var request = request
         request.headerFields[.authorization] = "Bearer \(token)"
         return try await next(request, body, baseURL)
-    }
-}
-
-extension DownloadSnapshot {
-    /// The engine's view of a download the daemon described, for the terminal output shared with `haul get`.
-    init(_ download: Components.Schemas.Download) {
-        let options = download.options
-        self.init(
-            id: DownloadID(download.id), url: download.url, path: download.path, directory: download.directory,
-            state: DownloadState(rawValue: download.state.rawValue) ?? .failed,
-            priority: download.priority == .high ? .high : download.priority == .low ? .low : .normal,
-            position: download.position, receivedBytes: download.receivedBytes, totalBytes: download.totalBytes,
-            bytesPerSecond: download.bytesPerSecond, secondsRemaining: download.etaSeconds,
-            connections: download.connections,
-            segments: download.segments?.map { Segment(start: $0.start, end: $0.end, offset: $0.offset) },
-            after: download.after.map(DownloadID.init),
-            error: download.error.map {
-                DownloadError(
-                    DownloadError.Code(named: $0.code) ?? .invalidResponse, $0.message, status: $0.httpStatus)
-            },
-            isResumable: download.resumable, createdAt: download.createdAt, completedAt: download.completedAt,
-            options: DownloadOptions(
-                headers: options.headers.additionalProperties.map {
-                    DownloadOptions.Header(name: $0.key, value: $0.value)
-                },
-                userAgent: options.userAgent,
-                overwrite: options.overwrite, continuePartial: options.continuePartial,
-                idleTimeoutSeconds: options.timeoutSeconds, maximumAttemptsWithoutProgress: options.retries,
-                maxConnectionsPerDownload: options.connections, minimumSplitSize: options.minSplitSize),
-            rateLimit: download.limitRate,
-            origin: DownloadOrigin(rawValue: download.origin.rawValue) ?? .api,
-            sha256: download.sha256)
     }
 }
 

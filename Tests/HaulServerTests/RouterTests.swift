@@ -72,6 +72,42 @@ struct RouterTests {
         }
     }
 
+    @Test("Prefer: return=minimal answers ids only (one: 201 with Location, a list: in order), and says so")
+    func preferMinimal() async throws {
+        let h = try await ServerHarness.make()
+        try await h.application().test(.router) { client in
+            var headers = authorized
+            headers[.prefer] = "respond-async, return=minimal"
+            let one = try await client.execute(
+                uri: "/api/v1/downloads", method: .post, headers: headers,
+                body: json(#"{"url": "\#(h.server.url("/one"))", "paused": true}"#))
+            #expect(one.status == .created)
+            #expect(one.headers[.preferenceApplied] == "return=minimal")
+            let added = try body(Components.Schemas.AddedID.self, one)
+            #expect(one.headers[.location] == "/api/v1/downloads/\(added.id)")
+            #expect(String(buffer: one.body) == #"{"id":"\#(added.id)"}"#)
+            let items = (0..<3).map { index in #"{"url": "\#(h.server.url("/item\(index)"))", "paused": true}"# }
+            let list = try await client.execute(
+                uri: "/api/v1/downloads", method: .post, headers: headers,
+                body: json("[" + items.joined(separator: ",") + "]"))
+            #expect(list.status == .ok && list.headers[.preferenceApplied] == "return=minimal")
+            let ids = try body(Components.Schemas.AddedIDs.self, list).ids
+            var urls: [String] = []
+            for id in ids {
+                urls.append(
+                    try body(Components.Schemas.Download.self, try await client.get("/api/v1/downloads/\(id)")).url)
+            }
+            #expect(urls == (0..<3).map { h.server.url("/item\($0)").absoluteString }, "the ids in the list's order")
+            // Without the preference, or with another one: the downloads in full.
+            headers[.prefer] = "return=representation"
+            let full = try await client.execute(
+                uri: "/api/v1/downloads", method: .post, headers: headers,
+                body: json(#"{"url": "\#(h.server.url("/full"))", "paused": true}"#))
+            #expect(full.headers[.preferenceApplied] == nil)
+            #expect(try body(Components.Schemas.Download.self, full).url.hasSuffix("/full"))
+        }
+    }
+
     @Test("malformed JSON, an unknown field, a wrong type, a bad URL: 400 naming the problem; not JSON: 415")
     func badBodies() async throws {
         let h = try await ServerHarness.make()
