@@ -28,7 +28,7 @@ export SWIFT_BACKTRACE=enable=no
 mkdir -p "$out/lib" "$out/bin" "$out/found" "$out/crashes" "$out/logs"
 flags=(-sanitize=fuzzer,address -parse-as-library -O -use-ld=lld)
 
-sources=("$root"/Sources/HaulCore/*.swift)
+mapfile -t sources < <(find "$root/Sources/HaulCore" -name "*.swift" | sort)
 if [[ ! -f $out/lib/libHaulCore.a ]] || [[ -n $(find "${sources[@]}" -newer "$out/lib/libHaulCore.a") ]]; then
     echo "building HaulCore for fuzzing…"
     swiftc "${flags[@]}" -emit-library -static -emit-module -module-name HaulCore \

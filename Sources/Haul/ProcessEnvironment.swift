@@ -1,8 +1,8 @@
 import Foundation
 
 /// The process's environment variables, read once when first asked. `ProcessInfo.environment` builds a new
-/// dictionary of every variable on each call, and a download asked three times (its proxy, its `.netrc`'s `$HOME`,
-/// the connection ramp): 2 % of the daemon's time fetching 1000 small files. Like curl and aria2, which read their
+/// dictionary of every variable on each call, and a download asks three times (its proxy, its `.netrc`'s `$HOME`,
+/// the connection ramp). Like curl and aria2, which read their
 /// proxy variables at start, Haul does not see a variable changed while it runs.
 enum ProcessEnvironment {
     static let variables = ProcessInfo.processInfo.environment

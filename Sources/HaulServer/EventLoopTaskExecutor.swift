@@ -9,7 +9,7 @@ import NIOPosix
 /// pool, so every request crossed from the loop's thread to a pool thread and back, and every wait for the manager
 /// crossed again. With this as the task executor preference of the daemon's service group, the tasks of its
 /// connections (children of the server's task group) and the manager's actor, when they call it, run where the
-/// bytes are: adding 10,000 downloads one request at a time took about 10 % less time and 15 % less CPU. Downloads
+/// bytes are, with no hop between threads for each request. Downloads
 /// do not run here: the manager starts them as unstructured tasks, which do not inherit the preference.
 ///
 /// What runs here must not block for long, as on any event loop; a commit of the store (a few hundred microseconds)

@@ -195,7 +195,7 @@ public final class FaultServer: Sendable {
         stallHandler.withLock { $0 = handler }
     }
 
-    fileprivate func stalled(_ stall: Stall) {
+    func stalled(_ stall: Stall) {
         stallHandler.withLock { $0 }?(stall)
     }
 
@@ -208,7 +208,7 @@ public final class FaultServer: Sendable {
         for send in all { send() }
     }
 
-    fileprivate func hold(_ send: @escaping @Sendable () -> Void) {
+    func hold(_ send: @escaping @Sendable () -> Void) {
         held.withLock { $0.append(send) }
     }
 
@@ -220,7 +220,7 @@ public final class FaultServer: Sendable {
 
     // MARK: Serving
 
-    fileprivate func register(_ channel: any Channel) {
+    func register(_ channel: any Channel) {
         state.withLock { state in
             state.openChannels[ObjectIdentifier(channel)] = channel
             state.peakOpen = max(state.peakOpen, state.openChannels.count)
@@ -235,12 +235,12 @@ public final class FaultServer: Sendable {
         state.withLock { $0.peakOpen = $0.openChannels.count }
     }
 
-    fileprivate func unregister(_ channel: any Channel) {
+    func unregister(_ channel: any Channel) {
         _ = state.withLock { $0.openChannels.removeValue(forKey: ObjectIdentifier(channel)) }
     }
 
     /// What to write for a request: the raw bytes and what to do after.
-    fileprivate struct Answer {
+    struct Answer {
         var bytes: [UInt8]
         var after: After
         var bytesPerSecond: Int?
@@ -258,14 +258,14 @@ public final class FaultServer: Sendable {
     }
 
     /// A throttled answer ended after `bytes` bytes of its body went out (the client may close before the end).
-    fileprivate func recordWritten(_ logIndex: Int, bodyBytes: Int) {
+    func recordWritten(_ logIndex: Int, bodyBytes: Int) {
         state.withLock { state in
             guard state.log.indices.contains(logIndex) else { return }
             state.log[logIndex].bodyBytesSent = min(state.log[logIndex].bodyBytesSent, max(0, bodyBytes))
         }
     }
 
-    fileprivate func answer(path: String, headers: HTTPHeaders) -> Answer {
+    func answer(path: String, headers: HTTPHeaders) -> Answer {
         var recorded = RecordedRequest(
             path: path,
             headers: Dictionary(
@@ -501,106 +501,5 @@ public final class FaultServer: Sendable {
                 status: status, reason: reason, headers: headers + [("Content-Length", "\(slice.count)")],
                 body: Array(slice))
         }
-    }
-}
-
-/// Reads requests and writes the server's raw answers.
-private final class FaultHandler: ChannelInboundHandler {
-    typealias InboundIn = HTTPServerRequestPart
-    typealias OutboundOut = ByteBuffer
-
-    private let server: FaultServer
-    private var head: HTTPRequestHead?
-    private var stalled = false
-
-    init(server: FaultServer) { self.server = server }
-
-    func channelActive(context: ChannelHandlerContext) {
-        server.register(context.channel)
-        context.fireChannelActive()
-    }
-
-    func channelInactive(context: ChannelHandlerContext) {
-        server.unregister(context.channel)
-        context.fireChannelInactive()
-    }
-
-    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
-        switch unwrapInboundIn(data) {
-        case .head(let head): self.head = head
-        case .body: break
-        case .end:
-            guard let head, !stalled else { return }
-            self.head = nil
-            let path = String(head.uri.split(separator: "?", maxSplits: 1).first ?? "/")
-            let answer = server.answer(path: path, headers: head.headers)
-            let buffer = context.channel.allocator.buffer(bytes: answer.bytes)
-            if let rate = answer.bytesPerSecond, answer.after == .keepAlive || answer.after == .close {
-                stalled = true
-                writeThrottled(buffer, rate: rate, channel: context.channel) { [server] written in
-                    server.recordWritten(answer.logIndex, bodyBytes: written - answer.headLength)
-                }
-                return
-            }
-            switch answer.after {
-            case .keepAlive:
-                context.writeAndFlush(wrapOutboundOut(buffer), promise: nil)
-            case .close:
-                let channel = context.channel
-                context.writeAndFlush(wrapOutboundOut(buffer)).whenComplete { _ in channel.close(promise: nil) }
-            case .hold(let rest):
-                stalled = true
-                let stall = answer.stall
-                let channel = context.channel
-                context.writeAndFlush(wrapOutboundOut(buffer)).whenSuccess { [server] in
-                    // Held first, told after: a test that releases once told finds the answer held.
-                    server.hold {
-                        channel.eventLoop.execute {
-                            channel.writeAndFlush(channel.allocator.buffer(bytes: rest)).whenComplete { _ in
-                                channel.close(promise: nil)
-                            }
-                        }
-                    }
-                    if let stall { server.stalled(stall) }
-                }
-            case .stall:
-                stalled = true
-                let stall = answer.stall
-                if answer.bytes.isEmpty {
-                    if let stall { server.stalled(stall) }
-                } else {
-                    context.writeAndFlush(wrapOutboundOut(buffer)).whenSuccess { [server] in
-                        if let stall { server.stalled(stall) }
-                    }
-                }
-            }
-        }
-    }
-
-    /// Writes `buffer` in slices every 10 ms so that about `rate` bytes go out a second, then closes (one answer per
-    /// connection, cut or whole), and tells `ended` how many bytes went out before the end or the client's close.
-    private func writeThrottled(_ buffer: ByteBuffer, rate: Int, channel: any Channel, ended: @escaping (Int) -> Void) {
-        var remaining = buffer
-        var written = 0
-        let slice = max(1, rate / 100)
-        func next() {
-            guard channel.isActive, let piece = remaining.readSlice(length: min(slice, remaining.readableBytes)) else {
-                ended(written)
-                return
-            }
-            written += piece.readableBytes
-            channel.writeAndFlush(piece, promise: nil)
-            if remaining.readableBytes == 0 {
-                ended(written)
-                channel.close(promise: nil)
-                return
-            }
-            channel.eventLoop.scheduleTask(in: .milliseconds(10)) { next() }
-        }
-        next()
-    }
-
-    func errorCaught(context: ChannelHandlerContext, error: any Error) {
-        context.close(promise: nil)
     }
 }

@@ -3,7 +3,7 @@ import HaulCore
 import OpenAPIRuntime
 
 /// The API's dates, `2026-11-23T05:49:14Z`, written and read without Foundation's ISO 8601 formatter, which goes
-/// through ICU: reading the dates of the thousand downloads `haul add -i` gets back took 38 % of its time. Any other
+/// through ICU, which costs more than the rest of reading a download. Any other
 /// ISO 8601 form (fractions, offsets) is read by the generated code's own transcoder. Used by the daemon's generated
 /// routes and by the `haul` command's generated client.
 public struct APIDateTranscoder: DateTranscoder {

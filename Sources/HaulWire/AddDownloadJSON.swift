@@ -1,13 +1,13 @@
 import HaulAPI
 
-/// Reads the body of `POST /api/v1/downloads` (one `AddDownload` object, or a list of them) straight from its bytes,
-/// for the add fast path (`AddDownloadMiddleware`). Foundation's `JSONDecoder` behind the generated route builds a
-/// tree of the whole body first and was a fifth of the time of adding a list of 10,000.
+/// Reads the body of `POST /api/v1/downloads` (one `AddDownload` object, or a list of them) straight from its bytes:
+/// the codec of the add operation (`APIWire`). Foundation's `JSONDecoder` builds a tree of the whole body first, which
+/// for a list of thousands costs more than checking them.
 ///
 /// It reads only what it can read exactly as the generated decoder would: plain JSON with known fields of the right
 /// types. Anything else (a null, an unknown or repeated field, a number with a fraction where an integer belongs, a
-/// value of the wrong type, invalid UTF-8, malformed JSON) gives nil, and the request goes on to the generated route,
-/// which answers it as the document says, with the error naming the field. So the fast path never decides an error.
+/// value of the wrong type, invalid UTF-8, malformed JSON) gives nil, and the body is read by Foundation's decoder
+/// into the generated types, whose errors name the field. So this reader never decides an error.
 public enum AddDownloadJSON {
     /// A parsed body.
     package enum Body: Equatable {
@@ -44,8 +44,8 @@ public enum AddDownloadJSON {
 
     /// The body for a list of `items`, as the command line's `haul add` sends it: the fields that are set, in the
     /// order of the document; nil when an item sets a field this writer does not write (TLS, proxy, credentials,
-    /// cookies and any the document gains later), which `JSONEncoder` then writes. Foundation's `JSONEncoder` took
-    /// 6 ms for a list of 1000 plain URLs (a seventh of `haul add`'s CPU time), all of it before the request goes out.
+    /// cookies and any the document gains later), which `JSONEncoder` then writes. Foundation's `JSONEncoder` builds a
+    /// tree of the whole list before the request can go out.
     public static func encode(_ items: [Components.Schemas.AddDownload]) -> [UInt8]? {
         guard items.allSatisfy(isPlain) else { return nil }
         var out: [UInt8] = []

@@ -4,14 +4,13 @@ import HaulAPI
 import HaulCore
 
 /// The part of a download in the event stream (and in the answer to an add) that the command line's output uses.
-/// Events are read with this instead of the generated `Download` (which checks every field and refuses unknown ones):
-/// decoding every download's four events in full was nearly half of `haul watch`'s time. A reader that ignores the
-/// rest keeps working when the document adds fields.
+/// Events are read with this instead of the generated `Download` (which checks every field and refuses unknown ones),
+/// since every download sends several events. A reader that ignores the rest keeps working when the document adds
+/// fields.
 ///
 /// `read(_:)` reads it straight from the bytes with `JSONScanner`; Foundation's `JSONDecoder` (`decode(_:)`) is the
-/// fallback for anything the scanner does not take (escapes it refuses, deeper nesting). The `JSONDecoder` was a
-/// fifth of `haul watch --until-done`'s CPU time following 1000 small files, which on two cores is time taken from
-/// the downloads themselves.
+/// fallback for anything the scanner does not take (escapes it refuses, deeper nesting). Whatever `haul watch` spends
+/// reading events is taken from the downloads it follows on the same machine.
 public struct BriefDownload: Decodable, Equatable, Sendable {
     public struct Failure: Decodable, Equatable, Sendable {
         public var code: String

@@ -8,9 +8,8 @@ import HaulAPI
 
 /// Writes the API's `Download` as JSON straight into bytes: the same object the generated `Codable` conformance
 /// writes (a test decodes both with the generated decoder and compares them field by field), several times faster
-/// and without the intermediate tree Foundation's `JSONEncoder` builds. Listing 20,000 downloads through
-/// `JSONEncoder` spent 40 % of the daemon's time in it, formatting dates through ICU, and held about 40 MiB for the
-/// tree; lists and the event stream are written with this instead.
+/// and without the intermediate tree Foundation's `JSONEncoder` builds (which also formats dates through ICU): a list
+/// of tens of thousands is written in chunks as it is fetched, holding one chunk.
 package enum DownloadJSON {
     package static func append(_ download: Components.Schemas.Download, to out: inout [UInt8]) {
         var object = ObjectWriter(&out)

@@ -2,8 +2,7 @@ import Logging
 
 /// Log lines on standard error, as swift-log's `StreamLogHandler` writes them, with metadata formatted only when a
 /// line is written. `StreamLogHandler` formats its metadata each time a value is set, and Hummingbird sets a
-/// request id on every request's logger: 9 % of the daemon's time answering a read, for lines that are almost never
-/// written.
+/// request id on every request's logger, for lines that are almost never written.
 struct StandardErrorLogHandler: LogHandler {
     private var stream: StreamLogHandler
     var metadata: Logger.Metadata = [:]

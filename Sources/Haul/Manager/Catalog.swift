@@ -5,7 +5,7 @@ import Synchronization
 
 /// The records in memory with the indexes the manager keeps beside them.
 struct Catalog {
-    /// One record, held by reference: a dictionary of 20,000 records inline took 13 MiB, most of it empty buckets
+    /// One record, held by reference: a dictionary of records held inline spends most of its memory on empty buckets
     /// as large as a record.
     final class Box {
         var record: DownloadRecord

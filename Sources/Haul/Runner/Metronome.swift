@@ -3,9 +3,8 @@ import Synchronization
 /// One timer for all of a manager's running downloads: every `interval` of the injected clock it calls each
 /// subscriber's tick (a runner's machine then checks its idle timeouts, progress and checkpoints by time).
 ///
-/// A timer of each download's own cost a task, an armed timer and a wake-up to cancel it for every download; for
-/// 1000 files of 64 KiB, each done in a few milliseconds and so never ticked, that was a fifth of `haul get -j 16`'s
-/// CPU time: a median of 0.95 s with a timer each, 0.76 s with this one (five interleaved runs of the release build).
+/// A timer of each download's own cost a task, an armed timer and a wake-up to cancel it for every download, and a
+/// small file is done in a few milliseconds, before its timer ever fires.
 /// The timer's task starts with the first subscriber and is cancelled when the last one leaves, so an idle manager
 /// holds no task and no test clock has a sleeper left on it.
 final class Metronome: Sendable {

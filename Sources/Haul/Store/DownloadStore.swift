@@ -356,9 +356,8 @@ public struct DownloadStore: Sendable {
         fileprivate let sql: String
         fileprivate let arguments: StatementArguments
 
-        /// `UPDATE download SET` these columns, `updatedAt`, `WHERE id`: each kind's text is made once (a download
-        /// makes a few updates, and joining the column names for every one was about 2 % of the CPU of a thousand
-        /// small downloads). The values of each kind below are in its columns' order.
+        /// `UPDATE download SET` these columns, `updatedAt`, `WHERE id`: each kind's text is made once, not for each
+        /// of the few updates every download makes. The values of each kind below are in its columns' order.
         private static func statement(_ columns: [String]) -> String {
             "UPDATE download SET " + (columns.map { "\($0) = ?" } + ["updatedAt = ?"]).joined(separator: ", ")
                 + " WHERE id = ?"
@@ -453,9 +452,8 @@ public struct DownloadStore: Sendable {
     ///
     /// The store's own thread commits an update even when its caller waits for it (`startsAtOnce`), never the
     /// caller's thread: the callers are downloads on Swift's cooperative pool (two threads on two cores), and one of
-    /// them committing there held a thread of the pool through SQLite's write while the others' updates queued behind.
-    /// For 1000 small files (`haul get -j 16`, nine interleaved pairs of runs): 1033–1158 commits instead of
-    /// 1457–1591, median CPU 0.76 s instead of 0.80 s and wall time 0.47 s instead of 0.50 s (lower in seven pairs).
+    /// them committing there held a thread of the pool through SQLite's write while the others' updates queued behind,
+    /// and fewer updates shared each commit.
     @discardableResult
     public func submit(_ update: RowUpdate, awaited: Bool = false) -> Commit {
         Commit(

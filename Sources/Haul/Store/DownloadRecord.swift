@@ -183,8 +183,7 @@ extension DownloadRecord {
     ]
 
     /// Every column's value, in the order of `columnNames`. Arrays are stored as JSON text, as the `Codable`
-    /// decoding expects; dates as seconds since 1970 (GRDB reads both; formatting them as text went through ICU and
-    /// took 6 % of the time of adding a list).
+    /// decoding expects; dates as seconds since 1970 (GRDB reads both; formatting them as text goes through ICU).
     func columnValues() throws -> [DatabaseValue] {
         var values: [DatabaseValue] = []
         values.reserveCapacity(Self.columnNames.count)

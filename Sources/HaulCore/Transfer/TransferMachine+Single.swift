@@ -115,40 +115,13 @@ extension TransferMachine {
     /// The request or body of the one connection failed.
     mutating func singleFailed(_ id: ConnectionID, error: DownloadError, now: Duration, jitter: Double) -> [Action] {
         guard var connection = connections[id] else { return [] }
-        // A server that answered before and cannot be reached at all: the network is away. Wait for it, probing
-        // with backoff, without spending the retries (a host that never answered still fails after them).
-        if error.code == .connectionFailed, facts != nil {
-            networkWaits += 1
-            connection.phase = .waiting
-            connection.isFlowing = false
-            connections[id] = connection
-            let delay = settings.retryPolicy.backoff(failures: networkWaits, jitter: jitter)
-            return (networkWaits == 1 ? [.report(.waitingForNetwork(error))] : []) + [.wait(id, delay)]
-        }
-        guard error.isRetryable else { return fail(error) }
-        connection.phase = .waiting
+        // A server that answered before and cannot be reached at all waits for the network even when the error
+        // is not otherwise retried.
+        guard error.isRetryable || (error.code == .connectionFailed && facts != nil) else { return fail(error) }
         connection.isFlowing = false
-        if connection.progressed {
-            // A connection that brought bytes before it broke is resumed at once, where it stopped; the count of
-            // attempts without progress starts again.
-            connection.failures = 0
-            connection.progressed = false
-            connections[id] = connection
-            return resendSingle(id, now: now)
-        }
-        connection.failures += 1
-        connections[id] = connection
-        switch settings.retryPolicy.decide(failures: connection.failures, error: error, jitter: jitter) {
-        case .giveUp:
-            var final = error
-            final.isRetryable = false
-            let attempts = connection.failures
-            final.message =
-                "\(error.message) (gave up after \(attempts) attempt\(attempts == 1 ? "" : "s") without progress)"
-            return fail(final)
-        case .retry(let delay):
-            return [.report(.retrying(error, delay: delay, attempts: connection.failures)), .wait(id, delay)]
-        }
+        return retryAfterFailure(
+            id, connection, error: error, jitter: jitter, gaveUp: "gave up after", reportsAttempts: true
+        ) { machine in machine.resendSingle(id, now: now) }
     }
 
     /// Sends the one connection's next request: from the bytes held, with `If-Range` when the validator is strong,

@@ -46,12 +46,10 @@ struct EventStreamBody: AsyncSequence, Sendable {
                 return ArraySlice(": keep-alive\n\n".utf8)
             case .event(let event):
                 // The events queued behind it go in the same write, at most 256 in all (so a write stays under about
-                // 200 KB): following 1000 small files, the daemon's writev calls fell from 2,942 to 1,396 with 64. When
-                // fewer are queued, the write waits `gathering` for more: while many downloads run, events come every
-                // few hundred microseconds, and each write is a wake-up of the reader. With 5 ms and 64 events
-                // `haul watch` following 1000 small files switched threads about 450 times and used 43 ms of CPU; with
-                // 20 ms and 256, 290 times and 39 ms (medians of five). 20 ms is nothing to someone watching (a
-                // progress bar redraws every 100 ms). When no download is queued or running any more, nothing more is
+                // 200 KB). When fewer are queued, the write waits `gathering` for more: while many downloads run,
+                // events come every few hundred microseconds, and each write is a wake-up of the reader. 20 ms is
+                // nothing to someone watching (a progress bar redraws every 100 ms). When no download is queued or
+                // running any more, nothing more is
                 // coming: the event (the last download's completion, which `watch --until-done` waits for) goes at
                 // once.
                 var chunk = try frame(event)

@@ -5,9 +5,8 @@ import NIOPosix
 /// which has only as many threads as cores: an fsync that takes seconds on a busy disk must not stall every other
 /// task. Dispatch's global queues are as wide as the core count too, so a fixed NIO thread pool is used instead.
 enum Blocking {
-    /// As many threads as `haul get -j` runs downloads by default: their syncs wait on the disk, not the CPU, and
-    /// with fewer threads than downloads a burst of small files queues its `fsync`s (1000 files of 64 KiB, 16 at a
-    /// time: 0.82 s instead of 1.31 s with 8 threads, measured by bench/run.sh).
+    /// As many threads as `haul get -j` runs downloads at most in the benches: their syncs wait on the disk, not the
+    /// CPU, and with fewer threads than downloads a burst of small files queues its `fsync`s behind each other.
     private static let pool: NIOThreadPool = {
         let pool = NIOThreadPool(numberOfThreads: 16)
         pool.start()

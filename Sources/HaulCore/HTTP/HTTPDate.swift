@@ -36,8 +36,8 @@ public enum HTTPDate {
 
     /// The common form, IMF-fixdate exactly as RFC 9110 writes it (`Sun, 06 Nov 1994 08:49:37 GMT`), read from its
     /// bytes; nil for anything else, which `parse` then reads the general way (`parseAnyForm`, which gives the same
-    /// value for every text this accepts). Every response carries one or two dates: split into strings, they were
-    /// about 1 % of `haul get`'s CPU for 1000 small files.
+    /// value for every text this accepts). Every response carries one or two dates, and splitting each into strings
+    /// is most of what reading it costs.
     public static func parseFixdate(_ text: String) -> Int64? {
         var text = text
         return text.withUTF8 { bytes -> Int64? in

@@ -13,19 +13,19 @@ import Synchronization
     import Glibc
 #endif
 
-/// The two most frequent requests of the network door, answered below Hummingbird's request handling: reading one
-/// download (`GET /api/v1/downloads/{id}`) and adding one (`POST /api/v1/downloads` with one object).
+/// The network door's pipeline fast path for the two most frequent requests: reading one download
+/// (`GET /api/v1/downloads/{id}`) and adding (`POST /api/v1/downloads`). It is not a second implementation: it
+/// carries the request straight to the functions the router's route calls (`APIWire`, the operation's one handler and
+/// HaulWire's codec), past the router's layers.
 ///
 /// Through the router, a request crosses NIO's async channel, a task of its own, the router and its middleware, and
-/// the async response writer: a bare Hummingbird route answering a constant took 150 µs a request here, where aria2c
-/// answers a `tellStatus` in 90 µs. The `FastDoorHandler` sits in the channel's pipeline after HTTP decoding and takes
-/// a request only when it is plainly one of these two and passes the network door's checks (`NetworkDoor`: the same
-/// code as the middleware); it asks the manager, and writes the answer itself. Everything else goes on to the router
-/// unchanged, and so does any of these two the fast path cannot answer as the router would: a body the strict reader
-/// does not take, a list, an unknown id, a `Connection` header other than `keep-alive`, an `Expect` or `Upgrade` header, a body without
-/// `Content-Length`, a request the door refuses (the router answers its 401 or 403). The answers are the router's,
-/// byte for byte in the body, with the same `Content-Type`, `Location`, `Date` and `Server`; `FastDoorTests` compares
-/// the two.
+/// the async response writer, which costs more than the read itself. The `FastDoorHandler` sits in the channel's
+/// pipeline after HTTP decoding and takes a request only when it is plainly one of these two and passes the network
+/// door's checks (`NetworkDoor`: the same code as the middleware). Everything else goes on to the router unchanged,
+/// and so does an add whose body `AddDownloadJSON` declines (the router reads it with the body middleware's checks),
+/// a `Connection` header other than `keep-alive`, an `Expect` or `Upgrade` header, a body without `Content-Length`,
+/// and a request the door refuses (the router answers its 401 or 403). The answers are the router's, byte for byte in
+/// the body, with the same `Content-Type`, `Location`, `Date` and `Server`; `FastDoorTests` compares the two.
 public struct FastDoor: Sendable {
     let door: NetworkDoor
     let wire: APIWire

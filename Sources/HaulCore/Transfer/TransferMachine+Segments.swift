@@ -166,33 +166,11 @@ extension TransferMachine {
             connections[id] = nil
             return [.close(id)]
         }
-        if error.code == .connectionFailed, facts != nil {
-            // Alone, and the server answered before: the network is away.
-            networkWaits += 1
-            connection.phase = .waiting
-            connections[id] = connection
-            let delay = settings.retryPolicy.backoff(failures: networkWaits, jitter: jitter)
-            return (networkWaits == 1 ? [.report(.waitingForNetwork(error))] : []) + [.wait(id, delay)]
-        }
-        connection.phase = .waiting
-        if connection.progressed {
-            connection.failures = 0
-            connection.progressed = false
-            connections[id] = connection
-            return resendSegment(id, now: now)
-        }
-        connection.failures += 1
-        connections[id] = connection
-        switch settings.retryPolicy.decide(failures: connection.failures, error: error, jitter: jitter) {
-        case .giveUp:
-            var final = error
-            final.isRetryable = false
-            final.message =
-                "\(error.message) (one connection gave up after \(connection.failures) attempts without progress)"
-            return fail(final)
-        case .retry(let delay):
-            return [.report(.retrying(error, delay: delay, attempts: nil)), .wait(id, delay)]
-        }
+        // Otherwise as any connection's failure: wait for the network, resend, back off or give up.
+        return retryAfterFailure(
+            id, connection, error: error, jitter: jitter, gaveUp: "one connection gave up after",
+            reportsAttempts: false
+        ) { machine in machine.resendSegment(id, now: now) }
     }
 
     /// The ramp's look at the connections: add one, drop some, or hold.

@@ -100,7 +100,7 @@ final class DownloadRunner: Sendable {
     }
 
     /// Something that happened, for the loop.
-    private enum Event: Sendable {
+    enum Event: Sendable {
         case responded(Int, UInt64, TransportResponse)
         case failed(Int, UInt64, DownloadError)
         case bodyEnded(Int, UInt64)
@@ -168,7 +168,7 @@ final class DownloadRunner: Sendable {
 
     // MARK: The loop
 
-    private func loop() async throws -> RunOutcome {
+    func loop() async throws -> RunOutcome {
         let (events, continuation) = AsyncStream<Event>.makeStream()
         let ticks = environment.metronome.subscribe { continuation.yield(.tick) }
         defer {
@@ -201,7 +201,7 @@ final class DownloadRunner: Sendable {
 
     /// While the machine measures its connections' speeds (`wantsFastTicks`), ticks every millisecond besides the
     /// manager's shared ticks; the task ends by itself when the measuring does.
-    private func startFastTicksIfWanted(_ continuation: AsyncStream<Event>.Continuation) {
+    func startFastTicksIfWanted(_ continuation: AsyncStream<Event>.Continuation) {
         guard machine.withLock({ $0.wantsFastTicks }) else { return }
         state.withLock { state in
             guard state.fastTicker == nil else { return }
@@ -219,7 +219,7 @@ final class DownloadRunner: Sendable {
     }
 
     /// The machine's answer to `event` (stale events of a replaced connection are dropped).
-    private func handle(_ event: Event) -> [TransferMachine.Action] {
+    func handle(_ event: Event) -> [TransferMachine.Action] {
         let time = now()
         switch event {
         case .responded(let id, let generation, let response):
@@ -253,12 +253,12 @@ final class DownloadRunner: Sendable {
 
     func now() -> Duration { environment.idleClock.now() }
 
-    private func isCurrent(_ id: Int, _ generation: UInt64) -> Bool {
+    func isCurrent(_ id: Int, _ generation: UInt64) -> Bool {
         state.withLock { $0.generations[id] == generation }
     }
 
     /// A new generation for connection `id`: what its older tasks still report is stale from now on.
-    private func renew(_ id: Int) -> UInt64 {
+    func renew(_ id: Int) -> UInt64 {
         state.withLock { state in
             state.nextGeneration += 1
             state.generations[id] = state.nextGeneration
@@ -267,7 +267,7 @@ final class DownloadRunner: Sendable {
     }
 
     /// Performs one action; returns an outcome when the run ends with it.
-    private func perform(_ action: TransferMachine.Action, continuation: AsyncStream<Event>.Continuation)
+    func perform(_ action: TransferMachine.Action, continuation: AsyncStream<Event>.Continuation)
         async throws -> RunOutcome?
     {
         switch action {
@@ -366,7 +366,7 @@ final class DownloadRunner: Sendable {
     }
 
     /// Runs `work` as the task of connection `id` (generation `generation`); `writes` for a body's task.
-    private func start(
+    func start(
         _ id: Int, _ generation: UInt64, writes: Bool = false, _ work: @escaping @Sendable () async -> Void
     ) {
         let key = state.withLock { state in
@@ -381,7 +381,7 @@ final class DownloadRunner: Sendable {
     }
 
     /// Cancels connection `id`'s task; it is awaited before the next truncate or flush.
-    private func cancel(_ id: Int) {
+    func cancel(_ id: Int) {
         let task = state.withLock { state -> Task<Void, Never>? in
             guard let (key, task, writes) = state.tasks.removeValue(forKey: id) else { return nil }
             if writes { state.closing[key] = task }
@@ -390,7 +390,7 @@ final class DownloadRunner: Sendable {
         task?.cancel()
     }
 
-    private func cancelAll() {
+    func cancelAll() {
         let tasks = state.withLock { state in
             defer { state.tasks.removeAll() }
             return state.tasks.values.map(\.task)
@@ -400,7 +400,7 @@ final class DownloadRunner: Sendable {
     }
 
     /// Waits until the tasks of closed connections ended (a cancelled body stream ends at its next chunk).
-    private func awaitClosed() async {
+    func awaitClosed() async {
         let tasks = state.withLock { state in
             defer { state.closing.removeAll() }
             return Array(state.closing.values)
@@ -409,7 +409,7 @@ final class DownloadRunner: Sendable {
     }
 
     /// Waits until no connection writes any more (their tasks ended), and for the checkpoint in flight.
-    private func awaitConnections() async {
+    func awaitConnections() async {
         let tasks = state.withLock { state in
             defer {
                 state.tasks.removeAll()
@@ -426,7 +426,7 @@ final class DownloadRunner: Sendable {
 
     /// After a stop or a failure: every write of this run has ended, so after a sync the bytes written are
     /// durable, and the store gets them exactly.
-    private func flush(_ mark: TransferMachine.Checkpoint) async {
+    func flush(_ mark: TransferMachine.Checkpoint) async {
         guard let part, state.withLock({ $0.record.isPartVerified }) else { return }
         guard (try? await Blocking.run({ try part.syncData() })) != nil else { return }
         if let (_, intact) = await Self.tampering(of: part, with: mark) {
@@ -439,7 +439,7 @@ final class DownloadRunner: Sendable {
     /// What another program did to the part file behind Haul's back, checked after a sync against the bytes `mark`
     /// counts: deleted (or replaced), or cut short. Nil when every byte is there. Returns the error to stop with and
     /// the mark of what is left: nothing of a deleted file, each range up to its first missing byte of a cut one.
-    private static func tampering(of part: PartFile, with mark: TransferMachine.Checkpoint) async -> (
+    static func tampering(of part: PartFile, with mark: TransferMachine.Checkpoint) async -> (
         DownloadError, intact: TransferMachine.Checkpoint?
     )? {
         let found = try? await Blocking.run { checkTampering(of: part, with: mark) }
@@ -497,7 +497,7 @@ final class DownloadRunner: Sendable {
         try await store(intact)
     }
 
-    private func stop() async throws -> RunOutcome {
+    func stop() async throws -> RunOutcome {
         let actions = machine.withLock { $0.stop() }
         for action in actions {
             switch action {
@@ -511,215 +511,5 @@ final class DownloadRunner: Sendable {
             }
         }
         return .stopped
-    }
-
-    // MARK: Bodies
-
-    /// Streams an accepted answer into the part file, as the machine grants each chunk.
-    private func stream(
-        _ id: Int, _ generation: UInt64, response: TransportResponse, body: TransferMachine.Body,
-        continuation: AsyncStream<Event>.Continuation
-    ) async {
-        guard let part else {
-            continuation.yield(.failed(id, generation, DownloadError(.fileSystem, "no part file for \(source)")))
-            return
-        }
-        var writeback = WritebackStarter(part: part, from: body.start)
-        let limiters = environment.limiters
-        let clock = environment.clock
-        do {
-            for try await chunk in response.body {
-                let count = chunk.readableBytes
-                let grant = machine.withLock { $0.claim(id, count: count) }
-                var index = chunk.readerIndex
-                if grant.compare > 0 {
-                    let held = try part.read(count: grant.compare, at: grant.offset)
-                    guard let received = chunk.getBytes(at: index, length: grant.compare), held == received else {
-                        continuation.yield(.overlapDiffered(id, generation))
-                        return
-                    }
-                    index += grant.compare
-                }
-                if grant.write > 0, let slice = chunk.getSlice(at: index, length: grant.write) {
-                    try part.write(slice, at: grant.offset + Int64(grant.compare))
-                    writeback.wrote(upTo: grant.offset + Int64(grant.compare + grant.write))
-                }
-                let actions = machine.withLock { $0.wrote(id, now: environment.idleClock.now()) }
-                if !actions.isEmpty { continuation.yield(.actions(actions)) }
-                if grant.overrun {
-                    let error = DownloadError(
-                        .bodyTooLong, "server sent more than it announced; not saving the excess", isRetryable: true)
-                    continuation.yield(.failed(id, generation, error))
-                    return
-                }
-                if grant.stop {
-                    continuation.yield(.bodyEnded(id, generation))
-                    return
-                }
-                for limiter in limiters {
-                    try await limiter.acquire(count, clock: clock) { machine.withLock { $0.touch(id) } }
-                }
-            }
-            continuation.yield(.bodyEnded(id, generation))
-        } catch {
-            if Task.isCancelled || error is CancellationError { return }
-            if let error = error as? DownloadError, !error.isRetryable || error.code == .diskFull {
-                continuation.yield(.failed(id, generation, error))
-                return
-            }
-            let host = response.finalURL.host ?? source
-            var failure = LiveTransport.classify(error, connecting: false).error(host: host)
-            if failure.code != .tls { failure.isRetryable = true }
-            failure.message += " while the file was arriving"
-            environment.logger.debug("\(source): \(String(describing: error))")
-            continuation.yield(.failed(id, generation, failure))
-        }
-    }
-
-    // MARK: Part file and store
-
-    /// Syncs the part file, then has the manager store the mark, off the loop; the machine hears when it is done.
-    private func startCheckpoint(_ mark: TransferMachine.Checkpoint, continuation: AsyncStream<Event>.Continuation) {
-        guard let part else {
-            continuation.yield(.checkpointed(mark))
-            return
-        }
-        let task = Task { [self] in
-            do {
-                try await Blocking.run { try part.syncData() }
-                // The failure that follows stores what is left (`flush`).
-                if let (problem, _) = await Self.tampering(of: part, with: mark) { throw problem }
-                try await store(mark)
-                continuation.yield(.checkpointed(mark))
-            } catch {
-                continuation.yield(
-                    .checkpointFailed((error as? DownloadError) ?? DownloadError(.fileSystem, "\(error)")))
-            }
-        }
-        state.withLock { $0.checkpoint = task }
-    }
-
-    /// Has the manager store a checkpoint's mark (after the sync that makes it true), and waits for the commit: off
-    /// the loop, so it costs the transfer nothing, and a store that cannot write (a full disk) stops the download
-    /// instead of letting it run on with nothing recorded.
-    private func store(_ mark: TransferMachine.Checkpoint) async throws(DownloadError) {
-        try await saveTransfer(waiting: true) { record in
-            switch mark {
-            case .offset(let offset):
-                record.durableOffset = offset
-                record.segments = nil
-            case .segments(let segments, let bytes):
-                record.segments = segments
-                record.durableOffset = bytes
-            }
-        }
-    }
-
-    /// Changes the runner's record and has the manager store what changed of the transfer; with `waiting`, returns
-    /// once it is committed.
-    func saveTransfer(waiting: Bool = false, _ change: (inout DownloadRecord) -> Void)
-        async throws(DownloadError)
-    {
-        let updated = state.withLock { state in
-            change(&state.record)
-            if let facts = machine.withLock({ $0.remoteFacts }) { state.record.remoteFacts = facts }
-            return state.record
-        }
-        let commit = try await environment.report(.transfer(updated, waiting: waiting))
-        if waiting, let commit { try await environment.committed(commit) }
-    }
-
-    func tellManager(_ report: RunnerReport) async throws(DownloadError) {
-        _ = try await environment.report(report)
-    }
-
-    /// Lowers the stored offset first (it never exceeds the bytes on disk), forgets the segments and, when asked,
-    /// what was known of the remote file, then truncates.
-    func truncate(to length: Int64, forgetting: Bool) async throws {
-        // A checkpoint in flight ends first: its mark, stored after the offset is lowered, would count bytes the
-        // truncate removes (and its look at the part file would take the truncate for someone else's).
-        await state.withLock { $0.checkpoint }?.value
-        try await saveTransfer { record in
-            record.durableOffset = min(record.durableOffset, length)
-            record.segments = nil
-            record.isPartVerified = true
-            if forgetting {
-                record.etag = nil
-                record.lastModified = nil
-                record.isLastModifiedStrong = false
-                record.isResumable = nil
-                record.totalLength = nil
-            }
-        }
-        // A closed connection may be inside a write: it lands before the truncate, never after it.
-        await awaitClosed()
-        try part?.truncate(to: length)
-    }
-
-    private func tell(_ report: TransferMachine.Report) async throws {
-        switch report {
-        case .factsLearned(let facts):
-            // Stored with the next write of the transfer (when its body starts, or before the rename).
-            state.withLock { $0.record.remoteFacts = facts }
-        case .restarted(let reason):
-            environment.logger.notice("\(source): \(reason)")
-            try await tellManager(.restarted(reason))
-        case .retrying(let error, let delay, let attempts):
-            environment.logger.info("\(source): \(error.message); retrying in \(delay)")
-            try await tellManager(.retrying(error, delay: delay, attempts: attempts))
-        case .waitingForNetwork(let error):
-            environment.logger.info("\(source): \(error.message); waiting for the network")
-            try await tellManager(.waitingForNetwork(error))
-        case .networkReturned:
-            try await tellManager(.networkReturned)
-        case .connections(let count):
-            try await tellManager(.connections(count))
-        }
-    }
-
-    // MARK: Requests
-
-    private func url() throws -> URL {
-        // Always the URL the user gave: redirect targets are often short-lived signed URLs. Haul follows redirects
-        // itself, so the Range still reaches the final target.
-        guard let url = URL(string: source) else {
-            throw DownloadError(.invalidURL, "the stored URL '\(source)' cannot be parsed")
-        }
-        return url
-    }
-
-    private func connectionError(_ error: any Error) -> DownloadError {
-        if let error = error as? DownloadError { return error }
-        if error is CancellationError { return DownloadError(.cancelled, "request cancelled") }
-        return DownloadError(.connectionLost, "request to \(source) failed", underlying: error)
-    }
-
-    private func headers(for request: RangeRequest) -> [(name: String, value: String)] {
-        Self.headers(
-            options: options, defaultUserAgent: environment.settings.userAgent, range: request.rangeHeader,
-            ifRange: request.ifRange)
-    }
-
-    /// The request headers: the user's, with Haul's own `Range`, `If-Range` and `Accept-Encoding: identity`.
-    static func headers(options: DownloadOptions, defaultUserAgent: String, range: String?, ifRange: String?)
-        -> [(name: String, value: String)]
-    {
-        var headers: [(name: String, value: String)] = [
-            ("User-Agent", options.userAgent ?? defaultUserAgent),
-            ("Accept-Encoding", "identity"),
-            ("Accept", "*/*"),
-        ]
-        for header in options.headers {
-            headers.removeAll { $0.name.caseInsensitiveCompare(header.name) == .orderedSame }
-            headers.append((header.name, header.value))
-        }
-        // Haul owns these: a user header must not break the resume logic.
-        headers.removeAll { ["range", "if-range"].contains($0.name.lowercased()) }
-        headers.append(("Accept-Encoding", "identity"))
-        headers.removeAll { $0.name.lowercased() == "accept-encoding" && $0.value != "identity" }
-        if let range { headers.append(("Range", range)) }
-        if let ifRange { headers.append(("If-Range", ifRange)) }
-        var seen = Set<String>()
-        return headers.filter { seen.insert($0.name.lowercased()).inserted }
     }
 }

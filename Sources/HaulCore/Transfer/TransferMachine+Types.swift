@@ -1,0 +1,193 @@
+extension TransferMachine {
+    /// What the machine works with.
+    public struct Settings: Sendable, Equatable {
+        /// The most connections (1: exactly one).
+        public var maxConnections: Int
+        /// No segment smaller than this is started by splitting.
+        public var minimumSplitSize: Int64
+        /// Bytes before the resume point fetched again and compared when no strong validator exists.
+        public var overlapLength: Int64
+        /// Backoff and the bound on attempts without progress (per connection).
+        public var retryPolicy: RetryPolicy
+        /// A connection that brings nothing for this long is abandoned.
+        public var idleTimeout: Duration
+        /// Checkpoint after this many bytes...
+        public var checkpointBytes: Int64
+        /// ...or after this long with bytes to checkpoint.
+        public var checkpointInterval: Duration
+        /// At most one progress report this often.
+        public var progressInterval: Duration
+        /// How long the connection ramp measures before judging.
+        public var rampWindow: Duration
+        /// A checksum is checked at the end: a mismatch after a resumed download fetches it whole once.
+        public var verifiesChecksum: Bool
+
+        /// Settings with DESIGN.md's defaults where not given.
+        public init(
+            maxConnections: Int = 4,
+            minimumSplitSize: Int64 = 4 << 20,
+            overlapLength: Int64 = 64 << 10,
+            retryPolicy: RetryPolicy = RetryPolicy(),
+            idleTimeout: Duration = .seconds(30),
+            checkpointBytes: Int64 = 16 << 20,
+            checkpointInterval: Duration = .seconds(1),
+            progressInterval: Duration = .milliseconds(100),
+            rampWindow: Duration = .milliseconds(100),
+            verifiesChecksum: Bool = false
+        ) {
+            self.maxConnections = max(1, maxConnections)
+            self.minimumSplitSize = max(1, minimumSplitSize)
+            self.overlapLength = overlapLength
+            self.retryPolicy = retryPolicy
+            self.idleTimeout = idleTimeout
+            self.checkpointBytes = checkpointBytes
+            self.checkpointInterval = checkpointInterval
+            self.progressInterval = progressInterval
+            self.rampWindow = rampWindow
+            self.verifiesChecksum = verifiesChecksum
+        }
+    }
+
+    /// What the runner found before the first request.
+    public struct Start: Sendable, Equatable {
+        /// The part file's length; nil when there is none (a folder download before its name, or deleted).
+        public var partLength: Int64?
+        /// The stored durable offset.
+        public var durableOffset: Int64
+        /// The stored segment map of a download split over several connections.
+        public var segments: [Segment]?
+        /// Whether the part file's bytes were written by Haul for this download (false: compared before trusted).
+        public var isPartVerified: Bool
+        /// What is known of the remote file.
+        public var facts: RemoteFacts?
+
+        /// Makes a start.
+        public init(
+            partLength: Int64?, durableOffset: Int64, segments: [Segment]? = nil, isPartVerified: Bool,
+            facts: RemoteFacts?
+        ) {
+            self.partLength = partLength
+            self.durableOffset = durableOffset
+            self.segments = segments
+            self.isPartVerified = isPartVerified
+            self.facts = facts
+        }
+    }
+
+    /// How to take the body of an accepted answer.
+    public struct Body: Sendable, Equatable {
+        /// Where its first byte belongs in the file.
+        public var start: Int64
+        /// Bytes before this are compared with the part file, not written.
+        public var compareUntil: Int64
+        /// One past the last byte it carries, when announced.
+        public var end: Int64?
+
+        /// Makes a body plan.
+        public init(start: Int64, compareUntil: Int64, end: Int64?) {
+            self.start = start
+            self.compareUntil = compareUntil
+            self.end = end
+        }
+    }
+
+    /// What a checkpoint stores once the part file is synced.
+    public enum Checkpoint: Sendable, Equatable {
+        /// One connection: the bytes before this offset.
+        case offset(Int64)
+        /// Several: each segment with the bytes before its offset, and their sum.
+        case segments([Segment], bytes: Int64)
+    }
+
+    /// What the runner tells the download's manager.
+    public enum Report: Sendable, Equatable {
+        /// An answer told what the remote file is (to store, with the part file's state).
+        case factsLearned(RemoteFacts)
+        /// The download starts again from 0: a restart, not a failure.
+        case restarted(reason: String)
+        /// A retryable error; the connection waits `delay` (nil attempts: one connection of several).
+        case retrying(DownloadError, delay: Duration, attempts: Int?)
+        /// The server cannot be reached; the download waits for the network.
+        case waitingForNetwork(DownloadError)
+        /// It answers again.
+        case networkReturned
+        /// Connections open now.
+        case connections(Int)
+    }
+
+    /// Progress, as the machine counts it.
+    public struct Progress: Sendable, Equatable {
+        /// Bytes held (written by this run and earlier ones).
+        public var receivedBytes: Int64
+        /// The file's length, when known.
+        public var totalBytes: Int64?
+        /// Speed over the last few seconds.
+        public var bytesPerSecond: Double
+        /// Time left at that speed, when the length is known.
+        public var secondsRemaining: Double?
+        /// Connections open.
+        public var connections: Int
+    }
+
+    /// What the runner does.
+    public enum Action: Sendable, Equatable {
+        /// Send this request on this connection (opening it).
+        case send(ConnectionID, RangeRequest)
+        /// Take this answer's body: claim, compare or write, report each chunk.
+        case stream(ConnectionID, Body)
+        /// Drop this answer without reading its body.
+        case discard(ConnectionID)
+        /// Stop this connection (its body, its wait) and close it.
+        case close(ConnectionID)
+        /// Empty the part file from `to` on: lower the stored offset first (and forget segments and facts when
+        /// `forgetting`), then truncate.
+        case truncate(to: Int64, forgetting: Bool)
+        /// Sync the part file, then store the mark; tell `checkpointed` or `checkpointFailed`.
+        case checkpoint(Checkpoint)
+        /// Wait this long, then tell `waitEnded`.
+        case wait(ConnectionID, Duration)
+        /// Tell the manager.
+        case report(Report)
+        /// Publish progress.
+        case progress(Progress)
+        /// Every byte is held: verify the `total` bytes and move them into place; tell `finalized`.
+        case finalize(total: Int64)
+        /// The download fails with this error.
+        case fail(DownloadError)
+        /// Stopped on request: every connection is closed; sync and store the written bytes, then end. The mark is
+        /// as of the stop: once the closed connections' writes have ended, `checkpointMark` also counts the chunks
+        /// they were granted before it and wrote after.
+        case stopped(Checkpoint)
+    }
+
+    /// What a chunk of a body may do, from `claim`.
+    public struct Grant: Sendable, Equatable {
+        /// Where the chunk's first byte belongs.
+        public var offset: Int64
+        /// Its first bytes that are compared with the part file.
+        public var compare: Int
+        /// The bytes after those that are written.
+        public var write: Int
+        /// Read no further on this connection after this chunk (its range is done, or it is asked to close).
+        public var stop: Bool
+        /// The answer sent more than it announced: the excess is not written, and the connection fails.
+        public var overrun: Bool
+
+        /// Makes a grant.
+        public init(offset: Int64, compare: Int, write: Int, stop: Bool, overrun: Bool) {
+            self.offset = offset
+            self.compare = compare
+            self.write = write
+            self.stop = stop
+            self.overrun = overrun
+        }
+    }
+
+    /// How the end of a download went, from the runner's verification.
+    public enum FinalizeOutcome: Sendable, Equatable {
+        /// Verified and in place.
+        case completed
+        /// The checksum did not match (the error says how).
+        case checksumMismatch(DownloadError)
+    }
+}

@@ -1,0 +1,222 @@
+import Foundation
+import HTTPTypes
+import Haul
+import HaulAPI
+import HaulCore
+import HaulWire
+import NIOCore
+import NIOFoundationCompat
+import OpenAPIRuntime
+import ServiceLifecycle
+
+extension APIHandler {
+    /// The engine's request for one item of an add, every field checked; errors name the item and the field.
+    func request(from item: Components.Schemas.AddDownload, index: Int?, defaults: ManagerSettings)
+        throws(APIError) -> DownloadRequest
+    {
+        guard Self.isAcceptedURL(item.url), let url = URL(string: item.url), url.host?.isEmpty == false else {
+            throw .invalidField(
+                "url", "'\(item.url)' is not an http, https or ftp URL (ASCII host; percent-encode the rest)",
+                index: index)
+        }
+        let connections = item.connections ?? defaults.connectionsPerDownload
+        guard (1...DownloadOptions.connectionLimit).contains(connections) else {
+            throw .invalidField(
+                "connections", "must be between 1 and \(DownloadOptions.connectionLimit), not \(connections)",
+                index: index)
+        }
+        let minSplitSize = item.minSplitSize ?? DownloadOptions.defaultMinimumSplitSize
+        guard minSplitSize >= 1 << 20 else {
+            throw .invalidField("minSplitSize", "must be at least 1048576 (1 MiB), not \(minSplitSize)", index: index)
+        }
+        if let limit = item.limitRate, limit < 1 {
+            throw .invalidField("limitRate", "must be a positive number of bytes a second", index: index)
+        }
+        if let timeout = item.timeoutSeconds, !(timeout > 0 && timeout.isFinite) {
+            throw .invalidField("timeoutSeconds", "must be a positive number of seconds", index: index)
+        }
+        if let timeout = item.timeoutSeconds, timeout > 604_800 {
+            throw .invalidField("timeoutSeconds", "must be at most 604800 (a week)", index: index)
+        }
+        if let retries = item.retries, !(0...1_000_000).contains(retries) {
+            throw .invalidField("retries", "must be between 0 and 1000000", index: index)
+        }
+        if let userAgent = item.userAgent, !DownloadOptions.Header.isValidValue(userAgent) {
+            throw .invalidField("userAgent", "has a line break or another control character", index: index)
+        }
+        for (field, value) in [("directory", item.directory), ("filename", item.filename)] {
+            if let value, value.utf8.count > 4096 {
+                throw .invalidField(field, "is longer than 4096 bytes", index: index)
+            }
+        }
+        var checksum: Checksum?
+        if let text = item.checksum {
+            do { checksum = try Checksum(parsing: text) } catch {
+                throw .invalidField("checksum", error.message, index: index)
+            }
+        }
+        var headers: [DownloadOptions.Header] = []
+        for (name, value) in (item.headers?.additionalProperties ?? [:]).sorted(by: { $0.key < $1.key }) {
+            do { headers.append(try DownloadOptions.Header(parsing: "\(name): \(value)")) } catch {
+                throw .invalidField("headers", error.message, index: index)
+            }
+        }
+        if let filename = item.filename, filename.isEmpty {
+            throw .invalidField("filename", "must not be empty", index: index)
+        }
+        let destination = try policy.destination(
+            directory: item.directory, filename: item.filename, door: door, index: index)
+        var options = DownloadOptions(
+            headers: headers,
+            userAgent: item.userAgent,
+            checksum: checksum,
+            overwrite: item.overwrite ?? false,
+            // Only a named file can be adopted; for a name the server chooses there is nothing to continue.
+            continuePartial: item.filename != nil && item.continuePartial == true,
+            idleTimeoutSeconds: item.timeoutSeconds ?? 30,
+            maximumAttemptsWithoutProgress: item.retries ?? 5,
+            computesSHA256: item.computeSha256 ?? false,
+            maxConnectionsPerDownload: connections,
+            minimumSplitSize: minSplitSize
+        )
+        options.tls = try Self.tls(item.tls, index: index)
+        options.network = try Self.network(item, index: index)
+        return DownloadRequest(
+            url: url, destination: destination, options: options, priority: item.priority?.engine ?? .normal,
+            after: (item.after ?? []).map(DownloadID.init), rateLimit: item.limitRate, isPaused: item.paused ?? false,
+            origin: door.origin)
+    }
+
+    /// The TLS options of an add: every path absolute and readable by the daemon, checked now rather than when the
+    /// download first connects.
+    static func tls(_ given: Components.Schemas.TLSOptions?, index: Int?) throws(APIError) -> TLSOptions {
+        guard let given else { return TLSOptions() }
+        let paths = [
+            ("tls.caCertificates", given.caCertificates), ("tls.caDirectory", given.caDirectory),
+            ("tls.clientCertificate", given.clientCertificate), ("tls.clientKey", given.clientKey),
+        ]
+        for case (let field, let path?) in paths {
+            try readable(field, path, index: index, folder: field == "tls.caDirectory")
+        }
+        if given.clientKey != nil, given.clientCertificate == nil {
+            throw .invalidField("tls.clientKey", "needs tls.clientCertificate", index: index)
+        }
+        return TLSOptions(
+            caCertificates: given.caCertificates, caDirectory: given.caDirectory, insecure: given.insecure ?? false,
+            clientCertificate: given.clientCertificate, clientKey: given.clientKey)
+    }
+
+    /// The proxy, credentials, `.netrc` and cookie options of an add, each checked: a proxy URL Haul can use, cookie
+    /// pairs, files the daemon can read. The credentials stay in memory (`NetworkOptions` never stores them).
+    static func network(_ item: Components.Schemas.AddDownload, index: Int?) throws(APIError) -> NetworkOptions {
+        var network = NetworkOptions(
+            proxy: ProxyRules(proxy: item.proxy, noProxy: item.noProxy), netrcFile: item.netrcFile,
+            usesNetrc: item.useNetrc ?? true, cookieFile: item.cookieFile)
+        if let proxy = item.proxy, !proxy.trimmingCharacters(in: .whitespaces).isEmpty {
+            do { _ = try ProxyEndpoint(parsing: proxy) } catch {
+                throw .invalidField("proxy", error.message, index: index)
+            }
+        }
+        if let cookies = item.cookies {
+            do { network.cookies = try CookieFile.pairs(cookies) } catch {
+                throw .invalidField("cookies", error.message, index: index)
+            }
+        }
+        for case (let field, let path?) in [("netrcFile", item.netrcFile), ("cookieFile", item.cookieFile)] {
+            try readable(field, path, index: index, folder: false)
+        }
+        if let credentials = item.credentials {
+            guard !credentials.user.isEmpty else {
+                throw .invalidField("credentials.user", "must not be empty", index: index)
+            }
+            network.credentials = HaulCore.Credentials(user: credentials.user, password: credentials.password)
+        }
+        return network
+    }
+
+    static func readable(_ field: String, _ path: String, index: Int?, folder: Bool) throws(APIError) {
+        guard path.hasPrefix("/") else {
+            throw .invalidField(field, "must be an absolute path on the daemon's machine", index: index)
+        }
+        var isFolder: ObjCBool = false
+        guard FileManager.default.fileExists(atPath: path, isDirectory: &isFolder), isFolder.boolValue == folder,
+            folder || FileManager.default.isReadableFile(atPath: path)
+        else {
+            // The request is well formed; the daemon's disk does not hold what it names (as a folder in the way of
+            // a destination, a 409).
+            throw APIError(
+                .conflict, "unreadableFile",
+                "\(index.map { "item \($0): " } ?? "")\(field): \(path) is not a \(folder ? "folder" : "file") the daemon can read",
+                index: index, field: field)
+        }
+    }
+}
+
+extension APIHandler {
+    /// The URLs the API takes, as the document's pattern for `url` says (a test checks the document has it).
+    static let urlPattern =
+        #"^(https?|ftps?|ftpes)://[A-Za-z0-9.-]+(:(6553[0-5]|655[0-2][0-9]|65[0-4][0-9]{2}|6[0-4][0-9]{3}|[1-5][0-9]{4}|[0-9]{1,4}))?(/([A-Za-z0-9._~!$&'()*+,;=:@/?-]|%[0-9A-Fa-f]{2})*)?$"#
+
+    /// Per byte: bit 0 a byte a path may hold as it is, bit 1 a hex digit, bit 2 a byte of a host name.
+    private static let byteClasses: [UInt8] = {
+        var table = [UInt8](repeating: 0, count: 256)
+        for byte in UInt8(ascii: "0")...UInt8(ascii: "9") { table[Int(byte)] |= 0b111 }
+        for byte in UInt8(ascii: "A")...UInt8(ascii: "Z") { table[Int(byte)] |= 0b101 }
+        for byte in UInt8(ascii: "a")...UInt8(ascii: "z") { table[Int(byte)] |= 0b101 }
+        for byte in "abcdefABCDEF".utf8 { table[Int(byte)] |= 0b010 }
+        for byte in "._~!$&'()*+,;=:@/?-".utf8 { table[Int(byte)] |= 0b001 }
+        for byte in ".-".utf8 { table[Int(byte)] |= 0b100 }
+        return table
+    }()
+    private static let schemes = ["https://", "http://", "ftps://", "ftpes://", "ftp://"].map { Array($0.utf8) }
+
+    /// Whether `text` matches `urlPattern`, checked by hand, byte by byte: a `Regex` (or sets of bytes) for every
+    /// item of a list of thousands costs more than the rest of its checks. (A test checks the two agree on thousands
+    /// of strings.)
+    static func isAcceptedURL(_ text: String) -> Bool {
+        var text = text
+        return text.withUTF8 { isAcceptedURL(bytes: $0) }
+    }
+
+    private static func isAcceptedURL(bytes: UnsafeBufferPointer<UInt8>) -> Bool {
+        let classes = byteClasses
+        let count = bytes.count
+        guard let scheme = schemes.first(where: { count >= $0.count && bytes.starts(with: $0) }) else { return false }
+        var index = scheme.count
+        let hostStart = index
+        while index < count, classes[Int(bytes[index])] & 0b100 != 0 { index += 1 }
+        guard index > hostStart else { return false }
+        if index < count, bytes[index] == UInt8(ascii: ":") {
+            // One to four digits of any value, or five from 10000 to 65535 (the pattern's alternatives).
+            let digitsStart = index + 1
+            var end = digitsStart
+            var port = 0
+            while end < count, (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(bytes[end]), end - digitsStart < 6 {
+                port = port * 10 + Int(bytes[end] - UInt8(ascii: "0"))
+                end += 1
+            }
+            switch end - digitsStart {
+            case 1...4: break
+            case 5: guard bytes[digitsStart] != UInt8(ascii: "0"), port <= 65535 else { return false }
+            default: return false
+            }
+            index = end
+        }
+        guard index < count else { return true }
+        guard bytes[index] == UInt8(ascii: "/") else { return false }
+        while index < count {
+            let byte = bytes[index]
+            if byte == UInt8(ascii: "%") {
+                guard index + 2 < count, classes[Int(bytes[index + 1])] & 0b010 != 0,
+                    classes[Int(bytes[index + 2])] & 0b010 != 0
+                else { return false }
+                index += 3
+            } else if classes[Int(byte)] & 0b001 != 0 {
+                index += 1
+            } else {
+                return false
+            }
+        }
+        return true
+    }
+}

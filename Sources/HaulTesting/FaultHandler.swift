@@ -1,0 +1,107 @@
+import Foundation
+import HaulCore
+import NIOCore
+import NIOHTTP1
+import NIOPosix
+import Synchronization
+
+/// Reads requests and writes the server's raw answers.
+final class FaultHandler: ChannelInboundHandler {
+    typealias InboundIn = HTTPServerRequestPart
+    typealias OutboundOut = ByteBuffer
+
+    private let server: FaultServer
+    private var head: HTTPRequestHead?
+    private var stalled = false
+
+    init(server: FaultServer) { self.server = server }
+
+    func channelActive(context: ChannelHandlerContext) {
+        server.register(context.channel)
+        context.fireChannelActive()
+    }
+
+    func channelInactive(context: ChannelHandlerContext) {
+        server.unregister(context.channel)
+        context.fireChannelInactive()
+    }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        switch unwrapInboundIn(data) {
+        case .head(let head): self.head = head
+        case .body: break
+        case .end:
+            guard let head, !stalled else { return }
+            self.head = nil
+            let path = String(head.uri.split(separator: "?", maxSplits: 1).first ?? "/")
+            let answer = server.answer(path: path, headers: head.headers)
+            let buffer = context.channel.allocator.buffer(bytes: answer.bytes)
+            if let rate = answer.bytesPerSecond, answer.after == .keepAlive || answer.after == .close {
+                stalled = true
+                writeThrottled(buffer, rate: rate, channel: context.channel) { [server] written in
+                    server.recordWritten(answer.logIndex, bodyBytes: written - answer.headLength)
+                }
+                return
+            }
+            switch answer.after {
+            case .keepAlive:
+                context.writeAndFlush(wrapOutboundOut(buffer), promise: nil)
+            case .close:
+                let channel = context.channel
+                context.writeAndFlush(wrapOutboundOut(buffer)).whenComplete { _ in channel.close(promise: nil) }
+            case .hold(let rest):
+                stalled = true
+                let stall = answer.stall
+                let channel = context.channel
+                context.writeAndFlush(wrapOutboundOut(buffer)).whenSuccess { [server] in
+                    // Held first, told after: a test that releases once told finds the answer held.
+                    server.hold {
+                        channel.eventLoop.execute {
+                            channel.writeAndFlush(channel.allocator.buffer(bytes: rest)).whenComplete { _ in
+                                channel.close(promise: nil)
+                            }
+                        }
+                    }
+                    if let stall { server.stalled(stall) }
+                }
+            case .stall:
+                stalled = true
+                let stall = answer.stall
+                if answer.bytes.isEmpty {
+                    if let stall { server.stalled(stall) }
+                } else {
+                    context.writeAndFlush(wrapOutboundOut(buffer)).whenSuccess { [server] in
+                        if let stall { server.stalled(stall) }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Writes `buffer` in slices every 10 ms so that about `rate` bytes go out a second, then closes (one answer per
+    /// connection, cut or whole), and tells `ended` how many bytes went out before the end or the client's close.
+    private func writeThrottled(_ buffer: ByteBuffer, rate: Int, channel: any Channel, ended: @escaping (Int) -> Void) {
+        var remaining = buffer
+        var written = 0
+        let slice = max(1, rate / 100)
+        func next() {
+            guard channel.isActive, let piece = remaining.readSlice(length: min(slice, remaining.readableBytes)) else {
+                ended(written)
+                return
+            }
+            written += piece.readableBytes
+            channel.writeAndFlush(piece, promise: nil)
+            if remaining.readableBytes == 0 {
+                ended(written)
+                channel.close(promise: nil)
+                return
+            }
+            channel.eventLoop.scheduleTask(in: .milliseconds(10)) { next() }
+        }
+        next()
+    }
+
+    func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        context.close(promise: nil)
+    }
+}
