@@ -103,8 +103,8 @@ public struct DownloadOptions: Codable, Sendable, Equatable {
 
     /// The default of `maxConnectionsPerDownload`.
     public static let defaultMaxConnections = 4
-    /// The upper bound of `maxConnectionsPerDownload`.
-    public static let connectionLimit = 16
+    /// The upper bound of `maxConnectionsPerDownload` (`DownloadRules.connections`).
+    public static let connectionLimit = DownloadRules.connections.upperBound
     /// The default of `minimumSplitSize`: 4 MiB.
     public static let defaultMinimumSplitSize: Int64 = 4 << 20
 
@@ -126,8 +126,7 @@ public struct DownloadOptions: Codable, Sendable, Equatable {
                 headers: headers, userAgent: userAgent, checksum: checksum, overwrite: overwrite,
                 continuePartial: continuePartial, idleTimeoutSeconds: idleTimeoutSeconds,
                 maximumAttemptsWithoutProgress: maximumAttemptsWithoutProgress, computesSHA256: computesSHA256,
-                maxConnectionsPerDownload: min(max(1, maxConnectionsPerDownload), Self.connectionLimit),
-                minimumSplitSize: max(1, minimumSplitSize)))
+                maxConnectionsPerDownload: maxConnectionsPerDownload, minimumSplitSize: minimumSplitSize))
     }
 
     public static func == (left: DownloadOptions, right: DownloadOptions) -> Bool {

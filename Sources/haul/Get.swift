@@ -63,7 +63,9 @@ extension HaulCommand {
         func validate() throws {
             try checkTargets(
                 urls: urls, inputFile: inputFile, output: output, directory: directory, continue: `continue`)
-            if jobs < 1 { throw ValidationError("-j must be at least 1") }
+            try checkRule("-j") { () throws(DownloadRules.RuleViolation) in
+                try DownloadRules.checkConcurrentDownloads(jobs)
+            }
         }
 
         func run() async throws {

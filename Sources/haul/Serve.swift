@@ -62,12 +62,18 @@ extension HaulCommand {
             guard Self.split(listen) != nil else {
                 throw ValidationError("--listen '\(listen)' is not HOST:PORT (e.g. 127.0.0.1:7165, [::1]:0)")
             }
-            if let jobs, !(1...1000).contains(jobs) { throw ValidationError("-j must be between 1 and 1000") }
+            if let jobs {
+                try checkRule("-j") { () throws(DownloadRules.RuleViolation) in
+                    try DownloadRules.checkConcurrentDownloads(jobs)
+                }
+            }
             if let limitRate, TokenBucket.parseRate(limitRate) == nil {
                 throw ValidationError("--limit-rate '\(limitRate)' is not a positive rate such as 500K or 2M")
             }
-            if let connections, !(1...DownloadOptions.connectionLimit).contains(connections) {
-                throw ValidationError("-x/--connections must be between 1 and \(DownloadOptions.connectionLimit)")
+            if let connections {
+                try checkRule("-x/--connections") { () throws(DownloadRules.RuleViolation) in
+                    try DownloadRules.checkConnections(connections)
+                }
             }
             if (tlsCert == nil) != (tlsKey == nil) { throw ValidationError("give --tls-cert and --tls-key together") }
             if Logger.Level(rawValue: logLevel) == nil {

@@ -133,11 +133,16 @@ struct TransferOptions: ParsableArguments {
             do { _ = try CookieFile.pairs(cookie) } catch { throw ValidationError(error.message) }
         }
         if let user, user.isEmpty || user.hasPrefix(":") { throw ValidationError("--user needs a NAME") }
-        if let connections, !(1...DownloadOptions.connectionLimit).contains(connections) {
-            throw ValidationError("-x/--connections must be between 1 and \(DownloadOptions.connectionLimit)")
+        if let connections {
+            try checkRule("-x/--connections") { () throws(DownloadRules.RuleViolation) in
+                try DownloadRules.checkConnections(connections)
+            }
         }
-        guard let split = TokenBucket.parseRate(minSplitSize), split >= 1 << 20 else {
-            throw ValidationError("--min-split-size '\(minSplitSize)' is not a size of at least 1M (e.g. 4M)")
+        guard let split = TokenBucket.parseRate(minSplitSize) else {
+            throw ValidationError("--min-split-size '\(minSplitSize)' is not a size such as 4M")
+        }
+        try checkRule("--min-split-size") { () throws(DownloadRules.RuleViolation) in
+            try DownloadRules.checkMinimumSplitSize(split)
         }
         if let checksum,
             case .failure(let error) = Result(catching: { () throws(DownloadError) in try Checksum(parsing: checksum) })
@@ -326,4 +331,9 @@ func createFolder(_ path: String) throws {
         FileHandle.standardError.write(Data("haul: error: cannot create the folder \(path): \(error.message)\n".utf8))
         throw ExitCode(1)
     }
+}
+
+/// Runs a check of `DownloadRules` on an option's value; a value outside its rule is a usage error naming `option`.
+func checkRule(_ option: String, _ check: () throws(DownloadRules.RuleViolation) -> Void) throws {
+    do { try check() } catch { throw ValidationError("\(option) \(error.problem)") }
 }

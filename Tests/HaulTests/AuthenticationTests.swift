@@ -11,6 +11,8 @@ import Testing
 @Suite("Authentication and cookies", .serialized, .teardowns)
 struct AuthenticationTests {
     let body = testBytes(3_000_000, seed: 21)
+    /// Large enough to split at the smallest split size (1 MiB) after the ramp's first window.
+    let digestBody = testBytes(4 << 20, seed: 22)
 
     static func md5(_ text: String) -> String {
         Insecure.MD5.hash(data: Data(text.utf8)).map { String(format: "%02x", $0) }.joined()
@@ -44,7 +46,7 @@ struct AuthenticationTests {
         let nonce = "dcd98b7102dd2f0e8b11d0f600bfb0c093"
         h.server.serve(
             "/d",
-            .init(body: Array(body[..<(2 << 20)]), bytesPerSecond: 1 << 20) { _, request in
+            .init(body: digestBody, bytesPerSecond: 2 << 20) { _, request in
                 Self.validDigest(request, nonce: nonce)
                     ? nil
                     : .status(
@@ -54,12 +56,12 @@ struct AuthenticationTests {
                                 #"Basic realm="files", Digest realm="files", qop="auth", nonce="\#(nonce)", opaque="x""#
                         ])
             })
-        // 2 MiB at 1 MiB/s a connection: the ramp opens more connections, each sending its own answer.
-        var options = DownloadOptions(maxConnectionsPerDownload: 4, minimumSplitSize: 128 << 10)
+        // 4 MiB at 2 MiB/s a connection: the ramp opens more connections, each sending its own answer.
+        var options = DownloadOptions(maxConnectionsPerDownload: 4, minimumSplitSize: 1 << 20)
         options.network.credentials = Credentials(user: "alice", password: "wonder land")
         options.network.usesNetrc = false
         _ = try await h.fetch("/d", options: options) { $0.engine.connectionRampWindow = .milliseconds(200) }
-        #expect(h.holds("file.bin", Array(body[..<(2 << 20)])))
+        #expect(h.holds("file.bin", digestBody))
         let requests = h.server.requests(to: "/d")
         #expect(requests.filter { $0.status == 401 }.count == 1, "\(requests.map(\.status))")
         let counts = requests.compactMap { $0.headers["authorization"].map(Self.digestFields)?["nc"] }

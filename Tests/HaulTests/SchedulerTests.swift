@@ -211,6 +211,33 @@ struct SchedulerTests {
         #expect((3...4).contains(log.peakRunning), "the raised limit is reached (one more while it finishes)")
         for index in 0..<4 { #expect(h.holds("\(index).bin", body)) }
         await #expect(throws: DownloadError.self) { try await manager.setMaxConcurrentDownloads(0) }
+        await #expect(throws: DownloadError.self) { try await manager.setMaxConcurrentDownloads(1001) }
+    }
+
+    @Test("the engine refuses options outside the documented rules, naming them, and adds nothing")
+    func refusesOutsideTheRules() async throws {
+        let h = try await Harness.make()
+        let manager = try h.manager()
+        let url = h.server.url("/never")
+        for (options, words) in [
+            (DownloadOptions(maxConnectionsPerDownload: 17), "connections must be between 1 and 16, not 17"),
+            (DownloadOptions(maxConnectionsPerDownload: 0), "connections must be between 1 and 16, not 0"),
+            (DownloadOptions(minimumSplitSize: 1000), "the minimum split size must be at least 1048576"),
+            (DownloadOptions(idleTimeoutSeconds: 0), "the idle timeout must be a positive number of seconds"),
+            (DownloadOptions(maximumAttemptsWithoutProgress: -1), "the attempts without progress must be between"),
+        ] {
+            do {
+                _ = try await manager.add(url, to: .directory(h.folder), options: options)
+                Issue.record("added with \(words)")
+            } catch {
+                #expect(error.code == .invalidArgument && error.message.hasPrefix(words), "\(error.message)")
+            }
+        }
+        #expect(try await manager.snapshots().isEmpty)
+        var settings = await manager.currentSettings()
+        settings.connectionsPerDownload = 17
+        await #expect(throws: DownloadError.self) { try await manager.update(settings) }
+        await manager.shutdown()
     }
 
     @Test("restart: a new manager on the same store finishes the batch in its old order, nothing fetched twice")

@@ -151,6 +151,7 @@ extension DownloadManager {
         -> (Catalog.Target, DownloadRecord, HeldFolder)
     {
         try Self.validate(request.url)
+        try Self.validate(request.options)
         for prerequisite in request.after where catalog[prerequisite.rawValue] == nil {
             throw DownloadError(.notFound, "no download with id \(prerequisite) to wait for")
         }

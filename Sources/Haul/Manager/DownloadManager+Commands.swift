@@ -129,11 +129,8 @@ extension DownloadManager {
     /// Changes the most connections of one download (1...16), from its next run on (a running download keeps the
     /// connections it has).
     public func setConnections(_ connections: Int, for id: DownloadID) throws(DownloadError) {
-        guard (1...DownloadOptions.connectionLimit).contains(connections) else {
-            throw DownloadError(
-                .invalidArgument,
-                "connections must be between 1 and \(DownloadOptions.connectionLimit), not "
-                    + "\(connections)")
+        do { try DownloadRules.checkConnections(connections) } catch {
+            throw DownloadError(error, subject: "connections")
         }
         var record = try require(id)
         record.options.maxConnectionsPerDownload = connections
@@ -165,16 +162,12 @@ extension DownloadManager {
 
     /// Changes the settings at once (and stores them when `persistsSettings`); subscribers get a `settings` event.
     public func update(_ new: ManagerSettings) throws(DownloadError) {
-        guard new.maxConcurrentDownloads >= 1 else {
-            throw DownloadError(
-                .invalidArgument, "the concurrency limit must be at least 1, not \(new.maxConcurrentDownloads)")
-        }
-        try Self.checkRate(new.rateLimit)
-        guard (1...DownloadOptions.connectionLimit).contains(new.connectionsPerDownload) else {
-            throw DownloadError(
-                .invalidArgument,
-                "connections must be between 1 and \(DownloadOptions.connectionLimit), not "
-                    + "\(new.connectionsPerDownload)")
+        do {
+            try DownloadRules.checkConcurrentDownloads(new.maxConcurrentDownloads)
+            try DownloadRules.checkRate(new.rateLimit)
+            try DownloadRules.checkConnections(new.connectionsPerDownload)
+        } catch {
+            throw DownloadError(error, subject: Self.subject(of: error.rule))
         }
         guard new != settings else { return }
         if configuration.persistsSettings { try store.saveSettings(new) }
@@ -196,9 +189,7 @@ extension DownloadManager {
     }
 
     static func checkRate(_ bytesPerSecond: Int64?) throws(DownloadError) {
-        if let bytesPerSecond, bytesPerSecond <= 0 {
-            throw DownloadError(.invalidArgument, "a rate limit must be positive, not \(bytesPerSecond) bytes a second")
-        }
+        do { try DownloadRules.checkRate(bytesPerSecond) } catch { throw DownloadError(error, subject: "a rate limit") }
     }
 
     /// Forgets a download that is not running; with `deletingFile` also deletes its completed file.

@@ -116,6 +116,32 @@ extension DownloadManager {
         }
     }
 
+    /// The options of a request, by `DownloadRules`: the engine takes exactly what the API documents.
+    static func validate(_ options: DownloadOptions) throws(DownloadError) {
+        do {
+            try DownloadRules.checkConnections(options.maxConnectionsPerDownload)
+            try DownloadRules.checkMinimumSplitSize(options.minimumSplitSize)
+            try DownloadRules.checkTimeout(options.idleTimeoutSeconds)
+            try DownloadRules.checkRetries(options.maximumAttemptsWithoutProgress)
+        } catch {
+            throw DownloadError(error, subject: subject(of: error.rule))
+        }
+    }
+
+    /// How the engine's messages name what a rule is about.
+    static func subject(of rule: DownloadRules.RuleViolation.Rule) -> String {
+        switch rule {
+        case .connections: "connections"
+        case .minimumSplitSize: "the minimum split size"
+        case .concurrentDownloads: "the number of downloads at once"
+        case .rate: "a rate limit"
+        case .timeout: "the idle timeout"
+        case .retries: "the attempts without progress"
+        case .pageSize: "a page"
+        case .nameLength: "a name"
+        }
+    }
+
     static func validate(_ url: URL) throws(DownloadError) {
         guard let scheme = url.scheme?.lowercased(), URLList.schemes.contains(scheme) else {
             throw DownloadError(.invalidURL, "'\(url.absoluteString)' is not an http, https or ftp URL")

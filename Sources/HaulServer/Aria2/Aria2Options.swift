@@ -74,7 +74,7 @@ enum Aria2Options {
             case "dir": item.directory = value
             case "out": item.filename = value
             case "split", "max-connection-per-server":
-                connectionLimits.append(try count(name, value, in: 1...DownloadOptions.connectionLimit))
+                connectionLimits.append(try count(name, value, in: DownloadRules.connections))
             case "min-split-size": item.minSplitSize = try size(name, value)
             case "max-download-limit":
                 let limit = try size(name, value)
@@ -87,8 +87,8 @@ enum Aria2Options {
             case "timeout": item.timeoutSeconds = Double(try count(name, value, in: 1...600))
             case "max-tries":
                 // aria2's 0 is "no limit"; Haul counts attempts without progress, and a million is no limit.
-                let tries = try count(name, value, in: 0...1_000_000)
-                item.retries = tries == 0 ? 1_000_000 : tries
+                let tries = try count(name, value, in: DownloadRules.retries)
+                item.retries = tries == 0 ? DownloadRules.retries.upperBound : tries
             case "all-proxy": item.proxy = value
             case "no-proxy": item.noProxy = value
             case "http-user", "ftp-user": user = value
@@ -136,7 +136,7 @@ enum Aria2Options {
                 let limit = try size(name, value)
                 change.rateLimit = .some(limit == 0 ? nil : limit)
             case "split", "max-connection-per-server":
-                limits.append(try count(name, value, in: 1...DownloadOptions.connectionLimit))
+                limits.append(try count(name, value, in: DownloadRules.connections))
             default:
                 guard ignored.contains(name) || name.hasPrefix("bt-") else {
                     throw Failure(message: "option '\(name)' cannot be changed on a download in Haul")
@@ -153,12 +153,13 @@ enum Aria2Options {
         var limits: [Int] = []
         for (name, value) in try strings(given).sorted(by: { $0.key < $1.key }) {
             switch name {
-            case "max-concurrent-downloads": change.maxConcurrentDownloads = try count(name, value, in: 1...1000)
+            case "max-concurrent-downloads":
+                change.maxConcurrentDownloads = try count(name, value, in: DownloadRules.concurrentDownloads)
             case "max-overall-download-limit":
                 let limit = try size(name, value)
                 change.rateLimit = .some(limit == 0 ? nil : limit)
             case "split", "max-connection-per-server":
-                limits.append(try count(name, value, in: 1...DownloadOptions.connectionLimit))
+                limits.append(try count(name, value, in: DownloadRules.connections))
             default:
                 guard ignored.contains(name) || name.hasPrefix("bt-") || name.hasPrefix("log") else {
                     throw Failure(message: "option '\(name)' cannot be changed in Haul (start haul serve with it)")

@@ -77,7 +77,7 @@ extension Aria2RPC {
         let defaults = await manager.currentSettings()
         let request: DownloadRequest
         do { request = try handler.request(from: item, index: nil, defaults: defaults) } catch {
-            throw Fault(Self.optionMessage(error.message))
+            throw Fault(Self.optionMessage(error))
         }
         let added: DownloadManager.Added
         do { added = try await manager.add([request])[0] } catch { throw Fault(error.error.message) }
@@ -87,19 +87,20 @@ extension Aria2RPC {
         return .string(gid)
     }
 
-    /// A message of the REST API's checks, with aria2's option names for its fields.
-    static func optionMessage(_ message: String) -> String {
+    /// The error of the request checks (`APIHandler.request(from:)`, which applies `DownloadRules`), with aria2's
+    /// option name for the field it names.
+    static func optionMessage(_ error: APIError) -> String {
         let names = [
-            "directory:": "dir:", "filename:": "out:", "connections:": "split:", "minSplitSize:": "min-split-size:",
-            "limitRate:": "max-download-limit:", "timeoutSeconds:": "timeout:", "userAgent:": "user-agent:",
-            "headers:": "header:", "proxy:": "all-proxy:", "cookieFile:": "load-cookies:", "netrcFile:": "netrc-path:",
-            "tls.caCertificates:": "ca-certificate:", "tls.clientCertificate:": "certificate:",
-            "tls.clientKey:": "private-key:", "credentials.user:": "http-user:",
+            "directory": "dir", "filename": "out", "connections": "split", "minSplitSize": "min-split-size",
+            "limitRate": "max-download-limit", "timeoutSeconds": "timeout", "userAgent": "user-agent",
+            "headers": "header", "proxy": "all-proxy", "cookieFile": "load-cookies", "netrcFile": "netrc-path",
+            "tls.caCertificates": "ca-certificate", "tls.clientCertificate": "certificate",
+            "tls.clientKey": "private-key", "credentials.user": "http-user",
         ]
-        for (field, option) in names where message.hasPrefix(field) {
-            return "option '\(option.dropLast())'" + message.dropFirst(field.count - 1)
+        guard let field = error.field, let problem = error.problem, let option = names[field] else {
+            return error.message
         }
-        return message
+        return "option '\(option)': \(problem)"
     }
 
     private func remove(_ gid: String) async throws(Fault) -> JSONValue {

@@ -19,6 +19,8 @@ public struct APIError: Error, Sendable, Equatable, CustomStringConvertible {
     public var index: Int?
     /// The invalid field.
     public var field: String?
+    /// For an invalid field: what is wrong with it, without the field's name (`must be between 1 and 16, not 40`).
+    public var problem: String?
 
     /// Makes an error.
     public init(
@@ -33,10 +35,19 @@ public struct APIError: Error, Sendable, Equatable, CustomStringConvertible {
 
     public var description: String { "\(status.code) \(code): \(message)" }
 
+    /// Runs a check of `DownloadRules`; a value outside its rule is a 400 naming `field`.
+    static func checking(
+        _ field: String, index: Int? = nil, _ check: () throws(DownloadRules.RuleViolation) -> Void
+    ) throws(APIError) {
+        do { try check() } catch { throw invalidField(field, error.problem, index: index) }
+    }
+
     /// An invalid value of a field.
     static func invalidField(_ field: String, _ message: String, index: Int? = nil) -> APIError {
         let place = index.map { "item \($0): " } ?? ""
-        return APIError(.badRequest, "invalidField", "\(place)\(field): \(message)", index: index, field: field)
+        var error = APIError(.badRequest, "invalidField", "\(place)\(field): \(message)", index: index, field: field)
+        error.problem = message
+        return error
     }
 
     /// The answer for an engine error: 404 for an unknown download, 409 for a state that forbids the command or a

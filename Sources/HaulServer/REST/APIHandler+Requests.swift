@@ -20,33 +20,32 @@ extension APIHandler {
                 index: index)
         }
         let connections = item.connections ?? defaults.connectionsPerDownload
-        guard (1...DownloadOptions.connectionLimit).contains(connections) else {
-            throw .invalidField(
-                "connections", "must be between 1 and \(DownloadOptions.connectionLimit), not \(connections)",
-                index: index)
-        }
         let minSplitSize = item.minSplitSize ?? DownloadOptions.defaultMinimumSplitSize
-        guard minSplitSize >= 1 << 20 else {
-            throw .invalidField("minSplitSize", "must be at least 1048576 (1 MiB), not \(minSplitSize)", index: index)
+        try APIError.checking("connections", index: index) { () throws(DownloadRules.RuleViolation) in
+            try DownloadRules.checkConnections(connections)
         }
-        if let limit = item.limitRate, limit < 1 {
-            throw .invalidField("limitRate", "must be a positive number of bytes a second", index: index)
+        try APIError.checking("minSplitSize", index: index) { () throws(DownloadRules.RuleViolation) in
+            try DownloadRules.checkMinimumSplitSize(minSplitSize)
         }
-        if let timeout = item.timeoutSeconds, !(timeout > 0 && timeout.isFinite) {
-            throw .invalidField("timeoutSeconds", "must be a positive number of seconds", index: index)
+        try APIError.checking("limitRate", index: index) { () throws(DownloadRules.RuleViolation) in
+            try DownloadRules.checkRate(item.limitRate)
         }
-        if let timeout = item.timeoutSeconds, timeout > 604_800 {
-            throw .invalidField("timeoutSeconds", "must be at most 604800 (a week)", index: index)
+        if let timeout = item.timeoutSeconds {
+            try APIError.checking("timeoutSeconds", index: index) { () throws(DownloadRules.RuleViolation) in
+                try DownloadRules.checkTimeout(timeout)
+            }
         }
-        if let retries = item.retries, !(0...1_000_000).contains(retries) {
-            throw .invalidField("retries", "must be between 0 and 1000000", index: index)
+        if let retries = item.retries {
+            try APIError.checking("retries", index: index) { () throws(DownloadRules.RuleViolation) in
+                try DownloadRules.checkRetries(retries)
+            }
         }
         if let userAgent = item.userAgent, !DownloadOptions.Header.isValidValue(userAgent) {
             throw .invalidField("userAgent", "has a line break or another control character", index: index)
         }
-        for (field, value) in [("directory", item.directory), ("filename", item.filename)] {
-            if let value, value.utf8.count > 4096 {
-                throw .invalidField(field, "is longer than 4096 bytes", index: index)
+        for case (let field, let value?) in [("directory", item.directory), ("filename", item.filename)] {
+            try APIError.checking(field, index: index) { () throws(DownloadRules.RuleViolation) in
+                try DownloadRules.checkNameLength(value)
             }
         }
         var checksum: Checksum?
@@ -144,10 +143,12 @@ extension APIHandler {
         else {
             // The request is well formed; the daemon's disk does not hold what it names (as a folder in the way of
             // a destination, a 409).
-            throw APIError(
-                .conflict, "unreadableFile",
-                "\(index.map { "item \($0): " } ?? "")\(field): \(path) is not a \(folder ? "folder" : "file") the daemon can read",
-                index: index, field: field)
+            let problem = "\(path) is not a \(folder ? "folder" : "file") the daemon can read"
+            var error = APIError(
+                .conflict, "unreadableFile", "\(index.map { "item \($0): " } ?? "")\(field): \(problem)", index: index,
+                field: field)
+            error.problem = problem
+            throw error
         }
     }
 }

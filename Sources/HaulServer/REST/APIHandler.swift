@@ -42,8 +42,10 @@ public struct APIHandler: APIProtocol {
             }
             cursor = parsed
         }
-        if let limit, !(1...1_000_000).contains(limit) {
-            throw APIError.invalidField("limit", "must be between 1 and 1000000")
+        if let limit {
+            try APIError.checking("limit") { () throws(DownloadRules.RuleViolation) in
+                try DownloadRules.checkPageSize(limit)
+            }
         }
         let page = await manager.page(in: states.map { Set($0.map(\.engine)) }, after: cursor, limit: limit)
         return (page.ids, page.next?.text)
@@ -160,12 +162,13 @@ public struct APIHandler: APIProtocol {
         try RawBody.rejectNulls(allowing: ["limitRate"])
         let id = DownloadID(input.path.id)
         _ = try await download(id.rawValue)
-        if let connections = update.connections, !(1...DownloadOptions.connectionLimit).contains(connections) {
-            throw APIError.invalidField(
-                "connections", "must be between 1 and \(DownloadOptions.connectionLimit), not \(connections)")
+        if let connections = update.connections {
+            try APIError.checking("connections") { () throws(DownloadRules.RuleViolation) in
+                try DownloadRules.checkConnections(connections)
+            }
         }
-        if let limit = update.limitRate, limit < 1 {
-            throw APIError.invalidField("limitRate", "must be a positive number of bytes a second, or null")
+        try APIError.checking("limitRate") { () throws(DownloadRules.RuleViolation) in
+            try DownloadRules.checkRate(update.limitRate)
         }
         do {
             if let priority = update.priority { try await manager.setPriority(priority.engine, for: id) }
@@ -334,21 +337,20 @@ public struct APIHandler: APIProtocol {
         try RawBody.rejectNulls(allowing: ["limitRate"])
         var settings = await manager.currentSettings()
         if let limit = update.maxConcurrentDownloads {
-            guard (1...1000).contains(limit) else {
-                throw APIError.invalidField("maxConcurrentDownloads", "must be between 1 and 1000, not \(limit)")
+            try APIError.checking("maxConcurrentDownloads") { () throws(DownloadRules.RuleViolation) in
+                try DownloadRules.checkConcurrentDownloads(limit)
             }
             settings.maxConcurrentDownloads = limit
         }
         if let connections = update.connections {
-            guard (1...DownloadOptions.connectionLimit).contains(connections) else {
-                throw APIError.invalidField(
-                    "connections", "must be between 1 and \(DownloadOptions.connectionLimit), not \(connections)")
+            try APIError.checking("connections") { () throws(DownloadRules.RuleViolation) in
+                try DownloadRules.checkConnections(connections)
             }
             settings.connectionsPerDownload = connections
         }
         if let limit = update.limitRate {
-            guard limit >= 1 else {
-                throw APIError.invalidField("limitRate", "must be a positive number of bytes a second, or null")
+            try APIError.checking("limitRate") { () throws(DownloadRules.RuleViolation) in
+                try DownloadRules.checkRate(limit)
             }
             settings.rateLimit = limit
         } else if RawBody.setsNull("limitRate") {

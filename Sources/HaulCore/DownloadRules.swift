@@ -1,0 +1,118 @@
+/// What a download and the manager's settings may be: every limit the API documents, as named constants, and the
+/// one check of each. The engine checks every request with these (`DownloadManager`), and every edge (the REST API,
+/// aria2's RPC, the command line) calls the same checks to word the refusal its own way: a `RuleViolation` names the
+/// rule and the problem, and each edge names the field as its callers know it (`connections`, `-x/--connections`,
+/// `split`).
+public enum DownloadRules {
+    /// The most connections a download may open (`-x`, `connections`, aria2's `split`).
+    public static let connections = 1...16
+    /// The smallest segment a split may leave (`--min-split-size`, `minSplitSize`): 1 MiB, as aria2's `-k`.
+    public static let minimumSplitSize: Int64 = 1 << 20
+    /// Downloads transferring at once (`-j`, `maxConcurrentDownloads`, aria2's `max-concurrent-downloads`).
+    public static let concurrentDownloads = 1...1000
+    /// The longest idle time of a connection, in seconds (`timeoutSeconds`): a week.
+    public static let longestTimeout: Double = 604_800
+    /// Attempts without progress before a download fails (`retries`; aria2's `max-tries` 0 is the largest).
+    public static let retries = 0...1_000_000
+    /// Downloads in one page of a list (`limit`).
+    public static let pageSize = 1...1_000_000
+    /// The longest folder or file name a request may give, in bytes.
+    public static let longestName = 4096
+
+    /// A value outside its rule.
+    public struct RuleViolation: Error, Sendable, Equatable, CustomStringConvertible {
+        /// Which rule.
+        public enum Rule: String, Sendable {
+            case connections, minimumSplitSize, concurrentDownloads, rate, timeout, retries, pageSize, nameLength
+        }
+
+        /// The rule broken.
+        public var rule: Rule
+        /// The problem, worded to follow the field's name (`must be between 1 and 16, not 40`).
+        public var problem: String
+
+        public var description: String { "\(rule.rawValue) \(problem)" }
+
+        /// A violation of `rule`.
+        public init(rule: Rule, problem: String) {
+            self.rule = rule
+            self.problem = problem
+        }
+    }
+
+    /// `count` connections for one download.
+    public static func checkConnections(_ count: Int) throws(RuleViolation) {
+        guard connections.contains(count) else {
+            throw RuleViolation(
+                rule: .connections,
+                problem: "must be between \(connections.lowerBound) and \(connections.upperBound), not \(count)")
+        }
+    }
+
+    /// A minimum split size in bytes.
+    public static func checkMinimumSplitSize(_ bytes: Int64) throws(RuleViolation) {
+        guard bytes >= minimumSplitSize else {
+            throw RuleViolation(
+                rule: .minimumSplitSize, problem: "must be at least \(minimumSplitSize) (1 MiB), not \(bytes)")
+        }
+    }
+
+    /// A limit of downloads at once.
+    public static func checkConcurrentDownloads(_ limit: Int) throws(RuleViolation) {
+        guard concurrentDownloads.contains(limit) else {
+            throw RuleViolation(
+                rule: .concurrentDownloads,
+                problem:
+                    "must be between \(concurrentDownloads.lowerBound) and \(concurrentDownloads.upperBound), not \(limit)"
+            )
+        }
+    }
+
+    /// A rate limit in bytes a second (nil: none).
+    public static func checkRate(_ bytesPerSecond: Int64?) throws(RuleViolation) {
+        if let bytesPerSecond, bytesPerSecond < 1 {
+            throw RuleViolation(
+                rule: .rate, problem: "must be a positive number of bytes a second, not \(bytesPerSecond)")
+        }
+    }
+
+    /// An idle timeout in seconds.
+    public static func checkTimeout(_ seconds: Double) throws(RuleViolation) {
+        guard seconds > 0, seconds.isFinite else {
+            throw RuleViolation(rule: .timeout, problem: "must be a positive number of seconds")
+        }
+        guard seconds <= longestTimeout else {
+            throw RuleViolation(rule: .timeout, problem: "must be at most \(Int(longestTimeout)) (a week)")
+        }
+    }
+
+    /// Attempts without progress.
+    public static func checkRetries(_ count: Int) throws(RuleViolation) {
+        guard retries.contains(count) else {
+            throw RuleViolation(
+                rule: .retries, problem: "must be between \(retries.lowerBound) and \(retries.upperBound)")
+        }
+    }
+
+    /// The size of a page of a list.
+    public static func checkPageSize(_ size: Int) throws(RuleViolation) {
+        guard pageSize.contains(size) else {
+            throw RuleViolation(
+                rule: .pageSize, problem: "must be between \(pageSize.lowerBound) and \(pageSize.upperBound)")
+        }
+    }
+
+    /// A folder or file name given by a request.
+    public static func checkNameLength(_ name: String) throws(RuleViolation) {
+        guard name.utf8.count <= longestName else {
+            throw RuleViolation(rule: .nameLength, problem: "is longer than \(longestName) bytes")
+        }
+    }
+}
+
+extension DownloadError {
+    /// A request the engine refuses for breaking a rule, `subject` naming what broke it ("connections").
+    public init(_ violation: DownloadRules.RuleViolation, subject: String) {
+        self.init(.invalidArgument, "\(subject) \(violation.problem)")
+    }
+}

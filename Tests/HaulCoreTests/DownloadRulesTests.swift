@@ -1,0 +1,103 @@
+import HaulCore
+import Testing
+
+@Suite("Download rules: every limit the API documents, decided in one place")
+struct DownloadRulesTests {
+    /// Each check with the values at and beyond its bounds: (check, value in words, accepted).
+    static var cases: [(String, () throws(DownloadRules.RuleViolation) -> Void, Bool)] {
+        [
+            (
+                "connections 1", { () throws(DownloadRules.RuleViolation) in try DownloadRules.checkConnections(1) },
+                true
+            ),
+            (
+                "connections 16", { () throws(DownloadRules.RuleViolation) in try DownloadRules.checkConnections(16) },
+                true
+            ),
+            (
+                "connections 0", { () throws(DownloadRules.RuleViolation) in try DownloadRules.checkConnections(0) },
+                false
+            ),
+            (
+                "connections 17", { () throws(DownloadRules.RuleViolation) in try DownloadRules.checkConnections(17) },
+                false
+            ),
+            (
+                "split 1 MiB",
+                { () throws(DownloadRules.RuleViolation) in try DownloadRules.checkMinimumSplitSize(1 << 20) }, true
+            ),
+            (
+                "split 1 MiB - 1",
+                { () throws(DownloadRules.RuleViolation) in try DownloadRules.checkMinimumSplitSize((1 << 20) - 1) },
+                false
+            ),
+            (
+                "jobs 1", { () throws(DownloadRules.RuleViolation) in try DownloadRules.checkConcurrentDownloads(1) },
+                true
+            ),
+            (
+                "jobs 1000",
+                { () throws(DownloadRules.RuleViolation) in try DownloadRules.checkConcurrentDownloads(1000) }, true
+            ),
+            (
+                "jobs 0", { () throws(DownloadRules.RuleViolation) in try DownloadRules.checkConcurrentDownloads(0) },
+                false
+            ),
+            (
+                "jobs 1001",
+                { () throws(DownloadRules.RuleViolation) in try DownloadRules.checkConcurrentDownloads(1001) }, false
+            ),
+            ("rate none", { () throws(DownloadRules.RuleViolation) in try DownloadRules.checkRate(nil) }, true),
+            ("rate 1", { () throws(DownloadRules.RuleViolation) in try DownloadRules.checkRate(1) }, true),
+            ("rate 0", { () throws(DownloadRules.RuleViolation) in try DownloadRules.checkRate(0) }, false),
+            (
+                "timeout a week", { () throws(DownloadRules.RuleViolation) in try DownloadRules.checkTimeout(604_800) },
+                true
+            ),
+            (
+                "timeout a week and a second",
+                { () throws(DownloadRules.RuleViolation) in try DownloadRules.checkTimeout(604_801) }, false
+            ),
+            ("timeout 0", { () throws(DownloadRules.RuleViolation) in try DownloadRules.checkTimeout(0) }, false),
+            (
+                "timeout infinite",
+                { () throws(DownloadRules.RuleViolation) in try DownloadRules.checkTimeout(.infinity) }, false
+            ),
+            ("retries 0", { () throws(DownloadRules.RuleViolation) in try DownloadRules.checkRetries(0) }, true),
+            ("retries -1", { () throws(DownloadRules.RuleViolation) in try DownloadRules.checkRetries(-1) }, false),
+            ("page 0", { () throws(DownloadRules.RuleViolation) in try DownloadRules.checkPageSize(0) }, false),
+            (
+                "name 4096 bytes",
+                { () throws(DownloadRules.RuleViolation) in
+                    try DownloadRules.checkNameLength(String(repeating: "a", count: 4096))
+                }, true
+            ),
+            (
+                "name 4097 bytes",
+                { () throws(DownloadRules.RuleViolation) in
+                    try DownloadRules.checkNameLength(String(repeating: "a", count: 4097))
+                }, false
+            ),
+        ]
+    }
+
+    @Test("each check accepts its bounds and refuses what lies beyond them")
+    func bounds() {
+        for (name, check, accepted) in Self.cases {
+            var refused: DownloadRules.RuleViolation?
+            do { try check() } catch { refused = error }
+            #expect((refused == nil) == accepted, "\(name): \(refused?.description ?? "accepted")")
+        }
+    }
+
+    @Test("a refusal says what is wrong in words that follow any field name")
+    func wording() {
+        #expect(throws: DownloadRules.RuleViolation(rule: .connections, problem: "must be between 1 and 16, not 40")) {
+            try DownloadRules.checkConnections(40)
+        }
+        let error = DownloadError(
+            DownloadRules.RuleViolation(rule: .connections, problem: "must be between 1 and 16, not 40"),
+            subject: "connections")
+        #expect(error.code == .invalidArgument && error.message == "connections must be between 1 and 16, not 40")
+    }
+}
