@@ -96,13 +96,17 @@ final class DaemonProcess: @unchecked Sendable {
         try await call(.GET, "/api/v1/downloads/\(id)").body as? [String: Any] ?? [:]
     }
 
-    /// Waits until the download's state is one of `states`.
-    func wait(for id: String, _ states: Set<String>, seconds: Double = 60) async throws -> [String: Any] {
+    /// Waits until the download has stopped (the API's long poll, `GET /api/v1/wait`, answers once it is no longer
+    /// queued, running or waiting for the network), for at most `seconds`, and returns it as it is then.
+    func waitUntilStopped(_ id: String, seconds: Double = 60) async throws -> [String: Any] {
         let deadline = ContinuousClock.now + .seconds(seconds)
         while ContinuousClock.now < deadline {
-            let download = try await download(id)
-            if let state = download["state"] as? String, states.contains(state) { return download }
-            try await Task.sleep(for: .milliseconds(20))
+            let left = Int((deadline - ContinuousClock.now).components.seconds)
+            // At most 25 s a poll: the client gives up on an answer after 30.
+            let answer = try await call(.GET, "/api/v1/wait?download=\(id)&timeout=\(min(25, max(1, left)))")
+            let result = answer.body as? [String: Any] ?? [:]
+            guard result["done"] as? Bool == true else { continue }
+            return (result["downloads"] as? [[String: Any]])?.first ?? [:]
         }
         return try await download(id)
     }

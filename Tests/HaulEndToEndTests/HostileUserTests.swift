@@ -193,7 +193,7 @@ struct HostileUserTests {
             try plant.make(at: workspace.path("g.bin.part"), outside: outside)
             let daemon = try await Self.daemon(workspace, withoutOpenat2: withoutOpenat2)
             let id = try await Self.add(daemon, ["url": server.url("/g.bin").absoluteString, "filename": "g.bin"])
-            let done = try await daemon.wait(for: id, ["completed", "failed"], seconds: 30)
+            let done = try await daemon.waitUntilStopped(id, seconds: 30)
             #expect(done["state"] as? String == "completed", "\(done)")
             #expect(done["path"] as? String == workspace.path("g (1).bin"))
             #expect(workspace.holds("g (1).bin", body))
@@ -221,7 +221,7 @@ struct HostileUserTests {
             await stalled()
             #expect(symlink(outside.victim, workspace.path("g.bin")) == 0)
             server.release()
-            let done = try await daemon.wait(for: id, ["completed", "failed"], seconds: 30)
+            let done = try await daemon.waitUntilStopped(id, seconds: 30)
             #expect(done["state"] as? String == "completed", "\(done)")
             #expect(done["path"] as? String == workspace.path("g (1).bin"))
             #expect(workspace.holds("g (1).bin", body))
@@ -247,7 +247,7 @@ struct HostileUserTests {
             #expect(rename(workspace.path("sub"), workspace.path("sub-moved")) == 0)
             #expect(symlink(outside.path, workspace.path("sub")) == 0)
             server.release()
-            let done = try await daemon.wait(for: id, ["completed", "failed"], seconds: 30)
+            let done = try await daemon.waitUntilStopped(id, seconds: 30)
             #expect(done["state"] as? String == "completed", "\(done)")
             #expect(workspace.holds("sub-moved/g.bin", body))
             #expect(outside.isUntouched)
@@ -277,7 +277,7 @@ struct HostileUserTests {
             #expect((error?["message"] as? String)?.contains("leads out of") == true, "\(refused.body ?? "")")
 
             let inside = try await Self.add(daemon, ["url": url, "directory": "in-link", "filename": "g.bin"])
-            let done = try await daemon.wait(for: inside, ["completed", "failed"], seconds: 30)
+            let done = try await daemon.waitUntilStopped(inside, seconds: 30)
             #expect(done["state"] as? String == "completed", "\(done)")
             #expect(workspace.holds("inner/g.bin", body))
 
@@ -288,7 +288,7 @@ struct HostileUserTests {
             #expect(rename(workspace.path("sub"), workspace.path("sub-old")) == 0)
             #expect(symlink("../outside", workspace.path("sub")) == 0)
             #expect(try await daemon.call(.POST, "/api/v1/downloads/\(later)/resume").status == 200)
-            let failed = try await daemon.wait(for: later, ["completed", "failed"], seconds: 30)
+            let failed = try await daemon.waitUntilStopped(later, seconds: 30)
             #expect(failed["state"] as? String == "failed", "\(failed)")
             let reason = (failed["error"] as? [String: Any])?["message"] as? String ?? ""
             #expect(reason.contains("sub leads outside"), "\(failed)")
@@ -309,7 +309,7 @@ struct HostileUserTests {
             let url = server.url("/g.bin").absoluteString
             for (filename, landed) in [("../../escape.bin", "escape.bin"), ("/etc/absolute.bin", "absolute.bin")] {
                 let id = try await Self.add(daemon, ["url": url, "filename": filename])
-                let done = try await daemon.wait(for: id, ["completed", "failed"], seconds: 30)
+                let done = try await daemon.waitUntilStopped(id, seconds: 30)
                 #expect(done["state"] as? String == "completed", "\(done)")
                 let path = done["path"] as? String ?? ""
                 #expect(

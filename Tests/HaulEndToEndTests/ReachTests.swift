@@ -264,7 +264,7 @@ struct ReachTests {
             ] + state, in: workspace)
         #expect(add.status == 0, "\(add.stderr)")
         let id = add.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
-        let done = try await daemon.wait(for: id, ["completed", "failed"])
+        let done = try await daemon.waitUntilStopped(id)
         #expect(done["state"] as? String == "completed", "\(done)")
         #expect(workspace.holds("p.bin", body))
         let get = try await HaulProcess.run(

@@ -71,10 +71,10 @@ public struct APIHandler: APIProtocol {
     /// Adding one download or a list: every item checked, then all added in one transaction, and returned once the
     /// store has them (a 201 means stored). The operation's one implementation: `APIWire` and `addDownloads` write
     /// its outcome, each with its codec.
-    func add(_ payload: Operations.AddDownloads.Input.Body.JsonPayload) async throws(APIError) -> AddOutcome {
+    func add(_ payload: consuming Operations.AddDownloads.Input.Body.JsonPayload) async throws(APIError) -> AddOutcome {
         try RawBody.rejectNulls()
         let defaults = manager.settingsNow
-        switch payload {
+        switch consume payload {
         case .AddDownload(let item):
             let request = try request(from: item, index: nil, defaults: defaults)
             let added: (added: DownloadManager.Added, download: DownloadSnapshot, commit: DownloadStore.Commit)

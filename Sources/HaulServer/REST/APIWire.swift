@@ -69,17 +69,19 @@ struct APIWire: Sendable {
                 throw APIError.from(error, body: body)
             }
         }
-        return try await addDownloads(payload, accept: nil, prefer: prefer)
+        return try await addDownloads(consume payload, accept: nil, prefer: prefer)
     }
 
     /// `POST /api/v1/downloads` with its body parsed.
-    func addDownloads(_ payload: Operations.AddDownloads.Input.Body.JsonPayload, accept: String?, prefer: String?)
+    func addDownloads(
+        _ payload: consuming Operations.AddDownloads.Input.Body.JsonPayload, accept: String?, prefer: String?
+    )
         async throws(APIError) -> Answer
     {
         try Self.checkAccept(accept)
         let minimal = APIHandler.prefersMinimal(prefer)
         let applied = minimal ? "return=minimal" : nil
-        switch try await api.add(payload) {
+        switch try await api.add(consume payload) {
         case .one(let added, let snapshot):
             var bytes: [UInt8] = []
             if minimal {

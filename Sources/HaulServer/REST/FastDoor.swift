@@ -114,7 +114,7 @@ public struct FastDoor: Sendable {
                 case .one(let item): payload = .AddDownload(item)
                 case .list(let items): payload = .case2(items)
                 }
-                answer = try await wire.addDownloads(payload, accept: fields[.accept], prefer: fields[.prefer])
+                answer = try await wire.addDownloads(consume payload, accept: fields[.accept], prefer: fields[.prefer])
             }
         } catch {
             return Answer(status: error.status, contentType: "application/json", body: Array(error.body))
