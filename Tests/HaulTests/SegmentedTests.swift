@@ -16,14 +16,16 @@ final class Counter: Sendable {
 /// Several connections per file, against the fault server with a speed cap on each connection.
 @Suite("Several connections per file", .serialized, .timeLimit(.minutes(2)), .teardowns)
 struct SegmentedTests {
-    static let size = 2 << 20
-    static let rate = 1 << 20
+    /// Sixteen of the smallest segments a split may leave (`DownloadRules.minimumSplitSize`), at a rate that fetches
+    /// it in about two seconds over one connection.
+    static let size = 16 << 20
+    static let rate = 8 << 20
     let body = testBytes(size, seed: 41)
 
     static func options(connections: Int = 4) -> DownloadOptions {
         var options = DownloadOptions()
         options.maxConnectionsPerDownload = connections
-        options.minimumSplitSize = 128 << 10
+        options.minimumSplitSize = DownloadRules.minimumSplitSize
         options.idleTimeoutSeconds = 2
         return options
     }
@@ -109,8 +111,8 @@ struct SegmentedTests {
         // opened). -x 1 fetches a smaller file of its own, at the same rate.
         let body = testBytes(12 << 20, seed: 43)
         let small = testBytes(2 << 20, seed: 42)
-        h.server.serve("/f", .init(body: body, bytesPerSecond: Self.rate))
-        h.server.serve("/one", .init(body: small, bytesPerSecond: Self.rate))
+        h.server.serve("/f", .init(body: body, bytesPerSecond: 1 << 20))
+        h.server.serve("/one", .init(body: small, bytesPerSecond: 1 << 20))
         _ = try await h.fetch(
             "/one", to: "one.bin", options: Self.options(connections: 1), configure: Self.configure)
         #expect(h.server.peakConnections == 1)

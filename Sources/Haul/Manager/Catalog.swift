@@ -77,6 +77,13 @@ struct Catalog {
         return Target(url: record.url, isFolder: false, place: record.destination ?? "")
     }
 
+    /// Room for `count` more records, made once before a list is kept: growing one record at a time moves every
+    /// entry of the indexes again at each doubling.
+    mutating func reserve(adding count: Int) {
+        boxes.reserveCapacity(boxes.count + count)
+        byTarget.reserveCapacity(byTarget.count + count)
+    }
+
     /// Keeps `record`, with its place in the queue when it is queued, its target and its state's count; returns it
     /// as kept (its folder name and options shared with the records before it that have equal ones).
     @discardableResult

@@ -129,6 +129,7 @@ extension DownloadManager {
         } else {
             do { try store.insert(fresh, saving: changed) } catch { throw BatchError(index: 0, error: error) }
         }
+        if fresh.count > 1 { catalog.reserve(adding: fresh.count) }
         for record in fresh {
             hub.emit(.added(snapshot(of: keep(record))))
         }
