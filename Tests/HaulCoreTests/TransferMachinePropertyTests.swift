@@ -133,7 +133,7 @@ struct World {
             finished = true
             let next = machine.finalized(.completed, now: now)
             perform(next)
-        case .fail(let error):
+        case .fail(let error), .failDiscardingPart(let error):
             failure = error
         case .stopped(let mark):
             store(mark, "stop")

@@ -111,8 +111,8 @@ extension DownloadRunner {
             resumedFrom: total, wasAlreadyComplete: true)
     }
 
-    /// Verifies the part file's `total` bytes and moves them to the destination; throws `checksumMismatch` (with
-    /// the part file emptied) when the checksum does not match.
+    /// Verifies the part file's `total` bytes and moves them to the destination; throws `checksumMismatch` when the
+    /// checksum does not match, leaving the part file as it is.
     func finalize(total: Int64) async throws -> DownloadResult {
         guard let part,
             let (folder, destination) = state.withLock({ state in
@@ -144,7 +144,7 @@ extension DownloadRunner {
         }
         if let checksum = options.checksum, digests[checksum.algorithm] != checksum.hex {
             let got = digests[checksum.algorithm] ?? "nothing"
-            try await truncate(to: 0, forgetting: true)
+            // What becomes of the bytes (fetched whole again, or deleted) is the machine's decision (`finalized`).
             throw DownloadError(
                 .checksumMismatch,
                 "checksum mismatch for \(source): expected \(checksum), got \(checksum.algorithm.rawValue)=\(got); "

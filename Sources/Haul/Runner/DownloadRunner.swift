@@ -349,12 +349,13 @@ final class DownloadRunner: Sendable {
         case .fail(let error):
             cancelAll()
             await awaitConnections()
-            if error.code == .checksumMismatch, let part {
-                // The bytes are not the file asked for: nothing of them is kept (one unlink of Haul's own file).
-                state.withLock { $0.folder }?.delete(part.name, identity: part.identity)
-            } else {
-                await flush(machine.withLock { $0.checkpointMark })
-            }
+            await flush(machine.withLock { $0.checkpointMark })
+            return .failed(error)
+        case .failDiscardingPart(let error):
+            cancelAll()
+            await awaitConnections()
+            // One unlink of Haul's own file.
+            if let part { state.withLock { $0.folder }?.delete(part.name, identity: part.identity) }
             return .failed(error)
         case .stopped:
             await awaitConnections()

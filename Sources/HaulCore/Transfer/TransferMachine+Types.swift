@@ -154,6 +154,9 @@ extension TransferMachine {
         case finalize(total: Int64)
         /// The download fails with this error.
         case fail(DownloadError)
+        /// The download fails with this error, and the part file's bytes are not the file asked for (its checksum
+        /// did not match): nothing of them is kept.
+        case failDiscardingPart(DownloadError)
         /// Stopped on request: every connection is closed; sync and store the written bytes, then end. The mark is
         /// as of the stop: once the closed connections' writes have ended, `checkpointMark` also counts the chunks
         /// they were granted before it and wrote after.

@@ -414,7 +414,7 @@ public struct TransferMachine: Sendable {
                     "checksum mismatch after a resumed download; fetching it whole", closing: [], now: now)
             }
             phase = .done
-            return [.fail(error)]
+            return [.failDiscardingPart(error)]
         }
     }
 
