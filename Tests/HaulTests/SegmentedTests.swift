@@ -130,7 +130,11 @@ struct SegmentedTests {
         await manager.shutdown()
         #expect(h.holds("one.bin", small))
         #expect(h.holds("f.bin", body))
-        #expect(await most.value == 4, "never more than -x, and all of them used")
+        // Never more than -x at once. How many run at the same moment depends on the machine: on a loaded one the
+        // ramp retires an addition that did not help, and a connection may finish its quarter before the fourth
+        // opens. That four were opened is what the three segment requests below show.
+        let concurrent = await most.value
+        #expect((2...4).contains(concurrent), "at most -x at once, and more than one: \(concurrent)")
         // The server never sees more than -x at once, save one: a connection the ramp closed can still be open at its
         // end when the next one arrives. It may see fewer at once: on a loaded machine the first connection can finish
         // its quarter before the ramp opens the fourth. That four were opened is what the events above and the three
