@@ -491,7 +491,9 @@ struct RouterTests {
                 Components.Schemas.DownloadList.self, try await client.get("/api/v1/downloads?state=queued"))
             #expect(none.downloads.isEmpty)
             #expect(try await client.get("/api/v1/downloads?state=sleeping").status == .badRequest)
-            #expect(try await client.get("/api/v1/downloads?state=").status == .badRequest, "no state is not a state")
+            let empty = try await client.get("/api/v1/downloads?state=")
+            #expect(empty.status == .badRequest, "no state is not a state")
+            #expect(try apiError(empty).message.contains("is empty"), "\(String(buffer: empty.body))")
             #expect(try await client.get("/api/v1/downloads?cursor=zzz").status == .badRequest)
             #expect(try await client.get("/api/v1/downloads?limit=0").status == .badRequest)
         }

@@ -119,8 +119,9 @@ struct APIWire: Sendable {
         for (name, value) in query where seen.insert(name).inserted {
             switch name {
             case "state":
+                // An empty value is no state at all, which `downloadsPage` refuses as such.
                 var parsed: [Components.Schemas.State] = []
-                for text in value.split(separator: ",", omittingEmptySubsequences: false) {
+                for text in value.split(separator: ",", omittingEmptySubsequences: false) where !value.isEmpty {
                     guard let state = Components.Schemas.State(rawValue: String(text)) else {
                         throw APIError.invalidField(
                             "state",
@@ -129,7 +130,7 @@ struct APIWire: Sendable {
                     }
                     parsed.append(state)
                 }
-                states = value.isEmpty ? [] : parsed
+                states = parsed
             case "limit":
                 guard let number = Int(value) else { throw APIError.invalidField("limit", "must be an integer") }
                 limit = number
@@ -203,6 +204,12 @@ struct APIWire: Sendable {
         return true
     }
 
+    /// A chunk of a page's downloads as the API shows them; a download removed since the page was chosen is left
+    /// out.
+    func downloads(_ ids: [DownloadID]) async -> [Components.Schemas.Download] {
+        await api.manager.snapshots(ofExisting: ids).map(Components.Schemas.Download.init)
+    }
+
     /// The answer as Hummingbird's response; a page is written in chunks as its downloads are fetched.
     func respond(_ answer: Answer) -> Response {
         var headers: HTTPFields = [.contentType: Answer.contentType]
@@ -212,13 +219,12 @@ struct APIWire: Sendable {
         case .bytes(let bytes):
             return Response(status: answer.status, headers: headers, body: .init(byteBuffer: ByteBuffer(bytes: bytes)))
         case .page(let ids, let nextCursor):
-            let manager = api.manager
+            let wire = self
             return Response(
                 status: answer.status, headers: headers,
                 body: ResponseBody { writer in
                     try await DownloadJSON.list(ids: ids, nextCursor: nextCursor) { chunk in
-                        // A download removed since the page was chosen is left out.
-                        await manager.snapshots(ofExisting: chunk).map(Components.Schemas.Download.init)
+                        await wire.downloads(chunk)
                     } emit: { bytes in
                         try await writer.write(ByteBuffer(bytes: bytes))
                     }

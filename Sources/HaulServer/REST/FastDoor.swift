@@ -126,9 +126,9 @@ public struct FastDoor: Sendable {
         case .page(let ids, let nextCursor):
             // The full answer to a list small enough for this path (its body is at most `bodyLimit`).
             var written: [UInt8] = []
-            let manager = wire.api.manager
+            let wire = wire
             try? await DownloadJSON.list(ids: ids, nextCursor: nextCursor) { chunk in
-                await manager.snapshots(ofExisting: chunk).map(Components.Schemas.Download.init)
+                await wire.downloads(chunk)
             } emit: { chunk in
                 written += chunk
             }
