@@ -88,21 +88,12 @@ struct World {
             if part == nil { part = [] }
             links[id] = .streaming(version: version, position: start, end: end)
         case .discard(let id), .close(let id):
-            // A write in progress still lands (the runner awaits it before truncating or flushing), uncounted.
-            if case .writing(let version, _, _, let grant, _) = links[id] {
-                land(grant, version: version, counted: false)
-            }
             links[id] = nil
-        case .truncate(let length, let forgetting):
+        case .truncate(let length):
+            // The runner stores first what the part file will hold: the machine's facts, no segments.
             storedOffset = min(storedOffset, length)
-            if forgetting {
-                storedSegments = nil
-                storedFacts = nil
-            } else if let segments = storedSegments {
-                storedSegments = segments.map {
-                    Segment(start: $0.start, end: $0.end, offset: min($0.offset, max($0.start, length)))
-                }
-            }
+            storedSegments = nil
+            storedFacts = machine.remoteFacts
             if part == nil { part = [] }
             part = Array(part!.prefix(Int(length)))
             synced = synced.map { Array($0.prefix(Int(length))) }
@@ -133,11 +124,26 @@ struct World {
             finished = true
             let next = machine.finalized(.completed, now: now)
             perform(next)
-        case .fail(let error), .failDiscardingPart(let error):
-            failure = error
-        case .stopped(let mark):
-            store(mark, "stop")
+        case .end(let ending):
             links.removeAll()
+            switch ending {
+            case .completed: finished = true
+            case .failed(let error, let fate):
+                failure = error
+                settle(fate, "failure")
+            case .stopped(let fate): settle(fate, "stop")
+            }
+        }
+    }
+
+    /// What the runner does with the part file of a run that ends without completing.
+    mutating func settle(_ fate: TransferMachine.PartFate, _ what: String) {
+        switch fate {
+        case .keep(let mark): store(mark, what)
+        case .leave: break
+        case .discard:
+            part = nil
+            synced = nil
         }
     }
 
@@ -284,9 +290,9 @@ struct World {
         if case .answered = links[id] { links[id] = nil }  // not taken: discarded with no action
     }
 
-    /// A chunk of `size` bytes arrives on a streaming connection: claimed, compared, and written at once or, with
-    /// `holding`, left being written while other things happen.
-    mutating func deliver(_ pick: Int, size: Int, holding: Bool = false) {
+    /// A chunk of `size` bytes arrives on a streaming connection: claimed, compared and written, then `wrote`, in
+    /// one step of the loop, as the runner does (no other event comes between them).
+    mutating func deliver(_ pick: Int, size: Int) {
         let streaming = ids { if case .streaming = $0 { true } else { false } }
         guard !streaming.isEmpty else { return }
         let id = streaming[pick % streaming.count]
@@ -312,10 +318,10 @@ struct World {
             }
         }
         links[id] = .writing(version: version, position: position, end: end, grant: grant, count: count)
-        if !holding { finishWrite(id) }
+        finishWrite(id)
     }
 
-    /// The write of a held chunk ends: `wrote`, then the end of the body when the chunk was its last.
+    /// The chunk lands: `wrote`, then the end of the body when the chunk was its last.
     mutating func finishWrite(_ id: Int) {
         guard case .writing(let version, let position, let end, let grant, let count) = links[id] else { return }
         land(grant, version: version, counted: true)
@@ -333,12 +339,6 @@ struct World {
             let ended = machine.bodyEnded(id, now: now)
             perform(ended)
         }
-    }
-
-    mutating func finishWrite(pick: Int) {
-        let writing = ids { if case .writing = $0 { true } else { false } }
-        guard !writing.isEmpty else { return }
-        finishWrite(writing[pick % writing.count])
     }
 
     /// Puts the granted bytes of a chunk on disk; `counted` ones must not have been written since the last loss.
@@ -410,10 +410,6 @@ struct World {
     mutating func kill(keepingUnsynced: Bool) {
         if !keepingUnsynced, part != nil {
             part = synced ?? []
-        } else {
-            for case .writing(let version, _, _, let grant, _) in links.values {
-                land(grant, version: version, counted: false)
-            }
         }
         writtenOnce = Array(repeating: false, count: Int(total))
         relaunch()
@@ -432,9 +428,7 @@ struct World {
         var steps = 0
         while !isOver, steps < 200_000 {
             steps += 1
-            if !ids({ if case .writing = $0 { true } else { false } }).isEmpty {
-                finishWrite(pick: 0)
-            } else if !pendingCheckpoints.isEmpty {
+            if !pendingCheckpoints.isEmpty {
                 completeCheckpoint()
             } else if !ids({ if case .requested = $0 { true } else { false } }).isEmpty {
                 answer(0)
@@ -457,8 +451,7 @@ struct World {
         let argument = code / 16
         switch code % 16 {
         case 0, 1, 2: deliver(argument, size: 1 + argument % 211)
-        case 3: deliver(argument, size: 1 + argument % 211, holding: true)
-        case 4: finishWrite(pick: argument)
+        case 3, 4: deliver(argument, size: 1 + argument % 1021)
         case 5, 6: answer(argument)
         case 7: tick(argument % 400)
         case 8: completeCheckpoint()

@@ -90,7 +90,7 @@ struct TransferMachineSingleTests {
         #expect(grants.allSatisfy { $0.compare == 0 && !$0.overrun })
         #expect(grants.map(\.write).reduce(0, +) == 1000)
         #expect(d.machine.bodyEnded(0, now: d.now) == [.finalize(total: 1000)])
-        #expect(d.machine.finalized(.completed, now: d.now) == [])
+        #expect(d.machine.finalized(.completed, now: d.now) == [.end(.completed)])
         #expect(d.machine.resumedFrom == 0 && !d.machine.wasResumed)
     }
 
@@ -115,7 +115,7 @@ struct TransferMachineSingleTests {
             .init(partLength: 700, durableOffset: 400, isPartVerified: true, facts: Heads.strongFacts), now: d.now)
         #expect(
             actions == [
-                .truncate(to: 400, forgetting: false), .send(0, RangeRequest(offset: 400, ifRange: Heads.etag)),
+                .truncate(to: 400), .send(0, RangeRequest(offset: 400, ifRange: Heads.etag)),
             ])
     }
 
@@ -144,7 +144,7 @@ struct TransferMachineSingleTests {
             last = d.machine.responseReceived(0, Heads.status(500), now: d.now)
             if last.contains(where: { $0.isWait }) { _ = d.machine.waitEnded(0, now: d.now) }
         }
-        guard case .fail(let error) = last.last else {
+        guard case .end(.failed(let error, _)) = last.last else {
             Issue.record("expected a failure, got \(last)")
             return
         }
@@ -159,7 +159,7 @@ struct TransferMachineSingleTests {
             .init(partLength: 400, durableOffset: 400, isPartVerified: true, facts: Heads.strongFacts), now: d.now)
         let actions = d.machine.responseReceived(0, Heads.ok(1000), now: d.now)
         #expect(actions.contains { $0.restartReason?.contains("whole file") == true })
-        #expect(actions.contains(.truncate(to: 0, forgetting: true)))
+        #expect(actions.contains(.truncate(to: 0)))
         #expect(actions.last == .stream(0, .init(start: 0, compareUntil: 0, end: 1000)))
         #expect(!actions.contains { $0.sent != nil || $0.isWait })
         #expect(!d.machine.wasResumed)
@@ -179,7 +179,7 @@ struct TransferMachineSingleTests {
         let actions = d.machine.responseReceived(0, head, now: d.now)
         #expect(actions.first == .discard(0))
         #expect(actions.contains { $0.restartReason != nil })
-        #expect(actions.contains(.truncate(to: 0, forgetting: true)))
+        #expect(actions.contains(.truncate(to: 0)))
         #expect(actions.last?.sent == .whole)
         #expect(!actions.contains { $0.isWait })
     }
@@ -256,7 +256,7 @@ struct TransferMachineSingleTests {
             last = d.machine.connectionFailed(0, DownloadError(.connectionFailed, "refused"), now: d.now)
             _ = d.machine.waitEnded(0, now: d.now)
         }
-        #expect(last.contains { if case .fail = $0 { true } else { false } })
+        #expect(last.contains { if case .end(.failed) = $0 { true } else { false } })
     }
 
     @Test(
@@ -269,7 +269,7 @@ struct TransferMachineSingleTests {
         let mismatch = DownloadError(.checksumMismatch, "mismatch")
         let again = d.machine.finalized(.checksumMismatch(mismatch), now: d.now)
         #expect(again.contains { $0.restartReason?.contains("checksum") == true })
-        #expect(again.filter { if case .truncate(to: 0, _) = $0 { true } else { false } }.count == 1)
+        #expect(again.filter { if case .truncate(to: 0) = $0 { true } else { false } }.count == 1)
         guard case .send(let id, .whole)? = again.last else {
             Issue.record("expected a whole request, got \(again)")
             return
@@ -277,7 +277,7 @@ struct TransferMachineSingleTests {
         _ = d.machine.responseReceived(id, Heads.ok(1000), now: d.now)
         _ = d.stream(id, 1000)
         #expect(d.machine.bodyEnded(id, now: d.now) == [.finalize(total: 1000)])
-        #expect(d.machine.finalized(.checksumMismatch(mismatch), now: d.now) == [.failDiscardingPart(mismatch)])
+        #expect(d.machine.finalized(.checksumMismatch(mismatch), now: d.now) == [.end(.failed(mismatch, .discard))])
     }
 
     @Test("a server without ranges: a break restarts from 0 (said as a restart), no Range is ever sent")
@@ -288,7 +288,7 @@ struct TransferMachineSingleTests {
         _ = d.stream(0, 300)
         let actions = d.machine.connectionFailed(0, DownloadError(.connectionLost, "reset"), now: d.now)
         #expect(actions.contains { $0.restartReason?.contains("does not resume") == true })
-        #expect(actions.contains(.truncate(to: 0, forgetting: false)))
+        #expect(actions.contains(.truncate(to: 0)))
         #expect(actions.last == .send(0, .whole))
     }
 
@@ -326,23 +326,20 @@ struct TransferMachineSingleTests {
         _ = d.machine.start(.init(partLength: nil, durableOffset: 0, isPartVerified: true, facts: nil), now: d.now)
         _ = d.machine.responseReceived(0, Heads.ok(1000), now: d.now)
         _ = d.stream(0, 450, chunk: 150)
-        #expect(d.machine.stop() == [.close(0), .stopped(.offset(450))])
+        #expect(d.machine.stop() == [.close(0), .end(.stopped(.keep(.offset(450))))])
         #expect(d.machine.stop() == [])
     }
 
-    @Test("stop: a chunk granted before the stop and written after it is counted; nothing is granted after")
-    func stopWithWriteInFlight() {
+    @Test("stop: the mark kept is every byte written, and nothing is granted or counted after it")
+    func stopAfterWrites() {
         var d = Driver()
         _ = d.machine.start(.init(partLength: nil, durableOffset: 0, isPartVerified: true, facts: nil), now: d.now)
         _ = d.machine.responseReceived(0, Heads.ok(1000), now: d.now)
         _ = d.stream(0, 300, chunk: 150)
-        let grant = d.machine.claim(0, count: 100)
-        #expect(grant.write == 100)
-        #expect(d.machine.stop() == [.close(0), .stopped(.offset(300))])
+        #expect(d.machine.stop() == [.close(0), .end(.stopped(.keep(.offset(300))))])
         #expect(d.machine.claim(0, count: 100).write == 0, "no byte granted after the stop")
-        // The granted chunk lands in the file after the stop: the flush that follows counts it.
         #expect(d.machine.wrote(0, now: d.now) == [])
-        #expect(d.machine.checkpointMark == .offset(400))
+        #expect(d.machine.checkpointMark == .offset(300))
     }
 
     @Test("restarts in a row with no byte written between them end in a failure after three, not a loop")
@@ -358,7 +355,7 @@ struct TransferMachineSingleTests {
             if case .send(let next, _)? = actions.last { id = next }
         }
         #expect(outcomes.prefix(3).allSatisfy { $0.last?.sent == .whole })
-        guard case .fail(let error)? = outcomes[3].last else {
+        guard case .end(.failed(let error, _))? = outcomes[3].last else {
             Issue.record("expected a failure, got \(outcomes[3])")
             return
         }
@@ -424,7 +421,7 @@ struct TransferMachineSegmentTests {
         #expect(actions.contains(.close(0)))
         #expect(!actions.contains(.close(1)))
         #expect(actions.contains { $0.restartReason?.contains("changed") == true })
-        #expect(actions.contains(.truncate(to: 0, forgetting: true)))
+        #expect(actions.contains(.truncate(to: 0)))
         #expect(actions.last == .stream(1, .init(start: 0, compareUntil: 0, end: 1200)))
         #expect(!actions.contains { $0.sent != nil || $0.isWait })
     }
@@ -459,7 +456,7 @@ struct TransferMachineSegmentTests {
         var (d, _) = Self.split()
         let actions = d.machine.responseReceived(1, Heads.status(429, [("Retry-After", "5")]), now: d.now)
         #expect(actions.contains(.close(1)))
-        #expect(!actions.contains { if case .fail = $0 { true } else { false } })
+        #expect(!actions.contains { if case .end = $0 { true } else { false } })
         #expect(d.machine.openConnections == 1)
     }
 
@@ -486,7 +483,7 @@ struct TransferMachineSegmentTests {
                 partLength: 600, durableOffset: 600, segments: stored, isPartVerified: true, facts: Heads.strongFacts),
             now: d.now)
         #expect(actions.first?.restartReason != nil)
-        #expect(actions.contains(.truncate(to: 0, forgetting: true)))
+        #expect(actions.contains(.truncate(to: 0)))
         #expect(actions.last?.sent == .whole)
     }
 

@@ -119,9 +119,8 @@ extension DownloadManager {
         )
         let started = record
         tasks[id] = Task {
-            let runner = DownloadRunner(record: started, environment: environment)
-            let outcome = await runner.run()
-            await self.finished(id, outcome: outcome, record: runner.record)
+            let (outcome, transfer) = await DownloadRunner.run(record: started, environment: environment)
+            await self.finished(id, outcome: outcome, transfer: transfer)
         }
         hub.emit(.changed(snapshot(of: record)))
     }
@@ -140,11 +139,15 @@ extension DownloadManager {
         switch report {
         case .transfer(let transfer, let waiting):
             let named = record.destination != transfer.destination
-            record = record.adoptingTransfer(of: transfer)
+            record.adopt(transfer)
             keep(record)
             // A folder download's name is news for subscribers; facts and offsets are not (progress tells the bytes).
             if named { hub.emit(.changed(snapshot(of: record))) }
             return store.submit(try .transfer(record), awaited: waiting)
+        case .checkpoint(let mark):
+            record.store(mark)
+            keep(record)
+            return store.submit(try .transfer(record), awaited: true)
         case .finishing:
             // Its file is synced and moved while the next download transfers: with many small files, the syncs
             // (waits for the disk) no longer leave slots idle. Bounded, so a slow disk cannot gather every
@@ -191,19 +194,28 @@ extension DownloadManager {
         catalog.isClaimed(path, excluding: id)
     }
 
-    func finished(_ id: String, outcome: RunOutcome, record runnerRecord: DownloadRecord) {
+    func finished(_ id: String, outcome: RunOutcome, transfer: TransferReport) {
         tasks[id] = nil
         finishing.remove(id)
         downloadLimiters[id] = nil
         hub.clearProgress(of: DownloadID(id))
         let reason = stopReasons.removeValue(forKey: id)
-        // The runner's record is current for what the transfer changed, and the manager stored each change as it
-        // was reported. The manager's own fields (priority, place, limit, connections) may have changed meanwhile
-        // and stay as the manager has them.
-        var record = catalog[id].map { $0.adoptingTransfer(of: runnerRecord) } ?? runnerRecord
+        // The manager stored each change of the transfer as it was reported; the runner's last word has its names
+        // as the run left them. The manager's own fields (priority, place, limit, connections) stay as it has them.
+        guard var record = catalog[id] else {
+            // Not in the catalog any more: whoever waits for it still hears how it ended.
+            switch outcome {
+            case .completed(let result): finish(id, with: .success(result))
+            case .failed(let error): finish(id, with: .failure(error))
+            case .stopped: break
+            }
+            return
+        }
+        record.adopt(transfer)
         record.activeConnections = 0
         switch outcome {
         case .completed(let result):
+            record.complete(at: result.path, bytes: result.bytes)
             settle(&record, on: .finished)
             // Queued: should it not reach the store, the next run recognises the finished file as its own.
             do { store.submit(try .completion(record)) } catch {

@@ -2,69 +2,71 @@ import Foundation
 import HaulCore
 import Logging
 import NIOCore
-import Synchronization
 
-extension DownloadRunner {
-    // MARK: Bodies
+/// What a connection's task does, with only what it needs of the runner: it sends the request, reports the answer
+/// and waits to hear whether to take its body, then reports each chunk and waits to hear whether to read on. It never
+/// touches the machine or the part file; the loop does.
+struct Connector: Sendable {
+    let environment: RunnerEnvironment
+    let source: String
+    let options: DownloadOptions
 
-    /// Streams an accepted answer into the part file, as the machine grants each chunk.
-    func stream(
-        _ id: Int, _ generation: UInt64, response: TransportResponse, body: TransferMachine.Body,
-        continuation: AsyncStream<Event>.Continuation
-    ) async {
-        guard let part else {
-            continuation.yield(.failed(id, generation, DownloadError(.fileSystem, "no part file for \(source)")))
+    init(environment: RunnerEnvironment, source: String, options: DownloadOptions) {
+        self.environment = environment
+        self.source = source
+        self.options = options
+    }
+
+    typealias Events = AsyncStream<DownloadRunner.Event>.Continuation
+
+    /// Connection `id` (generation `generation`): the request, then its body if the loop takes it.
+    func connect(_ id: Int, _ generation: UInt64, request: RangeRequest, events: Events) async {
+        let response: TransportResponse
+        do {
+            response = try await environment.transport.send(
+                TransportRequest(
+                    url: try url(), headers: headers(for: request), tls: options.tls, network: options.network))
+        } catch {
+            events.yield(.failed(id, generation, connectionError(error)))
             return
         }
-        var writeback = WritebackStarter(part: part, from: body.start)
+        let taken = await withCheckedContinuation { (take: CheckedContinuation<Bool, Never>) in
+            if case .terminated = events.yield(.responded(id, generation, response, take: take)) {
+                take.resume(returning: false)
+            }
+        }
+        if taken { await stream(id, generation, response: response, events: events) }
+    }
+
+    /// Reports each chunk of an accepted answer's body to the loop, which writes it, and reads on as long as it says
+    /// so; waits for the rate limits between chunks.
+    func stream(_ id: Int, _ generation: UInt64, response: TransportResponse, events: Events) async {
         let limiters = environment.limiters
         let clock = environment.clock
         do {
             for try await chunk in response.body {
                 let count = chunk.readableBytes
-                let grant = machine.withLock { $0.claim(id, count: count) }
-                var index = chunk.readerIndex
-                if grant.compare > 0 {
-                    let held = try part.read(count: grant.compare, at: grant.offset)
-                    guard let received = chunk.getBytes(at: index, length: grant.compare), held == received else {
-                        continuation.yield(.overlapDiffered(id, generation))
-                        return
+                let readOn = await withCheckedContinuation { (more: CheckedContinuation<Bool, Never>) in
+                    if case .terminated = events.yield(.chunk(id, generation, chunk, more: more)) {
+                        more.resume(returning: false)
                     }
-                    index += grant.compare
                 }
-                if grant.write > 0, let slice = chunk.getSlice(at: index, length: grant.write) {
-                    try part.write(slice, at: grant.offset + Int64(grant.compare))
-                    writeback.wrote(upTo: grant.offset + Int64(grant.compare + grant.write))
-                }
-                let actions = machine.withLock { $0.wrote(id, now: environment.idleClock.now()) }
-                if !actions.isEmpty { continuation.yield(.actions(actions)) }
-                if grant.overrun {
-                    let error = DownloadError(
-                        .bodyTooLong, "server sent more than it announced; not saving the excess", isRetryable: true)
-                    continuation.yield(.failed(id, generation, error))
-                    return
-                }
-                if grant.stop {
-                    continuation.yield(.bodyEnded(id, generation))
-                    return
-                }
+                guard readOn else { return }
                 for limiter in limiters {
-                    try await limiter.acquire(count, clock: clock) { machine.withLock { $0.touch(id) } }
+                    try await limiter.acquire(count, clock: clock) { events.yield(.throttled(id, generation)) }
                 }
             }
-            continuation.yield(.bodyEnded(id, generation))
+            events.yield(.bodyEnded(id, generation))
         } catch {
             if Task.isCancelled || error is CancellationError { return }
-            if let error = error as? DownloadError, !error.isRetryable || error.code == .diskFull {
-                continuation.yield(.failed(id, generation, error))
+            if let error = error as? DownloadError {
+                events.yield(.failed(id, generation, error))
                 return
             }
-            let host = response.finalURL.host ?? source
-            var failure = LiveTransport.classify(error, connecting: false).error(host: host)
-            if failure.code != .tls { failure.isRetryable = true }
-            failure.message += " while the file was arriving"
             environment.logger.debug("\(source): \(String(describing: error))")
-            continuation.yield(.failed(id, generation, failure))
+            let host = response.finalURL.host ?? source
+            events.yield(
+                .bodyBroke(id, generation, LiveTransport.classify(error, connecting: false).error(host: host)))
         }
     }
 
@@ -86,11 +88,13 @@ extension DownloadRunner {
     }
 
     func headers(for request: RangeRequest) -> [(name: String, value: String)] {
-        Self.headers(
+        DownloadRunner.headers(
             options: options, defaultUserAgent: environment.settings.userAgent, range: request.rangeHeader,
             ifRange: request.ifRange)
     }
+}
 
+extension DownloadRunner {
     /// The request headers: the user's, with Haul's own `Range`, `If-Range` and `Accept-Encoding: identity`.
     static func headers(options: DownloadOptions, defaultUserAgent: String, range: String?, ifRange: String?)
         -> [(name: String, value: String)]

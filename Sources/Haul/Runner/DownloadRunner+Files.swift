@@ -25,28 +25,25 @@ extension DownloadRunner {
             // A file handed over (-c, or an earlier row's): its bytes are compared with the server's before anything
             // is appended.
             let isHandedOver = try adopting && part.length() > 0
-            state.withLock { state in
-                state.part = part
-                state.record.partIdentity = part.identity
-                if isNew { state.isPartIdentityStored = false }
-                if isHandedOver { state.record.isPartVerified = false }
-            }
+            self.part = part
+            self.record.partIdentity = part.identity
+            if isNew { isPartIdentityStored = false }
+            if isHandedOver { self.record.isPartVerified = false }
         case .untrusted(let error):
             guard record.takesFreeName else { throw error }
             environment.logger.notice("\(source): \(error.message); taking the next free name")
-            state.withLock { state in
-                state.record.durableOffset = 0
-                state.record.segments = nil
-                state.record.isPartVerified = true
-                state.record.partIdentity = nil
-            }
+            // The machine starts from nothing.
+            self.record.durableOffset = 0
+            self.record.segments = nil
+            self.record.isPartVerified = true
+            self.record.partIdentity = nil
             try await claimName(name, in: folder, from: 1)
         }
     }
 
     /// Picks the file name for a folder download from the first answer, never over a file Haul did not create.
     func resolveDestination(response: TransportResponse) async throws {
-        guard let folder = state.withLock({ $0.folder }) else {
+        guard let folder else {
             throw DownloadError(.fileSystem, "download \(id) has no folder open")
         }
         let name = FileNameSanitizer.name(
@@ -67,12 +64,10 @@ extension DownloadRunner {
             if await environment.isDestinationClaimed(path) { continue }
             // Made exclusively: a download of another process choosing the same name at the same moment loses.
             guard let part = try folder.makePart(candidate + ".part") else { continue }
-            state.withLock { state in
-                state.part = part
-                state.record.destination = path
-                state.record.partIdentity = part.identity
-                state.isPartIdentityStored = false
-            }
+            self.part = part
+            record.destination = path
+            record.partIdentity = part.identity
+            isPartIdentityStored = false
             return
         }
         throw DownloadError(.destinationExists, "no free name for \(name) in \(folder.path)")
@@ -102,10 +97,6 @@ extension DownloadRunner {
                 ? [:] : try FileDigest.hexDigests(of: descriptor, named: destination, algorithms: algorithms)
         }
         if let checksum = options.checksum, digests[checksum.algorithm] != checksum.hex { return nil }
-        state.withLock { state in
-            state.record.mayReplaceDestination = true
-            state.record.completedAt = state.record.completedAt ?? Date()
-        }
         return DownloadResult(
             id: id, url: source, path: destination, bytes: total, sha256: digests[.sha256], seconds: 0,
             resumedFrom: total, wasAlreadyComplete: true)
@@ -114,11 +105,7 @@ extension DownloadRunner {
     /// Verifies the part file's `total` bytes and moves them to the destination; throws `checksumMismatch` when the
     /// checksum does not match, leaving the part file as it is.
     func finalize(total: Int64) async throws -> DownloadResult {
-        guard let part,
-            let (folder, destination) = state.withLock({ state in
-                state.folder.flatMap { folder in state.record.destination.map { (folder, $0) } }
-            })
-        else {
+        guard let part, let folder, let destination = record.destination else {
             throw DownloadError(.fileSystem, "nothing to finalise for \(source)")
         }
         let length = try part.length()
@@ -153,14 +140,10 @@ extension DownloadRunner {
         }
         // Stored before the rename: if the process dies between the rename and the completed state, the next run
         // recognises the whole file at the destination as its own (`recognizeFinishedFile`).
-        try await saveTransfer(waiting: true) { record in
-            record.durableOffset = size
-            record.totalLength = size
-            record.segments = nil
-        }
-        let (replacing, takesFreeName) = state.withLock {
-            ($0.record.mayReplaceDestination, $0.record.takesFreeName)
-        }
+        var report = transferReport(mark: .offset(size))
+        report.facts?.totalLength = size
+        try await save(report, waiting: true)
+        let (replacing, takesFreeName) = (record.mayReplaceDestination, record.takesFreeName)
         let name = try await Blocking.run {
             let name = try Self.moveIntoPlace(
                 part, in: folder, name: PathName.lastComponent(of: destination), replacing: replacing,
@@ -169,17 +152,10 @@ extension DownloadRunner {
             return name
         }
         let target = PathName.join(folder.path, name)
-        let resumedFrom = machine.withLock { $0.resumedFrom } ?? 0
-        state.withLock { state in
-            state.part = nil
-            state.record.destination = target
-            state.record.completedAt = Date()
-            state.record.durableOffset = size
-            state.record.totalLength = size
-            state.record.attempts = 0
-            state.record.error = nil
-            state.record.mayReplaceDestination = true
-        }
+        let resumedFrom = machine.resumedFrom ?? 0
+        // It is the finished file now: nothing of a stop after this may touch it as a part file.
+        self.part = nil
+        record.destination = target
         let elapsed = environment.idleClock.now() - startedAt
         return DownloadResult(
             id: id,

@@ -2,7 +2,6 @@ import Foundation
 import HaulCore
 import Logging
 import NIOCore
-import Synchronization
 
 /// Everything a runner needs from its manager.
 struct RunnerEnvironment: Sendable {
@@ -32,10 +31,11 @@ struct RunnerEnvironment: Sendable {
 
 /// What a runner tells its manager while it runs.
 enum RunnerReport: Sendable {
-    /// What the transfer learned or did to its part file: the file name a folder download chose, final URL, remote
-    /// facts, durable offset, segments, whether the part's bytes are verified. With `waiting`, the runner waits for
-    /// the commit (and hears of its failure).
-    case transfer(DownloadRecord, waiting: Bool)
+    /// What the transfer learned or did to its part file (see `TransferReport`). With `waiting`, the runner waits
+    /// for the commit (and hears of its failure).
+    case transfer(TransferReport, waiting: Bool)
+    /// A checkpoint: the part file durably holds the bytes `mark` counts. The runner waits for its commit.
+    case checkpoint(TransferMachine.Checkpoint)
     /// The download starts again from 0 (a changed file, a server that stopped honouring ranges, …): not a failure.
     case restarted(String)
     /// The server cannot be reached; the download waits for the network.
@@ -53,6 +53,20 @@ enum RunnerReport: Sendable {
     case transferring
 }
 
+/// What the runner reports of a download's transfer: its names and identities as the runner has them, and the
+/// transfer's state as its machine has it. The machine holds the one copy of that state; this is what of it goes to
+/// the store.
+struct TransferReport: Sendable {
+    var destination: String?
+    var finalURL: String?
+    var partIdentity: FileIdentity?
+    var folderIdentity: FileIdentity?
+    var facts: RemoteFacts?
+    var isPartVerified: Bool
+    /// The bytes the part file durably holds; nil leaves the stored mark as it is (a checkpoint may be on its way).
+    var mark: TransferMachine.Checkpoint?
+}
+
 /// How a run ended.
 enum RunOutcome: Sendable {
     case completed(DownloadResult)
@@ -62,260 +76,314 @@ enum RunOutcome: Sendable {
 }
 
 /// Runs one download from the manager's record to a completed file, a failure, or a clean stop, by performing the
-/// actions of its `TransferMachine`: it sends the requests, streams the bodies into the part file with positional
+/// actions of its `TransferMachine`: it sends the requests, writes the bodies into the part file with positional
 /// writes (comparing an overlap where the machine asks), syncs and stores checkpoints, sleeps the backoffs, ticks the
 /// machine's clock, and verifies and moves the finished file into place. The decisions are all the machine's.
-final class DownloadRunner: Sendable {
+///
+/// One serial context drives the machine: the task that runs the runner. Connections are tasks that only report what
+/// happened to them as events (an answer, a chunk, a break, the end of a body) and wait for the loop's word where it
+/// decides (take this body? read on?); the loop hands every event to the machine, performs its actions, and writes
+/// every byte itself. So the machine, the part file and the runner's state are touched by that one task, no write
+/// can be in flight when the loop truncates, syncs or moves the file, and every run ends through `end(_:)`.
+final class DownloadRunner {
     let environment: RunnerEnvironment
     let id: DownloadID
-    let state: Mutex<State>
-    let machine: Mutex<TransferMachine>
     let startedAt: Duration
-    /// What does not change while it runs, kept apart from `record` (a copy of the whole record under the lock for
-    /// each look at one of them): the URL the user gave and the download's options.
+    /// What does not change while it runs: the URL the user gave and the download's options.
     let source: String
     let options: DownloadOptions
+    /// What the connections' tasks need (they never touch the runner).
+    let connector: Connector
 
-    struct State: Sendable {
-        var record: DownloadRecord
-        /// The download's folder, held for the whole run: every file operation goes through it.
-        var folder: DownloadFolder?
-        var part: PartFile?
-        /// False from the moment a part file is made or adopted until its identity is in the store: the first body
-        /// waits for that commit before it writes, so a part file with bytes always has its row's record of it.
-        var isPartIdentityStored = true
-        /// Per connection: its task (request, body or wait) and its generation (events of an older one are stale).
-        var tasks: [Int: (key: UInt64, task: Task<Void, Never>, writes: Bool)] = [:]
-        /// Body tasks of closed connections until they end: a write in progress ends before the part file is
-        /// truncated or flushed, so no byte of a closed answer lands after that.
-        var closing: [UInt64: Task<Void, Never>] = [:]
-        var nextTask: UInt64 = 0
-        var generations: [Int: UInt64] = [:]
-        var nextGeneration: UInt64 = 0
-        /// Answers whose body waits for the machine's decision.
-        var responses: [Int: TransportResponse] = [:]
-        var checkpoint: Task<Void, Never>?
-        /// Ticks every millisecond while the machine measures its connections (`startFastTicksIfWanted`).
-        var fastTicker: Task<Void, Never>?
+    /// The download's names and identities. Its transfer fields are the stored row's, the machine's start; from
+    /// then on the machine has the transfer's state.
+    var record: DownloadRecord
+    var machine: TransferMachine
+    /// The download's folder, held for the whole run: every file operation goes through it.
+    var folder: DownloadFolder?
+    var part: PartFile?
+    /// False from the moment a part file is made or adopted until its identity is in the store: the first body
+    /// waits for that commit before it writes, so a part file with bytes always has its row's record of it.
+    var isPartIdentityStored = true
+    /// The connections' tasks, by the machine's connection id.
+    var connections: [Int: ConnectionTask] = [:]
+    var nextGeneration: UInt64 = 0
+    /// The checkpoint in flight: its sync and store run off the loop.
+    var checkpoint: Task<Void, Never>?
+    /// Ticks every millisecond while the machine measures its connections (`wantsFastTicks`).
+    var fastTicker: Task<Void, Never>?
+    /// Tasks of closed connections, awaited when the run ends.
+    var retired: [Task<Void, Never>] = []
+    var result: DownloadResult?
+    let events: AsyncStream<Event>
+    let continuation: AsyncStream<Event>.Continuation
+
+    /// One connection's task and what it waits for.
+    struct ConnectionTask {
+        /// Events of an older generation of the same connection are stale.
+        var generation: UInt64
+        var task: Task<Void, Never>?
+        /// An answer whose body waits for the machine's decision; its task waits for `take`.
+        var answer: (response: TransportResponse, take: CheckedContinuation<Bool, Never>)?
+        var writeback: WritebackStarter?
     }
 
-    /// Something that happened, for the loop.
+    /// Something that happened, for the loop. The continuations are the loop's word to the task that waits.
     enum Event: Sendable {
-        case responded(Int, UInt64, TransportResponse)
+        /// An answer's head arrived; its task waits to hear whether to read the body.
+        case responded(Int, UInt64, TransportResponse, take: CheckedContinuation<Bool, Never>)
+        /// A request failed, or a body failed with an error of its own kind.
         case failed(Int, UInt64, DownloadError)
+        /// A chunk of a body; its task waits to hear whether to read on.
+        case chunk(Int, UInt64, ByteBuffer, more: CheckedContinuation<Bool, Never>)
+        /// A body broke in the network.
+        case bodyBroke(Int, UInt64, DownloadError)
         case bodyEnded(Int, UInt64)
-        case overlapDiffered(Int, UInt64)
+        /// A connection waits for a rate limit: busy, not idle.
+        case throttled(Int, UInt64)
         case waitEnded(Int, UInt64)
-        case actions([TransferMachine.Action])
         case tick
+        case fastTick
         case checkpointed(TransferMachine.Checkpoint)
         case checkpointFailed(DownloadError)
+
+        /// Answers a task that waits for the loop's word with "no": the event is dropped.
+        func decline() {
+            switch self {
+            case .responded(_, _, _, let take): take.resume(returning: false)
+            case .chunk(_, _, _, let more): more.resume(returning: false)
+            default: break
+            }
+        }
     }
 
     init(record: DownloadRecord, environment: RunnerEnvironment) {
         self.environment = environment
+        self.record = record
         id = DownloadID(record.id)
-        state = Mutex(State(record: record))
         source = record.url
         options = record.options
         var retry = environment.settings.retryPolicy
         retry.maximumAttemptsWithoutProgress = options.maximumAttemptsWithoutProgress
-        machine = Mutex(
-            TransferMachine(
-                settings: TransferMachine.Settings(
-                    maxConnections: options.maxConnectionsPerDownload,
-                    minimumSplitSize: options.minimumSplitSize,
-                    retryPolicy: retry,
-                    idleTimeout: .milliseconds(Int64(options.idleTimeoutSeconds * 1000)),
-                    checkpointBytes: environment.settings.checkpointBytes,
-                    checkpointInterval: environment.settings.checkpointInterval,
-                    progressInterval: environment.settings.progressInterval,
-                    rampWindow: environment.settings.connectionRampWindow,
-                    verifiesChecksum: options.checksum != nil)))
+        machine = TransferMachine(
+            settings: TransferMachine.Settings(
+                maxConnections: options.maxConnectionsPerDownload,
+                minimumSplitSize: options.minimumSplitSize,
+                retryPolicy: retry,
+                idleTimeout: .milliseconds(Int64(options.idleTimeoutSeconds * 1000)),
+                checkpointBytes: environment.settings.checkpointBytes,
+                checkpointInterval: environment.settings.checkpointInterval,
+                progressInterval: environment.settings.progressInterval,
+                rampWindow: environment.settings.connectionRampWindow,
+                verifiesChecksum: options.checksum != nil))
         startedAt = environment.idleClock.now()
+        (events, continuation) = AsyncStream<Event>.makeStream()
+        connector = Connector(environment: environment, source: record.url, options: record.options)
     }
 
-    /// The record as the runner last knew it.
-    var record: DownloadRecord { state.withLock { $0.record } }
+    /// Runs `record`'s download to its end; never throws. Returns how it ended, and the download's names and
+    /// transfer state as the run left them.
+    static func run(record: DownloadRecord, environment: RunnerEnvironment) async -> (RunOutcome, TransferReport) {
+        let runner = DownloadRunner(record: record, environment: environment)
+        let outcome = await runner.run()
+        return (outcome, runner.transferReport(mark: nil))
+    }
 
-    var part: PartFile? { state.withLock { $0.part } }
-
-    /// Runs to the end; never throws.
     func run() async -> RunOutcome {
-        defer { part?.unlock() }
+        var iterator = events.makeAsyncIterator()
+        let ending: TransferMachine.Ending
         do {
-            // A row stored before Haul recorded identities has none of its folder.
-            let isEarlierRow = record.folderIdentity == nil
-            let folder = try DownloadFolder.open(for: record, allowed: environment.allowedFolders)
-            state.withLock { state in
-                state.folder = folder
-                state.record.folderIdentity = folder.folder.identity
-            }
-            if let result = try await recognizeFinishedFile(in: folder) { return .completed(result) }
-            try await openPart(in: folder, isEarlierRow: isEarlierRow)
-            return try await loop()
+            ending = try await prepareAndLoop(&iterator)
         } catch {
-            if error is CancellationError || Task.isCancelled || (error as? DownloadError)?.code == .cancelled {
+            let actions: [TransferMachine.Action]
+            if Self.isCancellation(error) {
                 // Stopped in the middle of an action: the writes end, and what they wrote is stored exactly.
-                return (try? await stop()) ?? .stopped
+                actions = machine.stop()
+            } else {
+                actions = machine.actionFailed(
+                    (error as? DownloadError) ?? DownloadError(.fileSystem, String(describing: error)))
             }
-            cancelAll()
-            await awaitConnections()
-            await flush(machine.withLock { $0.checkpointMark })
-            return .failed((error as? DownloadError) ?? DownloadError(.fileSystem, String(describing: error)))
+            ending =
+                actions.lazy.compactMap { if case .end(let ending) = $0 { ending } else { nil } }.first
+                ?? .stopped(.leave)
         }
+        return await end(ending, &iterator)
+    }
+
+    static func isCancellation(_ error: any Error) -> Bool {
+        error is CancellationError || Task.isCancelled || (error as? DownloadError)?.code == .cancelled
+    }
+
+    func prepareAndLoop(_ iterator: inout AsyncStream<Event>.Iterator) async throws -> TransferMachine.Ending {
+        // A row stored before Haul recorded identities has none of its folder.
+        let isEarlierRow = record.folderIdentity == nil
+        let folder = try DownloadFolder.open(for: record, allowed: environment.allowedFolders)
+        self.folder = folder
+        record.folderIdentity = folder.folder.identity
+        if let result = try await recognizeFinishedFile(in: folder) {
+            self.result = result
+            return .completed
+        }
+        try await openPart(in: folder, isEarlierRow: isEarlierRow)
+        return try await loop(&iterator)
     }
 
     // MARK: The loop
 
-    func loop() async throws -> RunOutcome {
-        let (events, continuation) = AsyncStream<Event>.makeStream()
-        let ticks = environment.metronome.subscribe { continuation.yield(.tick) }
-        defer {
-            environment.metronome.unsubscribe(ticks)
-            state.withLock { $0.fastTicker }?.cancel()
-            continuation.finish()
-        }
-        let partLength = try part?.length()
-        let current = record
-        var pending = machine.withLock {
-            $0.start(
-                TransferMachine.Start(
-                    partLength: partLength, durableOffset: current.durableOffset, segments: current.segments,
-                    isPartVerified: current.isPartVerified, facts: current.remoteFacts),
-                now: now())
-        }
-        var iterator = events.makeAsyncIterator()
+    func loop(_ iterator: inout AsyncStream<Event>.Iterator) async throws -> TransferMachine.Ending {
+        let ticks = environment.metronome.subscribe { [continuation] in continuation.yield(.tick) }
+        defer { environment.metronome.unsubscribe(ticks) }
+        var pending = machine.start(
+            TransferMachine.Start(
+                partLength: try part?.length(), durableOffset: record.durableOffset, segments: record.segments,
+                isPartVerified: record.isPartVerified, facts: record.remoteFacts),
+            now: now())
         while true {
-            for action in pending {
-                if let outcome = try await perform(action, continuation: continuation) { return outcome }
+            while !pending.isEmpty {
+                let action = pending.removeFirst()
+                if case .end(let ending) = action { return ending }
+                pending = try await perform(action) + pending
             }
             guard let event = await iterator.next() else {
                 // Cancelled: a pause, a cancel or a shutdown.
-                return try await stop()
+                throw CancellationError()
             }
             pending = handle(event)
-            startFastTicksIfWanted(continuation)
+            if machine.wantsFastTicks, fastTicker == nil { startFastTicks() }
         }
     }
 
-    /// While the machine measures its connections' speeds (`wantsFastTicks`), ticks every millisecond besides the
-    /// manager's shared ticks; the task ends by itself when the measuring does.
-    func startFastTicksIfWanted(_ continuation: AsyncStream<Event>.Continuation) {
-        guard machine.withLock({ $0.wantsFastTicks }) else { return }
-        state.withLock { state in
-            guard state.fastTicker == nil else { return }
-            state.fastTicker = Task { [self] in
-                while !Task.isCancelled {
-                    do { try await environment.idleClock.sleep(.milliseconds(1)) } catch { return }
-                    guard machine.withLock({ $0.wantsFastTicks }) else {
-                        self.state.withLock { $0.fastTicker = nil }
-                        return
-                    }
-                    continuation.yield(.tick)
-                }
+    /// While the machine measures its connections' speeds, ticks every millisecond besides the manager's shared
+    /// ticks, until the loop sees the measuring is over.
+    func startFastTicks() {
+        fastTicker = Task { [environment, continuation] in
+            while !Task.isCancelled {
+                do { try await environment.idleClock.sleep(.milliseconds(1)) } catch { return }
+                if case .terminated = continuation.yield(.fastTick) { return }
             }
         }
     }
 
-    /// The machine's answer to `event` (stale events of a replaced connection are dropped).
+    /// The machine's answer to `event` (stale events of a replaced connection are dropped, their tasks told no).
     func handle(_ event: Event) -> [TransferMachine.Action] {
         let time = now()
         switch event {
-        case .responded(let id, let generation, let response):
-            guard isCurrent(id, generation) else { return [] }
-            state.withLock { $0.responses[id] = response }
-            return machine.withLock { $0.responseReceived(id, response.head, now: time) }
+        case .responded(let id, let generation, let response, let take):
+            guard isCurrent(id, generation) else {
+                take.resume(returning: false)
+                return []
+            }
+            connections[id]?.answer = (response, take)
+            return machine.responseReceived(id, response.head, now: time)
         case .failed(let id, let generation, let error):
             guard isCurrent(id, generation) else { return [] }
-            let jitter = environment.settings.jitter()
-            return machine.withLock { $0.connectionFailed(id, error, now: time, jitter: jitter) }
+            return machine.connectionFailed(id, error, now: time, jitter: environment.settings.jitter())
+        case .chunk(let id, let generation, let chunk, let more):
+            guard isCurrent(id, generation) else {
+                more.resume(returning: false)
+                return []
+            }
+            let (readOn, actions) = take(chunk, on: id, now: time)
+            more.resume(returning: readOn)
+            return actions
+        case .bodyBroke(let id, let generation, let error):
+            guard isCurrent(id, generation) else { return [] }
+            return machine.bodyBroke(id, error, now: time, jitter: environment.settings.jitter())
         case .bodyEnded(let id, let generation):
             guard isCurrent(id, generation) else { return [] }
-            return machine.withLock { $0.bodyEnded(id, now: time) }
-        case .overlapDiffered(let id, let generation):
-            guard isCurrent(id, generation) else { return [] }
-            return machine.withLock { $0.overlapDiffered(id, now: time) }
+            return machine.bodyEnded(id, now: time)
+        case .throttled(let id, let generation):
+            if isCurrent(id, generation) { machine.touch(id) }
+            return []
         case .waitEnded(let id, let generation):
             guard isCurrent(id, generation) else { return [] }
-            return machine.withLock { $0.waitEnded(id, now: time) }
-        case .actions(let actions):
-            return actions
+            return machine.waitEnded(id, now: time)
         case .tick:
-            let jitter = environment.settings.jitter()
-            return machine.withLock { $0.tick(now: time, jitter: jitter) }
+            return machine.tick(now: time, jitter: environment.settings.jitter())
+        case .fastTick:
+            guard machine.wantsFastTicks else {
+                fastTicker?.cancel()
+                fastTicker = nil
+                return []
+            }
+            return machine.tick(now: time, jitter: environment.settings.jitter())
         case .checkpointed(let mark):
-            return machine.withLock { $0.checkpointed(mark) }
+            checkpoint = nil
+            return machine.checkpointed(mark)
         case .checkpointFailed(let error):
-            return machine.withLock { $0.checkpointFailed(error) }
+            checkpoint = nil
+            return machine.checkpointFailed(error)
         }
+    }
+
+    /// Compares and writes a chunk of connection `id`'s body as the machine grants it; returns whether its task
+    /// reads on, and what the machine does next.
+    func take(_ chunk: ByteBuffer, on id: Int, now time: Duration) -> (Bool, [TransferMachine.Action]) {
+        let count = chunk.readableBytes
+        let grant = machine.claim(id, count: count)
+        var index = chunk.readerIndex
+        do {
+            guard let part else { throw DownloadError(.fileSystem, "no part file for \(source)") }
+            if grant.compare > 0 {
+                let held = try part.read(count: grant.compare, at: grant.offset)
+                guard let received = chunk.getBytes(at: index, length: grant.compare), held == received else {
+                    return (false, machine.overlapDiffered(id, now: time))
+                }
+                index += grant.compare
+            }
+            if grant.write > 0, let slice = chunk.getSlice(at: index, length: grant.write) {
+                let at = grant.offset + Int64(grant.compare)
+                try part.write(slice, at: at)
+                connections[id]?.writeback?.wrote(upTo: at + Int64(grant.write))
+            }
+        } catch {
+            let failure = (error as? DownloadError) ?? DownloadError(.fileSystem, "\(error)")
+            return (false, machine.connectionFailed(id, failure, now: time))
+        }
+        var actions = machine.wrote(id, now: time)
+        if grant.overrun {
+            let error = DownloadError(
+                .bodyTooLong, "server sent more than it announced; not saving the excess", isRetryable: true)
+            actions += machine.connectionFailed(id, error, now: time, jitter: environment.settings.jitter())
+            return (false, actions)
+        }
+        if grant.stop { return (false, actions + machine.bodyEnded(id, now: time)) }
+        return (true, actions)
     }
 
     func now() -> Duration { environment.idleClock.now() }
 
-    func isCurrent(_ id: Int, _ generation: UInt64) -> Bool {
-        state.withLock { $0.generations[id] == generation }
-    }
+    func isCurrent(_ id: Int, _ generation: UInt64) -> Bool { connections[id]?.generation == generation }
 
-    /// A new generation for connection `id`: what its older tasks still report is stale from now on.
-    func renew(_ id: Int) -> UInt64 {
-        state.withLock { state in
-            state.nextGeneration += 1
-            state.generations[id] = state.nextGeneration
-            return state.nextGeneration
-        }
-    }
-
-    /// Performs one action; returns an outcome when the run ends with it.
-    func perform(_ action: TransferMachine.Action, continuation: AsyncStream<Event>.Continuation)
-        async throws -> RunOutcome?
-    {
+    /// Performs one action; returns the machine's next actions when the action itself had an answer for it.
+    func perform(_ action: TransferMachine.Action) async throws -> [TransferMachine.Action] {
         switch action {
         case .send(let id, let request):
-            cancel(id)
-            let generation = renew(id)
             try Task.checkCancellation()
-            start(id, generation) { [self] in
-                do {
-                    let response = try await environment.transport.send(
-                        TransportRequest(
-                            url: try url(), headers: headers(for: request), tls: options.tls,
-                            network: options.network))
-                    continuation.yield(.responded(id, generation, response))
-                } catch {
-                    continuation.yield(.failed(id, generation, connectionError(error)))
-                }
+            let generation = renew(id)
+            connections[id]?.task = Task { [connector, continuation] in
+                await connector.connect(id, generation, request: request, events: continuation)
             }
         case .stream(let id, let body):
-            guard let response = state.withLock({ $0.responses.removeValue(forKey: id) }) else { return nil }
-            if part == nil { try await resolveDestination(response: response) }
-            // One write for what the answer told: the name, the final URL, the remote file's facts. A name just
-            // chosen, and the identity of a part file just made, are in the store before any byte is written: after
-            // a crash the part file is found as this download's own, not left behind while another name is chosen.
-            // The part file's name is made durable first (a sync of its folder, shared with the downloads making
-            // theirs at the same moment), then the identity's commit (durable, as every commit waited for): after a
-            // power cut, no checkpoint counts bytes of a part file whose name the disk lost.
-            let finalURL = response.finalURL.absoluteString
-            let (unsaved, folder) = state.withLock { (!$0.isPartIdentityStored, $0.folder) }
-            if unsaved, let folder { try await Blocking.run { folder.sync() } }
-            try await saveTransfer(waiting: unsaved) { $0.finalURL = finalURL }
-            if unsaved { state.withLock { $0.isPartIdentityStored = true } }
-            let generation = state.withLock { $0.generations[id] ?? 0 }
-            start(id, generation, writes: true) { [self] in
-                await stream(id, generation, response: response, body: body, continuation: continuation)
+            guard let answer = connections[id]?.answer else { return [] }
+            connections[id]?.answer = nil
+            do {
+                try await prepareBody(answer.response)
+            } catch {
+                answer.take.resume(returning: false)
+                throw error
             }
+            if let part { connections[id]?.writeback = WritebackStarter(part: part, from: body.start) }
+            answer.take.resume(returning: true)
         case .discard(let id), .close(let id):
-            cancel(id)
-            _ = state.withLock { $0.responses.removeValue(forKey: id) }
-            _ = renew(id)
-        case .truncate(let length, let forgetting):
-            try await truncate(to: length, forgetting: forgetting)
+            closeConnection(id)
+        case .truncate(let length):
+            try await truncate(to: length)
         case .checkpoint(let mark):
-            startCheckpoint(mark, continuation: continuation)
+            startCheckpoint(mark)
         case .wait(let id, let delay):
-            cancel(id)
             let generation = renew(id)
-            start(id, generation) { [environment] in
+            connections[id]?.task = Task { [environment, continuation] in
                 do { try await environment.clock.sleep(delay) } catch { return }
                 continuation.yield(.waitEnded(id, generation))
             }
@@ -329,111 +397,105 @@ final class DownloadRunner: Sendable {
                         bytesPerSecond: progress.bytesPerSecond, secondsRemaining: progress.secondsRemaining,
                         connections: progress.connections)))
         case .finalize(let total):
-            await awaitConnections()
+            // A checkpoint in flight ends first: its mark must not land after the finished length.
+            await checkpoint?.value
             try await tellManager(.finishing)
-            let outcome: TransferMachine.FinalizeOutcome
-            let result: DownloadResult
-            do { result = try await finalize(total: total) } catch let error as DownloadError
-                where error.code == .checksumMismatch
-            {
-                outcome = .checksumMismatch(error)
-                let next = machine.withLock { $0.finalized(outcome, now: now()) }
+            do {
+                result = try await finalize(total: total)
+                return machine.finalized(.completed, now: now())
+            } catch let error as DownloadError where error.code == .checksumMismatch {
                 try await tellManager(.transferring)
-                for action in next {
-                    if let ended = try await perform(action, continuation: continuation) { return ended }
-                }
-                return nil
+                return machine.finalized(.checksumMismatch(error), now: now())
             }
-            _ = machine.withLock { $0.finalized(.completed, now: now()) }
-            return .completed(result)
-        case .fail(let error):
-            cancelAll()
-            await awaitConnections()
-            await flush(machine.withLock { $0.checkpointMark })
-            return .failed(error)
-        case .failDiscardingPart(let error):
-            cancelAll()
-            await awaitConnections()
-            // One unlink of Haul's own file.
-            if let part { state.withLock { $0.folder }?.delete(part.name, identity: part.identity) }
-            return .failed(error)
-        case .stopped:
-            await awaitConnections()
-            // The machine's mark now, not the stop's: it counts the chunks granted before the stop and written after.
-            await flush(machine.withLock { $0.checkpointMark })
-            return .stopped
+        case .end:
+            break
         }
-        return nil
+        return []
     }
 
-    /// Runs `work` as the task of connection `id` (generation `generation`); `writes` for a body's task.
-    func start(
-        _ id: Int, _ generation: UInt64, writes: Bool = false, _ work: @escaping @Sendable () async -> Void
-    ) {
-        let key = state.withLock { state in
-            state.nextTask += 1
-            return state.nextTask
-        }
-        let task = Task { [self] in
-            await work()
-            if writes { _ = state.withLock { $0.closing.removeValue(forKey: key) } }
-        }
-        state.withLock { $0.tasks[id] = (key, task, writes) }
+    /// Before the first byte of a body: the name a folder download takes, then one write for what the answer
+    /// told (the name, the final URL, the remote file's facts).
+    func prepareBody(_ response: TransportResponse) async throws {
+        if part == nil { try await resolveDestination(response: response) }
+        record.finalURL = response.finalURL.absoluteString
+        // A name just chosen, and the identity of a part file just made, are in the store before any byte is
+        // written: after a crash the part file is found as this download's own, not left behind while another name
+        // is chosen. The part file's name is made durable first (a sync of its folder, shared with the downloads
+        // making theirs at the same moment), then the identity's commit (durable, as every commit waited for): after
+        // a power cut, no checkpoint counts bytes of a part file whose name the disk lost.
+        let unsaved = !isPartIdentityStored
+        if unsaved, let folder { try await Blocking.run { folder.sync() } }
+        try await save(transferReport(mark: nil), waiting: unsaved)
+        isPartIdentityStored = true
     }
 
-    /// Cancels connection `id`'s task; it is awaited before the next truncate or flush.
-    func cancel(_ id: Int) {
-        let task = state.withLock { state -> Task<Void, Never>? in
-            guard let (key, task, writes) = state.tasks.removeValue(forKey: id) else { return nil }
-            if writes { state.closing[key] = task }
-            return task
-        }
-        task?.cancel()
+    /// A new generation of connection `id`, replacing the old one (whose task is cancelled, its events stale).
+    func renew(_ id: Int) -> UInt64 {
+        closeConnection(id)
+        nextGeneration += 1
+        connections[id] = ConnectionTask(generation: nextGeneration)
+        return nextGeneration
     }
 
-    func cancelAll() {
-        let tasks = state.withLock { state in
-            defer { state.tasks.removeAll() }
-            return state.tasks.values.map(\.task)
-        }
-        for task in tasks { task.cancel() }
-        state.withLock { $0.responses.removeAll() }
-    }
-
-    /// Waits until the tasks of closed connections ended (a cancelled body stream ends at its next chunk).
-    func awaitClosed() async {
-        let tasks = state.withLock { state in
-            defer { state.closing.removeAll() }
-            return Array(state.closing.values)
-        }
-        for task in tasks { await task.value }
-    }
-
-    /// Waits until no connection writes any more (their tasks ended), and for the checkpoint in flight.
-    func awaitConnections() async {
-        let tasks = state.withLock { state in
-            defer {
-                state.tasks.removeAll()
-                state.closing.removeAll()
-            }
-            return state.tasks.values.map(\.task) + Array(state.closing.values)
-                + (state.checkpoint.map { [$0] } ?? [])
-        }
-        for task in tasks {
+    /// Stops connection `id`: its task is cancelled, an answer waiting for a decision is declined, and what it
+    /// still reports is stale.
+    func closeConnection(_ id: Int) {
+        guard let connection = connections.removeValue(forKey: id) else { return }
+        connection.answer?.take.resume(returning: false)
+        if let task = connection.task {
             task.cancel()
-            await task.value
+            retired.append(task)
+        }
+    }
+
+    // MARK: The end
+
+    /// The one way a run ends, whatever ended it: every connection and helper task stops, the events still on their
+    /// way are answered and dropped, and every task has ended before the part file is kept, left or discarded as the
+    /// machine decided.
+    func end(_ ending: TransferMachine.Ending, _ iterator: inout AsyncStream<Event>.Iterator) async -> RunOutcome {
+        for id in Array(connections.keys) { closeConnection(id) }
+        fastTicker?.cancel()
+        continuation.finish()
+        // A task's yield after the finish is refused (and the task then ends by itself); what was queued before it
+        // is drained here, so no task waits for the loop's word for ever.
+        while let event = await iterator.next() { event.decline() }
+        for task in retired + [fastTicker, checkpoint].compactMap({ $0 }) { await task.value }
+        retired = []
+        defer { part?.unlock() }
+        switch ending {
+        case .completed:
+            guard let result else { return .failed(DownloadError(.fileSystem, "\(source) completed with no file")) }
+            return .completed(result)
+        case .stopped(let fate):
+            await settle(fate)
+            return .stopped
+        case .failed(let error, let fate):
+            await settle(fate)
+            return .failed(error)
+        }
+    }
+
+    /// Does what the machine decided with the part file of a run that did not complete.
+    func settle(_ fate: TransferMachine.PartFate) async {
+        switch fate {
+        case .keep(let mark): await flush(mark)
+        case .leave: break
+        case .discard:
+            // One unlink of Haul's own file.
+            if let part { folder?.delete(part.name, identity: part.identity) }
         }
     }
 
     /// After a stop or a failure: every write of this run has ended, so after a sync the bytes written are
     /// durable, and the store gets them exactly.
     func flush(_ mark: TransferMachine.Checkpoint) async {
-        guard let part, state.withLock({ $0.record.isPartVerified }) else { return }
+        guard let part, machine.isPartVerified else { return }
         guard (try? await Blocking.run({ try part.syncData() })) != nil else { return }
         if let (_, intact) = await Self.tampering(of: part, with: mark) {
             try? await storeTampered(intact)
         } else {
-            try? await store(mark)
+            try? await save(transferReport(mark: mark), waiting: true)
         }
     }
 
@@ -487,30 +549,8 @@ final class DownloadRunner: Sendable {
     /// Stores what is left after another program changed the part file: the intact bytes, or, for a file that is
     /// gone, nothing (and whatever is at its path later is compared before it is trusted).
     func storeTampered(_ intact: TransferMachine.Checkpoint?) async throws(DownloadError) {
-        guard let intact else {
-            try await saveTransfer(waiting: true) { record in
-                record.durableOffset = 0
-                record.segments = nil
-                record.isPartVerified = false
-            }
-            return
-        }
-        try await store(intact)
-    }
-
-    func stop() async throws -> RunOutcome {
-        let actions = machine.withLock { $0.stop() }
-        for action in actions {
-            switch action {
-            case .close(let id): cancel(id)
-            case .stopped:
-                await awaitConnections()
-                // The machine's mark now, not the stop's: it counts the chunks granted before the stop and written
-                // after.
-                await flush(machine.withLock { $0.checkpointMark })
-            default: break
-            }
-        }
-        return .stopped
+        var report = transferReport(mark: intact ?? .offset(0))
+        if intact == nil { report.isPartVerified = false }
+        try await save(report, waiting: true)
     }
 }

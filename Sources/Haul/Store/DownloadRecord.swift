@@ -262,17 +262,40 @@ extension DownloadRecord {
 }
 
 extension DownloadRecord {
-    /// This record with what a runner owns taken from `other` (what the transfer learned and did): the manager's
-    /// own fields (its state, which the runner never changes; priority, place, limit, options, prerequisites) stay.
-    func adoptingTransfer(of other: DownloadRecord) -> DownloadRecord {
-        var merged = other
-        merged.state = state
-        merged.priority = priority
-        merged.queuePosition = queuePosition
-        merged.rateLimit = rateLimit
-        merged.options.maxConnectionsPerDownload = options.maxConnectionsPerDownload
-        merged.prerequisites = prerequisites
-        merged.origin = origin
-        return merged
+    /// Takes in what a runner reports of the transfer: the names and identities, the remote file's facts, whether
+    /// the part file's bytes are trusted, and the mark when the report has one. The manager's own fields (its state,
+    /// which the runner never changes; priority, place, limit, options, prerequisites) stay.
+    mutating func adopt(_ report: TransferReport) {
+        destination = report.destination
+        finalURL = report.finalURL ?? finalURL
+        partIdentity = report.partIdentity
+        folderIdentity = report.folderIdentity ?? folderIdentity
+        remoteFacts = report.facts
+        isPartVerified = report.isPartVerified
+        if let mark = report.mark { store(mark) }
+    }
+
+    /// Records that the part file durably holds the bytes `mark` counts.
+    mutating func store(_ mark: TransferMachine.Checkpoint) {
+        switch mark {
+        case .offset(let offset):
+            durableOffset = offset
+            segments = nil
+        case .segments(let held, let bytes):
+            segments = held
+            durableOffset = bytes
+        }
+    }
+
+    /// Records a finished download: the file at `path`, all `bytes` of it held.
+    mutating func complete(at path: String, bytes: Int64) {
+        destination = path
+        completedAt = completedAt ?? Date()
+        durableOffset = bytes
+        totalLength = bytes
+        segments = nil
+        attempts = 0
+        error = nil
+        mayReplaceDestination = true
     }
 }

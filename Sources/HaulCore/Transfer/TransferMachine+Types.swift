@@ -139,9 +139,9 @@ extension TransferMachine {
         case discard(ConnectionID)
         /// Stop this connection (its body, its wait) and close it.
         case close(ConnectionID)
-        /// Empty the part file from `to` on: lower the stored offset first (and forget segments and facts when
-        /// `forgetting`), then truncate.
-        case truncate(to: Int64, forgetting: Bool)
+        /// Empty the part file from `to` on: store first what it holds then (the stored offset lowered to `to`
+        /// at most, no segments, and the machine's facts: none after a restart), then truncate.
+        case truncate(to: Int64)
         /// Sync the part file, then store the mark; tell `checkpointed` or `checkpointFailed`.
         case checkpoint(Checkpoint)
         /// Wait this long, then tell `waitEnded`.
@@ -152,15 +152,37 @@ extension TransferMachine {
         case progress(Progress)
         /// Every byte is held: verify the `total` bytes and move them into place; tell `finalized`.
         case finalize(total: Int64)
+        /// The run ends: the one way out, whatever ended it. The runner stops every connection, then does what
+        /// `Ending` says with the part file.
+        case end(Ending)
+    }
+
+    /// How a run ends, and what becomes of its part file.
+    public enum Ending: Sendable, Equatable {
+        /// The file is verified and in place.
+        case completed
         /// The download fails with this error.
-        case fail(DownloadError)
-        /// The download fails with this error, and the part file's bytes are not the file asked for (its checksum
-        /// did not match): nothing of them is kept.
-        case failDiscardingPart(DownloadError)
-        /// Stopped on request: every connection is closed; sync and store the written bytes, then end. The mark is
-        /// as of the stop: once the closed connections' writes have ended, `checkpointMark` also counts the chunks
-        /// they were granted before it and wrote after.
-        case stopped(Checkpoint)
+        case failed(DownloadError, PartFate)
+        /// Stopped on request (a pause, a cancel, a shutdown).
+        case stopped(PartFate)
+
+        /// What becomes of the part file.
+        public var fate: PartFate? {
+            switch self {
+            case .completed: nil
+            case .failed(_, let fate), .stopped(let fate): fate
+            }
+        }
+    }
+
+    /// What becomes of the part file when a run ends without completing.
+    public enum PartFate: Sendable, Equatable {
+        /// Its bytes are kept: after a sync, the store gets exactly this mark (every write has ended by then).
+        case keep(Checkpoint)
+        /// Nothing of this run is stored: it ended before its transfer started, so the stored record still holds.
+        case leave
+        /// Its bytes are not the file asked for (the checksum did not match): nothing of them is kept.
+        case discard
     }
 
     /// What a chunk of a body may do, from `claim`.

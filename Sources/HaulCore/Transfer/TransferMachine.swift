@@ -71,16 +71,19 @@ public struct TransferMachine: Sendable {
     public let settings: Settings
     var mode: Mode = .single
     var facts: RemoteFacts?
-    var isPartVerified = true
+    /// Whether the part file's bytes are trusted as this download's (false: bytes handed over, compared first).
+    public internal(set) var isPartVerified = true
     /// One connection: bytes before this are in the part file (written by this run or trusted from before).
     var written: Int64 = 0
     /// One connection: the stored durable offset.
     var durable: Int64 = 0
+    /// Whether `start` was called: from then on the machine holds the transfer's state.
+    public var hasStarted: Bool { phase != .idle }
+    /// The offset the store holds as durable, as far as the machine knows (one connection).
+    public var durableOffset: Int64 { durable }
     /// Several: per segment, bytes `start..<written` are written.
     var segmentWritten: [Int64] = []
     var connections: [ConnectionID: Connection] = [:]
-    /// After `stop()`: the connections it closed, whose writes granted before it may still land (`wrote`).
-    var stoppedConnections: [ConnectionID: Connection] = [:]
     var nextID = 0
     var freshFetchTried = false
     var segmentationDisabled = false
@@ -138,7 +141,6 @@ public struct TransferMachine: Sendable {
     /// The first actions of a run, from what the runner found.
     public mutating func start(_ start: Start, now: Duration) -> [Action] {
         phase = .transferring
-        stoppedConnections = [:]
         facts = start.facts
         isPartVerified = start.isPartVerified
         durable = start.durableOffset
@@ -153,7 +155,7 @@ public struct TransferMachine: Sendable {
             durable = 0
             written = 0
             return [.report(.restarted(reason: "the stored segment map is unusable"))]
-                + [.truncate(to: 0, forgetting: true)] + send(newConnection(now: now), .whole, now: now)
+                + [.truncate(to: 0)] + send(newConnection(now: now), .whole, now: now)
         }
         let plan = ResumePlanner(overlapLength: settings.overlapLength).plan(
             ResumePlanner.Input(
@@ -162,7 +164,7 @@ public struct TransferMachine: Sendable {
         var actions: [Action] = []
         switch plan {
         case .finalize(let truncateTo):
-            if let truncateTo { actions.append(.truncate(to: truncateTo, forgetting: false)) }
+            if let truncateTo { actions.append(.truncate(to: truncateTo)) }
             written = truncateTo ?? start.partLength ?? 0
             durable = min(durable, written)
             resumedFrom = written
@@ -172,7 +174,7 @@ public struct TransferMachine: Sendable {
             return actions + [.finalize(total: written)]
         case .request(let request, let truncateTo):
             if let truncateTo {
-                actions.append(.truncate(to: truncateTo, forgetting: truncateTo == 0 && start.facts != nil))
+                actions.append(.truncate(to: truncateTo))
                 if truncateTo == 0 { facts = nil }
             }
             written = truncateTo ?? start.partLength ?? 0
@@ -239,11 +241,6 @@ public struct TransferMachine: Sendable {
 
     /// The chunk `claim` granted on `connection` is compared and written.
     public mutating func wrote(_ id: ConnectionID, now: Duration) -> [Action] {
-        if phase == .stopping, let connection = stoppedConnections[id] {
-            // A chunk granted before the stop, written after it: it is in the file, so the stop's flush counts it.
-            count(writtenBy: connection)
-            return []
-        }
         guard var connection = connections[id], phase == .transferring else { return [] }
         if connection.position > connection.compareUntil { connection.progressed = true }
         connections[id] = connection
@@ -289,6 +286,25 @@ public struct TransferMachine: Sendable {
     }
 
     // MARK: Failures
+
+    /// The body on `connection` broke in the network (a reset, a timeout, a closed stream: `error` says which). The
+    /// bytes written before it count, and the break is retried like any other, except a TLS failure, which another
+    /// attempt would only meet again.
+    public mutating func bodyBroke(
+        _ id: ConnectionID, _ error: DownloadError, now: Duration, jitter: Double = 1
+    ) -> [Action] {
+        var failure = error
+        failure.isRetryable = error.code != .tls
+        failure.message += " while the file was arriving"
+        return connectionFailed(id, failure, now: now, jitter: jitter)
+    }
+
+    /// The runner could not perform an action (a file it could not write, sync or move; a store that cannot write):
+    /// the download fails with that error, keeping what it holds.
+    public mutating func actionFailed(_ error: DownloadError) -> [Action] {
+        guard phase != .done, phase != .stopping else { return [] }
+        return fail(error)
+    }
 
     /// The request or the body on `connection` failed with `error` (the bytes written before it still count).
     /// `jitter` in 0...1 scales the backoff (`RetryPolicy`); the runner draws it.
@@ -404,7 +420,7 @@ public struct TransferMachine: Sendable {
         switch outcome {
         case .completed:
             phase = .done
-            return []
+            return [.end(.completed)]
         case .checksumMismatch(let error):
             if settings.verifiesChecksum, wasResumed || (resumedFrom ?? 0) > 0, !freshFetchTried {
                 freshFetchTried = true
@@ -414,20 +430,23 @@ public struct TransferMachine: Sendable {
                     "checksum mismatch after a resumed download; fetching it whole", closing: [], now: now)
             }
             phase = .done
-            return [.failDiscardingPart(error)]
+            return [.end(.failed(error, .discard))]
         }
     }
 
     /// Stop (a pause, a cancel, a shutdown): close every connection; the runner then syncs and stores what was
-    /// written, exactly.
+    /// written, exactly. Before the transfer started, nothing of this run is stored.
     public mutating func stop() -> [Action] {
         guard phase != .done, phase != .stopping else { return [] }
         let ids = connections.keys.sorted()
-        stoppedConnections = connections
         connections.removeAll()
+        let fate = partFate
         phase = .stopping
-        return ids.map { .close($0) } + [.stopped(checkpointMark)]
+        return ids.map { .close($0) } + [.end(.stopped(fate))]
     }
+
+    /// What a run that ends now without completing keeps of its part file: what it holds, once it started.
+    var partFate: PartFate { phase == .idle ? .leave : .keep(checkpointMark) }
 
     // MARK: Shared steps
 
@@ -497,8 +516,9 @@ public struct TransferMachine: Sendable {
     mutating func fail(_ error: DownloadError) -> [Action] {
         let ids = connections.keys.sorted()
         connections.removeAll()
+        let fate = partFate
         phase = .done
-        return ids.map { .close($0) } + [.fail(error)]
+        return ids.map { .close($0) } + [.end(.failed(error, fate))]
     }
 
     /// Starts the download again from 0 on one connection: closes `closing`, empties the part file, forgets what
@@ -529,7 +549,7 @@ public struct TransferMachine: Sendable {
         lastCheckpoint.bytes = 0
         wasResumed = false
         shownConnections = 0
-        actions.append(.truncate(to: 0, forgetting: true))
+        actions.append(.truncate(to: 0))
         if let (id, head) = keeping {
             var connection = connections[id] ?? Connection(phase: .requesting, request: .whole, quietSince: now)
             connection.segment = nil
