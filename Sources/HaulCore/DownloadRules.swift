@@ -1,3 +1,5 @@
+import Foundation
+
 /// What a download and the manager's settings may be: every limit the API documents, as named constants, and the
 /// one check of each. The engine checks every request with these (`DownloadManager`), and every edge (the REST API,
 /// aria2's RPC, the command line) calls the same checks to word the refusal its own way: a `RuleViolation` names the
@@ -18,12 +20,14 @@ public enum DownloadRules {
     public static let pageSize = 1...1_000_000
     /// The longest folder or file name a request may give, in bytes.
     public static let longestName = 4096
+    /// The URL schemes Haul downloads: HTTP, HTTPS, FTP, FTP with `AUTH TLS` (`ftpes`) and FTP over TLS (`ftps`).
+    public static let urlSchemes: [String] = ["https", "http", "ftps", "ftpes", "ftp"]
 
     /// A value outside its rule.
     public struct RuleViolation: Error, Sendable, Equatable, CustomStringConvertible {
         /// Which rule.
         public enum Rule: String, Sendable {
-            case connections, minimumSplitSize, concurrentDownloads, rate, timeout, retries, pageSize, nameLength
+            case url, connections, minimumSplitSize, concurrentDownloads, rate, timeout, retries, pageSize, nameLength
         }
 
         /// The rule broken.
@@ -38,6 +42,22 @@ public enum DownloadRules {
             self.rule = rule
             self.problem = problem
         }
+    }
+
+    /// A download's URL, as given: one of `urlSchemes` with a host, and nothing Foundation would have to mend
+    /// (spaces, control characters).
+    public static func checkURL(_ text: String) throws(RuleViolation) {
+        guard let parsed = URL(string: text), !text.unicodeScalars.contains(where: { $0.value <= 0x20 || $0.value == 0x7F })
+        else { throw RuleViolation(rule: .url, problem: "is not an http, https or ftp URL") }
+        try checkURL(parsed)
+    }
+
+    /// A download's URL: one of `urlSchemes`, with a host.
+    public static func checkURL(_ url: URL) throws(RuleViolation) {
+        guard let scheme = url.scheme?.lowercased(), urlSchemes.contains(scheme) else {
+            throw RuleViolation(rule: .url, problem: "is not an http, https or ftp URL")
+        }
+        guard url.host?.isEmpty == false else { throw RuleViolation(rule: .url, problem: "has no host") }
     }
 
     /// `count` connections for one download.

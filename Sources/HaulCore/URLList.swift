@@ -24,9 +24,6 @@ public enum URLList {
         text.split(omittingEmptySubsequences: false) { $0 == "\n" || $0 == "\r\n" }
     }
 
-    /// The URL schemes Haul downloads: HTTP, HTTPS, FTP, FTP with `AUTH TLS` (`ftpes`) and FTP over TLS (`ftps`).
-    public static let schemes: Set<String> = ["http", "https", "ftp", "ftpes", "ftps"]
-
     /// Throws when `url` is not an http, https or ftp URL with a host; the message names `line` when given.
     public static func check(_ url: String, line: Int? = nil) throws(DownloadError) {
         guard isDownloadable(url) else {
@@ -35,13 +32,9 @@ public enum URLList {
         }
     }
 
-    /// Whether `url` is a URL of one of `schemes` with a host, and nothing Foundation would have to mend (spaces,
-    /// control characters).
+    /// Whether `url` is one a download may have (`DownloadRules.checkURL`).
     public static func isDownloadable(_ url: String) -> Bool {
-        guard let parsed = URL(string: url), let scheme = parsed.scheme?.lowercased(), schemes.contains(scheme),
-            parsed.host?.isEmpty == false
-        else { return false }
-        return !url.unicodeScalars.contains { $0.value <= 0x20 || $0.value == 0x7F }
+        (try? DownloadRules.checkURL(url)) != nil
     }
 
     /// `text` without the white space around it: spaces, tabs and other Unicode space separators (Foundation's

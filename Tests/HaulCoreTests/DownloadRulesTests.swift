@@ -100,4 +100,17 @@ struct DownloadRulesTests {
             subject: "connections")
         #expect(error.code == .invalidArgument && error.message == "connections must be between 1 and 16, not 40")
     }
+
+    @Test(
+        "a download's URL: the five schemes with a host; anything else, spaces and control characters refused",
+        arguments: [
+            ("https://example.com/f", true), ("HTTP://example.com/", true), ("ftp://host/file", true),
+            ("ftpes://host/file", true), ("ftps://host:990/file", true), ("file:///etc/passwd", false),
+            ("gopher://host/", false), ("http:///no-host", false), ("http://host/a b", false),
+            ("http://host/a\u{7F}", false), ("example.com/f", false), ("", false),
+        ])
+    func url(_ text: String, _ accepted: Bool) {
+        #expect(((try? DownloadRules.checkURL(text)) != nil) == accepted, "\(text)")
+        #expect(URLList.isDownloadable(text) == accepted, "the -i list's check is the same rule")
+    }
 }

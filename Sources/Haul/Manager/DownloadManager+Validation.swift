@@ -131,6 +131,7 @@ extension DownloadManager {
     /// How the engine's messages name what a rule is about.
     static func subject(of rule: DownloadRules.RuleViolation.Rule) -> String {
         switch rule {
+        case .url: "the URL"
         case .connections: "connections"
         case .minimumSplitSize: "the minimum split size"
         case .concurrentDownloads: "the number of downloads at once"
@@ -143,11 +144,8 @@ extension DownloadManager {
     }
 
     static func validate(_ url: URL) throws(DownloadError) {
-        guard let scheme = url.scheme?.lowercased(), URLList.schemes.contains(scheme) else {
-            throw DownloadError(.invalidURL, "'\(url.absoluteString)' is not an http, https or ftp URL")
-        }
-        guard let host = url.host, !host.isEmpty else {
-            throw DownloadError(.invalidURL, "'\(url.absoluteString)' has no host")
+        do { try DownloadRules.checkURL(url) } catch {
+            throw DownloadError(.invalidURL, "'\(url.absoluteString)' \(error.problem)")
         }
     }
 

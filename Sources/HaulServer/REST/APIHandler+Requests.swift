@@ -14,7 +14,9 @@ extension APIHandler {
     func request(from item: Components.Schemas.AddDownload, index: Int?, defaults: ManagerSettings)
         throws(APIError) -> DownloadRequest
     {
-        guard Self.isAcceptedURL(item.url), let url = URL(string: item.url), url.host?.isEmpty == false else {
+        // The document's pattern for the field (ASCII, percent-encoded), then the engine's rule for a download's URL.
+        guard Self.isAcceptedURL(item.url), let url = URL(string: item.url), (try? DownloadRules.checkURL(url)) != nil
+        else {
             throw .invalidField(
                 "url", "'\(item.url)' is not an http, https or ftp URL (ASCII host; percent-encode the rest)",
                 index: index)
@@ -169,7 +171,7 @@ extension APIHandler {
         for byte in ".-".utf8 { table[Int(byte)] |= 0b100 }
         return table
     }()
-    private static let schemes = ["https://", "http://", "ftps://", "ftpes://", "ftp://"].map { Array($0.utf8) }
+    private static let schemes = DownloadRules.urlSchemes.map { Array(($0 + "://").utf8) }
 
     /// Whether `text` matches `urlPattern`, checked by hand, byte by byte: a `Regex` (or sets of bytes) for every
     /// item of a list of thousands costs more than the rest of its checks. (A test checks the two agree on thousands
