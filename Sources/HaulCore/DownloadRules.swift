@@ -47,7 +47,8 @@ public enum DownloadRules {
     /// A download's URL, as given: one of `urlSchemes` with a host, and nothing Foundation would have to mend
     /// (spaces, control characters).
     public static func checkURL(_ text: String) throws(RuleViolation) {
-        guard let parsed = URL(string: text), !text.unicodeScalars.contains(where: { $0.value <= 0x20 || $0.value == 0x7F })
+        guard let parsed = URL(string: text),
+            !text.unicodeScalars.contains(where: { $0.value <= 0x20 || $0.value == 0x7F })
         else { throw RuleViolation(rule: .url, problem: "is not an http, https or ftp URL") }
         try checkURL(parsed)
     }

@@ -139,16 +139,18 @@ struct FolderPolicy: Sendable {
                     + allowed.paths.joined(separator: ", "),
                 index: index, field: "directory")
         }
-        guard let (root, relative) = allowed.locate(path) else { throw forbidden("names \(path)") }
         do {
-            return try root.folder.folder(at: relative, creating: true).path
-        } catch  where error.code == .untrustedFile {
-            throw forbidden("leads out of \(root.folder.path) through a symbolic link or ..")
+            return try allowed.openBeneath(path, creating: true).path
         } catch {
-            // The request is well formed; the file system refuses (a name too long, a file in the way).
-            throw APIError(
-                .conflict, "destinationNotWritable", "cannot create the folder \(path): \(error.message)",
-                index: index, field: "directory")
+            switch error {
+            case .outside: throw forbidden("names \(path)")
+            case .leadsOut(let root, _): throw forbidden("leads out of \(root) through a symbolic link or ..")
+            case .failed(let failure):
+                // The request is well formed; the file system refuses (a name too long, a file in the way).
+                throw APIError(
+                    .conflict, "destinationNotWritable", "cannot create the folder \(path): \(failure.message)",
+                    index: index, field: "directory")
+            }
         }
     }
 }

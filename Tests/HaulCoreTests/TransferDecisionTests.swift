@@ -99,7 +99,8 @@ struct TransferDecisionTests {
             writtenBefore: 0, expected: .waitThenRetry),
     ]
 
-    @Test("each failure of a connection: resend at once, back off, wait for the network, or fail keeping the part",
+    @Test(
+        "each failure of a connection: resend at once, back off, wait for the network, or fail keeping the part",
         arguments: failures)
     func failure(_ row: FailureRow) {
         var d = Self.streaming(written: row.writtenBefore)
@@ -148,7 +149,8 @@ struct TransferDecisionTests {
         "a checksum mismatch: fetched whole once after a resumed download; otherwise the download fails and the part goes",
         arguments: [
             ChecksumRow(what: "after a resume, the first mismatch", resumed: true, mismatchesBefore: 0, restarts: true),
-            ChecksumRow(what: "after a resume, the second mismatch", resumed: true, mismatchesBefore: 1, restarts: false),
+            ChecksumRow(
+                what: "after a resume, the second mismatch", resumed: true, mismatchesBefore: 1, restarts: false),
             ChecksumRow(what: "a download fetched whole", resumed: false, mismatchesBefore: 0, restarts: false),
         ])
     func checksum(_ row: ChecksumRow) {
@@ -189,7 +191,8 @@ struct TransferDecisionTests {
         EndingRow(
             what: "a stop while streaming keeps exactly the bytes written",
             play: { d in
-                _ = d.machine.start(.init(partLength: nil, durableOffset: 0, isPartVerified: true, facts: nil), now: d.now)
+                _ = d.machine.start(
+                    .init(partLength: nil, durableOffset: 0, isPartVerified: true, facts: nil), now: d.now)
                 _ = d.machine.responseReceived(0, Heads.ok(1000), now: d.now)
                 _ = d.stream(0, 450, chunk: 150)
                 return d.machine.stop()
@@ -201,7 +204,8 @@ struct TransferDecisionTests {
         EndingRow(
             what: "an action that failed while streaming keeps the bytes written",
             play: { d in
-                _ = d.machine.start(.init(partLength: nil, durableOffset: 0, isPartVerified: true, facts: nil), now: d.now)
+                _ = d.machine.start(
+                    .init(partLength: nil, durableOffset: 0, isPartVerified: true, facts: nil), now: d.now)
                 _ = d.machine.responseReceived(0, Heads.ok(1000), now: d.now)
                 _ = d.stream(0, 200)
                 return d.machine.actionFailed(DownloadError(.fileSystem, "EIO"))
@@ -209,7 +213,8 @@ struct TransferDecisionTests {
         EndingRow(
             what: "a checkpoint the store could not take fails the download, keeping the bytes",
             play: { d in
-                _ = d.machine.start(.init(partLength: nil, durableOffset: 0, isPartVerified: true, facts: nil), now: d.now)
+                _ = d.machine.start(
+                    .init(partLength: nil, durableOffset: 0, isPartVerified: true, facts: nil), now: d.now)
                 _ = d.machine.responseReceived(0, Heads.ok(1000), now: d.now)
                 _ = d.stream(0, 300)
                 return d.machine.checkpointFailed(DownloadError(.diskFull, "store full"))
@@ -217,13 +222,15 @@ struct TransferDecisionTests {
         EndingRow(
             what: "an answer that can never succeed fails the download",
             play: { d in
-                _ = d.machine.start(.init(partLength: nil, durableOffset: 0, isPartVerified: true, facts: nil), now: d.now)
+                _ = d.machine.start(
+                    .init(partLength: nil, durableOffset: 0, isPartVerified: true, facts: nil), now: d.now)
                 return d.machine.responseReceived(0, Heads.status(404), now: d.now)
             }, expected: .failed(.httpStatus(404), .keep(.offset(0)))),
         EndingRow(
             what: "a verified file completes",
             play: { d in
-                _ = d.machine.start(.init(partLength: nil, durableOffset: 0, isPartVerified: true, facts: nil), now: d.now)
+                _ = d.machine.start(
+                    .init(partLength: nil, durableOffset: 0, isPartVerified: true, facts: nil), now: d.now)
                 _ = d.machine.responseReceived(0, Heads.ok(1000), now: d.now)
                 _ = d.stream(0, 1000)
                 _ = d.machine.bodyEnded(0, now: d.now)

@@ -72,16 +72,47 @@ public final class AllowedFolders: Sendable {
         return best.map { ($0.root, $0.relative) }
     }
 
+    /// Why a confined folder was refused.
+    public enum Refusal: Error, Sendable {
+        /// The path lies in no allowed folder.
+        case outside(path: String)
+        /// It leads out of the allowed folder `root` through a symbolic link or `..`.
+        case leadsOut(root: String, DownloadError)
+        /// The file system refused (a name too long, a file in the way).
+        case failed(DownloadError)
+
+        /// The refusal as the engine reports it.
+        public var error: DownloadError {
+            switch self {
+            case .outside(let path):
+                DownloadError(.untrustedFile, "\(path) is outside the folders downloads may go to")
+            case .leadsOut(_, let error), .failed(let error): error
+            }
+        }
+    }
+
     /// Opens the folder `path` beneath the allowed folder it lies in; with `creating`, what is missing inside is
-    /// made. Throws `untrustedFile` when it lies in none or leads out of its own.
+    /// made. This is the one rule of a confined folder: every edge that opens one calls it and words its refusal.
+    public func openBeneath(_ path: String, creating: Bool = false) throws(Refusal) -> HeldFolder {
+        guard let (root, relative) = locate(path) else { throw .outside(path: path) }
+        do {
+            return try root.folder.folder(at: relative, creating: creating)
+        } catch  where error.code == .untrustedFile {
+            throw .leadsOut(root: root.folder.path, error)
+        } catch {
+            throw .failed(error)
+        }
+    }
+
+    /// `openBeneath`, its refusal as a `DownloadError` naming the allowed folders.
     public func open(_ path: String, creating: Bool = false) throws(DownloadError) -> HeldFolder {
-        guard let (root, relative) = locate(path) else {
+        do { return try openBeneath(path, creating: creating) } catch {
+            guard case .outside = error else { throw error.error }
             throw DownloadError(
                 .untrustedFile,
                 "\(path) is outside the folders downloads may go to: "
                     + (roots.isEmpty ? "none was given" : paths.joined(separator: ", ")))
         }
-        return try root.folder.folder(at: relative, creating: creating)
     }
 
     /// `path` relative to `folder` when it is the folder or lies inside it, by text; nil otherwise.
