@@ -43,8 +43,8 @@ public func buildRouter(
         on: table, serverURL: URL(string: "/api/v1")!,
         configuration: .init(dateTranscoder: APIDateTranscoder(), jsonEncodingOptions: [.withoutEscapingSlashes]))
     let rpc = Aria2RPC(manager: manager, configuration: configuration, door: door, shutdown: shutdown)
-    router.post("/jsonrpc") { _, _ -> Response in
-        let answer = await rpc.respond(to: RawBody.bytes.map { Data(buffer: $0) } ?? Data())
+    router.post("/jsonrpc") { request, _ -> Response in
+        let answer = await rpc.respond(to: Data(buffer: try await APIWire.body(of: request)))
         return Response(
             status: answer.status, headers: [.contentType: "application/json-rpc"],
             body: .init(byteBuffer: ByteBuffer(data: answer.body)))

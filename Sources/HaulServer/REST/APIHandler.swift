@@ -71,8 +71,11 @@ public struct APIHandler: APIProtocol {
     /// Adding one download or a list: every item checked, then all added in one transaction, and returned once the
     /// store has them (a 201 means stored). The operation's one implementation: `APIWire` and `addDownloads` write
     /// its outcome, each with its codec.
-    func add(_ payload: consuming Operations.AddDownloads.Input.Body.JsonPayload) async throws(APIError) -> AddOutcome {
-        try RawBody.rejectNulls()
+    /// `nulls` are the fields the body sent as `null`, which no field of an add may be.
+    func add(_ payload: consuming Operations.AddDownloads.Input.Body.JsonPayload, nulls: [NullField] = [])
+        async throws(APIError) -> AddOutcome
+    {
+        try Self.reject(nulls)
         let defaults = manager.settingsNow
         switch consume payload {
         case .AddDownload(let item):
@@ -159,8 +162,17 @@ public struct APIHandler: APIProtocol {
         guard case .json(let update) = input.body else {
             throw APIError(.unsupportedMediaType, "unsupportedMediaType", "send the body as application/json")
         }
-        try RawBody.rejectNulls(allowing: ["limitRate"])
-        let id = DownloadID(input.path.id)
+        return .ok(.init(body: .json(try await self.update(input.path.id, update, nulls: []))))
+    }
+
+    /// Changing a download's priority, connections or rate limit: the operation's one implementation, served by
+    /// `APIWire` (which sees the fields sent as `null`: `limitRate: null` removes the limit); `updateDownload` is
+    /// its generated-type form.
+    func update(_ idText: String, _ update: Components.Schemas.DownloadUpdate, nulls: [NullField])
+        async throws(APIError) -> Components.Schemas.Download
+    {
+        try Self.reject(nulls, allowing: ["limitRate"])
+        let id = DownloadID(idText)
         _ = try await download(id.rawValue)
         if let connections = update.connections {
             try APIError.checking("connections") { () throws(DownloadRules.RuleViolation) in
@@ -175,13 +187,13 @@ public struct APIHandler: APIProtocol {
             if let connections = update.connections { try await manager.setConnections(connections, for: id) }
             if let limit = update.limitRate {
                 try await manager.setRateLimit(limit, for: id)
-            } else if RawBody.setsNull("limitRate") {
+            } else if nulls.contains(NullField(name: "limitRate", index: nil)) {
                 try await manager.setRateLimit(nil, for: id)
             }
         } catch {
             throw APIError(error)
         }
-        return .ok(.init(body: .json(try await download(id.rawValue))))
+        return try await download(id.rawValue)
     }
 
     public func deleteDownload(_ input: Operations.DeleteDownload.Input) async throws
@@ -230,8 +242,16 @@ public struct APIHandler: APIProtocol {
         guard case .json(let move) = input.body else {
             throw APIError(.unsupportedMediaType, "unsupportedMediaType", "send the body as application/json")
         }
-        try RawBody.rejectNulls()
-        let id = DownloadID(input.path.id)
+        return .ok(.init(body: .json(try await self.move(input.path.id, move, nulls: []))))
+    }
+
+    /// Moving a download in the queue: the operation's one implementation, served by `APIWire`; `moveDownload` is
+    /// its generated-type form.
+    func move(_ idText: String, _ move: Components.Schemas.Move, nulls: [NullField]) async throws(APIError)
+        -> Components.Schemas.Download
+    {
+        try Self.reject(nulls)
+        let id = DownloadID(idText)
         _ = try await download(id.rawValue)
         do {
             switch (move.before, move.to) {
@@ -246,8 +266,10 @@ public struct APIHandler: APIProtocol {
             }
         } catch let error as DownloadError {
             throw APIError(error)
+        } catch {
+            throw APIError.from(error, body: nil)
         }
-        return .ok(.init(body: .json(try await download(id.rawValue))))
+        return try await download(id.rawValue)
     }
 
     public func pauseAll(_ input: Operations.PauseAll.Input) async throws -> Operations.PauseAll.Output {
@@ -334,7 +356,15 @@ public struct APIHandler: APIProtocol {
         guard case .json(let update) = input.body else {
             throw APIError(.unsupportedMediaType, "unsupportedMediaType", "send the body as application/json")
         }
-        try RawBody.rejectNulls(allowing: ["limitRate"])
+        return .ok(.init(body: .json(try await updateSettings(update, nulls: []))))
+    }
+
+    /// Changing the daemon's settings: the operation's one implementation, served by `APIWire` (which sees
+    /// `limitRate: null`, no limit); `updateSettings(_ input:)` is its generated-type form.
+    func updateSettings(_ update: Components.Schemas.SettingsUpdate, nulls: [NullField]) async throws(APIError)
+        -> Components.Schemas.Settings
+    {
+        try Self.reject(nulls, allowing: ["limitRate"])
         var settings = await manager.currentSettings()
         if let limit = update.maxConcurrentDownloads {
             try APIError.checking("maxConcurrentDownloads") { () throws(DownloadRules.RuleViolation) in
@@ -353,11 +383,18 @@ public struct APIHandler: APIProtocol {
                 try DownloadRules.checkRate(limit)
             }
             settings.rateLimit = limit
-        } else if RawBody.setsNull("limitRate") {
+        } else if nulls.contains(NullField(name: "limitRate", index: nil)) {
             settings.rateLimit = nil
         }
         do { try await manager.update(settings) } catch { throw APIError(error) }
-        return .ok(.init(body: .json(.init(await manager.currentSettings(), configuration: configuration))))
+        return .init(await manager.currentSettings(), configuration: configuration)
+    }
+
+    /// A 400 naming the first field sent as `null` that is not in `nullable`: the document allows no other null,
+    /// and the generated types would read one as a missing value.
+    static func reject(_ nulls: [NullField], allowing nullable: Set<String> = []) throws(APIError) {
+        guard let field = nulls.first(where: { !nullable.contains($0.name) }) else { return }
+        throw APIError.invalidField(field.name, "must not be null", index: field.index)
     }
 
     public func getOpenAPIDocument(_ input: Operations.GetOpenAPIDocument.Input) async throws

@@ -7,7 +7,7 @@ import Hummingbird
 import NIOCore
 
 /// The three most frequent operations (reading one download, adding, listing) with HaulWire's codec in place of the
-/// generated one: the request read by `AddDownloadJSON` (Foundation's decoder for what it declines), the operation's
+/// generated one, and the three whose bodies may hold a null (`APIWire+Changes`): the request read by `AddDownloadJSON` (Foundation's decoder for what it declines), the operation's
 /// one implementation in `APIHandler` called, and the answer written by `DownloadJSON`. Foundation's `JSONEncoder`
 /// was most of a read's time, and listing 20,000 through it held a tree of tens of MiB.
 ///
@@ -58,30 +58,31 @@ struct APIWire: Sendable {
             throw APIError(.unsupportedMediaType, "unsupportedMediaType", "send the body as application/json")
         }
         let payload: Operations.AddDownloads.Input.Body.JsonPayload
+        var nulls: [NullField] = []
         switch body.withUnsafeReadableBytes({ AddDownloadJSON.parse($0) }) {
         case .one(let item): payload = .AddDownload(item)
         case .list(let items): payload = .case2(items)
         case nil:
-            do {
-                payload = try JSONDecoder().decode(
-                    Operations.AddDownloads.Input.Body.JsonPayload.self, from: Data(buffer: body))
-            } catch {
-                throw APIError.from(error, body: body)
-            }
+            // What the fast reader declines (a null among them) is read by Foundation's decoder, once.
+            let decoded = try Self.decode(
+                Operations.AddDownloads.Input.Body.JsonPayload.self, body: body, contentType: contentType)
+            payload = decoded.value
+            nulls = decoded.nulls
         }
-        return try await addDownloads(consume payload, accept: nil, prefer: prefer)
+        return try await addDownloads(consume payload, nulls: nulls, accept: nil, prefer: prefer)
     }
 
     /// `POST /api/v1/downloads` with its body parsed.
     func addDownloads(
-        _ payload: consuming Operations.AddDownloads.Input.Body.JsonPayload, accept: String?, prefer: String?
+        _ payload: consuming Operations.AddDownloads.Input.Body.JsonPayload, nulls: [NullField] = [],
+        accept: String?, prefer: String?
     )
         async throws(APIError) -> Answer
     {
         try Self.checkAccept(accept)
         let minimal = APIHandler.prefersMinimal(prefer)
         let applied = minimal ? "return=minimal" : nil
-        switch try await api.add(consume payload) {
+        switch try await api.add(consume payload, nulls: nulls) {
         case .one(let added, let snapshot):
             var bytes: [UInt8] = []
             if minimal {
@@ -186,12 +187,36 @@ struct APIWire: Sendable {
             }
         case (.post, "/api/v1/downloads"):
             router.on(RouterPath(path), method: method) { request, _ -> Response in
-                // The body middleware has read it (at most 8 MiB).
-                let body = RawBody.bytes ?? ByteBuffer()
+                let body = try await Self.body(of: request)
                 return try await wire.respond(
                     wire.addDownloads(
                         body: body, contentType: request.headers[.contentType], accept: request.headers[.accept],
                         prefer: request.headers[.prefer]))
+            }
+        case (.patch, "/api/v1/downloads/{id}"):
+            router.on(RouterPath(path), method: method) { request, context -> Response in
+                let id = context.parameters.get("id").map { $0.removingPercentEncoding ?? $0 } ?? ""
+                let body = try await Self.body(of: request)
+                return try await wire.respond(
+                    wire.updateDownload(
+                        id: id, body: body, contentType: request.headers[.contentType],
+                        accept: request.headers[.accept]))
+            }
+        case (.post, "/api/v1/downloads/{id}/move"):
+            router.on(RouterPath(path), method: method) { request, context -> Response in
+                let id = context.parameters.get("id").map { $0.removingPercentEncoding ?? $0 } ?? ""
+                let body = try await Self.body(of: request)
+                return try await wire.respond(
+                    wire.moveDownload(
+                        id: id, body: body, contentType: request.headers[.contentType],
+                        accept: request.headers[.accept]))
+            }
+        case (.patch, "/api/v1/settings"):
+            router.on(RouterPath(path), method: method) { request, _ -> Response in
+                let body = try await Self.body(of: request)
+                return try await wire.respond(
+                    wire.updateSettings(
+                        body: body, contentType: request.headers[.contentType], accept: request.headers[.accept]))
             }
         case (.get, "/api/v1/downloads"):
             router.on(RouterPath(path), method: method) { request, _ -> Response in
@@ -202,6 +227,12 @@ struct APIWire: Sendable {
             return false
         }
         return true
+    }
+
+    /// A request's body: the body middleware has collected it already (at most 8 MiB), so this takes what it holds.
+    static func body(of request: Request) async throws -> ByteBuffer {
+        var request = request
+        return try await request.collectBody(upTo: BodyMiddleware.limit)
     }
 
     /// A chunk of a page's downloads as the API shows them; a download removed since the page was chosen is left

@@ -57,7 +57,7 @@ extension APIError {
                 return APIError(error.status, "badRequest", "\(error)")
             }
         }
-        return APIError.from(error, body: RawBody.bytes)
+        return APIError.from(error, body: nil)
     }
 
     /// The answer for any error, with the request's body known (to tell a list from an object).
@@ -93,8 +93,8 @@ struct ErrorMiddleware: RouterMiddleware {
     }
 }
 
-/// Reads a request's body (at most 8 MiB: 413 beyond) before the handlers, and keeps it for them (`RawBody`) and
-/// for describing a decoding error.
+/// Reads a request's body (at most 8 MiB: 413 beyond) before the handlers, which take it from the request, and keeps
+/// it for describing a decoding error of a generated route.
 struct BodyMiddleware: RouterMiddleware {
     typealias Context = HaulRequestContext
     static let limit = 8 << 20
@@ -111,16 +111,14 @@ struct BodyMiddleware: RouterMiddleware {
         do { buffer = try await request.collectBody(upTo: Self.limit) } catch {
             throw APIError(.contentTooLarge, "payloadTooLarge", "the body is over \(Self.limit) bytes")
         }
-        return try await RawBody.$bytes.withValue(buffer) {
-            do {
-                return try await next(request, context)
-            } catch let error as HTTPError {
-                // The router's own (no route): the outer middleware answer those.
-                throw error
-            } catch {
-                // Described here, where the body is known (to tell a list from an object).
-                return APIError.from(any: error, body: buffer).response
-            }
+        do {
+            return try await next(request, context)
+        } catch let error as HTTPError {
+            // The router's own (no route): the outer middleware answer those.
+            throw error
+        } catch {
+            // Described here, where the body is known (to tell a list from an object).
+            return APIError.from(any: error, body: buffer).response
         }
     }
 }
