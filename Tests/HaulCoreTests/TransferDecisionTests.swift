@@ -191,10 +191,7 @@ struct TransferDecisionTests {
         EndingRow(
             what: "a stop while streaming keeps exactly the bytes written",
             play: { d in
-                _ = d.machine.start(
-                    .init(partLength: nil, durableOffset: 0, isPartVerified: true, facts: nil), now: d.now)
-                _ = d.machine.responseReceived(0, Heads.ok(1000), now: d.now)
-                _ = d.stream(0, 450, chunk: 150)
+                d = TransferDecisionTests.streaming(written: 450)
                 return d.machine.stop()
             }, expected: .stopped(.keep(.offset(450)))),
         EndingRow(
@@ -204,19 +201,13 @@ struct TransferDecisionTests {
         EndingRow(
             what: "an action that failed while streaming keeps the bytes written",
             play: { d in
-                _ = d.machine.start(
-                    .init(partLength: nil, durableOffset: 0, isPartVerified: true, facts: nil), now: d.now)
-                _ = d.machine.responseReceived(0, Heads.ok(1000), now: d.now)
-                _ = d.stream(0, 200)
+                d = TransferDecisionTests.streaming(written: 200)
                 return d.machine.actionFailed(DownloadError(.fileSystem, "EIO"))
             }, expected: .failed(DownloadError(.fileSystem, "EIO"), .keep(.offset(200)))),
         EndingRow(
             what: "a checkpoint the store could not take fails the download, keeping the bytes",
             play: { d in
-                _ = d.machine.start(
-                    .init(partLength: nil, durableOffset: 0, isPartVerified: true, facts: nil), now: d.now)
-                _ = d.machine.responseReceived(0, Heads.ok(1000), now: d.now)
-                _ = d.stream(0, 300)
+                d = TransferDecisionTests.streaming(written: 300)
                 return d.machine.checkpointFailed(DownloadError(.diskFull, "store full"))
             }, expected: .failed(DownloadError(.diskFull, "store full"), .keep(.offset(300)))),
         EndingRow(
@@ -229,10 +220,7 @@ struct TransferDecisionTests {
         EndingRow(
             what: "a verified file completes",
             play: { d in
-                _ = d.machine.start(
-                    .init(partLength: nil, durableOffset: 0, isPartVerified: true, facts: nil), now: d.now)
-                _ = d.machine.responseReceived(0, Heads.ok(1000), now: d.now)
-                _ = d.stream(0, 1000)
+                d = TransferDecisionTests.streaming(written: 1000)
                 _ = d.machine.bodyEnded(0, now: d.now)
                 return d.machine.finalized(.completed, now: d.now)
             }, expected: .completed),
