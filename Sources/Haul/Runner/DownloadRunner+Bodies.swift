@@ -30,28 +30,26 @@ struct Connector: Sendable {
             events.yield(.failed(id, generation, connectionError(error)))
             return
         }
-        let taken = await withCheckedContinuation { (take: CheckedContinuation<Bool, Never>) in
+        let credit = await withCheckedContinuation { (take: CheckedContinuation<BodyCredit?, Never>) in
             if case .terminated = events.yield(.responded(id, generation, response, take: take)) {
-                take.resume(returning: false)
+                take.resume(returning: nil)
             }
         }
-        if taken { await stream(id, generation, response: response, events: events) }
+        if let credit { await stream(id, generation, response: response, credit: credit, events: events) }
     }
 
-    /// Reports each chunk of an accepted answer's body to the loop, which writes it, and reads on as long as it says
-    /// so; waits for the rate limits between chunks.
-    func stream(_ id: Int, _ generation: UInt64, response: TransportResponse, events: Events) async {
+    /// Hands each chunk of an accepted answer's body to the loop, which writes it, reading ahead within the body's
+    /// credit (`BodyCredit`) until the loop stops the reading; waits for the rate limits between chunks.
+    func stream(
+        _ id: Int, _ generation: UInt64, response: TransportResponse, credit: BodyCredit, events: Events
+    ) async {
         let limiters = environment.limiters
         let clock = environment.clock
         do {
             for try await chunk in response.body {
                 let count = chunk.readableBytes
-                let readOn = await withCheckedContinuation { (more: CheckedContinuation<Bool, Never>) in
-                    if case .terminated = events.yield(.chunk(id, generation, chunk, more: more)) {
-                        more.resume(returning: false)
-                    }
-                }
-                guard readOn else { return }
+                if case .terminated = events.yield(.chunk(id, generation, chunk, credit: credit)) { return }
+                guard await credit.handOver(count) else { return }
                 for limiter in limiters {
                     try await limiter.acquire(count, clock: clock) { events.yield(.throttled(id, generation)) }
                 }

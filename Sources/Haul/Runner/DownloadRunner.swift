@@ -123,19 +123,22 @@ final class DownloadRunner {
         /// Events of an older generation of the same connection are stale.
         var generation: UInt64
         var task: Task<Void, Never>?
-        /// An answer whose body waits for the machine's decision; its task waits for `take`.
-        var answer: (response: TransportResponse, take: CheckedContinuation<Bool, Never>)?
+        /// An answer whose body waits for the machine's decision; its task waits for `take` (a credit to read the
+        /// body with, or nil to drop it).
+        var answer: (response: TransportResponse, take: CheckedContinuation<BodyCredit?, Never>)?
+        /// The flow control of the body it reads; stopped once the loop reads no further of it.
+        var credit: BodyCredit?
         var writeback: WritebackStarter?
     }
 
     /// Something that happened, for the loop. The continuations are the loop's word to the task that waits.
     enum Event: Sendable {
         /// An answer's head arrived; its task waits to hear whether to read the body.
-        case responded(Int, UInt64, TransportResponse, take: CheckedContinuation<Bool, Never>)
+        case responded(Int, UInt64, TransportResponse, take: CheckedContinuation<BodyCredit?, Never>)
         /// A request failed, or a body failed with an error of its own kind.
         case failed(Int, UInt64, DownloadError)
-        /// A chunk of a body; its task waits to hear whether to read on.
-        case chunk(Int, UInt64, ByteBuffer, more: CheckedContinuation<Bool, Never>)
+        /// A chunk of a body; its task reads on within its credit's window.
+        case chunk(Int, UInt64, ByteBuffer, credit: BodyCredit)
         /// A body broke in the network.
         case bodyBroke(Int, UInt64, DownloadError)
         case bodyEnded(Int, UInt64)
@@ -150,8 +153,8 @@ final class DownloadRunner {
         /// Answers a task that waits for the loop's word with "no": the event is dropped.
         func decline() {
             switch self {
-            case .responded(_, _, _, let take): take.resume(returning: false)
-            case .chunk(_, _, _, let more): more.resume(returning: false)
+            case .responded(_, _, _, let take): take.resume(returning: nil)
+            case .chunk(_, _, let chunk, let credit): credit.release(chunk.readableBytes, stop: true)
             default: break
             }
         }
@@ -270,27 +273,28 @@ final class DownloadRunner {
         switch event {
         case .responded(let id, let generation, let response, let take):
             guard isCurrent(id, generation) else {
-                take.resume(returning: false)
+                take.resume(returning: nil)
                 return []
             }
             connections[id]?.answer = (response, take)
             return machine.responseReceived(id, response.head, now: time)
         case .failed(let id, let generation, let error):
-            guard isCurrent(id, generation) else { return [] }
+            guard isReading(id, generation) else { return [] }
             return machine.connectionFailed(id, error, now: time, jitter: environment.settings.jitter())
-        case .chunk(let id, let generation, let chunk, let more):
-            guard isCurrent(id, generation) else {
-                more.resume(returning: false)
+        case .chunk(let id, let generation, let chunk, let credit):
+            // Chunks read ahead after the loop stopped the reading, or of a replaced connection, are dropped.
+            guard isCurrent(id, generation), !credit.isStopped else {
+                credit.release(chunk.readableBytes, stop: true)
                 return []
             }
             let (readOn, actions) = take(chunk, on: id, now: time)
-            more.resume(returning: readOn)
+            credit.release(chunk.readableBytes, stop: !readOn)
             return actions
         case .bodyBroke(let id, let generation, let error):
-            guard isCurrent(id, generation) else { return [] }
+            guard isReading(id, generation) else { return [] }
             return machine.bodyBroke(id, error, now: time, jitter: environment.settings.jitter())
         case .bodyEnded(let id, let generation):
-            guard isCurrent(id, generation) else { return [] }
+            guard isReading(id, generation) else { return [] }
             return machine.bodyEnded(id, now: time)
         case .throttled(let id, let generation):
             if isCurrent(id, generation) { machine.touch(id) }
@@ -355,6 +359,12 @@ final class DownloadRunner {
 
     func isCurrent(_ id: Int, _ generation: UInt64) -> Bool { connections[id]?.generation == generation }
 
+    /// Whether what connection `id` (generation `generation`) reports still counts: it is current, and the loop did
+    /// not stop reading its body (a task reading ahead may report the end of a body the machine is done with).
+    func isReading(_ id: Int, _ generation: UInt64) -> Bool {
+        isCurrent(id, generation) && connections[id]?.credit?.isStopped != true
+    }
+
     /// Performs one action; returns the machine's next actions when the action itself had an answer for it.
     func perform(_ action: TransferMachine.Action) async throws -> [TransferMachine.Action] {
         switch action {
@@ -370,11 +380,13 @@ final class DownloadRunner {
             do {
                 try await prepareBody(answer.response)
             } catch {
-                answer.take.resume(returning: false)
+                answer.take.resume(returning: nil)
                 throw error
             }
             if let part { connections[id]?.writeback = WritebackStarter(part: part, from: body.start) }
-            answer.take.resume(returning: true)
+            let credit = BodyCredit()
+            connections[id]?.credit = credit
+            answer.take.resume(returning: credit)
         case .discard(let id), .close(let id):
             closeConnection(id)
         case .truncate(let length):
@@ -441,7 +453,8 @@ final class DownloadRunner {
     /// still reports is stale.
     func closeConnection(_ id: Int) {
         guard let connection = connections.removeValue(forKey: id) else { return }
-        connection.answer?.take.resume(returning: false)
+        connection.answer?.take.resume(returning: nil)
+        connection.credit?.stop()
         if let task = connection.task {
             task.cancel()
             retired.append(task)
