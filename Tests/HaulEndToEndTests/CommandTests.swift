@@ -73,7 +73,9 @@ struct CommandTests {
         for (signal, status) in [(SIGINT, Int32(130)), (SIGTERM, Int32(143))] {
             let workspace = try Workspace()
             let server = try await FaultServer.start()
-            server.serve("/big", .init(body: body, bytesPerSecond: 2_000_000))
+            // The first answer holds the rest back after 400,000 bytes, so the signal surely lands while the download
+            // runs, however slowly a loaded machine lets this test see the part file grow.
+            server.serve("/big", .init(body: body) { index, _ in index == 0 ? .hold(afterBytes: 400_000) : nil })
             let haul = try HaulProcess(["get", server.url("/big").absoluteString, "-o", "big.bin"], in: workspace)
             #expect(await waitUntil { (workspace.size("big.bin.part") ?? 0) > 300_000 })
             haul.signal(signal)
