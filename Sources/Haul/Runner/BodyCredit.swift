@@ -2,9 +2,9 @@ import Synchronization
 
 /// Flow control between a body's task and the runner's loop: the task reads ahead while the chunks it handed over and
 /// the loop has not yet written stay within a window, and waits when they pass it; the loop gives the credit back as
-/// it writes, and stops the reading when the machine says so. A round trip per chunk (the task waiting for each
-/// write) cost a thread wake-up on each side of every chunk, twice the CPU time of a large download; with the window
-/// the task waits only when the disk falls behind, and the memory held stays bounded by it.
+/// it writes, and stops the reading when the machine says so. Waiting for each chunk's write would cost a thread
+/// wake-up on each side of every chunk; with the window the task waits only when the disk falls behind, and the
+/// memory a body holds stays bounded by it.
 final class BodyCredit: Sendable {
     /// Bytes a body may have handed over and not yet seen written.
     static let window = 512 << 10
