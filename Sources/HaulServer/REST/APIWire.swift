@@ -182,7 +182,7 @@ struct APIWire: Sendable {
         switch (method, path) {
         case (.get, "/api/v1/downloads/{id}"):
             router.on(RouterPath(path), method: method) { request, context -> Response in
-                let id = context.parameters.get("id").map { $0.removingPercentEncoding ?? $0 } ?? ""
+                let id = Self.downloadID(in: context)
                 return try await wire.respond(wire.getDownload(id: id, accept: request.headers[.accept]))
             }
         case (.post, "/api/v1/downloads"):
@@ -195,7 +195,7 @@ struct APIWire: Sendable {
             }
         case (.patch, "/api/v1/downloads/{id}"):
             router.on(RouterPath(path), method: method) { request, context -> Response in
-                let id = context.parameters.get("id").map { $0.removingPercentEncoding ?? $0 } ?? ""
+                let id = Self.downloadID(in: context)
                 let body = try await Self.body(of: request)
                 return try await wire.respond(
                     wire.updateDownload(
@@ -204,7 +204,7 @@ struct APIWire: Sendable {
             }
         case (.post, "/api/v1/downloads/{id}/move"):
             router.on(RouterPath(path), method: method) { request, context -> Response in
-                let id = context.parameters.get("id").map { $0.removingPercentEncoding ?? $0 } ?? ""
+                let id = Self.downloadID(in: context)
                 let body = try await Self.body(of: request)
                 return try await wire.respond(
                     wire.moveDownload(
@@ -227,6 +227,11 @@ struct APIWire: Sendable {
             return false
         }
         return true
+    }
+
+    /// The `{id}` of a route's path, percent-decoded.
+    static func downloadID(in context: HaulRequestContext) -> String {
+        context.parameters.get("id").map { $0.removingPercentEncoding ?? $0 } ?? ""
     }
 
     /// A request's body: the body middleware has collected it already (at most 8 MiB), so this takes what it holds.
