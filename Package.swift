@@ -34,6 +34,7 @@ let package = Package(
         .package(url: "https://github.com/swift-server/swift-prometheus.git", from: "2.4.1"),
         .package(url: "https://github.com/apple/swift-nio-ssl.git", from: "2.37.6"),
         .package(url: "https://github.com/x-sheep/swift-property-based.git", from: "2.0.1"),
+        .package(url: "https://github.com/vapor/postgres-nio.git", from: "1.33.2"),
     ],
     targets: [
         .target(name: "HaulCore"),
@@ -54,6 +55,18 @@ let package = Package(
                 .product(name: "AsyncAlgorithms", package: "swift-async-algorithms"),
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
+        // The shared store of several workers: PostgreSQL, through postgres-nio's pooled client.
+        .target(
+            name: "HaulPostgres",
+            dependencies: [
+                "Haul",
+                "HaulCore",
+                .product(name: "PostgresNIO", package: "postgres-nio"),
+                .product(name: "GRDB", package: "GRDB.swift"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),
@@ -154,6 +167,10 @@ let package = Package(
                 .product(name: "NIOHTTP1", package: "swift-nio"),
                 .product(name: "NIOFoundationCompat", package: "swift-nio"),
             ]
+        ),
+        .testTarget(
+            name: "HaulPostgresTests",
+            dependencies: ["HaulPostgres", "Haul", "HaulTesting", .product(name: "PostgresNIO", package: "postgres-nio")]
         ),
         .testTarget(
             name: "HaulServerTests",

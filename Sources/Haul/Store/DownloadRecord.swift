@@ -174,7 +174,7 @@ extension DownloadOptions: DatabaseValueConvertible {
 
 extension DownloadRecord {
     /// The table's columns, in the order of `columnValues()`.
-    static let columnNames = [
+    package static let columnNames = [
         "id", "url", "finalURL", "directory", "destination", "state", "totalLength", "durableOffset", "etag",
         "lastModified", "isLastModifiedStrong", "isResumable", "isPartVerified", "mayReplaceDestination", "attempts",
         "lastError", "options", "priority", "queuePosition", "prerequisites", "rateLimit", "segments",
@@ -184,7 +184,7 @@ extension DownloadRecord {
 
     /// Every column's value, in the order of `columnNames`. Arrays are stored as JSON text, as the `Codable`
     /// decoding expects; dates as seconds since 1970 (GRDB reads both; formatting them as text goes through ICU).
-    func columnValues() throws -> [DatabaseValue] {
+    package func columnValues() throws -> [DatabaseValue] {
         var values: [DatabaseValue] = []
         values.reserveCapacity(Self.columnNames.count)
         try visitColumns { _, value in values.append(value) }

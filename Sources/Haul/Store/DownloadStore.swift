@@ -355,18 +355,29 @@ public struct DownloadStore: Sendable {
     public struct RowUpdate: Sendable {
         fileprivate let sql: String
         fileprivate let arguments: StatementArguments
+        /// The row, and the columns this update sets with their values: what another store writes
+        /// (`updatedAt` comes with every update, stamped by the store).
+        package let id: String
+        package let columns: [String]
+        package let values: [DatabaseValue]
 
         /// `UPDATE download SET` these columns, `updatedAt`, `WHERE id`: each kind's text is made once, not for each
         /// of the few updates every download makes. The values of each kind below are in its columns' order.
-        private static func statement(_ columns: [String]) -> String {
-            "UPDATE download SET " + (columns.map { "\($0) = ?" } + ["updatedAt = ?"]).joined(separator: ", ")
-                + " WHERE id = ?"
+        private static func statement(_ columns: [String]) -> (columns: [String], sql: String) {
+            (
+                columns,
+                "UPDATE download SET " + (columns.map { "\($0) = ?" } + ["updatedAt = ?"]).joined(separator: ", ")
+                    + " WHERE id = ?"
+            )
         }
 
         /// Turned into database values here, not boxed as existentials and converted later: the write may run on
         /// the committing thread, and boxing each value was most of an update's cost.
-        private init(_ id: String, _ sql: String, _ values: [DatabaseValue]) {
-            self.sql = sql
+        private init(_ id: String, _ statement: (columns: [String], sql: String), _ values: [DatabaseValue]) {
+            self.id = id
+            columns = statement.columns
+            self.values = values
+            sql = statement.sql
             var all = values
             all.append(Date().timeIntervalSince1970.databaseValue)
             all.append(id.databaseValue)

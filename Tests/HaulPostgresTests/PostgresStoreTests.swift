@@ -1,0 +1,162 @@
+import Foundation
+import GRDB
+import HaulCore
+import HaulPostgres
+import HaulTesting
+import PostgresNIO
+import Testing
+
+@testable import Haul
+
+/// The shared store against a real PostgreSQL 15 started by the suite (`PostgresServer`).
+@Suite("The PostgreSQL store", .serialized, .teardowns, .timeLimit(.minutes(3)))
+struct PostgresStoreTests {
+    /// A server of the test's own, stopped and deleted when the test ends.
+    func server() throws -> PostgresServer {
+        let server = try PostgresServer()
+        Teardowns.add { server.stop() }
+        return server
+    }
+
+    func makeRecord(url: String, destination: String, options: DownloadOptions = DownloadOptions()) -> DownloadRecord {
+        DownloadRecord(
+            id: UUID().uuidString, url: url, finalURL: nil, directory: nil, destination: destination, state: .queued,
+            totalLength: nil, durableOffset: 0, etag: nil, lastModified: nil, isLastModifiedStrong: false,
+            isResumable: nil, isPartVerified: true, mayReplaceDestination: false, attempts: 0, lastError: nil,
+            options: options, priority: 0, queuePosition: 1, prerequisites: [], rateLimit: nil, segments: nil,
+            activeConnections: 0, createdAt: Date(timeIntervalSince1970: 1_790_000_000), updatedAt: Date(),
+            errorCode: nil, errorStatus: nil, origin: .api, completedAt: nil)
+    }
+
+    @Test("store URLs: user, percent-encoded password, host, port, database, sslmode; errors never show the password")
+    func locations() throws {
+        let location = try PostgresLocation("postgres://alice:p%40ss%3Aw0rd@db.example:6543/queue?sslmode=require")
+        #expect(location.username == "alice")
+        #expect(location.password == "p@ss:w0rd")
+        #expect(location.host == "db.example")
+        #expect(location.port == 6543)
+        #expect(location.database == "queue")
+        #expect(location.tls == .require)
+        #expect(location.description == "postgres://alice@db.example:6543/queue?sslmode=require")
+        let plain = try PostgresLocation("postgresql://bob@127.0.0.1/haul")
+        #expect(plain.port == 5432)
+        #expect(plain.password == nil)
+        #expect(plain.tls == .prefer)
+        #expect(plain.description == "postgres://bob@127.0.0.1:5432/haul")
+
+        let refused: [(String, String)] = [
+            ("mysql://alice:hunter2@db/queue", "scheme mysql"),
+            ("postgres://db.example/queue", "names no user"),
+            ("postgres://alice:hunter2@db.example", "names no database"),
+            ("postgres://alice:hunter2@db.example/queue?sslmode=sometimes", "sslmode=sometimes"),
+            ("postgres://alice:hunter2@db.example/queue?connect_timeout=3", "connect_timeout"),
+            ("not a url at all hunter2", "is not a URL"),
+        ]
+        for (text, problem) in refused {
+            let error = try #require(throws: DownloadError.self) { try PostgresLocation(text) }
+            #expect(error.message.contains(problem), "\(text): \(error.message)")
+            #expect(!error.message.contains("hunter2"), "\(text): \(error.message)")
+        }
+    }
+
+    @Test("two workers opening an empty database at once migrate it once, and both serve")
+    func migratesOnce() async throws {
+        let server = try server()
+        let location = try PostgresLocation(server.url(database: try server.createDatabase()))
+        async let first = PostgresStore.open(location)
+        async let second = PostgresStore.open(location)
+        let stores = try await [first, second]
+        for store in stores {
+            #expect(try await store.appliedMigrations() == [1])
+            #expect(try await store.allRecords().isEmpty)
+        }
+        // A third, later, finds nothing to do.
+        let third = try await PostgresStore.open(location)
+        #expect(try await third.appliedMigrations() == [1])
+        for store in stores + [third] { await store.close() }
+    }
+
+    @Test("a record reads back as it was written, every field; updates, settings, runs and deletes")
+    func records() async throws {
+        let server = try server()
+        let store = try await PostgresStore.open(try PostgresLocation(server.url(database: server.createDatabase())))
+        Teardowns.add { await store.close() }
+
+        var record = makeRecord(
+            url: "https://example.com/a.iso", destination: "/srv/files/a.iso",
+            options: DownloadOptions(maxConnectionsPerDownload: 4))
+        record.finalURL = "https://mirror.example.com/a.iso"
+        record.remoteFacts = RemoteFacts(
+            totalLength: 1 << 40,
+            validators: Validators(
+                etag: EntityTag("\"v1\""), lastModified: "Tue, 24 Nov 2026 10:00:00 GMT", isLastModifiedStrong: true),
+            isResumable: true)
+        record.durableOffset = 12345
+        record.segments = [Segment(start: 0, end: 100, offset: 50), Segment(start: 100, end: 200, offset: 150)]
+        record.prerequisites = ["x", "y"]
+        record.rateLimit = 1_000_000
+        record.priority = DownloadPriority.high.rawValue
+        record.queuePosition = 2.5
+        record.error = DownloadError(.httpStatus, "the server answered 503", status: 503)
+        record.folderDevice = 1
+        record.folderInode = 2
+        record.partDevice = 3
+        record.partInode = 4
+        record.createdAt = Date(timeIntervalSince1970: 1_790_000_000.25)
+        try await store.insert([record])
+
+        var read = try #require(try await store.record(id: record.id))
+        read.updatedAt = record.updatedAt
+        #expect(read == record)
+
+        record.durableOffset = 99999
+        record.isPartVerified = false
+        try await store.update(.transfer(record))
+        read = try #require(try await store.record(id: record.id))
+        #expect(read.durableOffset == 99999)
+        #expect(read.isPartVerified == false)
+        #expect(read.segments == record.segments)
+        #expect(read.updatedAt >= record.updatedAt)
+
+        var second = makeRecord(url: "https://example.com/b", destination: "/srv/files/b")
+        second.createdAt = record.createdAt.addingTimeInterval(1)
+        try await store.save(second)
+        second.attempts = 3
+        try await store.save(second)
+        #expect(try await store.allRecords().map(\.id) == [record.id, second.id])
+        #expect(try await store.record(id: second.id)?.attempts == 3)
+
+        try await store.delete(id: record.id)
+        #expect(try await store.allRecords().map(\.id) == [second.id])
+
+        #expect(try await store.settings() == nil)
+        var settings = ManagerSettings()
+        settings.maxConcurrentDownloads = 7
+        try await store.saveSettings(settings)
+        try await store.saveSettings(settings)
+        #expect(try await store.settings() == settings)
+
+        let run = try await store.beginRun()
+        #expect(try await store.beginRun() > run)
+    }
+
+    @Test("a store that cannot be reached, or refuses the password, says where, and never shows the password")
+    func unreachable() async throws {
+        let server = try server()
+        let database = try server.createDatabase()
+        let closed = freePort()
+        let nowhere = try PostgresLocation("postgres://haul:hunter2@127.0.0.1:\(closed)/\(database)?sslmode=disable")
+        let refused = try await #require(throws: DownloadError.self) { try await PostgresStore.open(nowhere) }
+        #expect(refused.code == .store)
+        #expect(refused.message.contains("127.0.0.1:\(closed)"), "\(refused.message)")
+        #expect(!refused.message.contains("hunter2"), "\(refused.message)")
+        #expect(!String(reflecting: refused).contains("hunter2"))
+
+        let wrong = try PostgresLocation(server.url(database: database, password: "hunter2"))
+        let denied = try await #require(throws: DownloadError.self) { try await PostgresStore.open(wrong) }
+        #expect(denied.message.contains("password authentication failed"), "\(denied.message)")
+        #expect(denied.message.contains("127.0.0.1:\(server.port)"), "\(denied.message)")
+        #expect(!denied.message.contains("hunter2"), "\(denied.message)")
+        #expect(!denied.message.contains(server.password), "\(denied.message)")
+    }
+}
