@@ -130,6 +130,7 @@ let package = Package(
                 "HaulAPI",
                 "HaulWire",
                 "HaulServer",
+                "HaulPostgres",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "OpenAPIAsyncHTTPClient", package: "swift-openapi-async-http-client"),

@@ -6,7 +6,7 @@ import PostgresNIO
 /// Where a shared store lives: `postgres://USER[:PASSWORD]@HOST[:PORT]/DB[?sslmode=MODE]` (also `postgresql://`), as
 /// libpq and every PostgreSQL tool write it. User and password may be percent-encoded.
 ///
-/// `sslmode` means what it means to libpq: `disable`; `allow` and `prefer` (the default) use TLS when the server
+/// Without a password in the URL, `$PGPASSWORD` gives it, as with libpq. `sslmode` means what it means to libpq: `disable`; `allow` and `prefer` (the default) use TLS when the server
 /// offers it, without checking its certificate; `require` insists on TLS without checking the certificate;
 /// `verify-ca` checks the certificate against the system's authorities; `verify-full` checks the host name too.
 /// Other parameters are refused by name rather than ignored, so a setting the user relies on is never dropped.
@@ -57,7 +57,10 @@ public struct PostgresLocation: Sendable, Equatable, CustomStringConvertible {
             tls = mode
         }
         username = components.percentEncodedUser.flatMap { $0.removingPercentEncoding } ?? user
-        password = components.percentEncodedPassword.flatMap { $0.removingPercentEncoding }
+        // As libpq: a URL without a password takes $PGPASSWORD's (so it need not be on a command line).
+        password =
+            components.percentEncodedPassword.flatMap { $0.removingPercentEncoding }
+            ?? ProcessInfo.processInfo.environment["PGPASSWORD"].flatMap { $0.isEmpty ? nil : $0 }
         self.host = host
         port = components.port ?? 5432
         self.database = database.removingPercentEncoding ?? database

@@ -5,30 +5,54 @@ import HaulCore
 import Logging
 import PostgresNIO
 
-/// The downloads of several workers in one PostgreSQL database, through postgres-nio's pooled client: the same rows as
-/// the SQLite store (`DownloadStore`), the same record mapping (`DownloadRecord.columnValues()` and GRDB's decoding
-/// of a row), so one download reads back the same from either.
+/// The downloads of several workers in one PostgreSQL database: the same rows as the SQLite store (`DownloadStore`),
+/// with the same record mapping (`DownloadRecord.columnValues()` and GRDB's decoding of a row), so one download reads
+/// back the same from either.
 ///
-/// Opening it checks that the server answers (one connection, whose error names the host and never the password),
-/// then brings the schema up to date under an advisory lock: workers starting at the same moment take turns, and
-/// each migration runs once (`migrations`, append-only, recorded in `haul_schema`).
-public final class PostgresStore: Sendable {
+/// Opening it checks that the server answers (its error names the host and never the password), then brings the
+/// schema up to date under an advisory lock: workers starting at the same moment take turns, and each migration runs
+/// once (`migrations`, append-only, recorded in `haul_schema`).
+///
+/// Writes go through the same queue as the SQLite store's (`CommitQueue`): in the order they were asked for, a group
+/// in one transaction on the store's own connection, a write no one waits for committed without waiting for the
+/// server's disk (`synchronous_commit = off`), one someone waits for durable. The queue's callers block for what they
+/// wait for, as with SQLite; the connection's work runs on NIO's threads, never on the threads that wait.
+public final class PostgresStore: DownloadStoring {
     public let location: PostgresLocation
-    let client: PostgresClient
-    let running: Task<Void, Never>
+    let connection: PostgresConnection
+    let queue: CommitQueue<PostgresConnection>
     let logger: Logger
 
-    private init(location: PostgresLocation, client: PostgresClient, running: Task<Void, Never>, logger: Logger) {
+    private init(location: PostgresLocation, connection: PostgresConnection, logger: Logger) {
         self.location = location
-        self.client = client
-        self.running = running
+        self.connection = connection
         self.logger = logger
+        queue = CommitQueue(
+            transact: { durable, body in
+                try connection.query("BEGIN", logger: logger).wait()
+                do {
+                    if !durable { try connection.query("SET LOCAL synchronous_commit = off", logger: logger).wait() }
+                    try body(connection)
+                    try connection.query("COMMIT", logger: logger).wait()
+                } catch {
+                    _ = try? connection.query("ROLLBACK", logger: logger).wait()
+                    throw error
+                }
+            },
+            describe: { error in PostgresStore.describe(error, at: location, doing: "cannot write to the store at") })
     }
 
+    /// The key of the advisory lock a worker that runs the store's downloads holds ("haulwork" in ASCII).
+    static let workerLock: Int64 = 0x6861_756C_776F_726B
+
     /// Connects to the store at `location` and migrates its schema; the error says where it failed and why.
-    public static func open(_ location: PostgresLocation, logger: Logger = Logger(label: "haul.store"))
-        async throws(DownloadError) -> PostgresStore
-    {
+    ///
+    /// With `runsDownloads` (a daemon that starts the store's downloads), the connection holds an advisory lock for as
+    /// long as it is open, and the open fails when another process holds it: until workers claim downloads one by
+    /// one, two of them would both run every queued download. Commands that only read the store open it without.
+    public static func open(
+        _ location: PostgresLocation, runsDownloads: Bool = false, logger: Logger = Logger(label: "haul.store")
+    ) async throws(DownloadError) -> PostgresStore {
         do {
             let connection = try await PostgresConnection.connect(
                 configuration: PostgresConnection.Configuration(
@@ -37,27 +61,36 @@ public final class PostgresStore: Sendable {
                 id: 0, logger: logger)
             do {
                 try await migrate(on: connection, logger: logger)
-                try await connection.close()
+                if runsDownloads {
+                    let rows = try await connection.query("SELECT pg_try_advisory_lock(\(workerLock))", logger: logger)
+                    var held = false
+                    for try await taken in rows.decode(Bool.self) { held = taken }
+                    guard held else {
+                        throw DownloadError(
+                            .locked,
+                            "cannot use the store at \(location.place): another haul serve runs its downloads "
+                                + "(one worker a store)")
+                    }
+                }
+            } catch let error as DownloadError {
+                try? await connection.close()
+                throw error
             } catch {
                 try? await connection.close()
                 throw error
             }
+            return PostgresStore(location: location, connection: connection, logger: logger)
+        } catch let error as DownloadError {
+            throw error
         } catch {
             throw describe(error, at: location, doing: "cannot open the store at")
         }
-        var configuration = PostgresClient.Configuration(
-            host: location.host, port: location.port, username: location.username, password: location.password,
-            database: location.database, tls: location.clientTLS)
-        configuration.options.maximumConnections = 8
-        let client = PostgresClient(configuration: configuration, backgroundLogger: logger)
-        let running = Task { await client.run() }
-        return PostgresStore(location: location, client: client, running: running, logger: logger)
     }
 
-    /// Closes the pool's connections.
+    /// Commits what is queued and closes the connection.
     public func close() async {
-        running.cancel()
-        await running.value
+        queue.waitUntilIdle()
+        try? await connection.close()
     }
 
     // MARK: Schema
@@ -120,15 +153,11 @@ public final class PostgresStore: Sendable {
     }
 
     /// The versions of the migrations applied, in order.
-    public func appliedMigrations() async throws(DownloadError) -> [Int] {
-        try await run("read the schema's versions") { client, logger in
-            var versions: [Int] = []
-            for try await version in try await client.query(
-                "SELECT version FROM haul_schema ORDER BY version", logger: logger
-            ).decode(Int.self) {
-                versions.append(version)
+    public func appliedMigrations() throws(DownloadError) -> [Int] {
+        try queue.perform { [logger] connection in
+            try connection.query("SELECT version FROM haul_schema ORDER BY version", logger: logger).wait().map {
+                try $0.decode(Int.self)
             }
-            return versions
         }
     }
 
@@ -167,97 +196,116 @@ public final class PostgresStore: Sendable {
 
     static let quotedColumns = DownloadRecord.columnNames.map { "\"\($0)\"" }.joined(separator: ", ")
 
-    /// Inserts new records, all or none.
-    public func insert(_ records: [DownloadRecord]) async throws(DownloadError) {
+    public func save(_ record: DownloadRecord) throws(DownloadError) { try save([record]) }
+
+    public func save(_ records: [DownloadRecord]) throws(DownloadError) {
         guard !records.isEmpty else { return }
-        let queries = try Self.upserts(records, replacing: false)
-        try await run("add \(records.count) downloads") { client, logger in
-            try await client.withTransaction(logger: logger) { connection in
-                for query in queries { try await connection.query(query, logger: logger) }
-            }
+        let now = Date()
+        let queries = try Self.upserts(
+            records.map {
+                var record = $0
+                record.updatedAt = now
+                return record
+            }, replacing: true)
+        try queue.perform { [logger] connection in
+            for query in queries { try connection.query(query, logger: logger).wait() }
         }
     }
 
-    /// Inserts or replaces a record, stamping `updatedAt`.
-    public func save(_ record: DownloadRecord) async throws(DownloadError) {
-        var record = record
-        record.updatedAt = Date()
-        let queries = try Self.upserts([record], replacing: true)
-        try await run("save download \(record.id)") { client, logger in
-            for query in queries { try await client.query(query, logger: logger) }
+    public func insert(_ records: [DownloadRecord], saving changed: [DownloadRecord] = []) throws(DownloadError) {
+        let work = try writes(inserting: records, saving: changed)
+        try queue.perform(work)
+    }
+
+    public func submitInsert(_ records: [DownloadRecord], saving changed: [DownloadRecord] = []) -> StoreCommit {
+        do {
+            let work = try writes(inserting: records, saving: changed)
+            return StoreCommit(ticket: queue.submit(awaited: true, startsAtOnce: true, work))
+        } catch {
+            // Nothing to write: the write fails with the encoding's error, for whoever waits for it.
+            return StoreCommit(ticket: queue.submit(awaited: true, startsAtOnce: true) { _ in throw error })
         }
     }
 
-    /// Writes one of the store's row updates (the columns it names, and `updatedAt`).
-    public func update(_ update: DownloadStore.RowUpdate) async throws(DownloadError) {
-        var bindings = PostgresBindings(capacity: update.values.count + 2)
-        var sets: [String] = []
-        for (column, value) in zip(update.columns, update.values) {
-            try Self.bind(value, as: Self.columnKinds[column] ?? .text, into: &bindings)
-            sets.append("\"\(column)\" = $\(bindings.count)")
+    /// What inserting `records` and saving `changed` writes, in one transaction.
+    func writes(inserting records: [DownloadRecord], saving changed: [DownloadRecord]) throws(DownloadError)
+        -> @Sendable (PostgresConnection) throws -> Void
+    {
+        let now = Date()
+        let stamped = changed.map {
+            var record = $0
+            record.updatedAt = now
+            return record
         }
-        bindings.append(Date().timeIntervalSince1970)
-        sets.append("\"updatedAt\" = $\(bindings.count)")
-        bindings.append(update.id)
-        let query = PostgresQuery(
-            unsafeSQL: "UPDATE download SET \(sets.joined(separator: ", ")) WHERE id = $\(bindings.count)",
-            binds: bindings)
-        try await run("update download \(update.id)") { client, logger in
-            try await client.query(query, logger: logger)
+        let queries = try Self.upserts(records, replacing: false) + Self.upserts(stamped, replacing: true)
+        return { [logger] connection in
+            for query in queries { try connection.query(query, logger: logger).wait() }
         }
     }
+
+    public func submit(_ update: DownloadStore.RowUpdate, awaited: Bool) -> StoreCommit {
+        let query: PostgresQuery
+        do { query = try Self.query(for: update) } catch {
+            return StoreCommit(ticket: queue.submit(awaited: awaited) { _ in throw error })
+        }
+        return StoreCommit(
+            ticket: queue.submit(awaited: awaited, startsAtOnce: true) { [logger] connection in
+                try connection.query(query, logger: logger).wait()
+            })
+    }
+
+    public func committed(_ commit: StoreCommit) async throws(DownloadError) {
+        if let failure = await queue.completion(of: commit.ticket) { throw failure }
+    }
+
+    public func onLostWrite(_ handler: @escaping @Sendable (DownloadError) -> Void) { queue.onLostWrite(handler) }
+
+    public func flush() { queue.waitUntilIdle() }
 
     /// The record with `id`.
-    public func record(id: String) async throws(DownloadError) -> DownloadRecord? {
-        try await records("SELECT \(Self.quotedColumns) FROM download WHERE id = $1", [id]).first
+    public func record(id: String) throws(DownloadError) -> DownloadRecord? {
+        try records("SELECT \(Self.quotedColumns) FROM download WHERE id = $1", [id]).first
     }
 
-    /// Every record, oldest first.
-    public func allRecords() async throws(DownloadError) -> [DownloadRecord] {
-        try await records("SELECT \(Self.quotedColumns) FROM download ORDER BY \"createdAt\", id", [])
+    public func allRecords() throws(DownloadError) -> [DownloadRecord] {
+        try records("SELECT \(Self.quotedColumns) FROM download ORDER BY \"createdAt\", id", [])
     }
 
-    /// Forgets a record.
-    public func delete(id: String) async throws(DownloadError) {
-        try await run("delete download \(id)") { client, logger in
-            try await client.query("DELETE FROM download WHERE id = \(id)", logger: logger)
+    public func delete(id: String) throws(DownloadError) {
+        try queue.perform { [logger] connection in
+            try connection.query("DELETE FROM download WHERE id = \(id)", logger: logger).wait()
         }
     }
 
     // MARK: Runs and settings
 
-    /// Records a new run of a manager on this store and returns its number (always growing, across workers).
-    public func beginRun() async throws(DownloadError) -> Int64 {
-        try await run("record a run") { client, logger in
-            let rows = try await client.query("INSERT INTO run DEFAULT VALUES RETURNING id", logger: logger)
-            for try await id in rows.decode(Int64.self) { return id }
-            throw DownloadError(.store, "the store recorded no run")
+    public func beginRun() throws(DownloadError) -> Int64 {
+        try queue.perform { [logger] connection in
+            let rows = try connection.query("INSERT INTO run DEFAULT VALUES RETURNING id", logger: logger).wait()
+            guard let id = try rows.first?.decode(Int64.self) else {
+                throw DownloadError(.store, "the store recorded no run")
+            }
+            return id
         }
     }
 
-    /// The stored settings, nil when none were stored.
-    public func settings() async throws(DownloadError) -> ManagerSettings? {
-        let text: String? = try await run("read the settings") { client, logger in
-            let rows = try await client.query("SELECT value FROM setting WHERE name = 'manager'", logger: logger)
-            for try await value in rows.decode(String.self) { return value }
-            return nil
+    public func settings() throws(DownloadError) -> ManagerSettings? {
+        let text: String? = try queue.perform { [logger] connection in
+            try connection.query("SELECT value FROM setting WHERE name = 'manager'", logger: logger).wait().first?
+                .decode(String.self)
         }
-        guard let text else { return nil }
-        return try? JSONDecoder().decode(ManagerSettings.self, from: Data(text.utf8))
+        return text.flatMap(ManagerSettings.init(storedText:))
     }
 
-    /// Stores the settings.
-    public func saveSettings(_ settings: ManagerSettings) async throws(DownloadError) {
-        let text: String
-        do { text = String(decoding: try JSONEncoder().encode(settings), as: UTF8.self) } catch {
-            throw DownloadError(.store, "cannot encode the settings: \(error)", underlying: error)
-        }
-        try await run("save the settings") { client, logger in
-            try await client.query(
+    public func saveSettings(_ settings: ManagerSettings) throws(DownloadError) {
+        let text = try settings.storedText()
+        try queue.perform { [logger] connection in
+            try connection.query(
                 """
                 INSERT INTO setting (name, value) VALUES ('manager', \(text))
                 ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value
-                """, logger: logger)
+                """, logger: logger
+            ).wait()
         }
     }
 
@@ -284,6 +332,22 @@ public final class PostgresStore: Sendable {
             queries.append(PostgresQuery(unsafeSQL: sql, binds: bindings))
         }
         return queries
+    }
+
+    /// The UPDATE of one of the store's row updates: the columns it names, and `updatedAt`.
+    static func query(for update: DownloadStore.RowUpdate) throws(DownloadError) -> PostgresQuery {
+        var bindings = PostgresBindings(capacity: update.values.count + 2)
+        var sets: [String] = []
+        for (column, value) in zip(update.columns, update.values) {
+            try bind(value, as: columnKinds[column] ?? .text, into: &bindings)
+            sets.append("\"\(column)\" = $\(bindings.count)")
+        }
+        bindings.append(Date().timeIntervalSince1970)
+        sets.append("\"updatedAt\" = $\(bindings.count)")
+        bindings.append(update.id)
+        return PostgresQuery(
+            unsafeSQL: "UPDATE download SET \(sets.joined(separator: ", ")) WHERE id = $\(bindings.count)",
+            binds: bindings)
     }
 
     static func bind(_ value: DatabaseValue, as kind: ColumnKind, into bindings: inout PostgresBindings)
@@ -321,31 +385,18 @@ public final class PostgresStore: Sendable {
         return Row(values)
     }
 
-    func records(_ sql: String, _ arguments: [String]) async throws(DownloadError) -> [DownloadRecord] {
+    func records(_ sql: String, _ arguments: [String]) throws(DownloadError) -> [DownloadRecord] {
         var bindings = PostgresBindings(capacity: arguments.count)
         for argument in arguments { bindings.append(argument) }
         let query = PostgresQuery(unsafeSQL: sql, binds: bindings)
-        return try await run("read downloads") { client, logger in
-            var records: [DownloadRecord] = []
-            for try await row in try await client.query(query, logger: logger) {
-                records.append(try DownloadRecord(row: try Self.databaseRow(row)))
+        return try queue.perform { [logger] connection in
+            try connection.query(query, logger: logger).wait().map { row in
+                try DownloadRecord(row: try Self.databaseRow(row))
             }
-            return records
         }
     }
 
     // MARK: Errors
-
-    @discardableResult
-    /// Runs `body` against the pool; an error becomes a `DownloadError` that says what was being done, and where.
-    func run<T: Sendable>(
-        _ what: String, _ body: @Sendable (PostgresClient, Logger) async throws -> T
-    ) async throws(DownloadError) -> T {
-        do { return try await body(client, logger) } catch {
-            if let error = error as? DownloadError { throw error }
-            throw Self.describe(error, at: location, doing: "cannot \(what) in the store at")
-        }
-    }
 
     /// What went wrong, with the store's place (host, port, database) and never its password: postgres-nio's own
     /// descriptions are generic, the server's message is not secret, and the network's error says why it failed.

@@ -117,9 +117,15 @@ public final class PostgresServer: Sendable {
     static func run(
         _ executable: String, _ arguments: [String], asPostgres: Bool = false, environment: [String: String] = [:]
     ) throws {
-        // From a folder the postgres user may be in, out of the test's way.
+        // From a folder the postgres user may be in, out of the test's way, and with nothing of the test process
+        // but the three standard streams: a server started here must not keep another test's pipe open.
+        let script = """
+            cd /tmp || exit 1
+            for fd in /proc/$$/fd/*; do fd=${fd##*/}; [ "$fd" -gt 2 ] && eval "exec $fd>&-"; done
+            exec "$@"
+            """
         let argv =
-            ["/bin/sh", "-c", "cd /tmp && exec \"$@\"", "sh"]
+            ["/bin/bash", "-c", script, "bash"]
             + (asPostgres ? ["/usr/sbin/runuser", "-u", "postgres", "--"] : []) + [executable] + arguments
         var template = Array("/tmp/haul-postgres-output.XXXXXX".utf8CString)
         let output = mkstemp(&template)

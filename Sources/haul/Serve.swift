@@ -2,6 +2,7 @@ import ArgumentParser
 import Foundation
 import Haul
 import HaulCore
+import HaulPostgres
 import HaulServer
 import HaulWire
 import Logging
@@ -34,6 +35,14 @@ extension HaulCommand {
 
         @Option(help: "Where Haul keeps its state (default: $HAUL_STATE_DIR, else $XDG_STATE_HOME/haul).")
         var stateDir: String?
+
+        @Option(
+            help: ArgumentHelp(
+                "Keep the downloads in PostgreSQL instead of STATE_DIR/haul.sqlite (also $HAUL_STORE).",
+                discussion: "postgres://USER[:PASSWORD]@HOST[:PORT]/DB[?sslmode=MODE]; without a password in it, "
+                    + "$PGPASSWORD gives it. The password is never logged or shown.",
+                valueName: "URL"))
+        var store: String?
 
         @Option(name: .shortAndLong, help: "Downloads transferring at once.")
         var jobs: Int?
@@ -75,6 +84,9 @@ extension HaulCommand {
                     try DownloadRules.checkConnections(connections)
                 }
             }
+            if let store = storeURL {
+                do { _ = try PostgresLocation(store) } catch { throw ValidationError(error.message) }
+            }
             if (tlsCert == nil) != (tlsKey == nil) { throw ValidationError("give --tls-cert and --tls-key together") }
             if Logger.Level(rawValue: logLevel) == nil {
                 throw ValidationError(
@@ -85,6 +97,13 @@ extension HaulCommand {
                 guard FileManager.default.fileExists(atPath: folder, isDirectory: &isDirectory), isDirectory.boolValue
                 else { throw ValidationError("'\(folder)' is not a folder") }
             }
+        }
+
+        /// `--store`, else `$HAUL_STORE`; nil for the SQLite store in the state folder.
+        var storeURL: String? {
+            if let store { return store }
+            guard let text = ProcessInfo.processInfo.environment["HAUL_STORE"], !text.isEmpty else { return nil }
+            return text
         }
 
         /// HOST and PORT of `HOST:PORT` or `[V6]:PORT`.
@@ -126,9 +145,19 @@ extension HaulCommand {
                 FileHandle.standardError.write(Data("haul: error: the token is empty\n".utf8))
                 throw ExitCode(2)
             }
+            var shared: PostgresStore?
             do {
+                if let url = storeURL {
+                    let store = try await PostgresStore.open(
+                        try PostgresLocation(url), runsDownloads: true, logger: Logger(label: "haul.store"))
+                    shared = store
+                    options.configureManager = { $0.store = store }
+                    options.logger.notice("downloads are kept in \(store.location)")
+                }
                 try await Daemon.run(options)
+                await shared?.close()
             } catch {
+                await shared?.close()
                 FileHandle.standardError.write(Data("haul: error: \(error)\n".utf8))
                 throw ExitCode(1)
             }

@@ -19,14 +19,15 @@ final class DaemonProcess: @unchecked Sendable {
     let workspace: Workspace
 
     /// Starts the daemon and waits until its `serve.json` names it.
-    init(_ workspace: Workspace, listen: String = "127.0.0.1:0", extra: [String] = [], launcher: [String] = [])
-        async throws
-    {
+    init(
+        _ workspace: Workspace, listen: String = "127.0.0.1:0", extra: [String] = [],
+        environment: [String: String] = [:], launcher: [String] = []
+    ) async throws {
         self.workspace = workspace
         let serveFile = workspace.state + "/serve.json"
         haul = try HaulProcess(
             ["serve", "--listen", listen, "--state-dir", workspace.state, "--download-dir", workspace.files]
-                + extra, in: workspace, launcher: launcher)
+                + extra, in: workspace, environment: environment, launcher: launcher)
         let pid = haul.process.processIdentifier
         let started = await waitUntil(seconds: 60) { [haul] in
             guard haul.process.isRunning, let data = FileManager.default.contents(atPath: serveFile),

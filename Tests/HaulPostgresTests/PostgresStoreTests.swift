@@ -67,12 +67,12 @@ struct PostgresStoreTests {
         async let second = PostgresStore.open(location)
         let stores = try await [first, second]
         for store in stores {
-            #expect(try await store.appliedMigrations() == [1])
-            #expect(try await store.allRecords().isEmpty)
+            #expect(try store.appliedMigrations() == [1])
+            #expect(try store.allRecords().isEmpty)
         }
         // A third, later, finds nothing to do.
         let third = try await PostgresStore.open(location)
-        #expect(try await third.appliedMigrations() == [1])
+        #expect(try third.appliedMigrations() == [1])
         for store in stores + [third] { await store.close() }
     }
 
@@ -103,16 +103,16 @@ struct PostgresStoreTests {
         record.partDevice = 3
         record.partInode = 4
         record.createdAt = Date(timeIntervalSince1970: 1_790_000_000.25)
-        try await store.insert([record])
+        try store.insert([record])
 
-        var read = try #require(try await store.record(id: record.id))
+        var read = try #require(try store.record(id: record.id))
         read.updatedAt = record.updatedAt
         #expect(read == record)
 
         record.durableOffset = 99999
         record.isPartVerified = false
-        try await store.update(.transfer(record))
-        read = try #require(try await store.record(id: record.id))
+        try await store.committed(store.submit(.transfer(record), awaited: true))
+        read = try #require(try store.record(id: record.id))
         #expect(read.durableOffset == 99999)
         #expect(read.isPartVerified == false)
         #expect(read.segments == record.segments)
@@ -120,24 +120,24 @@ struct PostgresStoreTests {
 
         var second = makeRecord(url: "https://example.com/b", destination: "/srv/files/b")
         second.createdAt = record.createdAt.addingTimeInterval(1)
-        try await store.save(second)
+        try store.save(second)
         second.attempts = 3
-        try await store.save(second)
-        #expect(try await store.allRecords().map(\.id) == [record.id, second.id])
-        #expect(try await store.record(id: second.id)?.attempts == 3)
+        try store.save(second)
+        #expect(try store.allRecords().map(\.id) == [record.id, second.id])
+        #expect(try store.record(id: second.id)?.attempts == 3)
 
-        try await store.delete(id: record.id)
-        #expect(try await store.allRecords().map(\.id) == [second.id])
+        try store.delete(id: record.id)
+        #expect(try store.allRecords().map(\.id) == [second.id])
 
-        #expect(try await store.settings() == nil)
+        #expect(try store.settings() == nil)
         var settings = ManagerSettings()
         settings.maxConcurrentDownloads = 7
-        try await store.saveSettings(settings)
-        try await store.saveSettings(settings)
-        #expect(try await store.settings() == settings)
+        try store.saveSettings(settings)
+        try store.saveSettings(settings)
+        #expect(try store.settings() == settings)
 
-        let run = try await store.beginRun()
-        #expect(try await store.beginRun() > run)
+        let run = try store.beginRun()
+        #expect(try store.beginRun() > run)
     }
 
     @Test("a store that cannot be reached, or refuses the password, says where, and never shows the password")
@@ -158,5 +158,63 @@ struct PostgresStoreTests {
         #expect(denied.message.contains("127.0.0.1:\(server.port)"), "\(denied.message)")
         #expect(!denied.message.contains("hunter2"), "\(denied.message)")
         #expect(!denied.message.contains(server.password), "\(denied.message)")
+    }
+}
+
+/// A manager whose store is PostgreSQL: what it does is the same as with SQLite, and what it stored is there for the
+/// next manager.
+@Suite("A manager on the PostgreSQL store", .serialized, .teardowns, .timeLimit(.minutes(3)))
+struct PostgresManagerTests {
+    @Test("downloads complete with their rows in PostgreSQL, and a new manager on the store finds them as they ended")
+    func downloadsAndReopens() async throws {
+        let server = try PostgresServer()
+        Teardowns.add { server.stop() }
+        let web = try await FaultServer.start()
+        Teardowns.add { await web.stop() }
+        let folder = NSTemporaryDirectory() + "haul-postgres-files-" + UUID().uuidString
+        try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
+        Teardowns.add { try? FileManager.default.removeItem(atPath: folder) }
+        let bodies = (0..<3).map { testBytes(3 << 20, seed: UInt64($0 + 1)) }
+        for (index, body) in bodies.enumerated() { web.serve("/\(index).bin", .init(body: body)) }
+        web.serve("/missing", .init(body: []) { _, _ in .status(404, headers: [:]) })
+
+        let location = try PostgresLocation(server.url(database: try server.createDatabase()))
+        func manager() async throws -> (DownloadManager, PostgresStore) {
+            let store = try await PostgresStore.open(location)
+            var configuration = DownloadManager.Configuration(stateDirectory: nil)
+            configuration.store = store
+            configuration.engine.jitter = { 1 }
+            return (try DownloadManager(configuration: configuration), store)
+        }
+
+        let (first, firstStore) = try await manager()
+        var ids: [DownloadID] = []
+        for index in bodies.indices {
+            ids.append(try await first.add(web.url("/\(index).bin"), to: .file(folder + "/\(index).bin")))
+        }
+        let missing = try await first.add(web.url("/missing"), to: .file(folder + "/missing.bin"))
+        for (index, id) in ids.enumerated() {
+            let result = try await first.result(of: id)
+            #expect(result.bytes == Int64(bodies[index].count))
+            #expect(FileManager.default.contents(atPath: folder + "/\(index).bin") == Data(bodies[index]))
+        }
+        await #expect(throws: DownloadError.self) { try await first.result(of: missing) }
+        await first.shutdown()
+        await firstStore.close()
+
+        let (second, secondStore) = try await manager()
+        for (index, id) in ids.enumerated() {
+            let snapshot = try await second.snapshot(id)
+            #expect(snapshot.state == .completed)
+            #expect(snapshot.destination == folder + "/\(index).bin")
+            #expect(snapshot.receivedBytes == Int64(bodies[index].count))
+        }
+        let failed = try await second.snapshot(missing)
+        #expect(failed.state == .failed)
+        #expect(failed.error?.status == 404, "\(String(describing: failed.error))")
+        let rows = try secondStore.allRecords()
+        #expect(Set(rows.map(\.id)) == Set((ids + [missing]).map(\.rawValue)))
+        await second.shutdown()
+        await secondStore.close()
     }
 }

@@ -8,7 +8,7 @@ import Testing
 
 @Suite("The store's write queue (group commit)")
 struct CommitQueueTests {
-    static func queue() throws -> (CommitQueue, DatabaseQueue) {
+    static func queue() throws -> (CommitQueue<Database>, DatabaseQueue) {
         let database = try DatabaseQueue()
         try database.write { db in
             try db.execute(sql: "CREATE TABLE t (id INTEGER PRIMARY KEY, value TEXT NOT NULL)")

@@ -95,8 +95,9 @@ struct SegmentedTests {
         #expect(h.holds("f.bin", body))
         let requests = h.server.requests(to: "/f")
         let described = requests.map { "\($0.range ?? "-") \($0.bodyBytesSent)" }
+        // How many of the connections overlapped depends on the machine's speed (a loaded run can finish each part
+        // before the ramp opens the next); "-x 4 opens four" asserts the connections at once.
         #expect(requests.filter(Self.isSegmentRequest).count >= 3, "it did split: \(described)")
-        #expect(h.server.peakConnections >= 2)
         let cuts = requests.filter { $0.bodyBytesSent == cut }.count
         #expect(cuts >= 2, "\(described)")
         #expect(h.server.bodyBytesSent(for: "/f") <= (16 << 20) + cuts * (64 << 10), "\(described)")

@@ -30,6 +30,9 @@ extension DownloadManager {
 
         /// Where the store lives; nil keeps it in memory (nothing survives the process).
         public var stateDirectory: String?
+        /// A store opened elsewhere (the PostgreSQL store several workers share) to use instead of the SQLite store
+        /// in `stateDirectory`.
+        public var store: (any DownloadStoring)?
         /// Downloads transferring at once. A download whose bytes have all arrived (verifying, syncing and moving
         /// its file into place) gives its slot to the next one; at most as many again finish at the same time.
         public var maxConcurrentDownloads = 3

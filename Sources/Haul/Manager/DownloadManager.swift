@@ -10,7 +10,7 @@ public actor DownloadManager {
     enum StopReason { case pause, cancel, exit }
 
     let configuration: Configuration
-    let store: DownloadStore
+    let store: any DownloadStoring
     let transport: any HTTPTransport
     let hub: EventHub
     /// The running downloads' shared ticks.
@@ -69,7 +69,9 @@ public actor DownloadManager {
     {
         self.configuration = configuration
         allowedFolders = try AllowedFolders(configuration.allowedFolders)
-        if let directory = configuration.stateDirectory {
+        if let shared = configuration.store {
+            store = shared
+        } else if let directory = configuration.stateDirectory {
             store = try DownloadStore(directory: directory, exclusive: configuration.ownsStateDirectory)
         } else {
             store = try DownloadStore()

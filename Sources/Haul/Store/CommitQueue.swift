@@ -2,7 +2,7 @@ import Foundation
 import GRDB
 import HaulCore
 
-/// The store's writes, in the order they were asked for, committed in groups: one transaction takes every write that
+/// A store's writes, in the order they were asked for, committed in groups: one transaction takes every write that
 /// was queued while the previous one committed (group commit). When a group fails, its writes are done again one
 /// transaction each, so a write that fails is reported to its caller alone and the others commit.
 ///
@@ -16,17 +16,23 @@ import HaulCore
 /// else is committing: the caller's thread runs the transaction (with whatever else is queued), so a lone write costs
 /// no switch to another thread, and the others waiting meanwhile are committed together next. Writes still queued
 /// when a committing caller has its own are committed by the queue's drain thread.
-final class CommitQueue: @unchecked Sendable {
+///
+/// `Connection` is what a write is given: GRDB's `Database` for the SQLite store (`init(writer:describe:)`), one
+/// PostgreSQL connection for the shared store. `transact` runs a group of writes in one transaction on it.
+package final class CommitQueue<Connection>: @unchecked Sendable {
+    /// Runs `body` in one transaction; with `durable`, it is on the disk when this returns.
+    package typealias Transact = @Sendable (_ durable: Bool, _ body: (Connection) throws -> Void) throws -> Void
+
     /// A write waiting in the queue.
     private struct Entry {
         var ticket: UInt64
-        var work: @Sendable (Database) throws -> Void
+        var work: @Sendable (Connection) throws -> Void
         /// Whether a caller is expected to collect its outcome; a failed write no one was expected to wait for is
         /// also told to `lostWrite`.
         var awaited = true
     }
 
-    private let writer: any DatabaseWriter
+    private let transact: Transact
     private let describe: @Sendable (any Error) -> DownloadError
     // Everything below is guarded by `condition`.
     private let condition = NSCondition()
@@ -47,14 +53,14 @@ final class CommitQueue: @unchecked Sendable {
     private var counts = (commits: 0, writes: 0)
     private var lostWriteHandler: (@Sendable (DownloadError) -> Void)?
 
-    init(writer: any DatabaseWriter, describe: @escaping @Sendable (any Error) -> DownloadError) {
-        self.writer = writer
+    package init(transact: @escaping Transact, describe: @escaping @Sendable (any Error) -> DownloadError) {
+        self.transact = transact
         self.describe = describe
     }
 
     /// Has `handler` told of each write that no one waits for and that failed (a full disk): nothing of it is
     /// stored, and there is no caller to throw to.
-    func onLostWrite(_ handler: @escaping @Sendable (DownloadError) -> Void) {
+    package func onLostWrite(_ handler: @escaping @Sendable (DownloadError) -> Void) {
         condition.lock()
         lostWriteHandler = handler
         condition.unlock()
@@ -68,7 +74,7 @@ final class CommitQueue: @unchecked Sendable {
     }
 
     /// Commits made, and the writes they held.
-    var statistics: (commits: Int, writes: Int) {
+    package var statistics: (commits: Int, writes: Int) {
         condition.lock()
         defer { condition.unlock() }
         return counts
@@ -76,7 +82,8 @@ final class CommitQueue: @unchecked Sendable {
 
     /// Runs `body` in the queue's order and returns its result once it is committed; throws its error, or the
     /// commit's.
-    func perform<T>(_ body: @escaping @Sendable (Database) throws -> T) throws(DownloadError) -> T {
+    @discardableResult
+    package func perform<T>(_ body: @escaping @Sendable (Connection) throws -> T) throws(DownloadError) -> T {
         let box = ResultBox<T>()
         let ticket = enqueue { db in box.value = try body(db) }
         if let failure = wait(for: ticket) { throw failure }
@@ -94,7 +101,9 @@ final class CommitQueue: @unchecked Sendable {
     /// With `startsAtOnce`, a write the caller waits for is committed by the drain thread at once all the same: a
     /// large one (a list of thousands of downloads) commits on the other core while the caller goes on with its own
     /// work before waiting.
-    func submit(awaited: Bool, startsAtOnce: Bool = false, _ work: @escaping @Sendable (Database) throws -> Void)
+    package func submit(
+        awaited: Bool, startsAtOnce: Bool = false, _ work: @escaping @Sendable (Connection) throws -> Void
+    )
         -> UInt64
     {
         let ticket = enqueue(work, awaited: awaited)
@@ -110,7 +119,7 @@ final class CommitQueue: @unchecked Sendable {
 
     /// Waits until the write of `ticket` is committed, committing it on this thread when no one else is; returns
     /// its error, nil when it was written.
-    func completion(of ticket: UInt64) async -> DownloadError? {
+    package func completion(of ticket: UInt64) async -> DownloadError? {
         if isIdle(before: ticket) { return wait(for: ticket) }
         return await withCheckedContinuation { continuation in
             condition.lock()
@@ -130,7 +139,7 @@ final class CommitQueue: @unchecked Sendable {
     }
 
     /// Waits until every write queued so far is committed (before a read that must see them).
-    func waitUntilIdle() {
+    package func waitUntilIdle() {
         condition.lock()
         let last = nextTicket - 1
         condition.unlock()
@@ -144,7 +153,7 @@ final class CommitQueue: @unchecked Sendable {
         return committed < ticket && !isDraining
     }
 
-    private func enqueue(_ work: @escaping @Sendable (Database) throws -> Void, awaited: Bool = true) -> UInt64 {
+    private func enqueue(_ work: @escaping @Sendable (Connection) throws -> Void, awaited: Bool = true) -> UInt64 {
         condition.lock()
         defer { condition.unlock() }
         let ticket = nextTicket
@@ -224,24 +233,6 @@ final class CommitQueue: @unchecked Sendable {
         }
     }
 
-    /// Runs `body` in one transaction. A `durable` one is on the disk when it returns: with SQLite's
-    /// `synchronous=FULL` for that commit, its WAL frames are synced before the commit returns (and with them every
-    /// commit before it). The store's default, `NORMAL`, syncs the WAL only at its checkpoints, so a power cut can
-    /// lose the last commits: right for the writes no one waits for (a state change, a completion the next run
-    /// recognises anyway), not for those a caller acts on (an add acknowledged, the row before a part file, a
-    /// checkpoint). A group holding one write someone waits for is synced once for all of its writes.
-    private func transaction(durable: Bool, _ body: @escaping (Database) throws -> Void) throws {
-        guard durable else { return try writer.write(body) }
-        try writer.writeWithoutTransaction { db in
-            try db.execute(sql: "PRAGMA synchronous = FULL")
-            defer { try? db.execute(sql: "PRAGMA synchronous = NORMAL") }
-            try db.inTransaction {
-                try body(db)
-                return .commit
-            }
-        }
-    }
-
     /// Commits what is queued, in one transaction, and tells the waiters. Called only by the committing thread.
     private func commitPending() {
         condition.lock()
@@ -253,15 +244,15 @@ final class CommitQueue: @unchecked Sendable {
         var lost: [DownloadError] = []
         let durable = batch.contains { $0.awaited }
         do {
-            try transaction(durable: durable) { db in
-                for entry in batch { try entry.work(db) }
+            try transact(durable) { connection in
+                for entry in batch { try entry.work(connection) }
             }
         } catch {
             // Nothing of the group was written. Written again one transaction a write, so that one write's failure
             // (a constraint, a full disk) is told to its caller alone. Rare: no savepoint is paid for on the common
             // path.
             for entry in batch {
-                do { try transaction(durable: entry.awaited) { db in try entry.work(db) } } catch {
+                do { try transact(entry.awaited) { connection in try entry.work(connection) } } catch {
                     // Kept for a caller that waits for it after all (`completion(of:)`), and told as lost when no
                     // one was expected to.
                     errors[entry.ticket] = describe(error)
@@ -296,4 +287,28 @@ final class CommitQueue: @unchecked Sendable {
 /// under the queue's lock).
 private final class ResultBox<T>: @unchecked Sendable {
     var value: T?
+}
+
+extension CommitQueue where Connection == Database {
+    /// The queue of a SQLite store: a group is one GRDB transaction on `writer`. A `durable` one is on the disk when
+    /// it returns: with SQLite's `synchronous=FULL` for that commit, its WAL frames are synced before the commit
+    /// returns (and with them every commit before it). The store's default, `NORMAL`, syncs the WAL only at its
+    /// checkpoints, so a power cut can lose the last commits: right for the writes no one waits for (a state change,
+    /// a completion the next run recognises anyway), not for those a caller acts on (an add acknowledged, the row
+    /// before a part file, a checkpoint). A group holding one write someone waits for is synced once for all of its
+    /// writes.
+    convenience init(writer: any DatabaseWriter, describe: @escaping @Sendable (any Error) -> DownloadError) {
+        self.init(
+            transact: { durable, body in
+                guard durable else { return try writer.write { db in try body(db) } }
+                try writer.writeWithoutTransaction { db in
+                    try db.execute(sql: "PRAGMA synchronous = FULL")
+                    defer { try? db.execute(sql: "PRAGMA synchronous = NORMAL") }
+                    try db.inTransaction {
+                        try body(db)
+                        return .commit
+                    }
+                }
+            }, describe: describe)
+    }
 }

@@ -5,10 +5,10 @@ import HaulCore
 import Synchronization
 
 /// The SQLite store of downloads (GRDB, WAL mode), safe to share between tasks.
-public struct DownloadStore: Sendable {
+public struct DownloadStore: DownloadStoring {
     private let writer: any DatabaseWriter
     /// Every write goes through it, in order, committed in groups.
-    private let queue: CommitQueue
+    private let queue: CommitQueue<Database>
     /// Where the database lives; nil in memory.
     public let path: String?
 
@@ -232,10 +232,7 @@ public struct DownloadStore: Sendable {
         try write { db in try Self.insert(records, saving: changed, now: now, in: db) }
     }
 
-    /// A commit to wait for: `committed(_:)` returns when the writes before it are in the store.
-    public struct Commit: Sendable, Hashable {
-        fileprivate var ticket: UInt64
-    }
+    public typealias Commit = StoreCommit
 
     /// Queues what `insert(_:saving:)` writes and returns at once; `committed(_:)` tells when it is in the store
     /// (the daemon answers an add then, and goes on with other work meanwhile, so adds that arrive together commit
@@ -331,16 +328,12 @@ public struct DownloadStore: Sendable {
     /// The stored settings, nil when none were stored.
     public func settings() throws(DownloadError) -> ManagerSettings? {
         let text = try read { db in try String.fetchOne(db, sql: "SELECT value FROM setting WHERE name = 'manager'") }
-        guard let text else { return nil }
-        return try? JSONDecoder().decode(ManagerSettings.self, from: Data(text.utf8))
+        return text.flatMap(ManagerSettings.init(storedText:))
     }
 
     /// Stores the settings.
     public func saveSettings(_ settings: ManagerSettings) throws(DownloadError) {
-        let text: String
-        do { text = String(decoding: try JSONEncoder().encode(settings), as: UTF8.self) } catch {
-            throw DownloadError(.store, "cannot encode the settings: \(error)", underlying: error)
-        }
+        let text = try settings.storedText()
         try write { db in
             try db.execute(
                 sql:
@@ -466,7 +459,7 @@ public struct DownloadStore: Sendable {
     /// them committing there held a thread of the pool through SQLite's write while the others' updates queued behind,
     /// and fewer updates shared each commit.
     @discardableResult
-    public func submit(_ update: RowUpdate, awaited: Bool = false) -> Commit {
+    public func submit(_ update: RowUpdate, awaited: Bool) -> Commit {
         Commit(
             ticket: queue.submit(awaited: awaited, startsAtOnce: true) { db in
                 try db.cachedStatement(sql: update.sql).execute(arguments: update.arguments)

@@ -1,0 +1,62 @@
+import Foundation
+import HaulCore
+
+/// What a manager keeps its downloads in: the SQLite store of one machine (`DownloadStore`, the default) or the
+/// PostgreSQL store several workers share (`HaulPostgres`). Writes go in the order they are asked for and commit in
+/// groups; a write someone waits for is durable when the wait returns, and a write no one waits for is stored within
+/// moments (a power cut may lose it, which only lowers stored offsets and states).
+public protocol DownloadStoring: Sendable {
+    /// Inserts or replaces a record, stamping `updatedAt`; returns once it is committed.
+    func save(_ record: DownloadRecord) throws(DownloadError)
+    /// Inserts or replaces many records in one transaction.
+    func save(_ records: [DownloadRecord]) throws(DownloadError)
+    /// Inserts new records and saves changed ones in one transaction: all or none.
+    func insert(_ records: [DownloadRecord], saving changed: [DownloadRecord]) throws(DownloadError)
+    /// Queues what `insert(_:saving:)` writes and returns at once; `committed(_:)` waits for it.
+    func submitInsert(_ records: [DownloadRecord], saving changed: [DownloadRecord]) -> StoreCommit
+    /// Queues `update` and returns at once; with `awaited`, its caller will wait for it (`committed(_:)`).
+    func submit(_ update: DownloadStore.RowUpdate, awaited: Bool) -> StoreCommit
+    /// Waits until `commit` is in the store; throws when its write failed (nothing of it was stored).
+    func committed(_ commit: StoreCommit) async throws(DownloadError)
+    /// Has `handler` told of each queued write that no one waited for and that failed.
+    func onLostWrite(_ handler: @escaping @Sendable (DownloadError) -> Void)
+    /// Waits until every write queued so far is committed.
+    func flush()
+    /// Records a new run of a manager on this store and returns its number (always growing).
+    func beginRun() throws(DownloadError) -> Int64
+    /// The stored settings, nil when none were stored.
+    func settings() throws(DownloadError) -> ManagerSettings?
+    /// Stores the settings.
+    func saveSettings(_ settings: ManagerSettings) throws(DownloadError)
+    /// Every record, oldest first.
+    func allRecords() throws(DownloadError) -> [DownloadRecord]
+    /// Forgets a record.
+    func delete(id: String) throws(DownloadError)
+}
+
+extension DownloadStoring {
+    /// Queues `update`; no one waits for it.
+    @discardableResult
+    public func submit(_ update: DownloadStore.RowUpdate) -> StoreCommit { submit(update, awaited: false) }
+}
+
+/// A commit to wait for: `committed(_:)` returns when the writes before it are in the store.
+public struct StoreCommit: Sendable, Hashable {
+    package var ticket: UInt64
+    package init(ticket: UInt64) { self.ticket = ticket }
+}
+
+extension ManagerSettings {
+    /// The settings as every store keeps them: JSON text in the `setting` table, under the name `manager`.
+    package func storedText() throws(DownloadError) -> String {
+        do { return String(decoding: try JSONEncoder().encode(self), as: UTF8.self) } catch {
+            throw DownloadError(.store, "cannot encode the settings: \(error)", underlying: error)
+        }
+    }
+
+    /// Settings a store kept; nil for text this version cannot read (the configured settings apply then).
+    package init?(storedText text: String) {
+        guard let settings = try? JSONDecoder().decode(ManagerSettings.self, from: Data(text.utf8)) else { return nil }
+        self = settings
+    }
+}
