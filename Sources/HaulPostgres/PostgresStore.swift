@@ -112,7 +112,20 @@ public final class PostgresStore: DownloadStoring {
                 "CREATE TABLE run (id BIGSERIAL PRIMARY KEY, \"startedAt\" TIMESTAMPTZ NOT NULL DEFAULT now())",
                 "CREATE TABLE setting (name TEXT PRIMARY KEY, value TEXT NOT NULL)",
             ]
-        )
+        ),
+        (
+            2, "workers and leases",
+            [
+                // The worker that holds a download, its lease's number (from one sequence: a later lease always has a
+                // higher number, which is what fences the earlier holder's writes) and when the lease expires.
+                "ALTER TABLE download ADD COLUMN worker TEXT, ADD COLUMN lease BIGINT, "
+                    + "ADD COLUMN \"leaseExpires\" TIMESTAMPTZ",
+                "CREATE SEQUENCE lease_number",
+                "DROP INDEX download_queue",
+                "CREATE INDEX download_claimable ON download (priority DESC, \"queuePosition\") "
+                    + "WHERE state IN ('queued', 'running', 'waitingForNetwork')",
+            ]
+        ),
     ]
 
     /// Applies the migrations the database lacks, holding the advisory lock on `connection` meanwhile.
@@ -195,6 +208,7 @@ public final class PostgresStore: DownloadStoring {
     }()
 
     static let quotedColumns = DownloadRecord.columnNames.map { "\"\($0)\"" }.joined(separator: ", ")
+    static let qualifiedColumns = DownloadRecord.columnNames.map { "download.\"\($0)\"" }.joined(separator: ", ")
 
     public func save(_ record: DownloadRecord) throws(DownloadError) { try save([record]) }
 
@@ -334,8 +348,11 @@ public final class PostgresStore: DownloadStoring {
         return queries
     }
 
-    /// The UPDATE of one of the store's row updates: the columns it names, and `updatedAt`.
-    static func query(for update: DownloadStore.RowUpdate) throws(DownloadError) -> PostgresQuery {
+    /// The UPDATE of one of the store's row updates: the columns it names, and `updatedAt`; with `lease`, only while
+    /// the row's lease is that one.
+    static func query(for update: DownloadStore.RowUpdate, fencedBy lease: Int64? = nil) throws(DownloadError)
+        -> PostgresQuery
+    {
         var bindings = PostgresBindings(capacity: update.values.count + 2)
         var sets: [String] = []
         for (column, value) in zip(update.columns, update.values) {
@@ -345,9 +362,12 @@ public final class PostgresStore: DownloadStoring {
         bindings.append(Date().timeIntervalSince1970)
         sets.append("\"updatedAt\" = $\(bindings.count)")
         bindings.append(update.id)
-        return PostgresQuery(
-            unsafeSQL: "UPDATE download SET \(sets.joined(separator: ", ")) WHERE id = $\(bindings.count)",
-            binds: bindings)
+        var sql = "UPDATE download SET \(sets.joined(separator: ", ")) WHERE id = $\(bindings.count)"
+        if let lease {
+            bindings.append(lease)
+            sql += " AND lease = $\(bindings.count)"
+        }
+        return PostgresQuery(unsafeSQL: sql, binds: bindings)
     }
 
     static func bind(_ value: DatabaseValue, as kind: ColumnKind, into bindings: inout PostgresBindings)
@@ -367,8 +387,17 @@ public final class PostgresStore: DownloadStoring {
         }
     }
 
+    /// A row whose first cell is a `Leading` and whose others are the record's columns.
+    static func databaseRow<Leading: PostgresDecodable>(_ row: PostgresRow, after: Leading.Type) throws -> (
+        Leading, Row
+    ) {
+        var cells = row.makeIterator()
+        guard let first = cells.next() else { throw DownloadError(.store, "the store answered an empty row") }
+        return (try first.decode(Leading.self), try databaseRow(IteratorSequence(cells)))
+    }
+
     /// A row as GRDB's `Row`, for the record's own decoding.
-    static func databaseRow(_ row: PostgresRow) throws -> Row {
+    static func databaseRow<Cells: Sequence<PostgresCell>>(_ row: Cells) throws -> Row {
         var values: [String: DatabaseValue] = [:]
         for cell in row {
             guard cell.bytes != nil else {

@@ -18,9 +18,11 @@ struct PostgresStoreTests {
         return server
     }
 
-    func makeRecord(url: String, destination: String, options: DownloadOptions = DownloadOptions()) -> DownloadRecord {
+    func makeRecord(
+        url: String, destination: String, state: DownloadState = .queued, options: DownloadOptions = DownloadOptions()
+    ) -> DownloadRecord {
         DownloadRecord(
-            id: UUID().uuidString, url: url, finalURL: nil, directory: nil, destination: destination, state: .queued,
+            id: UUID().uuidString, url: url, finalURL: nil, directory: nil, destination: destination, state: state,
             totalLength: nil, durableOffset: 0, etag: nil, lastModified: nil, isLastModifiedStrong: false,
             isResumable: nil, isPartVerified: true, mayReplaceDestination: false, attempts: 0, lastError: nil,
             options: options, priority: 0, queuePosition: 1, prerequisites: [], rateLimit: nil, segments: nil,
@@ -67,12 +69,12 @@ struct PostgresStoreTests {
         async let second = PostgresStore.open(location)
         let stores = try await [first, second]
         for store in stores {
-            #expect(try store.appliedMigrations() == [1])
+            #expect(try store.appliedMigrations() == [1, 2])
             #expect(try store.allRecords().isEmpty)
         }
         // A third, later, finds nothing to do.
         let third = try await PostgresStore.open(location)
-        #expect(try third.appliedMigrations() == [1])
+        #expect(try third.appliedMigrations() == [1, 2])
         for store in stores + [third] { await store.close() }
     }
 
@@ -138,6 +140,100 @@ struct PostgresStoreTests {
 
         let run = try store.beginRun()
         #expect(try store.beginRun() > run)
+    }
+
+    @Test("claims: queue order, each download to one worker, an expired lease taken over and its old holder fenced")
+    func claims() async throws {
+        let server = try server()
+        let location = try PostgresLocation(server.url(database: server.createDatabase()))
+        let (a, b) = (try await PostgresStore.open(location), try await PostgresStore.open(location))
+        Teardowns.add {
+            await a.close()
+            await b.close()
+        }
+        func queued(_ name: String, priority: Int = 0, position: Double, state: DownloadState = .queued)
+            -> DownloadRecord
+        {
+            var record = makeRecord(url: "https://example.com/\(name)", destination: "/srv/\(name)", state: state)
+            record.id = name
+            record.priority = priority
+            record.queuePosition = position
+            return record
+        }
+        var waiting = queued("waiting", position: 0)
+        waiting.prerequisites = ["q3"]
+        try a.insert(
+            [
+                queued("q1", position: 1), queued("q2", position: 2), queued("q3", position: 3),
+                queued("high", priority: 10, position: 9), queued("paused", position: 0, state: .paused),
+                queued("done", position: 0, state: .completed), waiting,
+            ], saving: [])
+
+        let first = try a.claim(worker: "a", limit: 2, for: .seconds(60))
+        #expect(first.map(\.record.id) == ["high", "q1"])
+        let second = try b.claim(worker: "b", limit: 10, for: .seconds(60))
+        #expect(second.map(\.record.id) == ["q2", "q3"], "neither a's, nor paused, completed or waiting ones")
+        #expect(try a.claim(worker: "a", limit: 10, for: .seconds(60)).isEmpty)
+        #expect(Set((first + second).map(\.lease)).count == 4)
+
+        // b's lease on q2 lapses (a worker stopped, cut off): a takes q2 over under a newer lease, and b's writes to
+        // it are refused from then on.
+        let q2 = try #require(second.first)
+        var lapsed = try b.renewLeases(worker: "b", ["q2": q2.lease, "q3": second[1].lease], for: .zero)
+        #expect(lapsed == ["q2", "q3"])
+        let taken = try a.claim(worker: "a", limit: 1, for: .seconds(60))
+        #expect(taken.map(\.record.id) == ["q2"])
+        #expect(taken[0].lease > q2.lease)
+        var stale = q2.record
+        stale.durableOffset = 999
+        let refused = try #require(throws: DownloadError.self) {
+            try b.fencedUpdate(.transfer(stale), lease: q2.lease)
+        }
+        #expect(refused.code == .locked)
+        #expect(try a.record(id: "q2")?.durableOffset == 0)
+        var current = taken[0].record
+        current.durableOffset = 123
+        try a.fencedUpdate(.transfer(current), lease: taken[0].lease)
+        #expect(try b.record(id: "q2")?.durableOffset == 123)
+        lapsed = try b.renewLeases(worker: "b", ["q2": q2.lease], for: .seconds(60))
+        #expect(lapsed.isEmpty, "b no longer holds q2")
+
+        // Released, it is claimable again.
+        try a.release("q2", lease: taken[0].lease)
+        #expect(try b.claim(worker: "b", limit: 5, for: .seconds(60)).map(\.record.id) == ["q2", "q3"])
+    }
+
+    @Test("claims of many workers at once never hand one download to two")
+    func concurrentClaims() async throws {
+        let server = try server()
+        let location = try PostgresLocation(server.url(database: server.createDatabase()))
+        var stores: [PostgresStore] = []
+        for _ in 0..<4 { stores.append(try await PostgresStore.open(location)) }
+        let all = stores
+        Teardowns.add { for store in all { await store.close() } }
+        try stores[0].insert(
+            (0..<200).map {
+                var record = makeRecord(url: "https://example.com/\($0)", destination: "/srv/\($0)")
+                record.queuePosition = Double($0)
+                return record
+            }, saving: [])
+        let claimed = try await withThrowingTaskGroup(of: [String].self) { group in
+            for (index, store) in stores.enumerated() {
+                group.addTask {
+                    var mine: [String] = []
+                    while true {
+                        let claims = try store.claim(worker: "w\(index)", limit: 3, for: .seconds(60))
+                        if claims.isEmpty { return mine }
+                        mine += claims.map(\.record.id)
+                    }
+                }
+            }
+            return try await group.reduce(into: [[String]]()) { $0.append($1) }
+        }
+        let ids = claimed.flatMap { $0 }
+        #expect(ids.count == 200)
+        #expect(Set(ids).count == 200)
+        #expect(claimed.filter { !$0.isEmpty }.count >= 2, "the workers took turns: \(claimed.map(\.count))")
     }
 
     @Test("a store that cannot be reached, or refuses the password, says where, and never shows the password")

@@ -126,14 +126,14 @@ extension DownloadManager {
             id = String(parts[2])
         }
 
-        init(_ record: DownloadRecord) {
+        package init(_ record: DownloadRecord) {
             priority = record.priority
             position = record.queuePosition
             id = record.id
         }
 
         /// Whether `self` comes before `other` in queue order: higher priority, then lower position, then id.
-        func precedes(_ other: QueueCursor) -> Bool {
+        package func precedes(_ other: QueueCursor) -> Bool {
             if priority != other.priority { return priority > other.priority }
             if position != other.position { return position < other.position }
             return id < other.id

@@ -1,0 +1,110 @@
+import Foundation
+import GRDB
+import Haul
+import HaulCore
+import Logging
+import PostgresNIO
+
+/// Workers claim downloads with leases: a claim takes queued downloads in queue order (priority, then position),
+/// skipping the rows another worker is claiming at that moment (`FOR UPDATE SKIP LOCKED`), and so do downloads whose
+/// holder's lease expired (a worker that died, was cut off or stopped). Each claim takes a new lease number from one
+/// sequence; a write fenced by a lease (`fencedUpdate`) changes the row only while that lease is the row's, so a
+/// worker that lost its lease can write nothing more to it, whatever it still believes.
+extension PostgresStore {
+    /// A download a worker holds: its row as claimed, and the lease that fences its writes.
+    public struct Claim: Sendable {
+        public var record: DownloadRecord
+        public var lease: Int64
+    }
+
+    /// Claims up to `limit` downloads for `worker`, each under a new lease that expires after `duration` unless
+    /// renewed: queued or running downloads that no lease holds (none, or one that expired) and whose prerequisites
+    /// completed. Highest priority first, then queue order.
+    public func claim(worker: String, limit: Int, for duration: Duration) throws(DownloadError) -> [Claim] {
+        guard limit > 0 else { return [] }
+        var bindings = PostgresBindings(capacity: 3)
+        bindings.append(limit)
+        bindings.append(worker)
+        bindings.append(Self.seconds(duration))
+        let query = PostgresQuery(
+            unsafeSQL: """
+                WITH picked AS (
+                    SELECT id FROM download
+                    WHERE state IN ('queued', 'running', 'waitingForNetwork')
+                      AND ("leaseExpires" IS NULL OR "leaseExpires" < now())
+                      AND NOT EXISTS (
+                        SELECT 1 FROM jsonb_array_elements_text(prerequisites::jsonb) AS waited(id)
+                        JOIN download AS other ON other.id = waited.id WHERE other.state <> 'completed')
+                    ORDER BY priority DESC, "queuePosition"
+                    LIMIT $1
+                    FOR UPDATE SKIP LOCKED)
+                UPDATE download SET worker = $2, lease = nextval('lease_number'),
+                    "leaseExpires" = now() + make_interval(secs => $3)
+                FROM picked WHERE download.id = picked.id
+                RETURNING download.lease, \(Self.qualifiedColumns)
+                """, binds: bindings)
+        let claims = try queue.perform { [logger] connection in
+            try connection.query(query, logger: logger).wait().map { row in
+                let (lease, record) = try Self.databaseRow(row, after: Int64.self)
+                return Claim(record: try DownloadRecord(row: record), lease: lease)
+            }
+        }
+        return claims.sorted {
+            DownloadManager.QueueCursor($0.record).precedes(DownloadManager.QueueCursor($1.record))
+        }
+    }
+
+    /// Extends the leases `worker` holds by `duration` from now (its heartbeat); returns the downloads whose lease it
+    /// still held. A download missing from the answer was taken over: its worker stops it at once.
+    public func renewLeases(worker: String, _ leases: [String: Int64], for duration: Duration) throws(DownloadError)
+        -> Set<String>
+    {
+        guard !leases.isEmpty else { return [] }
+        var bindings = PostgresBindings(capacity: 4)
+        bindings.append(Array(leases.keys))
+        bindings.append(Array(leases.values))
+        bindings.append(Self.seconds(duration))
+        bindings.append(worker)
+        let query = PostgresQuery(
+            unsafeSQL: """
+                UPDATE download SET "leaseExpires" = now() + make_interval(secs => $3)
+                FROM unnest($1::text[], $2::bigint[]) AS held(id, lease)
+                WHERE download.id = held.id AND download.lease = held.lease AND download.worker = $4
+                RETURNING download.id
+                """, binds: bindings)
+        let renewed = try queue.perform { [logger] connection in
+            try connection.query(query, logger: logger).wait().map { try $0.decode(String.self) }
+        }
+        return Set(renewed)
+    }
+
+    /// Writes `update` only while `lease` is the download's lease; throws `locked` when another worker took the
+    /// download over (nothing is written then).
+    public func fencedUpdate(_ update: DownloadStore.RowUpdate, lease: Int64) throws(DownloadError) {
+        let query = try Self.query(for: update, fencedBy: lease)
+        let changed = try queue.perform { [logger] connection in
+            try connection.query(query, logger: logger).wait().metadata.rows ?? 0
+        }
+        guard changed > 0 else {
+            throw DownloadError(
+                .locked, "download \(update.id) was taken over by another worker (its lease \(lease) expired)")
+        }
+    }
+
+    /// Gives up `worker`'s lease of download `id`, when it is still `lease` (the download stopped here).
+    public func release(_ id: String, lease: Int64) throws(DownloadError) {
+        try queue.perform { [logger] connection in
+            try connection.query(
+                """
+                UPDATE download SET worker = NULL, lease = NULL, "leaseExpires" = NULL
+                WHERE id = \(id) AND lease = \(lease)
+                """, logger: logger
+            ).wait()
+        }
+    }
+
+    /// Seconds, as PostgreSQL's `make_interval` takes them.
+    static func seconds(_ duration: Duration) -> Double {
+        Double(duration.components.seconds) + Double(duration.components.attoseconds) / 1e18
+    }
+}
