@@ -19,17 +19,21 @@ import PostgresNIO
 /// wait for, as with SQLite; the connection's work runs on NIO's threads, never on the threads that wait.
 public final class PostgresStore: DownloadStoring {
     public let location: PostgresLocation
-    let connection: PostgresConnection
+    let link: PostgresLink
     let queue: CommitQueue<PostgresConnection>
     let logger: Logger
 
-    private init(location: PostgresLocation, connection: PostgresConnection, logger: Logger) {
+    private init(location: PostgresLocation, link: PostgresLink, logger: Logger) {
         self.location = location
-        self.connection = connection
+        self.link = link
         self.logger = logger
         queue = CommitQueue(
             transact: { durable, body in
-                try connection.query("BEGIN", logger: logger).wait()
+                // BEGIN finds a broken connection before anything of the group ran: the group runs on a new one.
+                let connection = try link.run { connection in
+                    try connection.query("BEGIN", logger: logger).wait()
+                    return connection
+                }
                 do {
                     if !durable { try connection.query("SET LOCAL synchronous_commit = off", logger: logger).wait() }
                     try body(connection)
@@ -79,7 +83,8 @@ public final class PostgresStore: DownloadStoring {
                 try? await connection.close()
                 throw error
             }
-            return PostgresStore(location: location, connection: connection, logger: logger)
+            let link = PostgresLink(connection, location: location, holdsWorkerLock: runsDownloads, logger: logger)
+            return PostgresStore(location: location, link: link, logger: logger)
         } catch let error as DownloadError {
             throw error
         } catch {
@@ -90,7 +95,7 @@ public final class PostgresStore: DownloadStoring {
     /// Commits what is queued and closes the connection.
     public func close() async {
         queue.waitUntilIdle()
-        try? await connection.close()
+        await link.close()
     }
 
     // MARK: Schema

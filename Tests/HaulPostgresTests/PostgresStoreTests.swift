@@ -236,6 +236,31 @@ struct PostgresStoreTests {
         #expect(claimed.filter { !$0.isEmpty }.count >= 2, "the workers took turns: \(claimed.map(\.count))")
     }
 
+    @Test("PostgreSQL restarts: the store reconnects, loses nothing committed, and a write made meanwhile lands")
+    func restarts() async throws {
+        let server = try server()
+        let store = try await PostgresStore.open(try PostgresLocation(server.url(database: server.createDatabase())))
+        Teardowns.add { await store.close() }
+        let before = makeRecord(url: "https://example.com/before", destination: "/srv/before")
+        try store.insert([before], saving: [])
+
+        // Restarted between two writes: the next one finds the connection broken and makes a new one.
+        try server.stopServer()
+        try server.start()
+        let after = makeRecord(url: "https://example.com/after", destination: "/srv/after")
+        try store.insert([after], saving: [])
+        #expect(Set(try store.allRecords().map(\.id)) == [before.id, after.id])
+
+        // Down while a write is made: it waits for the server, and lands once it is back.
+        try server.stopServer()
+        var changed = before
+        changed.durableOffset = 4096
+        let commit = store.submit(try .transfer(changed), awaited: true)
+        try server.start()
+        try await store.committed(commit)
+        #expect(try store.record(id: before.id)?.durableOffset == 4096)
+    }
+
     @Test("a store that cannot be reached, or refuses the password, says where, and never shows the password")
     func unreachable() async throws {
         let server = try server()
