@@ -64,20 +64,12 @@ final class PostgresLink: Sendable {
             do {
                 let fresh = try PostgresConnection.connect(
                     on: PostgresConnection.defaultEventLoopGroup.any(),
-                    configuration: PostgresConnection.Configuration(
-                        host: location.host, port: location.port, username: location.username,
-                        password: location.password, database: location.database, tls: try location.connectionTLS()),
-                    id: 0, logger: logger
+                    configuration: try location.connectionConfiguration(), id: 0, logger: logger
                 ).wait()
                 if holdsWorkerLock {
-                    let taken = try fresh.query(
-                        "SELECT pg_try_advisory_lock(\(PostgresStore.workerLock))", logger: logger
-                    ).wait().first?.decode(Bool.self)
-                    guard taken == true else {
+                    do { try Self.takeWorkerLock(on: fresh, at: location, logger: logger).wait() } catch {
                         _ = try? fresh.close().wait()
-                        throw DownloadError(
-                            .locked,
-                            "lost the store at \(location.place) to another haul serve while reconnecting")
+                        throw error
                     }
                 }
                 connection.withLock { $0 = fresh }
@@ -93,6 +85,22 @@ final class PostgresLink: Sendable {
                 delay = min(delay * 2, .seconds(2))
             }
         }
+    }
+
+    /// Takes the advisory lock of the worker that runs the store's downloads on `connection` (held until it closes);
+    /// fails with `locked` when another process holds it.
+    static func takeWorkerLock(on connection: PostgresConnection, at location: PostgresLocation, logger: Logger)
+        -> EventLoopFuture<Void>
+    {
+        connection.query("SELECT pg_try_advisory_lock(\(PostgresStore.workerLock))", logger: logger)
+            .flatMapThrowing { rows in
+                guard try rows.first?.decode(Bool.self) == true else {
+                    throw DownloadError(
+                        .locked,
+                        "cannot use the store at \(location.place): another haul serve runs its downloads "
+                            + "(one worker a store)")
+                }
+            }
     }
 
     func close() async {

@@ -78,33 +78,24 @@ public struct PostgresLocation: Sendable, Equatable, CustomStringConvertible {
     /// Where it is, for messages: host, port and database.
     public var place: String { "\(host):\(port) (database \(database))" }
 
-    /// The TLS configuration `sslmode` asks for (nil: no TLS), and whether TLS is required.
-    var tlsConfiguration: (TLSConfiguration, required: Bool)? {
+    /// How postgres-nio connects to it, TLS as `sslmode` asks.
+    func connectionConfiguration() throws -> PostgresConnection.Configuration {
+        PostgresConnection.Configuration(
+            host: host, port: port, username: username, password: password, database: database, tls: try connectionTLS()
+        )
+    }
+
+    func connectionTLS() throws -> PostgresConnection.Configuration.TLS {
         var configuration = TLSConfiguration.makeClientConfiguration()
         switch tls {
-        case .disable: return nil
+        case .disable: return .disable
         case .allow, .prefer:
             configuration.certificateVerification = .none
-            return (configuration, false)
-        case .require:
-            configuration.certificateVerification = .none
-        case .verifyCA:
-            configuration.certificateVerification = .noHostnameVerification
+            return .prefer(try NIOSSLContext(configuration: configuration))
+        case .require: configuration.certificateVerification = .none
+        case .verifyCA: configuration.certificateVerification = .noHostnameVerification
         case .verifyFull: break
         }
-        return (configuration, true)
-    }
-
-    /// For the pool.
-    var clientTLS: PostgresClient.Configuration.TLS {
-        guard let (configuration, required) = tlsConfiguration else { return .disable }
-        return required ? .require(configuration) : .prefer(configuration)
-    }
-
-    /// For one connection (the start's).
-    func connectionTLS() throws -> PostgresConnection.Configuration.TLS {
-        guard let (configuration, required) = tlsConfiguration else { return .disable }
-        let context = try NIOSSLContext(configuration: configuration)
-        return required ? .require(context) : .prefer(context)
+        return .require(try NIOSSLContext(configuration: configuration))
     }
 }

@@ -59,26 +59,12 @@ public final class PostgresStore: DownloadStoring {
     ) async throws(DownloadError) -> PostgresStore {
         do {
             let connection = try await PostgresConnection.connect(
-                configuration: PostgresConnection.Configuration(
-                    host: location.host, port: location.port, username: location.username,
-                    password: location.password, database: location.database, tls: try location.connectionTLS()),
-                id: 0, logger: logger)
+                configuration: try location.connectionConfiguration(), id: 0, logger: logger)
             do {
                 try await migrate(on: connection, logger: logger)
                 if runsDownloads {
-                    let rows = try await connection.query("SELECT pg_try_advisory_lock(\(workerLock))", logger: logger)
-                    var held = false
-                    for try await taken in rows.decode(Bool.self) { held = taken }
-                    guard held else {
-                        throw DownloadError(
-                            .locked,
-                            "cannot use the store at \(location.place): another haul serve runs its downloads "
-                                + "(one worker a store)")
-                    }
+                    try await PostgresLink.takeWorkerLock(on: connection, at: location, logger: logger).get()
                 }
-            } catch let error as DownloadError {
-                try? await connection.close()
-                throw error
             } catch {
                 try? await connection.close()
                 throw error
