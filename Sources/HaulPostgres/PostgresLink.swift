@@ -11,22 +11,18 @@ import Synchronization
 
 /// The store's one connection, made again when it breaks: PostgreSQL restarted, a network cut, a failover. Whoever
 /// needs it next (the commit queue's thread, which may wait) reconnects with backoff, from 50 ms doubling to 2 s, for
-/// up to `patience`; until then writes wait in the queue, and the downloads go on transferring. A connection that
-/// held the worker lock takes it again, and fails when another daemon took it meanwhile.
+/// up to `patience`; until then writes wait in the queue, and the downloads go on transferring.
 final class PostgresLink: Sendable {
     let location: PostgresLocation
-    let holdsWorkerLock: Bool
     let logger: Logger
     let patience: Duration
     private let connection: Mutex<PostgresConnection>
 
     init(
-        _ connection: PostgresConnection, location: PostgresLocation, holdsWorkerLock: Bool, logger: Logger,
-        patience: Duration = .seconds(60)
+        _ connection: PostgresConnection, location: PostgresLocation, logger: Logger, patience: Duration = .seconds(60)
     ) {
         self.connection = Mutex(connection)
         self.location = location
-        self.holdsWorkerLock = holdsWorkerLock
         self.logger = logger
         self.patience = patience
     }
@@ -66,17 +62,9 @@ final class PostgresLink: Sendable {
                     on: PostgresConnection.defaultEventLoopGroup.any(),
                     configuration: try location.connectionConfiguration(), id: 0, logger: logger
                 ).wait()
-                if holdsWorkerLock {
-                    do { try Self.takeWorkerLock(on: fresh, at: location, logger: logger).wait() } catch {
-                        _ = try? fresh.close().wait()
-                        throw error
-                    }
-                }
                 connection.withLock { $0 = fresh }
                 logger.notice("reconnected to the store at \(location.place)")
                 return fresh
-            } catch let error as DownloadError {
-                throw error
             } catch {
                 guard ContinuousClock.now + delay < deadline else { throw error }
                 logger.info("the store at \(location.place) does not answer; trying again in \(delay)")
@@ -85,22 +73,6 @@ final class PostgresLink: Sendable {
                 delay = min(delay * 2, .seconds(2))
             }
         }
-    }
-
-    /// Takes the advisory lock of the worker that runs the store's downloads on `connection` (held until it closes);
-    /// fails with `locked` when another process holds it.
-    static func takeWorkerLock(on connection: PostgresConnection, at location: PostgresLocation, logger: Logger)
-        -> EventLoopFuture<Void>
-    {
-        connection.query("SELECT pg_try_advisory_lock(\(PostgresStore.workerLock))", logger: logger)
-            .flatMapThrowing { rows in
-                guard try rows.first?.decode(Bool.self) == true else {
-                    throw DownloadError(
-                        .locked,
-                        "cannot use the store at \(location.place): another haul serve runs its downloads "
-                            + "(one worker a store)")
-                }
-            }
     }
 
     func close() async {

@@ -81,7 +81,7 @@ extension PostgresStore {
     /// Writes `update` only while `lease` is the download's lease; throws `locked` when another worker took the
     /// download over (nothing is written then).
     public func fencedUpdate(_ update: DownloadStore.RowUpdate, lease: Int64) throws(DownloadError) {
-        let query = try Self.query(for: update, fencedBy: lease)
+        let query = try Self.query(for: update, fence: .lease(lease))
         let changed = try queue.perform { [logger] connection in
             try connection.query(query, logger: logger).wait().metadata.rows ?? 0
         }
@@ -101,6 +101,69 @@ extension PostgresStore {
                 """, logger: logger
             ).wait()
         }
+    }
+
+    // MARK: This worker's leases
+
+    public func claim(limit: Int) throws(DownloadError) -> [DownloadRecord] {
+        let claims = try claim(worker: worker, limit: limit, for: leaseDuration)
+        held.withLock { held in
+            for claim in claims { held[claim.record.id] = claim.lease }
+        }
+        return claims.map(\.record)
+    }
+
+    public func renewLeases() throws(DownloadError) -> Set<String> {
+        let leases = held.withLock { $0 }
+        let renewed = try renewLeases(worker: worker, leases, for: leaseDuration)
+        var lost: Set<String> = []
+        for (id, lease) in leases where !renewed.contains(id) {
+            // Released meanwhile (the download ended here) is not lost.
+            guard held.withLock({ $0[id] == lease }) else { continue }
+            lose(id, lease: lease)
+            lost.insert(id)
+        }
+        return lost
+    }
+
+    public func holds(_ id: String) -> Bool { held.withLock { $0[id] != nil } }
+
+    public func release(_ id: String) {
+        guard let lease = held.withLock({ $0.removeValue(forKey: id) }) else { return }
+        let query: PostgresQuery = """
+            UPDATE download SET worker = NULL, lease = NULL, "leaseExpires" = NULL WHERE id = \(id) AND lease = \(lease)
+            """
+        _ = queue.submit(awaited: false) { [logger] connection in
+            try connection.query(query, logger: logger).wait()
+        }
+    }
+
+    public func changes() throws(DownloadError) -> [DownloadRecord] {
+        let since = feedHorizon.withLock { $0 }
+        var bindings = PostgresBindings(capacity: 1)
+        bindings.append(since ?? Int64.max)
+        // One statement, one snapshot: the horizon is the oldest transaction still running when the rows were read,
+        // and every row a transaction from then on changes is read next time (some twice, none missed).
+        let query = PostgresQuery(
+            unsafeSQL: """
+                WITH horizon AS (SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint AS xmin)
+                SELECT horizon.xmin, \(Self.qualifiedColumns) FROM horizon
+                LEFT JOIN download ON download."changedIn" >= $1
+                ORDER BY download."changedIn"
+                """, binds: bindings)
+        let (horizon, records) = try queue.perform { [logger] connection in
+            var horizon: Int64 = 0
+            var records: [DownloadRecord] = []
+            for row in try connection.query(query, logger: logger).wait() {
+                let (xmin, cells) = try Self.databaseRow(row, after: Int64.self)
+                horizon = xmin
+                guard cells["id"] as String? != nil else { continue }
+                records.append(try DownloadRecord(row: cells))
+            }
+            return (horizon, records)
+        }
+        feedHorizon.withLock { $0 = horizon }
+        return since == nil ? [] : records
     }
 
     /// Seconds, as PostgreSQL's `make_interval` takes them.

@@ -4,6 +4,7 @@ import Haul
 import HaulCore
 import Logging
 import PostgresNIO
+import Synchronization
 
 /// The downloads of several workers in one PostgreSQL database: the same rows as the SQLite store (`DownloadStore`),
 /// with the same record mapping (`DownloadRecord.columnValues()` and GRDB's decoding of a row), so one download reads
@@ -17,14 +18,23 @@ import PostgresNIO
 /// in one transaction on the store's own connection, a write no one waits for committed without waiting for the
 /// server's disk (`synchronous_commit = off`), one someone waits for durable. The queue's callers block for what they
 /// wait for, as with SQLite; the connection's work runs on NIO's threads, never on the threads that wait.
-public final class PostgresStore: DownloadStoring {
+public final class PostgresStore: LeasingStore {
     public let location: PostgresLocation
+    public let worker: String
+    public let leaseDuration: Duration
     let link: PostgresLink
     let queue: CommitQueue<PostgresConnection>
     let logger: Logger
+    /// The leases this worker holds, by download: every write of one of these is fenced by its lease.
+    let held = Mutex<[String: Int64]>([:])
+    let lostLeaseHandler = Mutex<(@Sendable (String) -> Void)?>(nil)
+    /// Where the next `changes()` begins: the oldest transaction that was still running when the last one read.
+    let feedHorizon = Mutex<Int64?>(nil)
 
-    private init(location: PostgresLocation, link: PostgresLink, logger: Logger) {
+    private init(location: PostgresLocation, worker: String, lease: Duration, link: PostgresLink, logger: Logger) {
         self.location = location
+        self.worker = worker
+        leaseDuration = lease
         self.link = link
         self.logger = logger
         queue = CommitQueue(
@@ -43,34 +53,31 @@ public final class PostgresStore: DownloadStoring {
                     throw error
                 }
             },
-            describe: { error in PostgresStore.describe(error, at: location, doing: "cannot write to the store at") })
+            describe: { error in
+                if let error = error as? DownloadError { return error }
+                return PostgresStore.describe(error, at: location, doing: "cannot write to the store at")
+            })
     }
 
-    /// The key of the advisory lock a worker that runs the store's downloads holds ("haulwork" in ASCII).
-    static let workerLock: Int64 = 0x6861_756C_776F_726B
+    /// The name a worker has unless it is given one: the host's.
+    public static var defaultWorkerName: String { ProcessInfo.processInfo.hostName }
 
-    /// Connects to the store at `location` and migrates its schema; the error says where it failed and why.
-    ///
-    /// With `runsDownloads` (a daemon that starts the store's downloads), the connection holds an advisory lock for as
-    /// long as it is open, and the open fails when another process holds it: until workers claim downloads one by
-    /// one, two of them would both run every queued download. Commands that only read the store open it without.
+    /// Connects to the store at `location` as `worker`, whose leases last `lease` unless renewed, and migrates the
+    /// schema; the error says where it failed and why. Any number of workers may open one store: each runs only the
+    /// downloads it claims.
     public static func open(
-        _ location: PostgresLocation, runsDownloads: Bool = false, logger: Logger = Logger(label: "haul.store")
+        _ location: PostgresLocation, worker: String = defaultWorkerName, lease: Duration = .seconds(15),
+        logger: Logger = Logger(label: "haul.store")
     ) async throws(DownloadError) -> PostgresStore {
         do {
             let connection = try await PostgresConnection.connect(
                 configuration: try location.connectionConfiguration(), id: 0, logger: logger)
-            do {
-                try await migrate(on: connection, logger: logger)
-                if runsDownloads {
-                    try await PostgresLink.takeWorkerLock(on: connection, at: location, logger: logger).get()
-                }
-            } catch {
+            do { try await migrate(on: connection, logger: logger) } catch {
                 try? await connection.close()
                 throw error
             }
-            let link = PostgresLink(connection, location: location, holdsWorkerLock: runsDownloads, logger: logger)
-            return PostgresStore(location: location, link: link, logger: logger)
+            let link = PostgresLink(connection, location: location, logger: logger)
+            return PostgresStore(location: location, worker: worker, lease: lease, link: link, logger: logger)
         } catch let error as DownloadError {
             throw error
         } catch {
@@ -115,6 +122,30 @@ public final class PostgresStore: DownloadStoring {
                 "DROP INDEX download_queue",
                 "CREATE INDEX download_claimable ON download (priority DESC, \"queuePosition\") "
                     + "WHERE state IN ('queued', 'running', 'waitingForNetwork')",
+            ]
+        ),
+        (
+            3, "changes",
+            [
+                // The transaction that last changed the row (its record, or who holds it; not a lease's renewal):
+                // `changes()` reads the rows changed by transactions that had not ended when it last read, so a row
+                // committed late by a transaction that began early is not missed.
+                "ALTER TABLE download ADD COLUMN \"changedIn\" BIGINT NOT NULL DEFAULT 0",
+                """
+                CREATE FUNCTION download_changed() RETURNS trigger LANGUAGE plpgsql AS $$
+                BEGIN
+                    IF TG_OP = 'INSERT' THEN
+                        NEW."changedIn" := pg_current_xact_id()::text::bigint;
+                    ELSIF NEW."updatedAt" IS DISTINCT FROM OLD."updatedAt" OR NEW.worker IS DISTINCT FROM OLD.worker
+                        OR NEW.state IS DISTINCT FROM OLD.state THEN
+                        NEW."changedIn" := pg_current_xact_id()::text::bigint;
+                    END IF;
+                    RETURN NEW;
+                END $$
+                """,
+                "CREATE TRIGGER download_changed BEFORE INSERT OR UPDATE ON download "
+                    + "FOR EACH ROW EXECUTE FUNCTION download_changed()",
+                "CREATE INDEX download_changes ON download (\"changedIn\")",
             ]
         ),
     ]
@@ -206,15 +237,13 @@ public final class PostgresStore: DownloadStoring {
     public func save(_ records: [DownloadRecord]) throws(DownloadError) {
         guard !records.isEmpty else { return }
         let now = Date()
-        let queries = try Self.upserts(
+        let writes = try fencedUpserts(
             records.map {
                 var record = $0
                 record.updatedAt = now
                 return record
-            }, replacing: true)
-        try queue.perform { [logger] connection in
-            for query in queries { try connection.query(query, logger: logger).wait() }
-        }
+            })
+        try queue.perform { connection in try self.run(writes, on: connection) }
     }
 
     public func insert(_ records: [DownloadRecord], saving changed: [DownloadRecord] = []) throws(DownloadError) {
@@ -242,21 +271,100 @@ public final class PostgresStore: DownloadStoring {
             record.updatedAt = now
             return record
         }
-        let queries = try Self.upserts(records, replacing: false) + Self.upserts(stamped, replacing: true)
+        let inserts = try Self.upserts(records, replacing: false)
+        let saves = try fencedUpserts(stamped)
         return { [logger] connection in
-            for query in queries { try connection.query(query, logger: logger).wait() }
+            for query in inserts { try connection.query(query, logger: logger).wait() }
+            try self.run(saves, on: connection)
         }
     }
 
     public func submit(_ update: DownloadStore.RowUpdate, awaited: Bool) -> StoreCommit {
-        let query: PostgresQuery
-        do { query = try Self.query(for: update) } catch {
+        let write: FencedWrite
+        do {
+            let fence = fence(of: update.id)
+            write = FencedWrite(id: update.id, fence: fence, query: try Self.query(for: update, fence: fence))
+        } catch {
             return StoreCommit(ticket: queue.submit(awaited: awaited) { _ in throw error })
         }
         return StoreCommit(
-            ticket: queue.submit(awaited: awaited, startsAtOnce: true) { [logger] connection in
-                try connection.query(query, logger: logger).wait()
+            ticket: queue.submit(awaited: awaited, startsAtOnce: true) { connection in
+                try self.run([write], on: connection)
             })
+    }
+
+    // MARK: Fences
+
+    /// What a write of a download may change: the row of this worker's lease, or a row no live lease holds.
+    enum Fence: Sendable {
+        case lease(Int64)
+        case unheld
+
+        /// The condition, whose lease parameter (if any) is the next of `bindings`.
+        func condition(into bindings: inout PostgresBindings) -> String {
+            switch self {
+            case .lease(let lease):
+                bindings.append(lease)
+                return "download.lease = $\(bindings.count)"
+            case .unheld:
+                return "(download.lease IS NULL OR download.\"leaseExpires\" < now())"
+            }
+        }
+    }
+
+    struct FencedWrite: Sendable {
+        var id: String
+        var fence: Fence
+        var query: PostgresQuery
+    }
+
+    func fence(of id: String) -> Fence {
+        held.withLock { $0[id] }.map(Fence.lease) ?? .unheld
+    }
+
+    /// Runs each write; one that changed no row was refused by its fence: a lease this worker held is lost (told to
+    /// `onLostLease`), and the write throws `locked` (the others of its group are written again without it).
+    func run(_ writes: [FencedWrite], on connection: PostgresConnection) throws {
+        for write in writes {
+            let changed = try connection.query(write.query, logger: logger).wait().metadata.rows ?? 0
+            guard changed == 0 else { continue }
+            switch write.fence {
+            case .lease(let lease):
+                lose(write.id, lease: lease)
+                throw DownloadError(
+                    .locked, "download \(write.id) was taken over by another worker (its lease \(lease) expired)")
+            case .unheld:
+                throw DownloadError(
+                    .locked, "download \(write.id) is running on another worker; it cannot be changed here meanwhile")
+            }
+        }
+    }
+
+    /// Forgets the lease of `id` when it is still `lease`, and tells `onLostLease` (once a lease).
+    func lose(_ id: String, lease: Int64) {
+        let lost = held.withLock { held in
+            guard held[id] == lease else { return false }
+            held[id] = nil
+            return true
+        }
+        if lost, let handler = lostLeaseHandler.withLock({ $0 }) { handler(id) }
+    }
+
+    public func onLostLease(_ handler: @escaping @Sendable (String) -> Void) {
+        lostLeaseHandler.withLock { $0 = handler }
+    }
+
+    /// The upserts of `records`, each fenced: an existing row is replaced only as its fence allows.
+    func fencedUpserts(_ records: [DownloadRecord]) throws(DownloadError) -> [FencedWrite] {
+        var writes: [FencedWrite] = []
+        writes.reserveCapacity(records.count)
+        for record in records {
+            let fence = fence(of: record.id)
+            writes.append(
+                FencedWrite(
+                    id: record.id, fence: fence, query: try Self.upserts([record], replacing: true, fence: fence)[0]))
+        }
+        return writes
     }
 
     public func committed(_ commit: StoreCommit) async throws(DownloadError) {
@@ -276,10 +384,20 @@ public final class PostgresStore: DownloadStoring {
         try records("SELECT \(Self.quotedColumns) FROM download ORDER BY \"createdAt\", id", [])
     }
 
+    /// Deletes the row unless another worker holds it.
     public func delete(id: String) throws(DownloadError) {
+        var bindings = PostgresBindings(capacity: 2)
+        bindings.append(id)
+        let sql = "DELETE FROM download WHERE id = $1 AND " + fence(of: id).condition(into: &bindings)
+        let query = PostgresQuery(unsafeSQL: sql, binds: bindings)
         try queue.perform { [logger] connection in
-            try connection.query("DELETE FROM download WHERE id = \(id)", logger: logger).wait()
+            guard try connection.query(query, logger: logger).wait().metadata.rows == 0 else { return }
+            guard try connection.query("SELECT 1 FROM download WHERE id = \(id)", logger: logger).wait().isEmpty else {
+                throw DownloadError(
+                    .locked, "download \(id) is running on another worker; it cannot be removed meanwhile")
+            }
         }
+        held.withLock { $0[id] = nil }
     }
 
     // MARK: Runs and settings
@@ -317,7 +435,10 @@ public final class PostgresStore: DownloadStoring {
     // MARK: Mapping
 
     /// One INSERT a record (`replacing`: or an update of every column when its id is there).
-    static func upserts(_ records: [DownloadRecord], replacing: Bool) throws(DownloadError) -> [PostgresQuery] {
+    /// With `fence`, an existing row is replaced only as the fence allows.
+    static func upserts(_ records: [DownloadRecord], replacing: Bool, fence: Fence? = nil) throws(DownloadError)
+        -> [PostgresQuery]
+    {
         let names = DownloadRecord.columnNames
         let placeholders = (1...names.count).map { "$\($0)" }.joined(separator: ", ")
         var sql = "INSERT INTO download (\(quotedColumns)) VALUES (\(placeholders))"
@@ -328,22 +449,22 @@ public final class PostgresStore: DownloadStoring {
         }
         var queries: [PostgresQuery] = []
         for record in records {
-            var bindings = PostgresBindings(capacity: names.count)
+            var bindings = PostgresBindings(capacity: names.count + 1)
             let values: [DatabaseValue]
             do { values = try record.columnValues() } catch {
                 throw DownloadError(.store, "cannot encode download \(record.id): \(error)", underlying: error)
             }
             for (name, value) in zip(names, values) { try bind(value, as: columnKinds[name] ?? .text, into: &bindings) }
-            queries.append(PostgresQuery(unsafeSQL: sql, binds: bindings))
+            var fenced = sql
+            if replacing, let fence { fenced += " WHERE " + fence.condition(into: &bindings) }
+            queries.append(PostgresQuery(unsafeSQL: fenced, binds: bindings))
         }
         return queries
     }
 
-    /// The UPDATE of one of the store's row updates: the columns it names, and `updatedAt`; with `lease`, only while
-    /// the row's lease is that one.
-    static func query(for update: DownloadStore.RowUpdate, fencedBy lease: Int64? = nil) throws(DownloadError)
-        -> PostgresQuery
-    {
+    /// The UPDATE of one of the store's row updates: the columns it names, and `updatedAt`; with `fence`, only as the
+    /// fence allows.
+    static func query(for update: DownloadStore.RowUpdate, fence: Fence? = nil) throws(DownloadError) -> PostgresQuery {
         var bindings = PostgresBindings(capacity: update.values.count + 2)
         var sets: [String] = []
         for (column, value) in zip(update.columns, update.values) {
@@ -354,10 +475,7 @@ public final class PostgresStore: DownloadStoring {
         sets.append("\"updatedAt\" = $\(bindings.count)")
         bindings.append(update.id)
         var sql = "UPDATE download SET \(sets.joined(separator: ", ")) WHERE id = $\(bindings.count)"
-        if let lease {
-            bindings.append(lease)
-            sql += " AND lease = $\(bindings.count)"
-        }
+        if let fence { sql += " AND " + fence.condition(into: &bindings) }
         return PostgresQuery(unsafeSQL: sql, binds: bindings)
     }
 

@@ -44,6 +44,17 @@ extension HaulCommand {
                 valueName: "URL"))
         var store: String?
 
+        @Option(
+            help: ArgumentHelp(
+                "This worker's name in a fleet on --store (default: the host name).", valueName: "NAME"))
+        var worker: String?
+
+        @Option(
+            help: ArgumentHelp(
+                "How long a claimed download stays this worker's without a heartbeat, e.g. 15s, 2s, 1m "
+                    + "(with --store; default 15s).", valueName: "DURATION"))
+        var lease: String?
+
         @Option(name: .shortAndLong, help: "Downloads transferring at once.")
         var jobs: Int?
 
@@ -86,6 +97,18 @@ extension HaulCommand {
             }
             if let store = storeURL {
                 do { _ = try PostgresLocation(store) } catch { throw ValidationError(error.message) }
+            } else if worker != nil || lease != nil {
+                throw ValidationError("--worker and --lease name a worker of a fleet: give --store (or $HAUL_STORE)")
+            }
+            if let worker, worker.isEmpty || worker.count > 200 || worker.contains(where: \.isNewline) {
+                throw ValidationError("--worker '\(worker)' is not a name: 1 to 200 characters on one line")
+            }
+            if let lease {
+                guard let duration = Self.parseDuration(lease), duration >= .seconds(1), duration <= .seconds(3600)
+                else {
+                    throw ValidationError("--lease '\(lease)' is not a duration from 1s to 1h (e.g. 15s, 2s, 1m)")
+                }
+                _ = duration
             }
             if (tlsCert == nil) != (tlsKey == nil) { throw ValidationError("give --tls-cert and --tls-key together") }
             if Logger.Level(rawValue: logLevel) == nil {
@@ -104,6 +127,20 @@ extension HaulCommand {
             if let store { return store }
             guard let text = ProcessInfo.processInfo.environment["HAUL_STORE"], !text.isEmpty else { return nil }
             return text
+        }
+
+        /// A duration such as `15`, `15s`, `500ms` or `2m` (seconds when no unit is given).
+        static func parseDuration(_ text: String) -> Duration? {
+            let units: [(suffix: String, seconds: Double)] = [("ms", 0.001), ("s", 1), ("m", 60), ("h", 3600)]
+            var number = Substring(text)
+            var scale = 1.0
+            for unit in units where text.hasSuffix(unit.suffix) {
+                number = text.dropLast(unit.suffix.count)
+                scale = unit.seconds
+                break
+            }
+            guard let value = Double(number), value.isFinite, value > 0 else { return nil }
+            return .milliseconds(Int64((value * scale * 1000).rounded()))
         }
 
         /// HOST and PORT of `HOST:PORT` or `[V6]:PORT`.
@@ -149,10 +186,13 @@ extension HaulCommand {
             do {
                 if let url = storeURL {
                     let store = try await PostgresStore.open(
-                        try PostgresLocation(url), runsDownloads: true, logger: Logger(label: "haul.store"))
+                        try PostgresLocation(url), worker: worker ?? PostgresStore.defaultWorkerName,
+                        lease: lease.flatMap(Self.parseDuration) ?? .seconds(15), logger: Logger(label: "haul.store"))
                     shared = store
                     options.configureManager = { $0.store = store }
-                    options.logger.notice("downloads are kept in \(store.location)")
+                    options.logger.notice(
+                        "worker \(store.worker): downloads are kept in \(store.location), leases last \(store.leaseDuration)"
+                    )
                 }
                 try await Daemon.run(options)
                 await shared?.close()

@@ -4,6 +4,7 @@ import HaulCore
 import HaulPostgres
 import HaulTesting
 import PostgresNIO
+import Synchronization
 import Testing
 
 @testable import Haul
@@ -69,12 +70,12 @@ struct PostgresStoreTests {
         async let second = PostgresStore.open(location)
         let stores = try await [first, second]
         for store in stores {
-            #expect(try store.appliedMigrations() == [1, 2])
+            #expect(try store.appliedMigrations() == [1, 2, 3])
             #expect(try store.allRecords().isEmpty)
         }
         // A third, later, finds nothing to do.
         let third = try await PostgresStore.open(location)
-        #expect(try third.appliedMigrations() == [1, 2])
+        #expect(try third.appliedMigrations() == [1, 2, 3])
         for store in stores + [third] { await store.close() }
     }
 
@@ -233,6 +234,66 @@ struct PostgresStoreTests {
         let ids = claimed.flatMap { $0 }
         #expect(ids.count == 200)
         #expect(Set(ids).count == 200)
+    }
+
+    @Test(
+        "a worker's writes are fenced by its leases (taken over: refused and told lost; held elsewhere: refused; released: free), and the change feed brings what others wrote"
+    )
+    func workerLeases() async throws {
+        let server = try server()
+        let location = try PostgresLocation(server.url(database: server.createDatabase()))
+        // b's leases expire as they are taken: the next claim of another worker takes them over.
+        let a = try await PostgresStore.open(location, worker: "a", lease: .seconds(60))
+        let b = try await PostgresStore.open(location, worker: "b", lease: .zero)
+        let observer = try await PostgresStore.open(location, worker: "observer")
+        Teardowns.add { for store in [a, b, observer] { await store.close() } }
+        let lost = Mutex<[String]>([])
+        b.onLostLease { id in lost.withLock { $0.append(id) } }
+        #expect(try observer.changes().isEmpty, "the first read marks where the feed begins")
+
+        var q1 = makeRecord(url: "https://example.com/1", destination: "/srv/1")
+        q1.id = "q1"
+        var q2 = makeRecord(url: "https://example.com/2", destination: "/srv/2")
+        q2.id = "q2"
+        q2.queuePosition = 2
+        try a.insert([q1, q2], saving: [])
+        #expect(Set(try observer.changes().map(\.id)) == ["q1", "q2"])
+
+        #expect(try b.claim(limit: 1).map(\.id) == ["q1"])
+        #expect(b.holds("q1"))
+        #expect(try a.claim(limit: 5).map(\.id) == ["q1", "q2"], "b's lapsed lease is taken over")
+        #expect(a.holds("q1") && a.holds("q2"))
+
+        // b still believes it holds q1: its write is refused, and told as lost once.
+        var stale = q1
+        stale.durableOffset = 999
+        #expect(throws: DownloadError.self) { try b.save(stale) }
+        #expect(lost.withLock { $0 } == ["q1"])
+        #expect(!b.holds("q1"))
+        #expect(try b.renewLeases().isEmpty)
+        // A download another worker holds cannot be changed or removed elsewhere.
+        let refused = try #require(throws: DownloadError.self) {
+            try b.save(q2)
+        }
+        #expect(refused.code == .locked)
+        await #expect(throws: DownloadError.self) { try await b.committed(b.submit(.state(.paused, for: "q2"))) }
+        #expect(throws: DownloadError.self) { try b.delete(id: "q2") }
+
+        // The holder writes; the others see it in the feed.
+        var current = q1
+        current.durableOffset = 4096
+        try a.save(current)
+        #expect(try a.renewLeases().isEmpty)
+        #expect(try observer.changes().first { $0.id == "q1" }?.durableOffset == 4096)
+        #expect(try a.record(id: "q1")?.durableOffset == 4096)
+
+        // Released, q1 is anyone's again.
+        a.release("q1")
+        a.flush()
+        #expect(!a.holds("q1"))
+        current.durableOffset = 8192
+        try b.save(current)
+        #expect(try observer.changes().first { $0.id == "q1" }?.durableOffset == 8192)
     }
 
     @Test("PostgreSQL restarts: the store reconnects, loses nothing committed, and a write made meanwhile lands")

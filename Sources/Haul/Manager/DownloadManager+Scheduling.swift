@@ -12,6 +12,8 @@ extension DownloadManager {
     func schedule() throws(DownloadError) {
         guard !isShutDown else { return }
         guard transferring < settings.maxConcurrentDownloads else { return }
+        // A worker of a fleet starts what it claims.
+        guard leasing == nil else { return claimDownloads() }
         // The queue is kept in order: the first ones that may start are all this looks at (with thousands queued,
         // sorting them each time a download finished made a batch quadratic).
         var queued: [String] = []
@@ -199,7 +201,14 @@ extension DownloadManager {
         finishing.remove(id)
         downloadLimiters[id] = nil
         hub.clearProgress(of: DownloadID(id))
-        let reason = stopReasons.removeValue(forKey: id)
+        var reason = stopReasons.removeValue(forKey: id)
+        if let leasing, !leasing.holds(id) { reason = .leaseLost }
+        if reason == .leaseLost {
+            // Another worker holds it now: nothing of this run is stored, and the fleet's feed brings its record.
+            try? schedule()
+            return
+        }
+        defer { leasing?.release(id) }
         // The manager stored each change of the transfer as it was reported; the runner's last word has its names
         // as the run left them. The manager's own fields (priority, place, limit, connections) stay as it has them.
         guard var record = catalog[id] else {

@@ -7,10 +7,15 @@ import Synchronization
 /// survive the process being killed (the store keeps every byte's offset), and report state and progress as an
 /// `AsyncSequence` of events.
 public actor DownloadManager {
-    enum StopReason { case pause, cancel, exit }
+    enum StopReason { case pause, cancel, exit, leaseLost }
 
     let configuration: Configuration
     let store: any DownloadStoring
+    /// The store as several workers share it, when it is such a store: this manager is then one worker of a fleet
+    /// (`DownloadManager+Fleet`).
+    let leasing: (any LeasingStore)?
+    /// Whether a claim is under way (one at a time).
+    var isClaiming = false
     let transport: any HTTPTransport
     let hub: EventHub
     /// The running downloads' shared ticks.
@@ -76,6 +81,7 @@ public actor DownloadManager {
         } else {
             store = try DownloadStore()
         }
+        leasing = store as? any LeasingStore
         let logger = configuration.logger
         store.onLostWrite { error in
             logger.error("a state database write was lost: \(error.message); the record keeps its earlier values")
@@ -94,8 +100,11 @@ public actor DownloadManager {
         globalLimiter = RateLimiter(bytesPerSecond: settings.rateLimit)
         var recovered: [DownloadRecord] = []
         var catalog = Catalog()
+        // Where the fleet's change feed begins: what changes while the records are read is read again.
+        _ = try leasing?.changes()
         for var record in try store.allRecords() {
-            if record.state.isActive, configuration.recoversInterruptedDownloads {
+            // In a fleet, a download another worker left running is taken over once its lease expires, not here.
+            if record.state.isActive, configuration.recoversInterruptedDownloads, leasing == nil {
                 // Running when the process died: queued again, in its old place.
                 try record.apply(.interruptedByExit)
                 record.activeConnections = 0
@@ -107,6 +116,9 @@ public actor DownloadManager {
         hub.markEnded(
             catalog.all.filter { [.completed, .failed, .cancelled].contains($0.state) }.map { DownloadID($0.id) })
         try store.save(recovered)
+        leasing?.onLostLease { [weak self] id in
+            Task { await self?.leaseLost(id) }
+        }
     }
 
     /// Starts the downloads the store holds as queued (when `startsStoredDownloads`). Call once after `init`.
@@ -121,14 +133,17 @@ public actor DownloadManager {
     public func run(heartbeatEvery heartbeatInterval: Int = 15) async {
         try? start()
         let clock = EngineClock(configuration.idleClock)
+        let renewals = Task { await renewLeases(clock: clock) }
         var seconds = 0
         while !Task.isCancelled {
             do { try await clock.sleep(.seconds(1)) } catch { break }
             seconds += 1
+            await followFleet()
             recordSpeeds()
             if !tasks.isEmpty { hub.emit(.stats(stats())) }
             if seconds % max(1, heartbeatInterval) == 0 { hub.heartbeat() }
         }
+        renewals.cancel()
         await shutdown()
     }
 

@@ -34,6 +34,35 @@ public protocol DownloadStoring: Sendable {
     func delete(id: String) throws(DownloadError)
 }
 
+/// A store several workers share (`PostgresStore`): a worker runs only the downloads it claimed, each under a lease
+/// it renews (its heartbeat). The store fences every write of a claimed download by its lease, and refuses a write of
+/// a download another worker holds: two workers never both advance one download. When a write or a renewal finds a
+/// lease gone (the download was taken over while this worker was stopped, cut off or too slow), the store tells
+/// `onLostLease`, and the worker stops that download at once.
+public protocol LeasingStore: DownloadStoring {
+    /// The name of the worker this store claims for.
+    var worker: String { get }
+    /// How long a lease lasts unless renewed; renewals come every third of it.
+    var leaseDuration: Duration { get }
+    /// Claims up to `limit` downloads for this worker, in queue order: queued ones, and those whose holder's lease
+    /// expired, whose prerequisites completed. Their later writes are fenced by their leases.
+    func claim(limit: Int) throws(DownloadError) -> [DownloadRecord]
+    /// Renews every lease this worker holds; returns the downloads whose lease it no longer holds.
+    func renewLeases() throws(DownloadError) -> Set<String>
+    /// Gives up the lease of `id` once the writes queued before it are committed (queued, in order; a download
+    /// released as queued is claimable at once by any worker).
+    func release(_ id: String)
+    /// The downloads any worker changed since the last call, each as it is now (the first call only marks where
+    /// the next begins): how a worker learns what the others did.
+    func changes() throws(DownloadError) -> [DownloadRecord]
+    /// The download as the store has it now.
+    func record(id: String) throws(DownloadError) -> DownloadRecord?
+    /// Whether this worker holds the lease of `id`.
+    func holds(_ id: String) -> Bool
+    /// Has `handler` told of each download whose lease this worker lost, once.
+    func onLostLease(_ handler: @escaping @Sendable (String) -> Void)
+}
+
 extension DownloadStoring {
     /// Queues `update`; no one waits for it.
     @discardableResult

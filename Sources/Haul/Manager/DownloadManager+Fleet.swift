@@ -1,0 +1,122 @@
+import Foundation
+import HaulCore
+import Logging
+
+/// A manager on a store several workers share (`LeasingStore`) runs only what it claims: as transfer slots free up
+/// it claims queued downloads (and those whose holder's lease expired) in queue order, renews its leases every third
+/// of their length, and stops a download at once when its lease is lost, writing nothing more of it. What the other
+/// workers change reaches it through the store's change feed, read once a second: its answers, events and waits
+/// cover the whole fleet's downloads.
+extension DownloadManager {
+    /// Claims downloads for the free transfer slots, off the actor (a store that reconnects may take seconds); one
+    /// claim at a time. Those claimed start at once; when the claim filled every slot it asked for, another follows.
+    func claimDownloads() {
+        guard let leasing, !isShutDown, !isClaiming else { return }
+        let free = settings.maxConcurrentDownloads - transferring
+        guard free > 0 else { return }
+        isClaiming = true
+        let logger = configuration.logger
+        Task {
+            let claimed: [DownloadRecord]
+            do { claimed = try await Blocking.run { try leasing.claim(limit: free) } } catch {
+                logger.error("cannot claim downloads: \((error as? DownloadError)?.message ?? "\(error)")")
+                claimed = []
+            }
+            self.claimed(claimed, asked: free)
+        }
+    }
+
+    private func claimed(_ records: [DownloadRecord], asked: Int) {
+        isClaiming = false
+        guard let leasing else { return }
+        for var record in records {
+            guard !isShutDown, tasks[record.id] == nil, transferring < settings.maxConcurrentDownloads else {
+                // The limit fell or the manager stops meanwhile: back to the queue for any worker.
+                leasing.release(record.id)
+                continue
+            }
+            if record.state.isActive {
+                // Taken over from a worker that lost it: queued again, then started here.
+                try? record.apply(.interruptedByExit)
+                record.activeConnections = 0
+            }
+            keep(record)
+            do { try start(record) } catch {
+                configuration.logger.error("\(record.url): cannot start: \(error.message)")
+                leasing.release(record.id)
+            }
+        }
+        if records.count == asked { claimDownloads() }
+    }
+
+    /// The store told that this worker lost the lease of `id`: its run stops, and nothing more of it is written.
+    func leaseLost(_ id: String) {
+        guard let task = tasks[id] else { return }
+        configuration.logger.notice("download \(id) was taken over by another worker; it stops here")
+        stopReasons[id] = .leaseLost
+        task.cancel()
+    }
+
+    /// Renews this worker's leases every third of their length until the calling task is cancelled.
+    func renewLeases(clock: EngineClock) async {
+        guard let leasing else { return }
+        let interval = leasing.leaseDuration / 3
+        while !Task.isCancelled {
+            do { try await clock.sleep(interval) } catch { return }
+            do {
+                // A lost lease is told through `onLostLease` as well; this stops it without waiting for that.
+                let lost = try await Blocking.run { try leasing.renewLeases() }
+                for id in lost { leaseLost(id) }
+            } catch {
+                configuration.logger.error(
+                    "cannot renew this worker's leases: \((error as? DownloadError)?.message ?? "\(error)")")
+            }
+        }
+    }
+
+    /// Reads what the fleet changed since the last read and claims for free slots (once a second, from `run()`).
+    func followFleet() async {
+        guard let leasing else { return }
+        do {
+            let changed = try await Blocking.run { try leasing.changes() }
+            adopt(changed)
+        } catch {
+            configuration.logger.error(
+                "cannot read the fleet's changes: \((error as? DownloadError)?.message ?? "\(error)")")
+        }
+        claimDownloads()
+    }
+
+    /// Takes in downloads as the store has them now: those another worker changed (this worker's own runs are
+    /// already known better here). Subscribers hear of each change, and waits for a download that ended elsewhere
+    /// end.
+    func adopt(_ records: [DownloadRecord]) {
+        for record in records where tasks[record.id] == nil {
+            var known = catalog[record.id]
+            known?.updatedAt = record.updatedAt
+            guard known != record else { continue }
+            if known?.state != record.state {
+                results[record.id] = nil
+                errors[record.id] = nil
+            }
+            keep(record)
+            hub.emit(.changed(snapshot(of: record)))
+            if record.state.isTerminal, let ended = try? endedResult(of: DownloadID(record.id)) {
+                finish(record.id, with: ended)
+            }
+        }
+    }
+
+    /// The download as the store has it now, when another worker may have changed it (nil when it is gone).
+    func current(_ id: String) -> DownloadRecord? {
+        guard let leasing, tasks[id] == nil else { return catalog[id] }
+        let stored: DownloadRecord?
+        do { stored = try leasing.record(id: id) } catch { return catalog[id] }
+        if let stored {
+            if catalog[id] != stored { keep(stored) }
+        } else if let known = catalog[id] {
+            forget(known)
+        }
+        return stored
+    }
+}
