@@ -53,15 +53,15 @@ final class PostgresLink: Sendable {
     }
 
     private func reconnect(replacing broken: PostgresConnection) throws -> PostgresConnection {
-        _ = try? broken.close().wait()
+        _ = try? broken.close().blockingGet()
         let deadline = ContinuousClock.now + patience
         var delay = Duration.milliseconds(50)
         while true {
             do {
                 let fresh = try PostgresConnection.connect(
-                    on: PostgresConnection.defaultEventLoopGroup.any(),
+                    on: StoreLoop.group.next(),
                     configuration: try location.connectionConfiguration(), id: 0, logger: logger
-                ).wait()
+                ).blockingGet()
                 connection.withLock { $0 = fresh }
                 logger.notice("reconnected to the store at \(location.place)")
                 return fresh

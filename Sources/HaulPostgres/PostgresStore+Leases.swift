@@ -44,7 +44,7 @@ extension PostgresStore {
                 RETURNING download.lease, \(Self.qualifiedColumns)
                 """, binds: bindings)
         let claims = try queue.perform { [logger] connection in
-            try connection.query(query, logger: logger).wait().map { row in
+            try connection.query(query, logger: logger).blockingGet().map { row in
                 let (lease, record) = try Self.databaseRow(row, after: Int64.self)
                 return Claim(record: try DownloadRecord(row: record), lease: lease)
             }
@@ -73,7 +73,7 @@ extension PostgresStore {
                 RETURNING download.id
                 """, binds: bindings)
         let renewed = try queue.perform { [logger] connection in
-            try connection.query(query, logger: logger).wait().map { try $0.decode(String.self) }
+            try connection.query(query, logger: logger).blockingGet().map { try $0.decode(String.self) }
         }
         return Set(renewed)
     }
@@ -83,7 +83,7 @@ extension PostgresStore {
     public func fencedUpdate(_ update: DownloadStore.RowUpdate, lease: Int64) throws(DownloadError) {
         let query = try Self.query(for: update, fence: .lease(lease))
         let changed = try queue.perform { [logger] connection in
-            try connection.query(query, logger: logger).wait().metadata.rows ?? 0
+            try connection.query(query, logger: logger).blockingGet().metadata.rows ?? 0
         }
         guard changed > 0 else {
             throw DownloadError(
@@ -99,7 +99,7 @@ extension PostgresStore {
                 UPDATE download SET worker = NULL, lease = NULL, "leaseExpires" = NULL
                 WHERE id = \(id) AND lease = \(lease)
                 """, logger: logger
-            ).wait()
+            ).blockingGet()
         }
     }
 
@@ -134,7 +134,7 @@ extension PostgresStore {
             UPDATE download SET worker = NULL, lease = NULL, "leaseExpires" = NULL WHERE id = \(id) AND lease = \(lease)
             """
         _ = queue.submit(awaited: false) { [logger] connection in
-            try connection.query(query, logger: logger).wait()
+            try connection.query(query, logger: logger).blockingGet()
         }
     }
 
@@ -154,7 +154,7 @@ extension PostgresStore {
         let (horizon, records) = try queue.perform { [logger] connection in
             var horizon: Int64 = 0
             var records: [DownloadRecord] = []
-            for row in try connection.query(query, logger: logger).wait() {
+            for row in try connection.query(query, logger: logger).blockingGet() {
                 let (xmin, cells) = try Self.databaseRow(row, after: Int64.self)
                 horizon = xmin
                 guard cells["id"] as String? != nil else { continue }

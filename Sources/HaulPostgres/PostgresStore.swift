@@ -41,15 +41,17 @@ public final class PostgresStore: LeasingStore {
             transact: { durable, body in
                 // BEGIN finds a broken connection before anything of the group ran: the group runs on a new one.
                 let connection = try link.run { connection in
-                    try connection.query("BEGIN", logger: logger).wait()
+                    try connection.query("BEGIN", logger: logger).blockingGet()
                     return connection
                 }
                 do {
-                    if !durable { try connection.query("SET LOCAL synchronous_commit = off", logger: logger).wait() }
+                    if !durable {
+                        try connection.query("SET LOCAL synchronous_commit = off", logger: logger).blockingGet()
+                    }
                     try body(connection)
-                    try connection.query("COMMIT", logger: logger).wait()
+                    try connection.query("COMMIT", logger: logger).blockingGet()
                 } catch {
-                    _ = try? connection.query("ROLLBACK", logger: logger).wait()
+                    _ = try? connection.query("ROLLBACK", logger: logger).blockingGet()
                     throw error
                 }
             },
@@ -71,7 +73,9 @@ public final class PostgresStore: LeasingStore {
     ) async throws(DownloadError) -> PostgresStore {
         do {
             let connection = try await PostgresConnection.connect(
-                configuration: try location.connectionConfiguration(), id: 0, logger: logger)
+                on: StoreLoop.group.next(), configuration: try location.connectionConfiguration(), id: 0,
+                logger: logger
+            ).get()
             do { try await migrate(on: connection, logger: logger) } catch {
                 try? await connection.close()
                 throw error
@@ -190,7 +194,7 @@ public final class PostgresStore: LeasingStore {
     /// The versions of the migrations applied, in order.
     public func appliedMigrations() throws(DownloadError) -> [Int] {
         try queue.perform { [logger] connection in
-            try connection.query("SELECT version FROM haul_schema ORDER BY version", logger: logger).wait().map {
+            try connection.query("SELECT version FROM haul_schema ORDER BY version", logger: logger).blockingGet().map {
                 try $0.decode(Int.self)
             }
         }
@@ -274,7 +278,7 @@ public final class PostgresStore: LeasingStore {
         let inserts = try Self.upserts(records, replacing: false)
         let saves = try fencedUpserts(stamped)
         return { [logger] connection in
-            for query in inserts { try connection.query(query, logger: logger).wait() }
+            for query in inserts { try connection.query(query, logger: logger).blockingGet() }
             try self.run(saves, on: connection)
         }
     }
@@ -326,7 +330,7 @@ public final class PostgresStore: LeasingStore {
     /// `onLostLease`), and the write throws `locked` (the others of its group are written again without it).
     func run(_ writes: [FencedWrite], on connection: PostgresConnection) throws {
         for write in writes {
-            let changed = try connection.query(write.query, logger: logger).wait().metadata.rows ?? 0
+            let changed = try connection.query(write.query, logger: logger).blockingGet().metadata.rows ?? 0
             guard changed == 0 else { continue }
             switch write.fence {
             case .lease(let lease):
@@ -391,8 +395,9 @@ public final class PostgresStore: LeasingStore {
         let sql = "DELETE FROM download WHERE id = $1 AND " + fence(of: id).condition(into: &bindings)
         let query = PostgresQuery(unsafeSQL: sql, binds: bindings)
         try queue.perform { [logger] connection in
-            guard try connection.query(query, logger: logger).wait().metadata.rows == 0 else { return }
-            guard try connection.query("SELECT 1 FROM download WHERE id = \(id)", logger: logger).wait().isEmpty else {
+            guard try connection.query(query, logger: logger).blockingGet().metadata.rows == 0 else { return }
+            guard try connection.query("SELECT 1 FROM download WHERE id = \(id)", logger: logger).blockingGet().isEmpty
+            else {
                 throw DownloadError(
                     .locked, "download \(id) is running on another worker; it cannot be removed meanwhile")
             }
@@ -404,7 +409,7 @@ public final class PostgresStore: LeasingStore {
 
     public func beginRun() throws(DownloadError) -> Int64 {
         try queue.perform { [logger] connection in
-            let rows = try connection.query("INSERT INTO run DEFAULT VALUES RETURNING id", logger: logger).wait()
+            let rows = try connection.query("INSERT INTO run DEFAULT VALUES RETURNING id", logger: logger).blockingGet()
             guard let id = try rows.first?.decode(Int64.self) else {
                 throw DownloadError(.store, "the store recorded no run")
             }
@@ -414,7 +419,8 @@ public final class PostgresStore: LeasingStore {
 
     public func settings() throws(DownloadError) -> ManagerSettings? {
         let text: String? = try queue.perform { [logger] connection in
-            try connection.query("SELECT value FROM setting WHERE name = 'manager'", logger: logger).wait().first?
+            try connection.query("SELECT value FROM setting WHERE name = 'manager'", logger: logger).blockingGet()
+                .first?
                 .decode(String.self)
         }
         return text.flatMap(ManagerSettings.init(storedText:))
@@ -428,7 +434,7 @@ public final class PostgresStore: LeasingStore {
                 INSERT INTO setting (name, value) VALUES ('manager', \(text))
                 ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value
                 """, logger: logger
-            ).wait()
+            ).blockingGet()
         }
     }
 
@@ -528,7 +534,7 @@ public final class PostgresStore: LeasingStore {
         for argument in arguments { bindings.append(argument) }
         let query = PostgresQuery(unsafeSQL: sql, binds: bindings)
         return try queue.perform { [logger] connection in
-            try connection.query(query, logger: logger).wait().map { row in
+            try connection.query(query, logger: logger).blockingGet().map { row in
                 try DownloadRecord(row: try Self.databaseRow(row))
             }
         }

@@ -102,6 +102,20 @@ public final class PostgresServer: Sendable {
         return name
     }
 
+    /// Runs `sql` in `database` with `psql` (as a test's hand on the rows: a lease stolen, a row read) and returns
+    /// what it printed, unaligned and without headers.
+    @discardableResult
+    public func execute(_ sql: String, database: String) throws -> String {
+        try Self.run(
+            Self.binaries + "/psql",
+            [
+                "-h", "127.0.0.1", "-p", "\(port)", "-U", user, "-d", database, "-X", "-A", "-t", "-v",
+                "ON_ERROR_STOP=1", "-c", sql,
+            ],
+            asPostgres: true, environment: ["PGPASSWORD": password]
+        ).trimmingCharacters(in: .whitespacesAndNewlines)
+    }
+
     /// The store URL of `database`, its password percent-encoded.
     public func url(database: String, password: String? = nil) -> String {
         let secret = (password ?? self.password).addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? ""
@@ -114,9 +128,10 @@ public final class PostgresServer: Sendable {
     /// Runs a program (as the `postgres` user with `asPostgres`) and waits for it; throws with its output when it
     /// fails. Spawned directly, not with Foundation's `Process`: `pg_ctl` leaves the server running with what it
     /// inherited, and `Process` waits for those to close before it sees its child end.
+    @discardableResult
     static func run(
         _ executable: String, _ arguments: [String], asPostgres: Bool = false, environment: [String: String] = [:]
-    ) throws {
+    ) throws -> String {
         // From a folder the postgres user may be in, out of the test's way, and with nothing of the test process
         // but the three standard streams: a server started here must not keep another test's pipe open.
         let script = """
@@ -160,5 +175,6 @@ public final class PostgresServer: Sendable {
                 argv.joined(separator: " "), status: code,
                 output: (try? String(contentsOfFile: outputPath, encoding: .utf8)) ?? "")
         }
+        return (try? String(contentsOfFile: outputPath, encoding: .utf8)) ?? ""
     }
 }

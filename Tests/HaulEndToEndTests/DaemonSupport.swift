@@ -84,6 +84,16 @@ final class DaemonProcess: @unchecked Sendable {
         }
     }
 
+    /// Adds the downloads of `urls` into `directory` in one list and returns their ids.
+    func add(_ urls: [URL], into directory: String) async throws -> [String] {
+        let added = try await call(
+            .POST, "/api/v1/downloads", json: urls.map { ["url": $0.absoluteString, "directory": directory] })
+        #expect(added.status == 200, "\(String(describing: added.body))")
+        return ((added.body as? [String: Any])?["downloads"] as? [[String: Any]] ?? []).compactMap {
+            $0["id"] as? String
+        }
+    }
+
     /// A GET whose answer is text (`/metrics`).
     func text(_ path: String) async throws -> String {
         var request = HTTPClientRequest(url: url + path)

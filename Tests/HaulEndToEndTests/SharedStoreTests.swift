@@ -6,53 +6,69 @@ import Testing
     import Glibc
 #endif
 
-/// `haul serve --store postgres://…` against a PostgreSQL 15 the test starts: the daemon keeps its downloads there,
-/// a second daemon on the same store is refused, and the password shows nowhere.
+/// `haul serve --store postgres://…` against a PostgreSQL 15 the test starts: workers share the store's queue, each
+/// download runs once, any worker answers for all of them, and the password shows nowhere.
 @Suite("haul serve on a PostgreSQL store", .serialized, .teardowns, .timeLimit(.minutes(3)))
 struct SharedStoreTests {
     @Test(
-        "downloads are kept in PostgreSQL across restarts; a second daemon on the store is refused; no password shown")
-    func serveOnPostgres() async throws {
+        "three workers share one folder: 300 downloads added through one run once each, identical; any worker answers for all; a restart keeps them; no password shown"
+    )
+    func workersShare() async throws {
         let database = try PostgresServer()
         Teardowns.add { database.stop() }
         let url = database.url(database: try database.createDatabase())
         let web = try await FaultServer.start()
         Teardowns.add { await web.stop() }
-        let body = testBytes(2 << 20, seed: 34)
-        web.serve("/a.bin", .init(body: body))
-        let workspace = try Workspace()
-        Teardowns.add { workspace.remove() }
+        let bodies = (0..<300).map { testBytes(16 << 10, seed: UInt64($0 + 1)) }
+        for (index, body) in bodies.enumerated() { web.serve("/\(index).bin", .init(body: body)) }
+        let shared = try Workspace()
+        Teardowns.add { shared.remove() }
         let environment = ["HAUL_STORE": url]
 
-        let first = try await DaemonProcess(workspace, environment: environment)
-        let id = try await first.add(web.url("/a.bin"))
-        let finished = try await first.waitUntilStopped(id)
-        #expect(finished["state"] as? String == "completed", "\(finished)")
-        #expect(workspace.holds("a.bin", body))
-
-        // A second worker on the same store would run the same downloads: refused, with the reason.
-        let other = try Workspace()
-        Teardowns.add { other.remove() }
-        let refused = try await HaulProcess.run(
-            ["serve", "--listen", "127.0.0.1:0", "--state-dir", other.state, "--download-dir", other.files], in: other,
-            environment: environment)
-        #expect(refused.status == 1)
-        #expect(refused.stderr.contains("another haul serve runs its downloads"), "\(refused.stderr)")
-        #expect(refused.stderr.contains("127.0.0.1:\(database.port)"), "\(refused.stderr)")
-
-        let stopped = await first.stop(SIGTERM)
-        #expect(stopped.status == 0, "\(stopped.stderr)")
-        let second = try await DaemonProcess(workspace, environment: environment)
-        let again = try await second.download(id)
-        #expect(again["state"] as? String == "completed", "\(again)")
-        #expect(again["receivedBytes"] as? Int == body.count, "\(again)")
-        let last = await second.stop(SIGTERM)
-
-        let serveFile = (try? String(contentsOfFile: workspace.state + "/serve.json", encoding: .utf8)) ?? ""
-        for text in [stopped.stdout, stopped.stderr, last.stdout, last.stderr, refused.stderr, serveFile] {
-            #expect(!text.contains(database.password), "\(text)")
+        var workers: [DaemonProcess] = []
+        for name in ["a", "b", "c"] {
+            let workspace = try Workspace()
+            Teardowns.add { workspace.remove() }
+            workers.append(
+                try await DaemonProcess(
+                    workspace, extra: ["--worker", name, "--lease", "2s", "--allow-dir", shared.files, "-j", "4"],
+                    environment: environment))
         }
-        #expect(stopped.stderr.contains("downloads are kept in postgres://haul@127.0.0.1:"), "\(stopped.stderr)")
+        let ids = try await workers[0].add(
+            bodies.indices.map { web.url("/\($0).bin") }, into: shared.files)
+        #expect(ids.count == 300)
+        for id in ids {
+            let finished = try await workers[0].waitUntilStopped(id)
+            #expect(finished["state"] as? String == "completed", "\(finished)")
+        }
+        for (index, body) in bodies.enumerated() {
+            #expect(shared.holds("\(index).bin", body), "file \(index)")
+            #expect(web.bodyBytesSent(for: "/\(index).bin") == body.count, "file \(index) was fetched once")
+        }
+        // b and c answer for downloads a added.
+        for worker in workers.dropFirst() {
+            let seen = try await worker.download(ids[299])
+            #expect(seen["state"] as? String == "completed", "\(seen)")
+        }
+
+        // A worker started again finds the downloads as they ended.
+        var outputs: [String] = []
+        for worker in workers {
+            let stopped = await worker.stop(SIGTERM)
+            #expect(stopped.status == 0, "\(stopped.stderr)")
+            outputs += [stopped.stdout, stopped.stderr]
+        }
+        #expect(outputs[1].contains("worker a: downloads are kept in postgres://haul@127.0.0.1:"), "\(outputs[1])")
+        let again = try await DaemonProcess(workers[0].workspace, extra: ["--worker", "a"], environment: environment)
+        let first = try await again.download(ids[0])
+        #expect(first["state"] as? String == "completed", "\(first)")
+        #expect(first["receivedBytes"] as? Int == bodies[0].count, "\(first)")
+        let last = await again.stop(SIGTERM)
+        outputs += [last.stdout, last.stderr]
+        for worker in workers {
+            outputs.append((try? String(contentsOfFile: worker.workspace.state + "/serve.json", encoding: .utf8)) ?? "")
+        }
+        for text in outputs { #expect(!text.contains(database.password), "\(text)") }
     }
 
     @Test("a store that cannot be reached or a bad store URL: a clear error naming the host, never the password")

@@ -398,4 +398,102 @@ struct PostgresManagerTests {
         await second.shutdown()
         await secondStore.close()
     }
+
+    @Test(
+        "two workers on one store share its queue: each download runs once, on one of them, and both hear every result")
+    func workersShare() async throws {
+        let server = try PostgresServer()
+        Teardowns.add { server.stop() }
+        let web = try await FaultServer.start()
+        Teardowns.add { await web.stop() }
+        let folder = NSTemporaryDirectory() + "haul-postgres-fleet-" + UUID().uuidString
+        try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
+        Teardowns.add { try? FileManager.default.removeItem(atPath: folder) }
+        let bodies = (0..<40).map { testBytes(256 << 10, seed: UInt64($0 + 1)) }
+        for (index, body) in bodies.enumerated() { web.serve("/\(index).bin", .init(body: body)) }
+
+        let location = try PostgresLocation(server.url(database: try server.createDatabase()))
+        var workers: [(DownloadManager, PostgresStore)] = []
+        for name in ["a", "b"] {
+            let store = try await PostgresStore.open(location, worker: name)
+            var configuration = DownloadManager.Configuration(stateDirectory: nil)
+            configuration.store = store
+            configuration.maxConcurrentDownloads = 3
+            configuration.engine.jitter = { 1 }
+            workers.append((try DownloadManager(configuration: configuration), store))
+        }
+        let runs = workers.map { worker in Task { await worker.0.run() } }
+        let (a, b) = (workers[0].0, workers[1].0)
+        var ids: [DownloadID] = []
+        for index in bodies.indices {
+            ids.append(try await a.add(web.url("/\(index).bin"), to: .file(folder + "/\(index).bin")))
+        }
+        // b learns of them from the store, and of a's results through its change feed; a of b's.
+        for manager in [a, b] {
+            for (index, result) in await manager.results(of: ids).enumerated() {
+                #expect(try result.get().bytes == Int64(bodies[index].count))
+            }
+        }
+        for (index, body) in bodies.enumerated() {
+            #expect(FileManager.default.contents(atPath: folder + "/\(index).bin") == Data(body))
+            #expect(web.bodyBytesSent(for: "/\(index).bin") == body.count, "download \(index) ran once")
+        }
+        let rows = try workers[0].1.allRecords()
+        #expect(rows.count == 40 && rows.allSatisfy { $0.state == .completed })
+        #expect(
+            try server.execute("SELECT count(*) FROM download WHERE lease IS NOT NULL", database: location.database)
+                == "0", "every lease was released")
+        for run in runs { run.cancel() }
+        for run in runs { await run.value }
+        for (_, store) in workers { await store.close() }
+    }
+
+    /// With a short lease, the renewal finds it lost; with a long one, the next checkpoint's write is refused by its
+    /// fence.
+    @Test(
+        "a worker whose lease is taken over stops that download at once, and nothing it writes afterwards reaches the store",
+        arguments: [Duration.seconds(1), .seconds(60)])
+    func leaseTakenOver(lease: Duration) async throws {
+        let server = try PostgresServer()
+        Teardowns.add { server.stop() }
+        let web = try await FaultServer.start()
+        Teardowns.add { await web.stop() }
+        let folder = NSTemporaryDirectory() + "haul-postgres-fence-" + UUID().uuidString
+        try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
+        Teardowns.add { try? FileManager.default.removeItem(atPath: folder) }
+        let body = testBytes(8 << 20, seed: 7)
+        web.serve("/slow.bin", .init(body: body, bytesPerSecond: 1 << 20))
+
+        let database = try server.createDatabase()
+        let store = try await PostgresStore.open(
+            try PostgresLocation(server.url(database: database)), worker: "a", lease: lease)
+        Teardowns.add { await store.close() }
+        let recorder = LogRecorder()
+        var configuration = DownloadManager.Configuration(stateDirectory: nil)
+        configuration.store = store
+        configuration.logger = recorder.logger()
+        configuration.engine.jitter = { 1 }
+        configuration.engine.checkpointInterval = .milliseconds(200)
+        let manager = try DownloadManager(configuration: configuration)
+        let run = Task { await manager.run() }
+        let id = try await manager.add(web.url("/slow.bin"), to: .file(folder + "/slow.bin"))
+        for await event in manager.events(for: id) {
+            if case .progress(let progress) = event, progress.receivedBytes > 0 { break }
+        }
+
+        // Another worker takes it over (as once the lease expired): a's renewal finds the lease gone.
+        let row = "SELECT state, \"durableOffset\", \"updatedAt\" FROM download WHERE id = '\(id)'"
+        try server.execute(
+            "UPDATE download SET worker = 'thief', lease = nextval('lease_number'), "
+                + "\"leaseExpires\" = now() + interval '1 hour' WHERE id = '\(id)'", database: database)
+        let stolen = try server.execute(row, database: database)
+        _ = await recorder.line { $0.contains("download \(id) was taken over by another worker") }
+        // Its run ends without storing anything: not its checkpoints, not the queued state a shutdown stores.
+        run.cancel()
+        await run.value
+        store.flush()
+        #expect(try server.execute(row, database: database) == stolen)
+        #expect(!store.holds(id.rawValue))
+        #expect(try server.execute("SELECT worker FROM download WHERE id = '\(id)'", database: database) == "thief")
+    }
 }
