@@ -71,6 +71,52 @@ struct SharedStoreTests {
         for text in outputs { #expect(!text.contains(database.password), "\(text)") }
     }
 
+    @Test(
+        "kill -9 of a worker mid-download: once its lease expires another takes the download over from its last checkpoint in the shared folder, and the file is identical"
+    )
+    func takeover() async throws {
+        let database = try PostgresServer()
+        Teardowns.add { database.stop() }
+        let name = try database.createDatabase()
+        let environment = ["HAUL_STORE": database.url(database: name)]
+        let web = try await FaultServer.start()
+        Teardowns.add { await web.stop() }
+        let rate = 2 << 20
+        let body = testBytes(12 << 20, seed: 35)
+        web.serve("/big.bin", .init(body: body, bytesPerSecond: rate))
+        let shared = try Workspace()
+        Teardowns.add { shared.remove() }
+        func worker(_ name: String) async throws -> DaemonProcess {
+            let workspace = try Workspace()
+            Teardowns.add { workspace.remove() }
+            return try await DaemonProcess(
+                workspace, extra: ["--worker", name, "--lease", "2s", "--allow-dir", shared.files, "-x", "1"],
+                environment: environment)
+        }
+
+        let a = try await worker("a")
+        let id = try #require(try await a.add([web.url("/big.bin")], into: shared.files).first)
+        // Mid-download on a, past a few of its checkpoints.
+        let deadline = ContinuousClock.now + .seconds(30)
+        while try await a.download(id)["receivedBytes"] as? Int ?? 0 < 4 << 20, ContinuousClock.now < deadline {
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        let b = try await worker("b")
+        _ = await a.stop(SIGKILL)
+        let finished = try await b.waitUntilStopped(id)
+        #expect(finished["state"] as? String == "completed", "\(finished)")
+        #expect(shared.holds("big.bin", body))
+        // b resumed from a's last checkpoint: at most about a second of transfer (a's checkpoints come every
+        // second) was fetched again, plus what was on its way.
+        let requests = web.requests(to: "/big.bin")
+        let resumed = try #require(requests.last?.range)
+        #expect(resumed.hasPrefix("bytes=") && !resumed.hasPrefix("bytes=0-"), "\(resumed)")
+        let refetched = web.bodyBytesSent(for: "/big.bin") - body.count
+        #expect(refetched <= rate + (1 << 20), "fetched again: \(refetched) bytes")
+        let stopped = await b.stop(SIGTERM)
+        #expect(stopped.stderr.contains("download \(id) taken over: its worker's lease expired"), "\(stopped.stderr)")
+    }
+
     @Test("a store that cannot be reached or a bad store URL: a clear error naming the host, never the password")
     func unreachable() async throws {
         let workspace = try Workspace()

@@ -37,6 +37,9 @@ extension DownloadManager {
             }
             if record.state.isActive {
                 // Taken over from a worker that lost it: queued again, then started here.
+                configuration.logger.notice(
+                    "download \(record.id) taken over: its worker's lease expired; it goes on here from its last checkpoint"
+                )
                 try? record.apply(.interruptedByExit)
                 record.activeConnections = 0
             }
