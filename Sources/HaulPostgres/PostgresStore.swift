@@ -30,6 +30,8 @@ public final class PostgresStore: LeasingStore {
     let lostLeaseHandler = Mutex<(@Sendable (String) -> Void)?>(nil)
     /// Where the next `changes()` begins: the oldest transaction that was still running when the last one read.
     let feedHorizon = Mutex<Int64?>(nil)
+    /// What listens for commands from other workers (`onCommand`).
+    let listener = Mutex<Task<Void, Never>?>(nil)
 
     private init(location: PostgresLocation, worker: String, lease: Duration, link: PostgresLink, logger: Logger) {
         self.location = location
@@ -91,6 +93,10 @@ public final class PostgresStore: LeasingStore {
 
     /// Commits what is queued and closes the connection.
     public func close() async {
+        if let listening = listener.withLock({ $0.take() }) {
+            listening.cancel()
+            await listening.value
+        }
         queue.waitUntilIdle()
         await link.close()
     }

@@ -117,6 +117,58 @@ struct SharedStoreTests {
         #expect(stopped.stderr.contains("download \(id) taken over: its worker's lease expired"), "\(stopped.stderr)")
     }
 
+    @Test(
+        "pause, through worker b, a download running on worker a: once b acknowledges it, no byte arrives; resumed through b, it completes identical"
+    )
+    func pauseAcrossTheFleet() async throws {
+        let database = try PostgresServer()
+        Teardowns.add { database.stop() }
+        let name = try database.createDatabase()
+        let environment = ["HAUL_STORE": database.url(database: name)]
+        let web = try await FaultServer.start()
+        Teardowns.add { await web.stop() }
+        let body = testBytes(12 << 20, seed: 36)
+        web.serve("/big.bin", .init(body: body, bytesPerSecond: 2 << 20))
+        let shared = try Workspace()
+        Teardowns.add { shared.remove() }
+        func worker(_ name: String) async throws -> DaemonProcess {
+            let workspace = try Workspace()
+            Teardowns.add { workspace.remove() }
+            return try await DaemonProcess(
+                workspace, extra: ["--worker", name, "--lease", "2s", "--allow-dir", shared.files, "-x", "1"],
+                environment: environment)
+        }
+
+        let a = try await worker("a")
+        let id = try #require(try await a.add([web.url("/big.bin")], into: shared.files).first)
+        let deadline = ContinuousClock.now + .seconds(30)
+        while try await a.download(id)["receivedBytes"] as? Int ?? 0 < 1 << 20, ContinuousClock.now < deadline {
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        let b = try await worker("b")
+        let paused = try await b.call(.POST, "/api/v1/downloads/\(id)/pause")
+        #expect(paused.status == 200, "\(String(describing: paused.body))")
+        let acknowledged = try await b.download(id)
+        #expect(acknowledged["state"] as? String == "paused", "\(acknowledged)")
+        let offset = try #require(acknowledged["receivedBytes"] as? Int)
+        // a stopped before b answered: its part file holds exactly the offset stored at the pause, and nothing
+        // arrives afterwards (a is stopped too, flushing whatever it still had).
+        let part = shared.files + "/big.bin.part"
+        let length = { (try? FileManager.default.attributesOfItem(atPath: part)[.size] as? Int) ?? -1 }
+        #expect(length() == offset)
+        #expect(try await a.download(id)["state"] as? String == "paused")
+        _ = await a.stop(SIGTERM)
+        #expect(length() == offset)
+        #expect(try database.execute("SELECT \"durableOffset\" FROM download", database: name) == "\(offset)")
+
+        let resumed = try await b.call(.POST, "/api/v1/downloads/\(id)/resume")
+        #expect(resumed.status == 200)
+        let finished = try await b.waitUntilStopped(id)
+        #expect(finished["state"] as? String == "completed", "\(finished)")
+        #expect(shared.holds("big.bin", body))
+        _ = await b.stop(SIGTERM)
+    }
+
     @Test("a store that cannot be reached or a bad store URL: a clear error naming the host, never the password")
     func unreachable() async throws {
         let workspace = try Workspace()

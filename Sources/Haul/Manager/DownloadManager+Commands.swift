@@ -12,6 +12,9 @@ extension DownloadManager {
         try record.apply(.pauseRequested)
         // A running download changes state when its runner has stopped (`finished`).
         if await stopRunning(id, because: .pause) { return }
+        if let holder = heldElsewhere(id.rawValue) {
+            return try await forward(.pause, for: id.rawValue, to: holder) { !Self.holdsWork($0.state) }
+        }
         try persist(record)
         hub.emit(.changed(snapshot(of: record)))
     }
@@ -48,6 +51,9 @@ extension DownloadManager {
         try probe.apply(.cancelRequested)
         // A running download is cancelled when its runner has stopped (`finished`).
         if await stopRunning(id, because: .cancel) { return }
+        if let holder = heldElsewhere(id.rawValue) {
+            return try await forward(.cancel, for: id.rawValue, to: holder) { $0.state == .cancelled }
+        }
         try markCancelled(&record)
     }
 
@@ -179,9 +185,14 @@ extension DownloadManager {
 
     /// Limits one download (all its connections) to `bytesPerSecond` (nil: no limit of its own), at once if it runs,
     /// and for every later run.
-    public func setRateLimit(_ bytesPerSecond: Int64?, for id: DownloadID) throws(DownloadError) {
+    public func setRateLimit(_ bytesPerSecond: Int64?, for id: DownloadID) async throws(DownloadError) {
         try Self.checkRate(bytesPerSecond)
         var record = try require(id)
+        if let holder = heldElsewhere(id.rawValue) {
+            return try await forward(.rateLimit(bytesPerSecond), for: id.rawValue, to: holder) {
+                $0.rateLimit == bytesPerSecond
+            }
+        }
         record.rateLimit = bytesPerSecond
         try persist(record)
         downloadLimiters[id.rawValue]?.setRate(bytesPerSecond)

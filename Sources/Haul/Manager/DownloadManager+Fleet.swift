@@ -122,4 +122,56 @@ extension DownloadManager {
         }
         return stored
     }
+
+    // MARK: Commands across the fleet
+
+    /// The worker that runs `id` when it is not this one (a live lease of another's), else nil.
+    func heldElsewhere(_ id: String) -> String? {
+        guard let leasing, tasks[id] == nil, !leasing.holds(id) else { return nil }
+        return try? leasing.holder(of: id)
+    }
+
+    /// Has the worker that runs `id` do `command`, and returns once the store shows it done (`isDone` of the row):
+    /// its state event follows here then. The command is sent again every 2 s (a worker that was reconnecting to the
+    /// store missed it); after 10 s without an answer, an error names the worker.
+    func forward(
+        _ command: FleetCommand, for id: String, to holder: String, until isDone: (DownloadRecord) -> Bool
+    ) async throws(DownloadError) {
+        guard let leasing else { return }
+        let clock = EngineClock(configuration.idleClock)
+        let started = clock.now()
+        var sent: Duration?
+        while clock.now() - started < .seconds(10) {
+            if sent.map({ clock.now() - $0 >= .seconds(2) }) ?? true {
+                try leasing.send(command, for: id)
+                sent = clock.now()
+            }
+            // The row is read again every 100 ms: the holder answers within moments.
+            do { try await clock.sleep(.milliseconds(100)) } catch {
+                throw DownloadError(.cancelled, "stopped waiting for worker \(holder)")
+            }
+            guard let record = current(id) else { return }
+            if isDone(record) {
+                hub.emit(.changed(snapshot(of: record)))
+                return
+            }
+        }
+        throw DownloadError(
+            .locked, "download \(id) runs on worker \(holder), which did not answer within 10 seconds")
+    }
+
+    /// A command from another worker for a download this one runs.
+    func obey(_ command: FleetCommand, for id: String) async {
+        guard tasks[id] != nil else { return }
+        let download = DownloadID(id)
+        do {
+            switch command {
+            case .pause: try await pause(download)
+            case .cancel: try await cancel(download)
+            case .rateLimit(let rate): try await setRateLimit(rate, for: download)
+            }
+        } catch {
+            configuration.logger.error("download \(id): another worker asked to \(command), but \(error.message)")
+        }
+    }
 }

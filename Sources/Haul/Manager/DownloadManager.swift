@@ -119,6 +119,9 @@ public actor DownloadManager {
         leasing?.onLostLease { [weak self] id in
             Task { await self?.leaseLost(id) }
         }
+        leasing?.onCommand { [weak self] id, command in
+            Task { await self?.obey(command, for: id) }
+        }
     }
 
     /// Starts the downloads the store holds as queued (when `startsStoredDownloads`). Call once after `init`.

@@ -61,6 +61,20 @@ public protocol LeasingStore: DownloadStoring {
     func holds(_ id: String) -> Bool
     /// Has `handler` told of each download whose lease this worker lost, once.
     func onLostLease(_ handler: @escaping @Sendable (String) -> Void)
+    /// The worker that holds a live lease of `id`, if any.
+    func holder(of id: String) throws(DownloadError) -> String?
+    /// Tells the worker that runs `id` to do `command` (every worker hears it; the one that runs it acts).
+    func send(_ command: FleetCommand, for id: String) throws(DownloadError)
+    /// Has `handler` told of each command sent to the fleet, with its download.
+    func onCommand(_ handler: @escaping @Sendable (String, FleetCommand) -> Void)
+}
+
+/// What one worker asks of the worker that runs a download.
+public enum FleetCommand: Codable, Sendable, Equatable {
+    case pause
+    case cancel
+    /// The download's own rate limit (nil: none).
+    case rateLimit(Int64?)
 }
 
 extension DownloadStoring {
