@@ -110,6 +110,9 @@ extension PostgresStore {
         held.withLock { held in
             for claim in claims { held[claim.record.id] = claim.lease }
         }
+        lostLeases.withLock { lost in
+            for claim in claims { lost[claim.record.id] = nil }
+        }
         return claims.map(\.record)
     }
 
@@ -128,8 +131,14 @@ extension PostgresStore {
 
     public func holds(_ id: String) -> Bool { held.withLock { $0[id] != nil } }
 
+    public func lease(of id: String) -> Int64? { held.withLock { $0[id] } }
+
     public func release(_ id: String) {
-        guard let lease = held.withLock({ $0.removeValue(forKey: id) }) else { return }
+        guard let lease = held.withLock({ $0.removeValue(forKey: id) }) else {
+            // The run of a lease that was lost has ended: its fence is lifted for what this worker does next.
+            lostLeases.withLock { $0[id] = nil }
+            return
+        }
         let query: PostgresQuery = """
             UPDATE download SET worker = NULL, lease = NULL, "leaseExpires" = NULL WHERE id = \(id) AND lease = \(lease)
             """

@@ -27,6 +27,8 @@ public final class PostgresStore: LeasingStore {
     let logger: Logger
     /// The leases this worker holds, by download: every write of one of these is fenced by its lease.
     let held = Mutex<[String: Int64]>([:])
+    /// The leases this worker lost, by download (until it claims the download again).
+    let lostLeases = Mutex<[String: Int64]>([:])
     let lostLeaseHandler = Mutex<(@Sendable (String) -> Void)?>(nil)
     /// Where the next `changes()` begins: the oldest transaction that was still running when the last one read.
     let feedHorizon = Mutex<Int64?>(nil)
@@ -328,8 +330,11 @@ public final class PostgresStore: LeasingStore {
         var query: PostgresQuery
     }
 
+    /// A download whose lease this worker lost stays fenced by that lease: whatever its run still writes is refused,
+    /// even once the lease that took it over is released.
     func fence(of id: String) -> Fence {
-        held.withLock { $0[id] }.map(Fence.lease) ?? .unheld
+        if let lease = held.withLock({ $0[id] }) ?? lostLeases.withLock({ $0[id] }) { return .lease(lease) }
+        return .unheld
     }
 
     /// Runs each write; one that changed no row was refused by its fence: a lease this worker held is lost (told to
@@ -357,6 +362,7 @@ public final class PostgresStore: LeasingStore {
             held[id] = nil
             return true
         }
+        if lost { lostLeases.withLock { $0[id] = lease } }
         if lost, let handler = lostLeaseHandler.withLock({ $0 }) { handler(id) }
     }
 

@@ -118,6 +118,65 @@ struct SharedStoreTests {
     }
 
     @Test(
+        "SIGSTOP a worker past its lease: another takes over into a part file of its own lease and finishes; woken, the stopped one writes nothing more to the store or the file"
+    )
+    func fencing() async throws {
+        let database = try PostgresServer()
+        Teardowns.add { database.stop() }
+        let name = try database.createDatabase()
+        let environment = ["HAUL_STORE": database.url(database: name)]
+        let web = try await FaultServer.start()
+        Teardowns.add { await web.stop() }
+        let body = testBytes(12 << 20, seed: 37)
+        web.serve("/big.bin", .init(body: body, bytesPerSecond: 2 << 20))
+        let shared = try Workspace()
+        Teardowns.add { shared.remove() }
+        func worker(_ name: String) async throws -> DaemonProcess {
+            let workspace = try Workspace()
+            Teardowns.add { workspace.remove() }
+            return try await DaemonProcess(
+                workspace, extra: ["--worker", name, "--lease", "2s", "--allow-dir", shared.files, "-x", "1"],
+                environment: environment)
+        }
+
+        let a = try await worker("a")
+        Teardowns.add { a.haul.signal(SIGCONT) }
+        let id = try #require(try await a.add([web.url("/big.bin")], into: shared.files).first)
+        let deadline = ContinuousClock.now + .seconds(30)
+        while try await a.download(id)["receivedBytes"] as? Int ?? 0 < 3 << 20, ContinuousClock.now < deadline {
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        let aLease = try database.execute("SELECT lease FROM download", database: name)
+        a.haul.signal(SIGSTOP)
+        let b = try await worker("b")
+        let finished = try await b.waitUntilStopped(id)
+        #expect(finished["state"] as? String == "completed", "\(finished)")
+        #expect(shared.holds("big.bin", body))
+        // b wrote its own lease's part file (a's still held a's lock), copied a's checkpointed bytes into it, and
+        // deleted a's once it finished.
+        let requests = web.requests(to: "/big.bin")
+        #expect(requests.count == 2 && requests.last?.range?.hasPrefix("bytes=0-") == false, "\(requests)")
+        #expect(!FileManager.default.fileExists(atPath: shared.files + "/big.bin.lease\(aLease).part"))
+        let row = "SELECT state, \"durableOffset\", \"updatedAt\", worker, lease FROM download"
+        let stored = try database.execute(row, database: name)
+
+        // a wakes: its lease is gone, so it stops the download; it stored nothing, and the file is as b left it.
+        a.haul.signal(SIGCONT)
+        let woken = ContinuousClock.now + .seconds(30)
+        while try await a.download(id)["state"] as? String != "completed", ContinuousClock.now < woken {
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        #expect(try await a.download(id)["state"] as? String == "completed")
+        let stopped = await a.stop(SIGTERM)
+        #expect(stopped.stderr.contains("download \(id) was taken over by another worker"), "\(stopped.stderr)")
+        #expect(try database.execute(row, database: name) == stored)
+        #expect(shared.holds("big.bin", body))
+        let left = try FileManager.default.contentsOfDirectory(atPath: shared.files)
+        #expect(left == ["big.bin"], "\(left)")
+        _ = await b.stop(SIGTERM)
+    }
+
+    @Test(
         "pause, through worker b, a download running on worker a: once b acknowledges it, no byte arrives; resumed through b, it completes identical"
     )
     func pauseAcrossTheFleet() async throws {
@@ -153,7 +212,10 @@ struct SharedStoreTests {
         let offset = try #require(acknowledged["receivedBytes"] as? Int)
         // a stopped before b answered: its part file holds exactly the offset stored at the pause, and nothing
         // arrives afterwards (a is stopped too, flushing whatever it still had).
-        let part = shared.files + "/big.bin.part"
+        // a's part file is its lease's own.
+        let parts = try FileManager.default.contentsOfDirectory(atPath: shared.files).filter { $0.hasSuffix(".part") }
+        #expect(parts.count == 1 && parts[0].hasPrefix("big.bin.lease"), "\(parts)")
+        let part = shared.files + "/" + (parts.first ?? "big.bin.part")
         let length = { (try? FileManager.default.attributesOfItem(atPath: part)[.size] as? Int) ?? -1 }
         #expect(length() == offset)
         #expect(try await a.download(id)["state"] as? String == "paused")

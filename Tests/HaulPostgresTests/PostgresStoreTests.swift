@@ -270,6 +270,7 @@ struct PostgresStoreTests {
         #expect(throws: DownloadError.self) { try b.save(stale) }
         #expect(lost.withLock { $0 } == ["q1"])
         #expect(!b.holds("q1"))
+        #expect(throws: DownloadError.self, "still fenced by the lost lease") { try b.save(stale) }
         #expect(try b.renewLeases().isEmpty)
         // A download another worker holds cannot be changed or removed elsewhere.
         let refused = try #require(throws: DownloadError.self) {
@@ -287,10 +288,11 @@ struct PostgresStoreTests {
         #expect(try observer.changes().first { $0.id == "q1" }?.durableOffset == 4096)
         #expect(try a.record(id: "q1")?.durableOffset == 4096)
 
-        // Released, q1 is anyone's again.
+        // Released, q1 is anyone's again (b's run of it ended too).
         a.release("q1")
         a.flush()
         #expect(!a.holds("q1"))
+        b.release("q1")
         current.durableOffset = 8192
         try b.save(current)
         #expect(try observer.changes().first { $0.id == "q1" }?.durableOffset == 8192)

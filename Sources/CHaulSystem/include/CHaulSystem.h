@@ -8,4 +8,10 @@
 /// seccomp filter does not offer it. glibc 2.36 has no wrapper and Swift cannot call the variadic syscall(2).
 int haul_openat2(int directory, const char *path, uint64_t flags, uint64_t mode, uint64_t resolve);
 
+/// copy_file_range(2): copies `length` bytes of `source` from `source_offset` to `target` at `target_offset`, in the
+/// kernel (a reflink or a server-side copy where the file system can). Returns the bytes copied (fewer at the end of
+/// `source`), or -1 with errno set (EXDEV, ENOSYS, EINVAL where it cannot: the caller copies by reading). Swift's Glibc
+/// module does not import it (it needs `_GNU_SOURCE`).
+int64_t haul_copy_file_range(int source, int64_t source_offset, int target, int64_t target_offset, uint64_t length);
+
 #endif

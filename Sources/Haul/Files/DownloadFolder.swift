@@ -126,6 +126,47 @@ public final class DownloadFolder: Sendable {
             "\(folder.path(of: name)) \(reason); Haul will not write through it" + (hint.map { ": \($0)" } ?? ""))
     }
 
+    // MARK: Part files of a fleet's leases
+
+    /// The name of the part file of `name`: `NAME.part`, or `NAME.lease<N>.part` for a worker of a fleet under lease
+    /// N. Each lease writes its own file, and a takeover copies the checkpointed bytes out of the earlier one and
+    /// never writes into it: a worker that was stopped still holds its file's lock, and may still have a write in
+    /// flight when it wakes.
+    static func partName(_ name: String, lease: Int64?) -> String {
+        lease.map { "\(name).lease\($0).part" } ?? name + ".part"
+    }
+
+    /// The names of the part files of `name` here that leases made, with their lease numbers.
+    func leaseParts(of name: String) -> [(name: String, lease: Int64)] {
+        let prefix = name + ".lease"
+        return folder.names().compactMap { candidate in
+            guard candidate.hasPrefix(prefix), candidate.hasSuffix(".part") else { return nil }
+            let number = candidate.dropFirst(prefix.count).dropLast(".part".count)
+            guard !number.isEmpty, number.allSatisfy(\.isASCII), let lease = Int64(number) else { return nil }
+            return (candidate, lease)
+        }
+    }
+
+    /// Opens for reading the part file of `name` that is the file `identity` names (any lease's, or the plain one);
+    /// nil when it is not here (another machine's folder).
+    func recordedPart(of name: String, identity: FileIdentity) -> (name: String, descriptor: Int32)? {
+        for candidate in [name + ".part"] + leaseParts(of: name).map(\.name) {
+            guard let entry = try? folder.entry(candidate), entry.kind == .regular, entry.identity == identity,
+                let descriptor = try? folder.open(candidate, as: entry, writing: false)
+            else { continue }
+            return (candidate, descriptor)
+        }
+        return nil
+    }
+
+    /// Deletes the part files of `name` that earlier leases made (regular files only), keeping `keeping`'s.
+    func deleteLeaseParts(of name: String, keeping: String? = nil) {
+        for part in leaseParts(of: name) where part.name != keeping {
+            guard let entry = try? folder.entry(part.name), entry.kind == .regular else { continue }
+            folder.removeFile(part.name, identity: entry.identity)
+        }
+    }
+
     /// Whether anything (a file, a link, anything) has `name`.
     func has(_ name: String) -> Bool {
         (try? folder.entry(name)) != nil
@@ -195,6 +236,9 @@ public final class DownloadFolder: Sendable {
         }
         let name = PathName.lastComponent(of: destination)
         folder.delete(name + ".part", identity: record.partIdentity)
+        // A fleet's part files, every lease's (a folder is listed for them only where a part file may be left: a
+        // completed or cancelled download has none, and `clean` forgets thousands of those at once).
+        if ![.completed, .cancelled].contains(record.state) { folder.deleteLeaseParts(of: name) }
         if includingFile, record.state == .completed { folder.delete(name, identity: record.partIdentity) }
     }
 }

@@ -179,6 +179,24 @@ public final class HeldFolder: Sendable {
         return changing { unlinkat(descriptor, name, 0) == 0 }
     }
 
+    /// The names in the folder, read through its descriptor (never through its path).
+    func names() -> [String] {
+        let copy = openat(descriptor, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        guard copy >= 0, let listing = fdopendir(copy) else {
+            if copy >= 0 { close(copy) }
+            return []
+        }
+        defer { closedir(listing) }
+        var names: [String] = []
+        while let entry = readdir(listing) {
+            let name = withUnsafeBytes(of: entry.pointee.d_name) { bytes in
+                String(decoding: bytes.prefix { $0 != 0 }, as: UTF8.self)
+            }
+            if name != "." && name != ".." { names.append(name) }
+        }
+        return names
+    }
+
     /// Flushes the folder's entries (a create, a rename) to the disk now.
     func sync() {
         fsync(descriptor)

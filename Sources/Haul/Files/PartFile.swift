@@ -1,3 +1,4 @@
+import CHaulSystem
 import Foundation
 import HaulCore
 import NIOCore
@@ -95,6 +96,42 @@ public final class PartFile: @unchecked Sendable {
             total += got
         }
         return Array(bytes.prefix(total))
+    }
+
+    /// Copies the bytes of `ranges` from `source` (a part file of an earlier lease, open for reading) to the same
+    /// offsets here: in the kernel where it can (`copy_file_range`, a reflink on file systems that share blocks),
+    /// else by reading and writing. A range that ends past the end of `source` stops there.
+    public func copy(_ ranges: [Range<Int64>], from source: Int32, named sourcePath: String) throws(DownloadError) {
+        for range in ranges where !range.isEmpty {
+            var offset = range.lowerBound
+            var inKernel = true
+            while offset < range.upperBound {
+                let left = range.upperBound - offset
+                if inKernel {
+                    let copied = haul_copy_file_range(source, offset, descriptor, offset, UInt64(left))
+                    if copied > 0 {
+                        offset += copied
+                        continue
+                    }
+                    if copied == 0 { break }
+                    if errno == EINTR { continue }
+                    guard [EXDEV, ENOSYS, EINVAL, EOPNOTSUPP].contains(errno) else {
+                        throw Self.fileError(errno, "cannot copy \(sourcePath) to \(path)")
+                    }
+                    inKernel = false
+                }
+                var buffer = [UInt8](repeating: 0, count: Int(min(left, 1 << 20)))
+                let got = buffer.withUnsafeMutableBytes { pread(source, $0.baseAddress!, $0.count, off_t(offset)) }
+                if got < 0 {
+                    if errno == EINTR { continue }
+                    throw Self.fileError(errno, "cannot read \(sourcePath)")
+                }
+                if got == 0 { break }
+                buffer.removeLast(buffer.count - got)
+                try write(ByteBuffer(bytes: buffer), at: offset)
+                offset += Int64(got)
+            }
+        }
     }
 
     /// Cuts the file to `length` bytes.

@@ -117,7 +117,8 @@ extension DownloadManager {
             committed: { [store] commit throws(DownloadError) in try await store.committed(commit) },
             isDestinationClaimed: { [weak self] path in await self?.isDestinationClaimed(path, excluding: id) ?? false
             },
-            allowedFolders: allowedFolders
+            allowedFolders: allowedFolders,
+            lease: leasing?.lease(of: id)
         )
         let started = record
         tasks[id] = Task {
@@ -137,6 +138,10 @@ extension DownloadManager {
     /// a run did not store, are what a crash leaves anyway, and the resume rules handle them.
     func runnerReported(_ id: String, _ report: RunnerReport) throws(DownloadError) -> DownloadStore.Commit? {
         guard var record = catalog[id], tasks[id] != nil else { return nil }
+        // A run whose lease was lost stores nothing more, and hears that it was refused.
+        if let leasing, !leasing.holds(id) {
+            throw DownloadError(.locked, "download \(id) was taken over by another worker")
+        }
         var commit: DownloadStore.Commit?
         switch report {
         case .transfer(let transfer, let waiting):
@@ -205,6 +210,7 @@ extension DownloadManager {
         if let leasing, !leasing.holds(id) { reason = .leaseLost }
         if reason == .leaseLost {
             // Another worker holds it now: nothing of this run is stored, and the fleet's feed brings its record.
+            leasing?.release(id)
             try? schedule()
             return
         }

@@ -19,6 +19,7 @@ extension DownloadRunner {
         let record = record
         guard let destination = record.destination else { return }
         let name = PathName.lastComponent(of: destination)
+        if let lease = environment.lease { return try await openLeasePart(of: name, lease: lease, in: folder) }
         let adopting = (options.continuePartial || isEarlierRow) && record.partIdentity == nil
         switch try folder.openPart(name + ".part", recorded: record.partIdentity, adopting: adopting) {
         case .opened(let part, let isNew):
@@ -41,6 +42,43 @@ extension DownloadRunner {
         }
     }
 
+    /// Makes the part file of this lease (`DownloadFolder.partName`) and, when the store trusts bytes of an earlier
+    /// one, copies its checkpointed ranges out of the file the store recorded, which is never written to. That file
+    /// is found here when the folder is shared with the worker that wrote it (NFS); otherwise the download starts
+    /// again from the first byte. The copy is synced before the new file's identity is stored: the stored offsets
+    /// then speak of bytes that are on the disk.
+    fileprivate func openLeasePart(of name: String, lease: Int64, in folder: DownloadFolder) async throws {
+        let own = DownloadFolder.partName(name, lease: lease)
+        guard let made = try folder.makePart(own) else {
+            throw DownloadError(
+                .untrustedFile, "\(PathName.join(folder.path, own)) exists already; Haul will not write through it")
+        }
+        part = made
+        let ranges =
+            record.segments.map { $0.map { $0.start..<$0.offset } } ?? [0..<record.durableOffset]
+        if let recorded = record.partIdentity, ranges.contains(where: { !$0.isEmpty }) {
+            if let earlier = folder.recordedPart(of: name, identity: recorded) {
+                let earlierPath = PathName.join(folder.path, earlier.name)
+                try await Blocking.run {
+                    defer { close(earlier.descriptor) }
+                    try made.copy(ranges, from: earlier.descriptor, named: earlierPath)
+                    try made.syncData()
+                }
+                environment.logger.info(
+                    "\(source): lease \(lease) goes on from the checkpointed bytes of \(earlier.name)")
+            } else {
+                environment.logger.notice(
+                    "\(source): its part file is not in \(folder.path) (another worker's folder); it starts again from the first byte"
+                )
+                record.durableOffset = 0
+                record.segments = nil
+                record.isPartVerified = true
+            }
+        }
+        record.partIdentity = made.identity
+        isPartIdentityStored = false
+    }
+
     /// Picks the file name for a folder download from the first answer, never over a file Haul did not create.
     func resolveDestination(response: TransportResponse) async throws {
         guard let folder else {
@@ -59,11 +97,12 @@ extension DownloadRunner {
     fileprivate func claimName(_ name: String, in folder: DownloadFolder, from first: Int) async throws {
         for number in first..<1000 {
             let candidate = number == 0 ? name : FileNameSanitizer.alternative(name, number: number)
-            if folder.has(candidate) || folder.has(candidate + ".part") { continue }
+            let partName = DownloadFolder.partName(candidate, lease: environment.lease)
+            if folder.has(candidate) || folder.has(candidate + ".part") || folder.has(partName) { continue }
             let path = PathName.join(folder.path, candidate)
             if await environment.isDestinationClaimed(path) { continue }
             // Made exclusively: a download of another process choosing the same name at the same moment loses.
-            guard let part = try folder.makePart(candidate + ".part") else { continue }
+            guard let part = try folder.makePart(partName) else { continue }
             self.part = part
             record.destination = path
             record.partIdentity = part.identity
@@ -84,7 +123,7 @@ extension DownloadRunner {
             record.isPartVerified
         else { return nil }
         let name = PathName.lastComponent(of: destination)
-        guard !folder.has(name + ".part"),
+        guard !folder.has(DownloadFolder.partName(name, lease: environment.lease)),
             let descriptor = folder.finishedFile(name, identity: record.partIdentity, length: total)
         else { return nil }
         let digests = try await Blocking.run {
@@ -144,10 +183,13 @@ extension DownloadRunner {
         report.facts?.totalLength = size
         try await save(report, waiting: true)
         let (replacing, takesFreeName) = (record.mayReplaceDestination, record.takesFreeName)
+        let isLeased = environment.lease != nil
         let name = try await Blocking.run {
             let name = try Self.moveIntoPlace(
                 part, in: folder, name: PathName.lastComponent(of: destination), replacing: replacing,
                 takesFreeName: takesFreeName)
+            // Whoever finishes deletes what earlier leases wrote.
+            if isLeased { folder.deleteLeaseParts(of: PathName.lastComponent(of: destination)) }
             folder.sync()
             return name
         }

@@ -27,6 +27,9 @@ struct RunnerEnvironment: Sendable {
     let isDestinationClaimed: @Sendable (String) async -> Bool
     /// The folders confined downloads are opened beneath.
     let allowedFolders: AllowedFolders
+    /// The lease a worker of a fleet runs this download under: its part file is the lease's own
+    /// (`DownloadFolder.partName`). Nil outside a fleet.
+    var lease: Int64? = nil
 }
 
 /// What a runner tells its manager while it runs.

@@ -50,7 +50,8 @@ public protocol LeasingStore: DownloadStoring {
     /// Renews every lease this worker holds; returns the downloads whose lease it no longer holds.
     func renewLeases() throws(DownloadError) -> Set<String>
     /// Gives up the lease of `id` once the writes queued before it are committed (queued, in order; a download
-    /// released as queued is claimable at once by any worker).
+    /// released as queued is claimable at once by any worker). Until its run ends (and this is called), a download
+    /// whose lease was lost stays fenced by that lease: nothing its run still writes is stored.
     func release(_ id: String)
     /// The downloads any worker changed since the last call, each as it is now (the first call only marks where
     /// the next begins): how a worker learns what the others did.
@@ -59,6 +60,8 @@ public protocol LeasingStore: DownloadStoring {
     func record(id: String) throws(DownloadError) -> DownloadRecord?
     /// Whether this worker holds the lease of `id`.
     func holds(_ id: String) -> Bool
+    /// The number of this worker's lease of `id`, if it holds one.
+    func lease(of id: String) -> Int64?
     /// Has `handler` told of each download whose lease this worker lost, once.
     func onLostLease(_ handler: @escaping @Sendable (String) -> Void)
     /// The worker that holds a live lease of `id`, if any.
