@@ -438,6 +438,23 @@ public final class PostgresStore: LeasingStore {
         return text.flatMap(ManagerSettings.init(storedText:))
     }
 
+    /// The fleet's API token: one secret in the store that every worker reads, so one token works with any of them.
+    /// The first worker that asks makes it (32 random bytes, in hex).
+    public func fleetToken() throws(DownloadError) -> String {
+        var generator = SystemRandomNumberGenerator()
+        let fresh = (0..<32).map { _ in String(format: "%02x", UInt8.random(in: 0...255, using: &generator)) }.joined()
+        let token: String? = try queue.perform { [logger] connection in
+            try connection.query(
+                "INSERT INTO setting (name, value) VALUES ('token', \(fresh)) ON CONFLICT (name) DO NOTHING",
+                logger: logger
+            ).blockingGet()
+            return try connection.query("SELECT value FROM setting WHERE name = 'token'", logger: logger)
+                .blockingGet().first?.decode(String.self)
+        }
+        guard let token, !token.isEmpty else { throw DownloadError(.store, "the store holds no fleet token") }
+        return token
+    }
+
     public func saveSettings(_ settings: ManagerSettings) throws(DownloadError) {
         let text = try settings.storedText()
         try queue.perform { [logger] connection in

@@ -66,7 +66,10 @@ extension HaulCommand {
             help: "The most connections of a download that does not say, 1 to 16.")
         var connections: Int?
 
-        @Option(help: "Read the token from this file (else $HAUL_TOKEN, else STATE_DIR/token, made on first start).")
+        @Option(
+            help:
+                "Read the token from this file (else $HAUL_TOKEN, else the fleet's from --store, else STATE_DIR/token, made on first start)."
+        )
         var tokenFile: String?
 
         @Option(help: "A PEM certificate chain: serve HTTPS.")
@@ -189,6 +192,8 @@ extension HaulCommand {
                         try PostgresLocation(url), worker: worker ?? PostgresStore.defaultWorkerName,
                         lease: lease.flatMap(Self.parseDuration) ?? .seconds(15), logger: Logger(label: "haul.store"))
                     shared = store
+                    // One token for the whole fleet, unless this worker is given its own.
+                    if options.token == nil { options.token = try store.fleetToken() }
                     options.configureManager = { $0.store = store }
                     options.logger.notice(
                         "worker \(store.worker): downloads are kept in \(store.location), leases last \(store.leaseDuration)"

@@ -34,6 +34,7 @@ struct SharedStoreTests {
                     workspace, extra: ["--worker", name, "--lease", "2s", "--allow-dir", shared.files, "-j", "4"],
                     environment: environment))
         }
+        #expect(Set(workers.map(\.token)).count == 1, "the fleet's token, from the store")
         let ids = try await workers[0].add(
             bodies.indices.map { web.url("/\($0).bin") }, into: shared.files)
         #expect(ids.count == 300)
@@ -229,6 +230,54 @@ struct SharedStoreTests {
         #expect(finished["state"] as? String == "completed", "\(finished)")
         #expect(shared.holds("big.bin", body))
         _ = await b.stop(SIGTERM)
+    }
+
+    @Test(
+        "PostgreSQL restarts under two running workers: they keep transferring, reconnect, lose nothing committed, and everything completes"
+    )
+    func databaseRestarts() async throws {
+        let database = try PostgresServer()
+        Teardowns.add { database.stop() }
+        let name = try database.createDatabase()
+        let environment = ["HAUL_STORE": database.url(database: name)]
+        let web = try await FaultServer.start()
+        Teardowns.add { await web.stop() }
+        let bodies = (0..<24).map { testBytes(1 << 20, seed: UInt64(100 + $0)) }
+        for (index, body) in bodies.enumerated() {
+            web.serve("/\(index).bin", .init(body: body, bytesPerSecond: 1 << 20))
+        }
+        let shared = try Workspace()
+        Teardowns.add { shared.remove() }
+        var workers: [DaemonProcess] = []
+        for name in ["a", "b"] {
+            let workspace = try Workspace()
+            Teardowns.add { workspace.remove() }
+            workers.append(
+                try await DaemonProcess(
+                    workspace, extra: ["--worker", name, "--allow-dir", shared.files, "-j", "3"],
+                    environment: environment))
+        }
+        let ids = try await workers[0].add(bodies.indices.map { web.url("/\($0).bin") }, into: shared.files)
+        #expect(ids.count == bodies.count)
+        // Mid-run: some done, some transferring.
+        let deadline = ContinuousClock.now + .seconds(30)
+        while try await workers[0].download(ids[0])["state"] as? String != "completed", ContinuousClock.now < deadline {
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        try database.stopServer()
+        try database.start()
+        for id in ids {
+            let finished = try await workers[1].waitUntilStopped(id)
+            #expect(finished["state"] as? String == "completed", "\(finished)")
+        }
+        for (index, body) in bodies.enumerated() { #expect(shared.holds("\(index).bin", body), "file \(index)") }
+        #expect(
+            try database.execute("SELECT count(*) FROM download WHERE state = 'completed'", database: name)
+                == "\(bodies.count)")
+        for worker in workers {
+            let stopped = await worker.stop(SIGTERM)
+            #expect(stopped.status == 0, "\(stopped.stderr)")
+        }
     }
 
     @Test("a store that cannot be reached or a bad store URL: a clear error naming the host, never the password")
