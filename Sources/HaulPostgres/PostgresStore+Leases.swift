@@ -28,7 +28,12 @@ extension PostgresStore {
         bindings.append(Self.seconds(duration))
         let query = PostgresQuery(
             unsafeSQL: """
-                WITH picked AS (
+                WITH room AS (
+                    SELECT LEAST($1, GREATEST(0, COALESCE(
+                        (SELECT value::bigint FROM setting WHERE name = 'fleetJobs')
+                            - (SELECT count(*) FROM download WHERE lease IS NOT NULL AND "leaseExpires" >= now()),
+                        $1))) AS count),
+                picked AS (
                     SELECT id FROM download
                     WHERE state IN ('queued', 'running', 'waitingForNetwork')
                       AND ("leaseExpires" IS NULL OR "leaseExpires" < now())
@@ -36,7 +41,7 @@ extension PostgresStore {
                         SELECT 1 FROM jsonb_array_elements_text(prerequisites::jsonb) AS waited(id)
                         JOIN download AS other ON other.id = waited.id WHERE other.state <> 'completed')
                     ORDER BY priority DESC, "queuePosition"
-                    LIMIT $1
+                    LIMIT (SELECT count FROM room)
                     FOR UPDATE SKIP LOCKED)
                 UPDATE download SET worker = $2, lease = nextval('lease_number'),
                     "leaseExpires" = now() + make_interval(secs => $3)
@@ -44,7 +49,9 @@ extension PostgresStore {
                 RETURNING download.lease, \(Self.qualifiedColumns)
                 """, binds: bindings)
         let claims = try queue.perform { [logger] connection in
-            try connection.query(query, logger: logger).blockingGet().map { row in
+            // Claims take turns, so that the fleet's total (`fleetJobs`) counts every lease taken before.
+            try connection.query("SELECT pg_advisory_xact_lock(\(Self.claimLock))", logger: logger).blockingGet()
+            return try connection.query(query, logger: logger).blockingGet().map { row in
                 let (lease, record) = try Self.databaseRow(row, after: Int64.self)
                 return Claim(record: try DownloadRecord(row: record), lease: lease)
             }
@@ -100,6 +107,26 @@ extension PostgresStore {
                 WHERE id = \(id) AND lease = \(lease)
                 """, logger: logger
             ).blockingGet()
+        }
+    }
+
+    /// The key of the advisory lock claims take turns under ("haulclam" in ASCII).
+    static let claimLock: Int64 = 0x6861_756C_636C_616D
+
+    /// Limits the downloads the whole fleet runs at once to `jobs` (nil: each worker's `-j` alone). Stored: every
+    /// worker's claims keep to it.
+    public func setFleetLimit(_ jobs: Int?) throws(DownloadError) {
+        try queue.perform { [logger] connection in
+            if let jobs {
+                try connection.query(
+                    """
+                    INSERT INTO setting (name, value) VALUES ('fleetJobs', \(String(jobs)))
+                    ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value
+                    """, logger: logger
+                ).blockingGet()
+            } else {
+                try connection.query("DELETE FROM setting WHERE name = 'fleetJobs'", logger: logger).blockingGet()
+            }
         }
     }
 

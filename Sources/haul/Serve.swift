@@ -55,6 +55,12 @@ extension HaulCommand {
                     + "(with --store; default 15s).", valueName: "DURATION"))
         var lease: String?
 
+        @Option(
+            help: ArgumentHelp(
+                "With --store: downloads the whole fleet runs at once, kept in the store for every worker "
+                    + "(0: no fleet-wide limit, each worker's -j alone).", valueName: "N"))
+        var fleetJobs: Int?
+
         @Option(name: .shortAndLong, help: "Downloads transferring at once.")
         var jobs: Int?
 
@@ -100,8 +106,14 @@ extension HaulCommand {
             }
             if let store = storeURL {
                 do { _ = try PostgresLocation(store) } catch { throw ValidationError(error.message) }
-            } else if worker != nil || lease != nil {
-                throw ValidationError("--worker and --lease name a worker of a fleet: give --store (or $HAUL_STORE)")
+            } else if worker != nil || lease != nil || fleetJobs != nil {
+                throw ValidationError(
+                    "--worker, --lease and --fleet-jobs are for a worker of a fleet: give --store (or $HAUL_STORE)")
+            }
+            if let fleetJobs, fleetJobs != 0 {
+                try checkRule("--fleet-jobs") { () throws(DownloadRules.RuleViolation) in
+                    try DownloadRules.checkConcurrentDownloads(fleetJobs)
+                }
             }
             if let worker, worker.isEmpty || worker.count > 200 || worker.contains(where: \.isNewline) {
                 throw ValidationError("--worker '\(worker)' is not a name: 1 to 200 characters on one line")
@@ -194,6 +206,7 @@ extension HaulCommand {
                     shared = store
                     // One token for the whole fleet, unless this worker is given its own.
                     if options.token == nil { options.token = try store.fleetToken() }
+                    if let fleetJobs { try store.setFleetLimit(fleetJobs == 0 ? nil : fleetJobs) }
                     options.configureManager = { $0.store = store }
                     options.logger.notice(
                         "worker \(store.worker): downloads are kept in \(store.location), leases last \(store.leaseDuration)"

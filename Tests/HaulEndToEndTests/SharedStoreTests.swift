@@ -280,6 +280,42 @@ struct SharedStoreTests {
         }
     }
 
+    @Test(
+        "--fleet-jobs 5 with three workers of -j 4: the server never sees more than 5 downloads at once, and all complete"
+    )
+    func fleetLimit() async throws {
+        let database = try PostgresServer()
+        Teardowns.add { database.stop() }
+        let environment = ["HAUL_STORE": database.url(database: try database.createDatabase())]
+        let web = try await FaultServer.start()
+        Teardowns.add { await web.stop() }
+        // Throttled answers close their connection at the end: the connections open are the downloads transferring.
+        let bodies = (0..<20).map { testBytes(256 << 10, seed: UInt64(200 + $0)) }
+        for (index, body) in bodies.enumerated() {
+            web.serve("/\(index).bin", .init(body: body, bytesPerSecond: 512 << 10))
+        }
+        let shared = try Workspace()
+        Teardowns.add { shared.remove() }
+        var workers: [DaemonProcess] = []
+        for name in ["a", "b", "c"] {
+            let workspace = try Workspace()
+            Teardowns.add { workspace.remove() }
+            workers.append(
+                try await DaemonProcess(
+                    workspace,
+                    extra: ["--worker", name, "--allow-dir", shared.files, "-j", "4", "-x", "1", "--fleet-jobs", "5"],
+                    environment: environment))
+        }
+        let ids = try await workers[0].add(bodies.indices.map { web.url("/\($0).bin") }, into: shared.files)
+        for id in ids {
+            let finished = try await workers[2].waitUntilStopped(id)
+            #expect(finished["state"] as? String == "completed", "\(finished)")
+        }
+        for (index, body) in bodies.enumerated() { #expect(shared.holds("\(index).bin", body), "file \(index)") }
+        #expect(web.peakConnections <= 5, "\(web.peakConnections) at once")
+        for worker in workers { _ = await worker.stop(SIGTERM) }
+    }
+
     @Test("a store that cannot be reached or a bad store URL: a clear error naming the host, never the password")
     func unreachable() async throws {
         let workspace = try Workspace()
