@@ -144,6 +144,7 @@ extension PostgresStore {
     }
 
     public func renewLeases() throws(DownloadError) -> Set<String> {
+        try heartbeat()
         let leases = held.withLock { $0 }
         let renewed = try renewLeases(worker: worker, leases, for: leaseDuration)
         var lost: Set<String> = []
@@ -200,6 +201,31 @@ extension PostgresStore {
         }
         feedHorizon.withLock { $0 = horizon }
         return since == nil ? [] : records
+    }
+
+    /// Records that this worker is alive now (with each renewal, the first when its manager starts running).
+    func heartbeat() throws(DownloadError) {
+        let query: PostgresQuery = """
+            INSERT INTO worker (name) VALUES (\(worker)) ON CONFLICT (name) DO UPDATE SET "heartbeatAt" = now()
+            """
+        try queue.perform { [logger] connection in try connection.query(query, logger: logger).blockingGet() }
+    }
+
+    public func workers() throws(DownloadError) -> [WorkerStatus] {
+        let query: PostgresQuery = """
+            SELECT worker.name, extract(epoch FROM worker."heartbeatAt")::float8,
+                COALESCE(array_agg(download.id ORDER BY download.id) FILTER (WHERE download.id IS NOT NULL), '{}')
+            FROM worker LEFT JOIN download
+                ON download.worker = worker.name AND download.lease IS NOT NULL AND download."leaseExpires" >= now()
+            GROUP BY worker.name, worker."heartbeatAt" ORDER BY worker.name
+            """
+        return try queue.perform { [logger] connection in
+            try connection.query(query, logger: logger).blockingGet().map { row in
+                let (name, seconds, downloads) = try row.decode((String, Double, [String]).self)
+                return WorkerStatus(
+                    name: name, heartbeatAt: Date(timeIntervalSince1970: seconds), downloads: downloads)
+            }
+        }
     }
 
     /// Seconds, as PostgreSQL's `make_interval` takes them.

@@ -160,6 +160,15 @@ public final class PostgresStore: LeasingStore {
                 "CREATE INDEX download_changes ON download (\"changedIn\")",
             ]
         ),
+        (
+            4, "workers",
+            [
+                // Each worker's heartbeat: `GET /api/v1/workers` and `haul workers` show the fleet from it.
+                "CREATE TABLE worker (name TEXT PRIMARY KEY, \"startedAt\" TIMESTAMPTZ NOT NULL DEFAULT now(), "
+                    + "\"heartbeatAt\" TIMESTAMPTZ NOT NULL DEFAULT now())",
+                "CREATE INDEX download_by_worker ON download (worker) WHERE lease IS NOT NULL",
+            ]
+        ),
     ]
 
     /// Applies the migrations the database lacks, holding the advisory lock on `connection` meanwhile.

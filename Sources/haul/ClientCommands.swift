@@ -97,6 +97,43 @@ extension HaulCommand {
         func run() async throws { try await target.apply("retry", done: "queued again") }
     }
 
+    /// `haul workers`: the fleet that shares the daemon's store.
+    struct Workers: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "workers",
+            abstract: "List the workers sharing haul serve's store: name, last heartbeat, downloads running.",
+            discussion: """
+                Asks the daemon of the state folder (or --server). Without a shared store (haul serve --store), \
+                the one worker is that daemon.
+                """)
+
+        @Flag(help: "Print a JSON array for scripts.")
+        var json = false
+
+        @OptionGroup var state: StateOptions
+
+        func run() async throws {
+            let client = try state.requireDaemon()
+            defer { Task { await client.shutdown() } }
+            let workers = try await runOrExit { try await client.workers() }
+            if json {
+                let formatter = ISO8601DateFormatter()
+                let objects: [[String: Any]] = workers.map {
+                    ["name": $0.name, "heartbeatAt": formatter.string(from: $0.heartbeatAt), "downloads": $0.downloads]
+                }
+                let data = try JSONSerialization.data(
+                    withJSONObject: objects, options: [.sortedKeys, .withoutEscapingSlashes])
+                FileHandle.standardOutput.write(data + Data("\n".utf8))
+                return
+            }
+            for worker in workers {
+                let age = max(0, Int(Date().timeIntervalSince(worker.heartbeatAt).rounded()))
+                let running = worker.downloads.isEmpty ? "idle" : "\(worker.downloads.count) running"
+                print("\(worker.name)  heartbeat \(age) s ago  \(running)")
+            }
+        }
+    }
+
     /// `haul watch [ID…]`: live progress from the daemon's event stream.
     struct Watch: AsyncParsableCommand {
         static let configuration = CommandConfiguration(

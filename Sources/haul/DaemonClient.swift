@@ -160,6 +160,13 @@ struct DaemonClient: Sendable {
         guard case .noContent = output else { throw Self.failure(output) }
     }
 
+    /// The workers of the daemon's fleet (the daemon alone, without a shared store).
+    func workers() async throws -> [Components.Schemas.Worker] {
+        let output = try await call { try await api.listWorkers() }
+        guard case .ok(let ok) = output, case .json(let body) = ok.body else { throw Self.failure(output) }
+        return body.workers
+    }
+
     func clean() async throws -> Int {
         let output = try await call { try await api.clean() }
         guard case .ok(let ok) = output, case .json(let body) = ok.body else { throw Self.failure(output) }

@@ -21,7 +21,7 @@ struct HaulCommand: AsyncParsableCommand {
         version: HaulVersion.current,
         subcommands: [
             Get.self, Add.self, Watch.self, Pause.self, Resume.self, Cancel.self, Retry.self, List.self, Remove.self,
-            Clean.self, Serve.self,
+            Clean.self, Workers.self, Serve.self,
         ]
     )
 }

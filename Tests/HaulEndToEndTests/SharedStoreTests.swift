@@ -25,13 +25,15 @@ struct SharedStoreTests {
         Teardowns.add { shared.remove() }
         let environment = ["HAUL_STORE": url]
 
+        // Leases of the default length: one that expired under a loaded machine would rightly be taken over and
+        // fetched again, which is the takeover tests' subject, not this one's.
         var workers: [DaemonProcess] = []
         for name in ["a", "b", "c"] {
             let workspace = try Workspace()
             Teardowns.add { workspace.remove() }
             workers.append(
                 try await DaemonProcess(
-                    workspace, extra: ["--worker", name, "--lease", "2s", "--allow-dir", shared.files, "-j", "4"],
+                    workspace, extra: ["--worker", name, "--allow-dir", shared.files, "-j", "4"],
                     environment: environment))
         }
         #expect(Set(workers.map(\.token)).count == 1, "the fleet's token, from the store")
@@ -46,6 +48,16 @@ struct SharedStoreTests {
             #expect(shared.holds("\(index).bin", body), "file \(index)")
             #expect(web.bodyBytesSent(for: "/\(index).bin") == body.count, "file \(index) was fetched once")
         }
+        // Every worker shows the fleet, by name, each heartbeat recent.
+        let listed = try await workers[1].call(.GET, "/api/v1/workers")
+        let fleet = (listed.body as? [String: Any])?["workers"] as? [[String: Any]] ?? []
+        #expect(fleet.compactMap { $0["name"] as? String } == ["a", "b", "c"], "\(fleet)")
+        #expect(fleet.allSatisfy { ($0["downloads"] as? [String])?.isEmpty == true }, "all done: \(fleet)")
+        let printed = try await HaulProcess.run(
+            ["workers", "--state-dir", workers[0].workspace.state], in: workers[0].workspace)
+        #expect(printed.status == 0, "\(printed.stderr)")
+        #expect(
+            ["a", "b", "c"].allSatisfy { name in printed.stdout.contains("\(name)  heartbeat ") }, "\(printed.stdout)")
         // b and c answer for downloads a added.
         for worker in workers.dropFirst() {
             let seen = try await worker.download(ids[299])
@@ -206,6 +218,9 @@ struct SharedStoreTests {
             try await Task.sleep(for: .milliseconds(20))
         }
         let b = try await worker("b")
+        let listed = try await b.call(.GET, "/api/v1/workers")
+        let fleet = (listed.body as? [String: Any])?["workers"] as? [[String: Any]] ?? []
+        #expect(fleet.first { $0["name"] as? String == "a" }?["downloads"] as? [String] == [id], "\(fleet)")
         let paused = try await b.call(.POST, "/api/v1/downloads/\(id)/pause")
         #expect(paused.status == 200, "\(String(describing: paused.body))")
         let acknowledged = try await b.download(id)

@@ -60,12 +60,18 @@ extension DownloadManager {
         task.cancel()
     }
 
-    /// Renews this worker's leases every third of their length until the calling task is cancelled.
+    /// Renews this worker's leases (and tells its heartbeat) at once and then every third of their length, until the
+    /// calling task is cancelled.
     func renewLeases(clock: EngineClock) async {
         guard let leasing else { return }
         let interval = leasing.leaseDuration / 3
+        // The first renewal at once: it is also the worker's first heartbeat.
+        var isFirst = true
         while !Task.isCancelled {
-            do { try await clock.sleep(interval) } catch { return }
+            if !isFirst {
+                do { try await clock.sleep(interval) } catch { return }
+            }
+            isFirst = false
             do {
                 // A lost lease is told through `onLostLease` as well; this stops it without waiting for that.
                 let lost = try await Blocking.run { try leasing.renewLeases() }
@@ -121,6 +127,22 @@ extension DownloadManager {
             forget(known)
         }
         return stored
+    }
+
+    /// The workers sharing this manager's store; without a shared store, this one alone (named after the host), its
+    /// heartbeat now.
+    public func workers() async throws(DownloadError) -> [WorkerStatus] {
+        guard let leasing else {
+            return [
+                WorkerStatus(
+                    name: ProcessInfo.processInfo.hostName, heartbeatAt: Date(), downloads: tasks.keys.sorted())
+            ]
+        }
+        do { return try await Blocking.run { try leasing.workers() } } catch let error as DownloadError {
+            throw error
+        } catch {
+            throw DownloadError(.store, "cannot read the workers: \(error)")
+        }
     }
 
     // MARK: Commands across the fleet

@@ -70,6 +70,23 @@ public protocol LeasingStore: DownloadStoring {
     func send(_ command: FleetCommand, for id: String) throws(DownloadError)
     /// Has `handler` told of each command sent to the fleet, with its download.
     func onCommand(_ handler: @escaping @Sendable (String, FleetCommand) -> Void)
+    /// Every worker that has used the store, by name, with its last heartbeat and what it holds now.
+    func workers() throws(DownloadError) -> [WorkerStatus]
+}
+
+/// One worker of a fleet as the store knows it.
+public struct WorkerStatus: Sendable, Equatable {
+    public var name: String
+    /// When it last renewed its leases (its heartbeat, every third of a lease).
+    public var heartbeatAt: Date
+    /// The downloads it holds a live lease of, by id.
+    public var downloads: [String]
+
+    public init(name: String, heartbeatAt: Date, downloads: [String]) {
+        self.name = name
+        self.heartbeatAt = heartbeatAt
+        self.downloads = downloads
+    }
 }
 
 /// What one worker asks of the worker that runs a download.

@@ -333,6 +333,19 @@ public struct APIHandler: APIProtocol {
         .ok(.init(body: .json(.init(await manager.stats()))))
     }
 
+    public func listWorkers(_ input: Operations.ListWorkers.Input) async throws -> Operations.ListWorkers.Output {
+        let workers: [WorkerStatus]
+        do { workers = try await manager.workers() } catch { throw APIError(error) }
+        return .ok(
+            .init(
+                body: .json(
+                    .init(
+                        workers: workers.map {
+                            Components.Schemas.Worker(
+                                name: $0.name, heartbeatAt: $0.heartbeatAt, downloads: $0.downloads)
+                        }))))
+    }
+
     public func getSpeedSamples(_ input: Operations.GetSpeedSamples.Input) async throws
         -> Operations.GetSpeedSamples.Output
     {
