@@ -14,28 +14,15 @@ struct SharedStoreTests {
         "three workers share one folder: 300 downloads added through one run once each, identical; any worker answers for all; a restart keeps them; no password shown"
     )
     func workersShare() async throws {
-        let database = try PostgresServer()
-        Teardowns.add { database.stop() }
-        let url = database.url(database: try database.createDatabase())
-        let web = try await FaultServer.start()
-        Teardowns.add { await web.stop() }
+        let fleet = try await Fleet()
+        let (database, web, shared) = (fleet.database, fleet.web, fleet.shared)
         let bodies = (0..<300).map { testBytes(16 << 10, seed: UInt64($0 + 1)) }
         for (index, body) in bodies.enumerated() { web.serve("/\(index).bin", .init(body: body)) }
-        let shared = try Workspace()
-        Teardowns.add { shared.remove() }
-        let environment = ["HAUL_STORE": url]
 
         // Leases of the default length: one that expired under a loaded machine would rightly be taken over and
         // fetched again, which is the takeover tests' subject, not this one's.
         var workers: [DaemonProcess] = []
-        for name in ["a", "b", "c"] {
-            let workspace = try Workspace()
-            Teardowns.add { workspace.remove() }
-            workers.append(
-                try await DaemonProcess(
-                    workspace, extra: ["--worker", name, "--allow-dir", shared.files, "-j", "4"],
-                    environment: environment))
-        }
+        for name in ["a", "b", "c"] { workers.append(try await fleet.worker(name, ["-j", "4"])) }
         #expect(Set(workers.map(\.token)).count == 1, "the fleet's token, from the store")
         let ids = try await workers[0].add(
             bodies.indices.map { web.url("/\($0).bin") }, into: shared.files)
@@ -50,9 +37,9 @@ struct SharedStoreTests {
         }
         // Every worker shows the fleet, by name, each heartbeat recent.
         let listed = try await workers[1].call(.GET, "/api/v1/workers")
-        let fleet = (listed.body as? [String: Any])?["workers"] as? [[String: Any]] ?? []
-        #expect(fleet.compactMap { $0["name"] as? String } == ["a", "b", "c"], "\(fleet)")
-        #expect(fleet.allSatisfy { ($0["downloads"] as? [String])?.isEmpty == true }, "all done: \(fleet)")
+        let shown = (listed.body as? [String: Any])?["workers"] as? [[String: Any]] ?? []
+        #expect(shown.compactMap { $0["name"] as? String } == ["a", "b", "c"], "\(shown)")
+        #expect(shown.allSatisfy { ($0["downloads"] as? [String])?.isEmpty == true }, "all done: \(shown)")
         let printed = try await HaulProcess.run(
             ["workers", "--state-dir", workers[0].workspace.state], in: workers[0].workspace)
         #expect(printed.status == 0, "\(printed.stderr)")
@@ -72,7 +59,8 @@ struct SharedStoreTests {
             outputs += [stopped.stdout, stopped.stderr]
         }
         #expect(outputs[1].contains("worker a: downloads are kept in postgres://haul@127.0.0.1:"), "\(outputs[1])")
-        let again = try await DaemonProcess(workers[0].workspace, extra: ["--worker", "a"], environment: environment)
+        let again = try await DaemonProcess(
+            workers[0].workspace, extra: ["--worker", "a"], environment: fleet.environment)
         let first = try await again.download(ids[0])
         #expect(first["state"] as? String == "completed", "\(first)")
         #expect(first["receivedBytes"] as? Int == bodies[0].count, "\(first)")
@@ -88,33 +76,18 @@ struct SharedStoreTests {
         "kill -9 of a worker mid-download: once its lease expires another takes the download over from its last checkpoint in the shared folder, and the file is identical"
     )
     func takeover() async throws {
-        let database = try PostgresServer()
-        Teardowns.add { database.stop() }
-        let name = try database.createDatabase()
-        let environment = ["HAUL_STORE": database.url(database: name)]
-        let web = try await FaultServer.start()
-        Teardowns.add { await web.stop() }
+        let fleet = try await Fleet()
+        let (web, shared) = (fleet.web, fleet.shared)
         let rate = 2 << 20
         let body = testBytes(12 << 20, seed: 35)
         web.serve("/big.bin", .init(body: body, bytesPerSecond: rate))
-        let shared = try Workspace()
-        Teardowns.add { shared.remove() }
-        func worker(_ name: String) async throws -> DaemonProcess {
-            let workspace = try Workspace()
-            Teardowns.add { workspace.remove() }
-            return try await DaemonProcess(
-                workspace, extra: ["--worker", name, "--lease", "2s", "--allow-dir", shared.files, "-x", "1"],
-                environment: environment)
-        }
+        let options = ["--lease", "2s", "-x", "1"]
 
-        let a = try await worker("a")
+        let a = try await fleet.worker("a", options)
         let id = try #require(try await a.add([web.url("/big.bin")], into: shared.files).first)
         // Mid-download on a, past a few of its checkpoints.
-        let deadline = ContinuousClock.now + .seconds(30)
-        while try await a.download(id)["receivedBytes"] as? Int ?? 0 < 4 << 20, ContinuousClock.now < deadline {
-            try await Task.sleep(for: .milliseconds(20))
-        }
-        let b = try await worker("b")
+        try await waitUntilReceived(4 << 20, of: id, on: a)
+        let b = try await fleet.worker("b", options)
         _ = await a.stop(SIGKILL)
         let finished = try await b.waitUntilStopped(id)
         #expect(finished["state"] as? String == "completed", "\(finished)")
@@ -134,34 +107,19 @@ struct SharedStoreTests {
         "SIGSTOP a worker past its lease: another takes over into a part file of its own lease and finishes; woken, the stopped one writes nothing more to the store or the file"
     )
     func fencing() async throws {
-        let database = try PostgresServer()
-        Teardowns.add { database.stop() }
-        let name = try database.createDatabase()
-        let environment = ["HAUL_STORE": database.url(database: name)]
-        let web = try await FaultServer.start()
-        Teardowns.add { await web.stop() }
+        let fleet = try await Fleet()
+        let (web, shared) = (fleet.web, fleet.shared)
         let body = testBytes(12 << 20, seed: 37)
         web.serve("/big.bin", .init(body: body, bytesPerSecond: 2 << 20))
-        let shared = try Workspace()
-        Teardowns.add { shared.remove() }
-        func worker(_ name: String) async throws -> DaemonProcess {
-            let workspace = try Workspace()
-            Teardowns.add { workspace.remove() }
-            return try await DaemonProcess(
-                workspace, extra: ["--worker", name, "--lease", "2s", "--allow-dir", shared.files, "-x", "1"],
-                environment: environment)
-        }
+        let options = ["--lease", "2s", "-x", "1"]
 
-        let a = try await worker("a")
+        let a = try await fleet.worker("a", options)
         Teardowns.add { a.haul.signal(SIGCONT) }
         let id = try #require(try await a.add([web.url("/big.bin")], into: shared.files).first)
-        let deadline = ContinuousClock.now + .seconds(30)
-        while try await a.download(id)["receivedBytes"] as? Int ?? 0 < 3 << 20, ContinuousClock.now < deadline {
-            try await Task.sleep(for: .milliseconds(20))
-        }
-        let aLease = try database.execute("SELECT lease FROM download", database: name)
+        try await waitUntilReceived(3 << 20, of: id, on: a)
+        let aLease = try fleet.execute("SELECT lease FROM download")
         a.haul.signal(SIGSTOP)
-        let b = try await worker("b")
+        let b = try await fleet.worker("b", options)
         let finished = try await b.waitUntilStopped(id)
         #expect(finished["state"] as? String == "completed", "\(finished)")
         #expect(shared.holds("big.bin", body))
@@ -171,18 +129,15 @@ struct SharedStoreTests {
         #expect(requests.count == 2 && requests.last?.range?.hasPrefix("bytes=0-") == false, "\(requests)")
         #expect(!FileManager.default.fileExists(atPath: shared.files + "/big.bin.lease\(aLease).part"))
         let row = "SELECT state, \"durableOffset\", \"updatedAt\", worker, lease FROM download"
-        let stored = try database.execute(row, database: name)
+        let stored = try fleet.execute(row)
 
         // a wakes: its lease is gone, so it stops the download; it stored nothing, and the file is as b left it.
         a.haul.signal(SIGCONT)
-        let woken = ContinuousClock.now + .seconds(30)
-        while try await a.download(id)["state"] as? String != "completed", ContinuousClock.now < woken {
-            try await Task.sleep(for: .milliseconds(20))
-        }
+        try await waitUntilState("completed", of: id, on: a)
         #expect(try await a.download(id)["state"] as? String == "completed")
         let stopped = await a.stop(SIGTERM)
         #expect(stopped.stderr.contains("download \(id) was taken over by another worker"), "\(stopped.stderr)")
-        #expect(try database.execute(row, database: name) == stored)
+        #expect(try fleet.execute(row) == stored)
         #expect(shared.holds("big.bin", body))
         let left = try FileManager.default.contentsOfDirectory(atPath: shared.files)
         #expect(left == ["big.bin"], "\(left)")
@@ -193,34 +148,19 @@ struct SharedStoreTests {
         "pause, through worker b, a download running on worker a: once b acknowledges it, no byte arrives; resumed through b, it completes identical"
     )
     func pauseAcrossTheFleet() async throws {
-        let database = try PostgresServer()
-        Teardowns.add { database.stop() }
-        let name = try database.createDatabase()
-        let environment = ["HAUL_STORE": database.url(database: name)]
-        let web = try await FaultServer.start()
-        Teardowns.add { await web.stop() }
+        let fleet = try await Fleet()
+        let (web, shared) = (fleet.web, fleet.shared)
         let body = testBytes(12 << 20, seed: 36)
         web.serve("/big.bin", .init(body: body, bytesPerSecond: 2 << 20))
-        let shared = try Workspace()
-        Teardowns.add { shared.remove() }
-        func worker(_ name: String) async throws -> DaemonProcess {
-            let workspace = try Workspace()
-            Teardowns.add { workspace.remove() }
-            return try await DaemonProcess(
-                workspace, extra: ["--worker", name, "--lease", "2s", "--allow-dir", shared.files, "-x", "1"],
-                environment: environment)
-        }
+        let options = ["--lease", "2s", "-x", "1"]
 
-        let a = try await worker("a")
+        let a = try await fleet.worker("a", options)
         let id = try #require(try await a.add([web.url("/big.bin")], into: shared.files).first)
-        let deadline = ContinuousClock.now + .seconds(30)
-        while try await a.download(id)["receivedBytes"] as? Int ?? 0 < 1 << 20, ContinuousClock.now < deadline {
-            try await Task.sleep(for: .milliseconds(20))
-        }
-        let b = try await worker("b")
+        try await waitUntilReceived(1 << 20, of: id, on: a)
+        let b = try await fleet.worker("b", options)
         let listed = try await b.call(.GET, "/api/v1/workers")
-        let fleet = (listed.body as? [String: Any])?["workers"] as? [[String: Any]] ?? []
-        #expect(fleet.first { $0["name"] as? String == "a" }?["downloads"] as? [String] == [id], "\(fleet)")
+        let shown = (listed.body as? [String: Any])?["workers"] as? [[String: Any]] ?? []
+        #expect(shown.first { $0["name"] as? String == "a" }?["downloads"] as? [String] == [id], "\(shown)")
         let paused = try await b.call(.POST, "/api/v1/downloads/\(id)/pause")
         #expect(paused.status == 200, "\(String(describing: paused.body))")
         let acknowledged = try await b.download(id)
@@ -237,7 +177,7 @@ struct SharedStoreTests {
         #expect(try await a.download(id)["state"] as? String == "paused")
         _ = await a.stop(SIGTERM)
         #expect(length() == offset)
-        #expect(try database.execute("SELECT \"durableOffset\" FROM download", database: name) == "\(offset)")
+        #expect(try fleet.execute("SELECT \"durableOffset\" FROM download") == "\(offset)")
 
         let resumed = try await b.call(.POST, "/api/v1/downloads/\(id)/resume")
         #expect(resumed.status == 200)
@@ -251,34 +191,17 @@ struct SharedStoreTests {
         "PostgreSQL restarts under two running workers: they keep transferring, reconnect, lose nothing committed, and everything completes"
     )
     func databaseRestarts() async throws {
-        let database = try PostgresServer()
-        Teardowns.add { database.stop() }
-        let name = try database.createDatabase()
-        let environment = ["HAUL_STORE": database.url(database: name)]
-        let web = try await FaultServer.start()
-        Teardowns.add { await web.stop() }
+        let fleet = try await Fleet()
+        let (database, web, shared) = (fleet.database, fleet.web, fleet.shared)
         let bodies = (0..<24).map { testBytes(1 << 20, seed: UInt64(100 + $0)) }
         for (index, body) in bodies.enumerated() {
             web.serve("/\(index).bin", .init(body: body, bytesPerSecond: 1 << 20))
         }
-        let shared = try Workspace()
-        Teardowns.add { shared.remove() }
-        var workers: [DaemonProcess] = []
-        for name in ["a", "b"] {
-            let workspace = try Workspace()
-            Teardowns.add { workspace.remove() }
-            workers.append(
-                try await DaemonProcess(
-                    workspace, extra: ["--worker", name, "--allow-dir", shared.files, "-j", "3"],
-                    environment: environment))
-        }
+        let workers = [try await fleet.worker("a", ["-j", "3"]), try await fleet.worker("b", ["-j", "3"])]
         let ids = try await workers[0].add(bodies.indices.map { web.url("/\($0).bin") }, into: shared.files)
         #expect(ids.count == bodies.count)
         // Mid-run: some done, some transferring.
-        let deadline = ContinuousClock.now + .seconds(30)
-        while try await workers[0].download(ids[0])["state"] as? String != "completed", ContinuousClock.now < deadline {
-            try await Task.sleep(for: .milliseconds(20))
-        }
+        try await waitUntilState("completed", of: ids[0], on: workers[0])
         try database.stopServer()
         try database.start()
         for id in ids {
@@ -287,7 +210,7 @@ struct SharedStoreTests {
         }
         for (index, body) in bodies.enumerated() { #expect(shared.holds("\(index).bin", body), "file \(index)") }
         #expect(
-            try database.execute("SELECT count(*) FROM download WHERE state = 'completed'", database: name)
+            try fleet.execute("SELECT count(*) FROM download WHERE state = 'completed'")
                 == "\(bodies.count)")
         for worker in workers {
             let stopped = await worker.stop(SIGTERM)
@@ -299,27 +222,16 @@ struct SharedStoreTests {
         "--fleet-jobs 5 with three workers of -j 4: the server never sees more than 5 downloads at once, and all complete"
     )
     func fleetLimit() async throws {
-        let database = try PostgresServer()
-        Teardowns.add { database.stop() }
-        let environment = ["HAUL_STORE": database.url(database: try database.createDatabase())]
-        let web = try await FaultServer.start()
-        Teardowns.add { await web.stop() }
+        let fleet = try await Fleet()
+        let (web, shared) = (fleet.web, fleet.shared)
         // Throttled answers close their connection at the end: the connections open are the downloads transferring.
         let bodies = (0..<20).map { testBytes(256 << 10, seed: UInt64(200 + $0)) }
         for (index, body) in bodies.enumerated() {
             web.serve("/\(index).bin", .init(body: body, bytesPerSecond: 512 << 10))
         }
-        let shared = try Workspace()
-        Teardowns.add { shared.remove() }
         var workers: [DaemonProcess] = []
         for name in ["a", "b", "c"] {
-            let workspace = try Workspace()
-            Teardowns.add { workspace.remove() }
-            workers.append(
-                try await DaemonProcess(
-                    workspace,
-                    extra: ["--worker", name, "--allow-dir", shared.files, "-j", "4", "-x", "1", "--fleet-jobs", "5"],
-                    environment: environment))
+            workers.append(try await fleet.worker(name, ["-j", "4", "-x", "1", "--fleet-jobs", "5"]))
         }
         let ids = try await workers[0].add(bodies.indices.map { web.url("/\($0).bin") }, into: shared.files)
         for id in ids {
@@ -353,5 +265,53 @@ struct SharedStoreTests {
         #expect(bad.status != 0)
         #expect(bad.stderr.contains("has the parameter ssl"), "\(bad.stderr)")
         #expect(!bad.stderr.contains("hunter2"), "\(bad.stderr)")
+    }
+}
+
+/// One test's fleet: a PostgreSQL with one database, a web server, a folder every worker shares, and the workers as
+/// `haul serve` processes on that store, each with a state folder of its own; all stopped and removed at the end.
+struct Fleet {
+    let database: PostgresServer
+    let name: String
+    let web: FaultServer
+    let shared: Workspace
+    var environment: [String: String] { ["HAUL_STORE": database.url(database: name)] }
+
+    init() async throws {
+        database = try PostgresServer()
+        Teardowns.add { [database] in database.stop() }
+        name = try database.createDatabase()
+        web = try await FaultServer.start()
+        Teardowns.add { [web] in await web.stop() }
+        shared = try Workspace()
+        Teardowns.add { [shared] in shared.remove() }
+    }
+
+    /// Starts worker `name`, allowed to write to the shared folder, with `extra` arguments.
+    func worker(_ name: String, _ extra: [String] = []) async throws -> DaemonProcess {
+        let workspace = try Workspace()
+        Teardowns.add { workspace.remove() }
+        return try await DaemonProcess(
+            workspace, extra: ["--worker", name, "--allow-dir", shared.files] + extra, environment: environment)
+    }
+
+    /// Runs `sql` in the fleet's database.
+    @discardableResult
+    func execute(_ sql: String) throws -> String { try database.execute(sql, database: name) }
+}
+
+/// Returns once `worker` shows download `id` with at least `bytes` received (mid-download), polling its API.
+func waitUntilReceived(_ bytes: Int, of id: String, on worker: DaemonProcess) async throws {
+    let deadline = ContinuousClock.now + .seconds(30)
+    while try await worker.download(id)["receivedBytes"] as? Int ?? 0 < bytes, ContinuousClock.now < deadline {
+        try await Task.sleep(for: .milliseconds(20))
+    }
+}
+
+/// Returns once `worker` shows download `id` in `state`, polling its API.
+func waitUntilState(_ state: String, of id: String, on worker: DaemonProcess) async throws {
+    let deadline = ContinuousClock.now + .seconds(30)
+    while try await worker.download(id)["state"] as? String != state, ContinuousClock.now < deadline {
+        try await Task.sleep(for: .milliseconds(20))
     }
 }
