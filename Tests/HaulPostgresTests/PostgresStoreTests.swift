@@ -348,8 +348,8 @@ struct PostgresStoreTests {
 /// next manager.
 @Suite("A manager on the PostgreSQL store", .serialized, .teardowns, .timeLimit(.minutes(3)))
 struct PostgresManagerTests {
-    @Test("downloads complete with their rows in PostgreSQL, and a new manager on the store finds them as they ended")
-    func downloadsAndReopens() async throws {
+    /// A PostgreSQL, a web server and a folder for the files, each gone when the test ends.
+    static func setUp() async throws -> (PostgresServer, FaultServer, String) {
         let server = try PostgresServer()
         Teardowns.add { server.stop() }
         let web = try await FaultServer.start()
@@ -357,6 +357,12 @@ struct PostgresManagerTests {
         let folder = NSTemporaryDirectory() + "haul-postgres-files-" + UUID().uuidString
         try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
         Teardowns.add { try? FileManager.default.removeItem(atPath: folder) }
+        return (server, web, folder)
+    }
+
+    @Test("downloads complete with their rows in PostgreSQL, and a new manager on the store finds them as they ended")
+    func downloadsAndReopens() async throws {
+        let (server, web, folder) = try await Self.setUp()
         let bodies = (0..<3).map { testBytes(3 << 20, seed: UInt64($0 + 1)) }
         for (index, body) in bodies.enumerated() { web.serve("/\(index).bin", .init(body: body)) }
         web.serve("/missing", .init(body: []) { _, _ in .status(404, headers: [:]) })
@@ -404,13 +410,7 @@ struct PostgresManagerTests {
     @Test(
         "two workers on one store share its queue: each download runs once, on one of them, and both hear every result")
     func workersShare() async throws {
-        let server = try PostgresServer()
-        Teardowns.add { server.stop() }
-        let web = try await FaultServer.start()
-        Teardowns.add { await web.stop() }
-        let folder = NSTemporaryDirectory() + "haul-postgres-fleet-" + UUID().uuidString
-        try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
-        Teardowns.add { try? FileManager.default.removeItem(atPath: folder) }
+        let (server, web, folder) = try await Self.setUp()
         let bodies = (0..<40).map { testBytes(256 << 10, seed: UInt64($0 + 1)) }
         for (index, body) in bodies.enumerated() { web.serve("/\(index).bin", .init(body: body)) }
 
@@ -456,13 +456,7 @@ struct PostgresManagerTests {
         "a worker whose lease is taken over stops that download at once, and nothing it writes afterwards reaches the store",
         arguments: [Duration.seconds(1), .seconds(60)])
     func leaseTakenOver(lease: Duration) async throws {
-        let server = try PostgresServer()
-        Teardowns.add { server.stop() }
-        let web = try await FaultServer.start()
-        Teardowns.add { await web.stop() }
-        let folder = NSTemporaryDirectory() + "haul-postgres-fence-" + UUID().uuidString
-        try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
-        Teardowns.add { try? FileManager.default.removeItem(atPath: folder) }
+        let (server, web, folder) = try await Self.setUp()
         let body = testBytes(8 << 20, seed: 7)
         web.serve("/slow.bin", .init(body: body, bytesPerSecond: 1 << 20))
 
