@@ -20,12 +20,19 @@ extension PostgresStore {
     /// Claims up to `limit` downloads for `worker`, each under a new lease that expires after `duration` unless
     /// renewed: queued or running downloads that no lease holds (none, or one that expired) and whose prerequisites
     /// completed. Highest priority first, then queue order.
-    public func claim(worker: String, limit: Int, for duration: Duration) throws(DownloadError) -> [Claim] {
+    ///
+    /// With `folders` (the worker's allowed folders), a download confined to allowed folders (added over the
+    /// network) is claimed only when it lies in one of them: a worker never takes what it may not write.
+    public func claim(worker: String, limit: Int, for duration: Duration, within folders: [String] = [])
+        throws(DownloadError) -> [Claim]
+    {
         guard limit > 0 else { return [] }
-        var bindings = PostgresBindings(capacity: 3)
+        var bindings = PostgresBindings(capacity: 5)
         bindings.append(limit)
         bindings.append(worker)
         bindings.append(Self.seconds(duration))
+        bindings.append(folders)
+        bindings.append(DownloadOrigin.allCases.filter(\.isConfined).map(\.rawValue))
         let query = PostgresQuery(
             unsafeSQL: """
                 WITH room AS (
@@ -40,6 +47,10 @@ extension PostgresStore {
                       AND NOT EXISTS (
                         SELECT 1 FROM jsonb_array_elements_text(prerequisites::jsonb) AS waited(id)
                         JOIN download AS other ON other.id = waited.id WHERE other.state <> 'completed')
+                      AND (cardinality($4::text[]) = 0 OR NOT (origin = ANY($5::text[])) OR EXISTS (
+                        SELECT 1 FROM unnest($4::text[]) AS allowed(folder)
+                        WHERE allowed.folder = '/' OR COALESCE(directory, destination) = allowed.folder
+                           OR starts_with(COALESCE(directory, destination), allowed.folder || '/')))
                     ORDER BY priority DESC, "queuePosition"
                     LIMIT (SELECT count FROM room)
                     FOR UPDATE SKIP LOCKED)
@@ -132,8 +143,8 @@ extension PostgresStore {
 
     // MARK: This worker's leases
 
-    public func claim(limit: Int) throws(DownloadError) -> [DownloadRecord] {
-        let claims = try claim(worker: worker, limit: limit, for: leaseDuration)
+    public func claim(limit: Int, within folders: [String]) throws(DownloadError) -> [DownloadRecord] {
+        let claims = try claim(worker: worker, limit: limit, for: leaseDuration, within: folders)
         held.withLock { held in
             for claim in claims { held[claim.record.id] = claim.lease }
         }

@@ -204,6 +204,35 @@ struct PostgresStoreTests {
         #expect(try b.claim(worker: "b", limit: 5, for: .seconds(60)).map(\.record.id) == ["q2", "q3"])
     }
 
+    @Test("a download confined to allowed folders is claimed only by a worker that may write there")
+    func claimsWithinFolders() async throws {
+        let server = try server()
+        let store = try await PostgresStore.open(try PostgresLocation(server.url(database: server.createDatabase())))
+        Teardowns.add { await store.close() }
+        func record(_ id: String, _ destination: String, origin: DownloadOrigin, position: Double) -> DownloadRecord {
+            var record = makeRecord(url: "https://example.com/\(id)", destination: destination)
+            record.id = id
+            record.origin = origin
+            record.queuePosition = position
+            return record
+        }
+        try store.insert(
+            [
+                record("srv", "/srv/files/a.bin", origin: .api, position: 1),
+                record("deep", "/srv/files/sub/b.bin", origin: .api, position: 2),
+                record("look-alike", "/srv/files-other/c.bin", origin: .api, position: 3),
+                record("home", "/home/me/d.bin", origin: .api, position: 4),
+                record("socket", "/home/me/e.bin", origin: .socket, position: 5),
+            ], saving: [])
+        let mine = try store.claim(worker: "a", limit: 10, for: .seconds(60), within: ["/srv/files"])
+        #expect(mine.map(\.record.id) == ["srv", "deep", "socket"], "not a confined download outside /srv/files")
+        let rest = try store.claim(worker: "b", limit: 10, for: .seconds(60), within: ["/home/me"])
+        #expect(rest.map(\.record.id) == ["home"])
+        #expect(
+            try store.claim(worker: "c", limit: 10, for: .seconds(60), within: ["/"]).map(\.record.id) == ["look-alike"]
+        )
+    }
+
     @Test("claims of many workers at once never hand one download to two")
     func concurrentClaims() async throws {
         let server = try server()
@@ -259,9 +288,9 @@ struct PostgresStoreTests {
         try a.insert([q1, q2], saving: [])
         #expect(Set(try observer.changes().map(\.id)) == ["q1", "q2"])
 
-        #expect(try b.claim(limit: 1).map(\.id) == ["q1"])
+        #expect(try b.claim(limit: 1, within: []).map(\.id) == ["q1"])
         #expect(b.holds("q1"))
-        #expect(try a.claim(limit: 5).map(\.id) == ["q1", "q2"], "b's lapsed lease is taken over")
+        #expect(try a.claim(limit: 5, within: []).map(\.id) == ["q1", "q2"], "b's lapsed lease is taken over")
         #expect(a.holds("q1") && a.holds("q2"))
 
         // b still believes it holds q1: its write is refused, and told as lost once.

@@ -16,9 +16,10 @@ extension DownloadManager {
         guard free > 0 else { return }
         isClaiming = true
         let logger = configuration.logger
+        let folders = allowedFolders.roots.flatMap(\.names)
         Task {
             let claimed: [DownloadRecord]
-            do { claimed = try await Blocking.run { try leasing.claim(limit: free) } } catch {
+            do { claimed = try await Blocking.run { try leasing.claim(limit: free, within: folders) } } catch {
                 logger.error("cannot claim downloads: \((error as? DownloadError)?.message ?? "\(error)")")
                 claimed = []
             }

@@ -45,8 +45,9 @@ public protocol LeasingStore: DownloadStoring {
     /// How long a lease lasts unless renewed; renewals come every third of it.
     var leaseDuration: Duration { get }
     /// Claims up to `limit` downloads for this worker, in queue order: queued ones, and those whose holder's lease
-    /// expired, whose prerequisites completed. Their later writes are fenced by their leases.
-    func claim(limit: Int) throws(DownloadError) -> [DownloadRecord]
+    /// expired, whose prerequisites completed, and (for those confined to allowed folders) that lie in one of
+    /// `folders`, this worker's allowed folders. Their later writes are fenced by their leases.
+    func claim(limit: Int, within folders: [String]) throws(DownloadError) -> [DownloadRecord]
     /// Renews every lease this worker holds; returns the downloads whose lease it no longer holds.
     func renewLeases() throws(DownloadError) -> Set<String>
     /// Gives up the lease of `id` once the writes queued before it are committed (queued, in order; a download
