@@ -479,6 +479,30 @@ struct PostgresManagerTests {
         for (_, store) in workers { await store.close() }
     }
 
+    @Test("a download waiting for one that failed fails too, with the reason, though no worker claims it")
+    func dependentOfFailed() async throws {
+        let (server, web, folder) = try await Self.setUp()
+        web.serve("/missing", .init(body: []) { _, _ in .status(404, headers: [:]) })
+        web.serve("/next", .init(body: testBytes(1024, seed: 3)))
+        let store = try await PostgresStore.open(
+            try PostgresLocation(server.url(database: try server.createDatabase())), worker: "a")
+        Teardowns.add { await store.close() }
+        var configuration = DownloadManager.Configuration(stateDirectory: nil)
+        configuration.store = store
+        configuration.engine.jitter = { 1 }
+        let manager = try DownloadManager(configuration: configuration)
+        let run = Task { await manager.run() }
+        let missing = try await manager.add(web.url("/missing"), to: .file(folder + "/missing.bin"))
+        await #expect(throws: DownloadError.self) { try await manager.result(of: missing) }
+        // Added after its prerequisite failed: only the fleet's pass over the queue can fail it.
+        let next = try await manager.add(web.url("/next"), to: .file(folder + "/next.bin"), after: [missing])
+        let failure = try await #require(throws: DownloadError.self) { try await manager.result(of: next) }
+        #expect(failure.message.contains("it waits for failed"), "\(failure.message)")
+        #expect(web.requests(to: "/next").isEmpty)
+        run.cancel()
+        await run.value
+    }
+
     /// With a short lease, the renewal finds it lost; with a long one, the next checkpoint's write is refused by its
     /// fence.
     @Test(

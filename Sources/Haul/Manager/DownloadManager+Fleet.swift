@@ -94,7 +94,20 @@ extension DownloadManager {
             configuration.logger.error(
                 "cannot read the fleet's changes: \((error as? DownloadError)?.message ?? "\(error)")")
         }
+        failDependentsOfFailed()
         claimDownloads()
+    }
+
+    /// Fails the queued downloads whose prerequisite failed or was cancelled, as the scheduler of one machine does:
+    /// claims skip them (their prerequisites never complete), so without this they would wait for ever. Any worker
+    /// may do it; a dependent another worker failed first is already no longer queued.
+    func failDependentsOfFailed() {
+        for key in catalog.queue {
+            guard tasks[key.id] == nil, let record = catalog[key.id], !record.prerequisites.isEmpty,
+                case .failed(let reason) = prerequisiteStatus(of: record)
+            else { continue }
+            failDependent(record, reason: reason)
+        }
     }
 
     /// Takes in downloads as the store has them now: those another worker changed (this worker's own runs are
