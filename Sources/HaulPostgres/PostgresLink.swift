@@ -47,13 +47,15 @@ final class PostgresLink: Sendable {
 
     /// Whether `error` says the connection is gone (as opposed to a statement the server refused).
     static func isBroken(_ error: any Error) -> Bool {
+        if error is StoreTimeout { return true }
         guard let error = error as? PSQLError else { return error is ChannelError }
         return [.serverClosedConnection, .clientClosedConnection, .connectionError, .uncleanShutdown].contains(
             error.code)
     }
 
     private func reconnect(replacing broken: PostgresConnection) throws -> PostgresConnection {
-        _ = try? broken.close().blockingGet()
+        // Not waited for: a connection whose server went away may never answer its close either.
+        let _: EventLoopFuture<Void> = broken.close()
         let deadline = ContinuousClock.now + patience
         var delay = Duration.milliseconds(50)
         while true {

@@ -55,7 +55,12 @@ public final class PostgresStore: LeasingStore {
                     try body(connection)
                     try connection.query("COMMIT", logger: logger).blockingGet()
                 } catch {
-                    _ = try? connection.query("ROLLBACK", logger: logger).blockingGet()
+                    if PostgresLink.isBroken(error) {
+                        // Gone quiet or gone: closed, so that the next group makes a new connection at once.
+                        let _: EventLoopFuture<Void> = connection.close()
+                    } else {
+                        _ = try? connection.query("ROLLBACK", logger: logger).blockingGet()
+                    }
                     throw error
                 }
             },
