@@ -119,11 +119,10 @@ extension HaulCommand {
                 throw ValidationError("--worker '\(worker)' is not a name: 1 to 200 characters on one line")
             }
             if let lease {
-                guard let duration = Self.parseDuration(lease), duration >= .seconds(1), duration <= .seconds(3600)
+                guard let duration = Self.parseDuration(lease), (.seconds(1)...(.seconds(3600))).contains(duration)
                 else {
                     throw ValidationError("--lease '\(lease)' is not a duration from 1s to 1h (e.g. 15s, 2s, 1m)")
                 }
-                _ = duration
             }
             if (tlsCert == nil) != (tlsKey == nil) { throw ValidationError("give --tls-cert and --tls-key together") }
             if Logger.Level(rawValue: logLevel) == nil {
