@@ -174,6 +174,25 @@ public final class PostgresStore: LeasingStore {
                 "CREATE INDEX download_by_worker ON download (worker) WHERE lease IS NOT NULL",
             ]
         ),
+        (
+            5, "queries of a queue larger than memory",
+            [
+                // Pages in queue order, of all downloads and of each state (`PostgresStore+Queries`).
+                "CREATE INDEX download_order ON download ((-priority), \"queuePosition\", id COLLATE \"C\")",
+                "CREATE INDEX download_state_order ON download "
+                    + "(state, (-priority), \"queuePosition\", id COLLATE \"C\")",
+                "CREATE INDEX download_position ON download (\"queuePosition\")",
+                // An add's lookup of the same URL and a destination's claim: hash indexes, which take keys of any
+                // length (a B-tree refuses a row whose key is over about 2,700 bytes, and URLs and paths can be).
+                "CREATE INDEX download_by_url ON download USING hash (url)",
+                "DROP INDEX download_on_destination",
+                "CREATE INDEX download_on_destination ON download USING hash (destination) "
+                    + "WHERE destination IS NOT NULL",
+                // The queued downloads that wait for given ones: `dependents(of:)`, when those fail.
+                "CREATE INDEX download_waiting ON download USING gin ((prerequisites::jsonb)) "
+                    + "WHERE state = 'queued' AND prerequisites <> '[]'",
+            ]
+        ),
     ]
 
     /// Applies the migrations the database lacks, holding the advisory lock on `connection` meanwhile.

@@ -70,12 +70,12 @@ struct PostgresStoreTests {
         async let second = PostgresStore.open(location)
         let stores = try await [first, second]
         for store in stores {
-            #expect(try store.appliedMigrations() == [1, 2, 3, 4])
+            #expect(try store.appliedMigrations() == [1, 2, 3, 4, 5])
             #expect(try store.allRecords().isEmpty)
         }
         // A third, later, finds nothing to do.
         let third = try await PostgresStore.open(location)
-        #expect(try third.appliedMigrations() == [1, 2, 3, 4])
+        #expect(try third.appliedMigrations() == [1, 2, 3, 4, 5])
         for store in stores + [third] { await store.close() }
     }
 
@@ -202,6 +202,83 @@ struct PostgresStoreTests {
         // Released, it is claimable again.
         try a.release("q2", lease: taken[0].lease)
         #expect(try b.claim(worker: "b", limit: 5, for: .seconds(60)).map(\.record.id) == ["q2", "q3"])
+    }
+
+    @Test(
+        "what a worker asks instead of holding the queue: pages in queue order after a cursor, of all or some states; counts; the same request's newest; destinations; positions; blocked dependents"
+    )
+    func queries() async throws {
+        let server = try server()
+        let location = try PostgresLocation(server.url(database: server.createDatabase()))
+        let store = try await PostgresStore.open(location)
+        Teardowns.add { await store.close() }
+        var records: [DownloadRecord] = []
+        let states: [DownloadState] = [.queued, .paused, .completed, .failed]
+        for index in 0..<200 {
+            var record = makeRecord(
+                url: "https://example.com/\(index % 150)", destination: "/srv/\(index)", state: states[index % 4])
+            // Ties of priority and position are broken by the id, in byte order ("B" before "a").
+            record.id = String(format: index % 2 == 0 ? "B%03d" : "a%03d", index)
+            record.priority = [0, 10, -10][index % 3]
+            record.queuePosition = Double(index % 7)
+            record.createdAt = Date(timeIntervalSince1970: 1_790_000_000 + Double(index))
+            records.append(record)
+        }
+        try store.insert(records, saving: [])
+        func order(_ chosen: [DownloadRecord]) -> [String] {
+            chosen.sorted { DownloadManager.QueueCursor($0).precedes(DownloadManager.QueueCursor($1)) }.map(\.id)
+        }
+        for filter in [nil, Set([DownloadState.paused]), [.queued, .failed]] as [Set<DownloadState>?] {
+            var paged: [String] = []
+            var cursor: DownloadManager.QueueCursor?
+            while true {
+                let page = try store.page(in: filter, after: cursor, limit: 13)
+                paged += page.map(\.id)
+                guard page.count == 13 else { break }
+                cursor = DownloadManager.QueueCursor(try #require(page.last))
+            }
+            #expect(
+                paged == order(records.filter { filter?.contains($0.state) ?? true }), "\(String(describing: filter))")
+        }
+        #expect(try store.counts() == [.queued: 50, .paused: 50, .completed: 50, .failed: 50])
+        #expect(try Set(store.records(ids: ["B000", "a001", "none"]).map(\.id)) == ["B000", "a001"])
+
+        // The same URL and destination added again (after a cancel): the later one is found.
+        var again = makeRecord(url: "https://example.com/7", destination: "/srv/7", state: .cancelled)
+        again.id = "z007"
+        again.createdAt = Date(timeIntervalSince1970: 1_800_000_000)
+        try store.insert([again], saving: [])
+        #expect(try store.newest(url: "https://example.com/7", directory: nil, destination: "/srv/157")?.id == "a157")
+        #expect(try store.newest(url: "https://example.com/7", directory: nil, destination: "/srv/7")?.id == "z007")
+        #expect(try store.newest(url: "https://example.com/7", directory: "/srv", destination: nil) == nil)
+        #expect(try store.isDestinationClaimed("/srv/8", excluding: "x"))
+        #expect(try !store.isDestinationClaimed("/srv/8", excluding: "B008"))
+        #expect(try !store.isDestinationClaimed("/srv/none", excluding: "x"))
+        #expect(try store.lastPosition() == 6)
+
+        let tens = order(records.filter { $0.priority == 10 })
+        let positions = try store.positions(
+            priority: 10, excluding: tens[0],
+            before: DownloadManager.QueueCursor(try #require(records.first { $0.id == tens[5] })))
+        let others = records.filter { $0.priority == 10 && $0.id != tens[0] }
+        #expect(positions.lowest == others.map(\.queuePosition).min())
+        #expect(positions.highest == others.map(\.queuePosition).max())
+        #expect(positions.before == records.first { $0.id == tens[4] }?.queuePosition)
+
+        // The queued downloads that wait for given ones.
+        var dependents: [DownloadRecord] = []
+        for (index, waited) in [["a003"], ["gone", "B004"], ["B002"], ["B000"]].enumerated() {
+            // The third is paused: it waits for nothing until resumed.
+            var record = makeRecord(
+                url: "https://example.com/d\(index)", destination: "/srv/d\(index)",
+                state: index == 2 ? .paused : .queued)
+            record.id = "d\(index)"
+            record.prerequisites = waited
+            dependents.append(record)
+        }
+        try store.insert(dependents, saving: [])
+        #expect(try Set(store.dependents(of: ["a003", "gone", "B002", "nothing"]).map(\.id)) == ["d0", "d1"])
+        #expect(try store.dependents(of: ["B000"]).map(\.id) == ["d3"])
     }
 
     @Test("a download confined to allowed folders is claimed only by a worker that may write there")
@@ -477,6 +554,61 @@ struct PostgresManagerTests {
         for run in runs { run.cancel() }
         for run in runs { await run.value }
         for (_, store) in workers { await store.close() }
+    }
+
+    @Test(
+        "a worker holds only what it runs: pages, totals, an add found again, moves, cancels and clean are answered by the store"
+    )
+    func holdsOnlyWhatItRuns() async throws {
+        let (server, web, folder) = try await Self.setUp()
+        let store = try await PostgresStore.open(
+            try PostgresLocation(server.url(database: try server.createDatabase())), worker: "a")
+        Teardowns.add { await store.close() }
+        var configuration = DownloadManager.Configuration(stateDirectory: nil)
+        configuration.store = store
+        let manager = try DownloadManager(configuration: configuration)
+        let priorities: [DownloadPriority] = [.low, .normal, .high]
+        let requests = (0..<300).map { index in
+            DownloadRequest(
+                url: web.url("/\(index).bin"), destination: .file(folder + "/\(index).bin"),
+                priority: priorities[index % 3], isPaused: true)
+        }
+        let ids = try await manager.add(requests).map(\.id)
+        #expect(await manager.heldDownloads == 0)
+        func all() async -> [DownloadID] {
+            var seen: [DownloadID] = []
+            var cursor: DownloadManager.QueueCursor?
+            repeat {
+                let page = await manager.snapshots(in: nil, after: cursor, limit: 40)
+                seen += page.downloads.map(\.id)
+                cursor = page.next
+            } while cursor != nil
+            return seen
+        }
+        // Queue order: high first, then each priority in the order added.
+        let expected = [2, 1, 0].flatMap { priority in ids.indices.filter { $0 % 3 == priority }.map { ids[$0] } }
+        #expect(await all() == expected)
+        #expect(await manager.stats().counts[.paused] == 300)
+
+        // The same requests again find the same downloads (the store's lookup), and add no row.
+        #expect(try await manager.add(requests).map(\.id) == ids)
+        #expect(try store.counts() == [.paused: 300])
+
+        // The last low one to the top of the low ones; one before another of its priority; a normal one before the
+        // first high one (it takes that priority).
+        try await manager.move(ids[297], to: .top)
+        try await manager.move(ids[9], before: ids[3])
+        try await manager.move(ids[1], before: ids[2])
+        var order = await all()
+        #expect(order.first == ids[1])
+        #expect(Array(order[200...204]) == [ids[297], ids[0], ids[9], ids[3], ids[6]])
+
+        for id in ids.prefix(5) { try await manager.cancel(id) }
+        #expect(try await manager.clean() == 5)
+        order = await all()
+        #expect(order.count == 295 && Set(order) == Set(ids.dropFirst(5)))
+        #expect(await manager.heldDownloads == 0)
+        #expect(web.requests(to: "/0.bin").isEmpty)
     }
 
     @Test("a download waiting for one that failed fails too, with the reason, though no worker claims it")

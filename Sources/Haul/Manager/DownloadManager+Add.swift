@@ -75,7 +75,7 @@ extension DownloadManager {
                 task.cancel()
                 await task.value
             }
-            guard let record = catalog[id.rawValue] else { continue }
+            guard let record = known(id.rawValue) else { continue }
             forget(record)
             sessionIDs.remove(id.rawValue)
             results[id.rawValue] = nil
@@ -95,15 +95,20 @@ extension DownloadManager {
         var fresh: [DownloadRecord] = []
         fresh.reserveCapacity(requests.count)
         var reused: [String: DownloadRecord] = [:]
+        /// The downloads found again, as they were before this add changed them.
+        var found: [String: DownloadRecord] = [:]
         var inBatch: [Catalog.Target: String] = [:]
         if requests.count > 1 { inBatch.reserveCapacity(requests.count) }
         var folders = FolderMemo(recent: recentlyWritable, allowed: allowedFolders)
+        let lastPosition: Double
+        do { lastPosition = try lastQueuePosition() } catch { throw BatchError(index: 0, error: error) }
         for (index, request) in requests.enumerated() {
             do {
                 let (key, record, folder) = try prepare(request, folders: &folders)
                 if let id = inBatch[key] {
                     added.append(Added(id: DownloadID(id), isNew: false))
-                } else if let existing = catalog.newest(at: key).flatMap({ catalog[$0] }) {
+                } else if let existing = try newest(at: key) {
+                    found[existing.id] = existing
                     var record = existing
                     try reuse(&record, options: request.options, staysPaused: request.isPaused)
                     reused[record.id] = record
@@ -111,7 +116,7 @@ extension DownloadManager {
                     added.append(Added(id: DownloadID(record.id), isNew: false))
                 } else {
                     var record = record
-                    record.queuePosition = catalog.lastPosition + Double(fresh.count + 1)
+                    record.queuePosition = lastPosition + Double(fresh.count + 1)
                     try claimDestination(record: &record, in: folder, options: request.options)
                     fresh.append(record)
                     inBatch[key] = record.id
@@ -122,14 +127,18 @@ extension DownloadManager {
             }
         }
         recentlyWritable = folders.recent
-        let changed = reused.values.filter { catalog[$0.id] != $0 }
+        let changed = reused.values.filter { found[$0.id] != $0 }
         var commit: DownloadStore.Commit?
         if deferringCommit {
             commit = store.submitInsert(fresh, saving: changed)
         } else {
             do { try store.insert(fresh, saving: changed) } catch { throw BatchError(index: 0, error: error) }
         }
-        if fresh.count > 1 { catalog.reserve(adding: fresh.count) }
+        if leasing != nil {
+            for record in fresh { fleetCounts[record.state, default: 0] += 1 }
+        } else if fresh.count > 1 {
+            catalog.reserve(adding: fresh.count)
+        }
         for record in fresh {
             hub.emit(.added(snapshot(of: keep(record))))
         }
@@ -153,7 +162,7 @@ extension DownloadManager {
     {
         try Self.validate(request.url)
         try Self.validate(request.options)
-        for prerequisite in request.after where catalog[prerequisite.rawValue] == nil {
+        for prerequisite in request.after where known(prerequisite.rawValue) == nil {
             throw DownloadError(.notFound, "no download with id \(prerequisite) to wait for")
         }
         try Self.checkRate(request.rateLimit)

@@ -81,14 +81,14 @@ extension DownloadManager {
 
     /// Pauses every queued, running or waiting download.
     public func pauseAll() async {
-        for record in queueOrder(catalog.all) where record.state == .queued || record.state.isActive {
+        try? await forEachDownload(in: [.queued, .running, .waitingForNetwork]) { record in
             try? await pause(DownloadID(record.id))
         }
     }
 
     /// Queues every paused download again.
-    public func resumeAll() {
-        for record in queueOrder(catalog.all) where record.state == .paused {
+    public func resumeAll() async {
+        try? await forEachDownload(in: [.paused]) { record in
             try? resume(DownloadID(record.id))
         }
     }
@@ -99,9 +99,9 @@ extension DownloadManager {
         var record = try require(id)
         let target = try require(other)
         guard record.id != target.id else { return }
-        let ordered = queueOrder(catalog.all.filter { $0.priority == target.priority && $0.id != id.rawValue })
-        let index = ordered.firstIndex { $0.id == target.id } ?? 0
-        let previous = index > 0 ? ordered[index - 1].queuePosition : target.queuePosition - 1
+        let positions = try positions(
+            priority: target.priority, excluding: id.rawValue, before: QueueCursor(target))
+        let previous = positions.before ?? target.queuePosition - 1
         record.priority = target.priority
         record.queuePosition = (previous + target.queuePosition) / 2
         try reorder(record)
@@ -110,10 +110,11 @@ extension DownloadManager {
     /// Moves `id` before or after every other download of its priority.
     public func move(_ id: DownloadID, to end: QueueEnd) throws(DownloadError) {
         var record = try require(id)
-        let others = catalog.all.filter { $0.priority == record.priority && $0.id != record.id }.map(\.queuePosition)
+        let others = try positions(priority: record.priority, excluding: record.id, before: nil)
         switch end {
-        case .top: record.queuePosition = (others.min() ?? record.queuePosition) - 1
-        case .bottom: record.queuePosition = max(others.max() ?? record.queuePosition, catalog.lastPosition) + 1
+        case .top: record.queuePosition = (others.lowest ?? record.queuePosition) - 1
+        case .bottom:
+            record.queuePosition = max(others.highest ?? record.queuePosition, try lastQueuePosition()) + 1
         }
         try reorder(record)
     }
@@ -214,6 +215,7 @@ extension DownloadManager {
         DownloadFolder.deleteFiles(of: record, includingFile: deletingFile, allowed: allowedFolders)
         try store.delete(id: id.rawValue)
         forget(record)
+        if leasing != nil { removedHere.append(id.rawValue) }
         sessionIDs.remove(id.rawValue)
         // Whoever waits for its result hears that it is gone, instead of waiting for ever.
         finish(id.rawValue, with: .failure(DownloadError(.notFound, "download \(id) was removed")))
@@ -223,10 +225,14 @@ extension DownloadManager {
 
     /// Forgets every completed, cancelled and failed download (their files stay); returns how many.
     @discardableResult
-    public func clean() throws(DownloadError) -> Int {
-        let finished = queueOrder(catalog.all.filter { $0.state.isTerminal && tasks[$0.id] == nil })
-        for record in finished { try remove(DownloadID(record.id)) }
-        return finished.count
+    public func clean() async throws(DownloadError) -> Int {
+        var count = 0
+        try await forEachDownload(in: [.completed, .failed, .cancelled]) { record throws(DownloadError) in
+            guard tasks[record.id] == nil else { return }
+            try remove(DownloadID(record.id))
+            count += 1
+        }
+        return count
     }
 
     /// Stops every running download and waits until each has flushed its exact offset. By default they go back to

@@ -88,24 +88,34 @@ extension DownloadManager {
     func followFleet() async {
         guard let leasing else { return }
         do {
-            let changed = try await Blocking.run { try leasing.changes() }
+            let (changed, counts) = try await Blocking.run { (try leasing.changes(), try leasing.counts()) }
+            fleetCounts = counts
             adopt(changed)
+            let ended = changed.filter { $0.state == .failed || $0.state == .cancelled }.map(\.id) + removedHere
+            removedHere = []
+            failDependents(of: ended, waiting: changed.filter { $0.state == .queued && !$0.prerequisites.isEmpty })
         } catch {
             configuration.logger.error(
                 "cannot read the fleet's changes: \((error as? DownloadError)?.message ?? "\(error)")")
         }
-        failDependentsOfFailed()
         claimDownloads()
     }
 
-    /// Fails the queued downloads whose prerequisite failed or was cancelled, as the scheduler of one machine does:
-    /// claims skip them (their prerequisites never complete), so without this they would wait for ever. Any worker
-    /// may do it; a dependent another worker failed first is already no longer queued.
-    func failDependentsOfFailed() {
-        for key in catalog.queue {
-            guard tasks[key.id] == nil, let record = catalog[key.id], !record.prerequisites.isEmpty,
-                case .failed(let reason) = prerequisiteStatus(of: record)
-            else { continue }
+    /// Fails the queued downloads whose prerequisite failed, was cancelled or was removed, as the scheduler of one
+    /// machine does: claims skip them (their prerequisites never complete), so without this they would wait for
+    /// ever. The change feed tells of each such end (`ended`, with the downloads this worker removed) and of each
+    /// dependent added (`waiting`), so this looks only at those, never over the queue. Any worker may fail one; a
+    /// dependent another worker failed first is no longer queued.
+    func failDependents(of ended: [String], waiting: [DownloadRecord]) {
+        guard let leasing else { return }
+        var candidates = waiting
+        if !ended.isEmpty {
+            do { candidates += try leasing.dependents(of: ended) } catch {
+                configuration.logger.error("cannot read the downloads that wait for others: \(error.message)")
+            }
+        }
+        for record in candidates where record.state == .queued && tasks[record.id] == nil {
+            guard case .failed(let reason) = prerequisiteStatus(of: record) else { continue }
             failDependent(record, reason: reason)
         }
     }
@@ -114,8 +124,12 @@ extension DownloadManager {
     /// already known better here). Subscribers hear of each change, and waits for a download that ended elsewhere
     /// end.
     func adopt(_ records: [DownloadRecord]) {
+        // What this worker wrote in the last two seconds comes back through the feed; it was told already.
+        let written = echoes.merging(olderEchoes) { newer, _ in newer }
+        olderEchoes = echoes
+        echoes = [:]
         for record in records where tasks[record.id] == nil {
-            var known = catalog[record.id]
+            var known = written[record.id]
             known?.updatedAt = record.updatedAt
             guard known != record else { continue }
             if known?.state != record.state {
@@ -131,16 +145,9 @@ extension DownloadManager {
     }
 
     /// The download as the store has it now, when another worker may have changed it (nil when it is gone).
-    func current(_ id: String) -> DownloadRecord? {
+    func current(_ id: String) throws(DownloadError) -> DownloadRecord? {
         guard let leasing, tasks[id] == nil else { return catalog[id] }
-        let stored: DownloadRecord?
-        do { stored = try leasing.record(id: id) } catch { return catalog[id] }
-        if let stored {
-            if catalog[id] != stored { keep(stored) }
-        } else if let known = catalog[id] {
-            forget(known)
-        }
-        return stored
+        return try leasing.record(id: id)
     }
 
     /// The workers sharing this manager's store; without a shared store, this one alone (named after the host), its
@@ -186,7 +193,7 @@ extension DownloadManager {
             do { try await clock.sleep(.milliseconds(100)) } catch {
                 throw DownloadError(.cancelled, "stopped waiting for worker \(holder)")
             }
-            guard let record = current(id) else { return }
+            guard let record = try current(id) else { return }
             if isDone(record) {
                 hub.emit(.changed(snapshot(of: record)))
                 return

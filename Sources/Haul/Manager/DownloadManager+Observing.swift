@@ -20,16 +20,26 @@ extension DownloadManager {
     /// bounded: queued progress collapses into the newest per download when the reader falls behind, and the
     /// subscription ends when it falls too far (the reader reconnects with its last id).
     public func subscribe(to id: DownloadID? = nil, after: EventID? = nil) -> EventSubscription {
-        hub.subscribe(filter: id, after: after, bounded: true) {
+        // A fleet's worker did not read which downloads had ended when it started; the one asked for is looked up.
+        if leasing != nil, let id, let record = known(id.rawValue), record.state.isTerminal { hub.markEnded([id]) }
+        return hub.subscribe(filter: id, after: after, bounded: true) {
             .snapshot(self.managerSnapshot(for: id))
         }
     }
 
-    /// Everything now: the downloads (only `id` when given), totals and settings.
+    /// The most downloads a fleet's worker puts in a snapshot of everything: a client pages through the rest.
+    public static let fleetSnapshotLimit = 1000
+
+    /// Everything now: the downloads (only `id` when given), totals and settings. A worker of a fleet gives the
+    /// first `fleetSnapshotLimit` downloads in queue order: it does not hold the whole queue.
     public func managerSnapshot(for id: DownloadID? = nil) -> ManagerSnapshot {
-        let downloads =
-            id.map { id in catalog[id.rawValue].map { [snapshot(of: $0)] } ?? [] }
-            ?? queueOrder(catalog.all).map { snapshot(of: $0) }
+        let downloads: [Snapshot]
+        if let id {
+            downloads = known(id.rawValue).map { [snapshot(of: $0)] } ?? []
+        } else {
+            let limit = leasing == nil ? nil : Self.fleetSnapshotLimit
+            downloads = ((try? queuePage(in: nil, after: nil, limit: limit)) ?? []).map { snapshot(of: $0) }
+        }
         return ManagerSnapshot(downloads: downloads, stats: stats(), settings: settings)
     }
 
@@ -43,7 +53,9 @@ extension DownloadManager {
 
     /// The downloads with these ids that the manager still has, in the order given.
     public func snapshots(ofExisting ids: [DownloadID]) -> [Snapshot] {
-        ids.compactMap { catalog[$0.rawValue].map { snapshot(of: $0) } }
+        guard leasing != nil else { return ids.compactMap { catalog[$0.rawValue].map { snapshot(of: $0) } } }
+        let found = (try? known(ids.map(\.rawValue))) ?? [:]
+        return ids.compactMap { found[$0.rawValue].map { snapshot(of: $0) } }
     }
 
     /// The downloads with these ids, in the order given (one actor hop for a whole list).
@@ -56,7 +68,7 @@ extension DownloadManager {
 
     /// Every download, in queue order.
     public func snapshots() throws(DownloadError) -> [Snapshot] {
-        queueOrder(catalog.all).map { snapshot(of: $0) }
+        try queuePage(in: nil, after: nil, limit: nil).map { snapshot(of: $0) }
     }
 
     /// A page of the downloads in queue order: those in `states` (all when nil) after `cursor`, at most `limit`
@@ -65,8 +77,8 @@ extension DownloadManager {
     public func snapshots(in states: Set<DownloadState>?, after cursor: QueueCursor?, limit: Int?)
         -> (downloads: [Snapshot], next: QueueCursor?)
     {
-        let page = page(in: states, after: cursor, limit: limit)
-        return (page.ids.compactMap { catalog[$0.rawValue].map { snapshot(of: $0) } }, page.next)
+        let (records, next) = pageOfRecords(in: states, after: cursor, limit: limit)
+        return (records.map { snapshot(of: $0) }, next)
     }
 
     /// The ids of a page, as `snapshots(in:after:limit:)` chooses them, for a reader that fetches the downloads a
@@ -74,18 +86,20 @@ extension DownloadManager {
     public func page(in states: Set<DownloadState>?, after cursor: QueueCursor?, limit: Int?)
         -> (ids: [DownloadID], next: QueueCursor?)
     {
-        var chosen: [QueueCursor] = []
-        for record in catalog.all where states?.contains(record.state) ?? true {
-            let place = QueueCursor(record)
-            if cursor.map({ $0.precedes(place) }) ?? true { chosen.append(place) }
+        let (records, next) = pageOfRecords(in: states, after: cursor, limit: limit)
+        return (records.map { DownloadID($0.id) }, next)
+    }
+
+    /// A page in queue order, and the cursor of its last download when more follow (one more is read to know).
+    private func pageOfRecords(in states: Set<DownloadState>?, after cursor: QueueCursor?, limit: Int?)
+        -> (records: [DownloadRecord], next: QueueCursor?)
+    {
+        guard var records = try? queuePage(in: states, after: cursor, limit: limit.map { max(0, $0) + 1 }) else {
+            return ([], nil)
         }
-        chosen.sort { $0.precedes($1) }
-        var next: QueueCursor?
-        if let limit, chosen.count > limit {
-            chosen.removeLast(chosen.count - max(0, limit))
-            next = chosen.last
-        }
-        return (chosen.map { DownloadID($0.id) }, next)
+        guard let limit, records.count > limit else { return (records, nil) }
+        records.removeLast(records.count - max(0, limit))
+        return (records, records.last.map(QueueCursor.init))
     }
 
     /// The speed samples `run()` took, one a second for the last ten minutes (oldest first), in total and for the
@@ -109,7 +123,8 @@ extension DownloadManager {
         let progress = hub.allProgress()
         let speed = tasks.keys.reduce(0.0) { $0 + (progress[DownloadID($1)]?.bytesPerSecond ?? 0) }
         var all: [DownloadState: Int] = [:]
-        for state in DownloadState.allCases { all[state] = catalog.counts[state, default: 0] }
+        let counts = stateCounts
+        for state in DownloadState.allCases { all[state] = counts[state, default: 0] }
         return DownloadStats(bytesPerSecond: speed, counts: all)
     }
 
@@ -149,7 +164,7 @@ extension DownloadManager {
     /// completed, failed, been cancelled or paused. An unknown or removed id has stopped.
     public func haveStopped(_ ids: [DownloadID]? = nil) -> Bool {
         guard let ids else { return workingCount == 0 }
-        return ids.allSatisfy { id in catalog[id.rawValue].map { !Self.holdsWork($0.state) } ?? true }
+        return ids.allSatisfy { id in known(id.rawValue).map { !Self.holdsWork($0.state) } ?? true }
     }
 
     /// Returns once `haveStopped(ids)` holds (downloads added meanwhile count when `ids` is nil; a named download
@@ -160,7 +175,7 @@ extension DownloadManager {
         let key = nextStopWaiter
         nextStopWaiter += 1
         let named = ids.map { Set($0.map(\.rawValue)) }
-        let open = named.map { names in names.filter { catalog[$0].map { Self.holdsWork($0.state) } ?? false } }
+        let open = named.map { names in names.filter { known($0).map { Self.holdsWork($0.state) } ?? false } }
         await withTaskCancellationHandler {
             await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
                 if Task.isCancelled {
@@ -185,8 +200,8 @@ extension DownloadManager {
     static func holdsWork(_ state: DownloadState) -> Bool { state == .queued || state.isActive }
 
     var workingCount: Int {
-        catalog.counts[.queued, default: 0] + catalog.counts[.running, default: 0]
-            + catalog.counts[.waitingForNetwork, default: 0]
+        let counts = stateCounts
+        return counts[.queued, default: 0] + counts[.running, default: 0] + counts[.waitingForNetwork, default: 0]
     }
 
     /// Tells the waits of `waitUntilStopped` that `id` now holds work (queued, running, waiting) or not.

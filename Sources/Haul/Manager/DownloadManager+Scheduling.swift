@@ -46,7 +46,7 @@ extension DownloadManager {
     func prerequisiteStatus(of record: DownloadRecord) -> PrerequisiteStatus {
         var waiting = false
         for id in record.prerequisites {
-            guard let prerequisite = catalog[id] else { return .failed("download \(id) it waits for was removed") }
+            guard let prerequisite = known(id) else { return .failed("download \(id) it waits for was removed") }
             switch prerequisite.state {
             case .completed: continue
             case .failed: return .failed("download \(id) (\(prerequisite.url)) it waits for failed")
@@ -77,9 +77,19 @@ extension DownloadManager {
         keep(record)
     }
 
+    /// Keeps `record` as the manager's view of its download. A fleet's worker keeps only what it runs: a download it
+    /// does not run is the store's, and what was written of it is remembered only to recognise its echo in the
+    /// change feed.
     @discardableResult
     func keep(_ record: DownloadRecord) -> DownloadRecord {
-        let kept = catalog.keep(record)
+        let kept: DownloadRecord
+        if leasing != nil, tasks[record.id] == nil, record.state != .running {
+            catalog.forget(record)
+            echoes[record.id] = record
+            kept = record
+        } else {
+            kept = catalog.keep(record)
+        }
         if !stopWaiters.isEmpty { tellStopWaiters(record.id, holdsWork: Self.holdsWork(record.state)) }
         return kept
     }
@@ -196,11 +206,6 @@ extension DownloadManager {
         return commit
     }
 
-    /// Whether a download other than `id` has `path` as its destination (a folder download choosing its name).
-    func isDestinationClaimed(_ path: String, excluding id: String) -> Bool {
-        catalog.isClaimed(path, excluding: id)
-    }
-
     func finished(_ id: String, outcome: RunOutcome, transfer: TransferReport) {
         tasks[id] = nil
         finishing.remove(id)
@@ -210,6 +215,7 @@ extension DownloadManager {
         if let leasing, !leasing.holds(id) { reason = .leaseLost }
         if reason == .leaseLost {
             // Another worker holds it now: nothing of this run is stored, and the fleet's feed brings its record.
+            if let record = catalog[id] { catalog.forget(record) }
             leasing?.release(id)
             try? schedule()
             return

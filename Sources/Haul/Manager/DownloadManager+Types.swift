@@ -108,9 +108,9 @@ extension DownloadManager {
 
     /// A place in the queue order, for paging: the downloads after it come next.
     public struct QueueCursor: Sendable, Hashable, Codable {
-        var priority: Int
-        var position: Double
-        var id: String
+        package var priority: Int
+        package var position: Double
+        package var id: String
 
         /// The cursor as text, for a URL: the priority, the position's bits in hex, and the id.
         public var text: String { "\(priority)_\(String(position.bitPattern, radix: 16))_\(id)" }

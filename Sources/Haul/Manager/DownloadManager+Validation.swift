@@ -7,7 +7,7 @@ extension DownloadManager {
     // MARK: Helpers
 
     func require(_ id: DownloadID) throws(DownloadError) -> DownloadRecord {
-        guard let record = current(id.rawValue) else {
+        guard let record = try current(id.rawValue) else {
             throw DownloadError(.notFound, "no download with id \(id)")
         }
         return record

@@ -20,7 +20,17 @@ public actor DownloadManager {
     let hub: EventHub
     /// The running downloads' shared ticks.
     let metronome: Metronome
+    /// The downloads: every one on one machine; in a fleet, those that run here (`DownloadManager+Lookups`).
     var catalog = Catalog()
+    /// A fleet's counts per state, as the store had them at the last read of the fleet's changes.
+    var fleetCounts: [DownloadState: Int] = [:]
+    /// What a fleet's worker last wrote of downloads it does not run, by id, this second and the one before: the
+    /// change feed brings those writes back, and they are not news to tell subscribers again.
+    var echoes: [String: DownloadRecord] = [:]
+    var olderEchoes: [String: DownloadRecord] = [:]
+    /// The downloads a fleet's worker removed since it last read the fleet's changes (which show no removals): their
+    /// dependents fail.
+    var removedHere: [String] = []
     /// The folder an add last opened and found writable, and when: adds within a second into it are not checked
     /// again (adding 10,000 one request at a time checked the same folder 10,000 times). A folder found missing or
     /// read-only is never remembered; one that becomes so within that second fails its downloads with the same clear
@@ -98,24 +108,29 @@ public actor DownloadManager {
         self.settings = settings
         settingsMirror = Mutex(settings)
         globalLimiter = RateLimiter(bytesPerSecond: settings.rateLimit)
-        var recovered: [DownloadRecord] = []
-        var catalog = Catalog()
-        // Where the fleet's change feed begins: what changes while the records are read is read again.
-        _ = try leasing?.changes()
-        for var record in try store.allRecords() {
-            // In a fleet, a download another worker left running is taken over once its lease expires, not here.
-            if record.state.isActive, configuration.recoversInterruptedDownloads, leasing == nil {
-                // Running when the process died: queued again, in its old place.
-                try record.apply(.interruptedByExit)
-                record.activeConnections = 0
-                recovered.append(record)
+        if let leasing {
+            // A worker of a fleet reads no downloads at start: it claims what it will run, and asks the store the
+            // rest. A download another worker left running is taken over once its lease expires, not here.
+            // Where the change feed begins: what changes from now on is read.
+            _ = try leasing.changes()
+            fleetCounts = try leasing.counts()
+        } else {
+            var recovered: [DownloadRecord] = []
+            var catalog = Catalog()
+            for var record in try store.allRecords() {
+                if record.state.isActive, configuration.recoversInterruptedDownloads {
+                    // Running when the process died: queued again, in its old place.
+                    try record.apply(.interruptedByExit)
+                    record.activeConnections = 0
+                    recovered.append(record)
+                }
+                catalog.keep(record)
             }
-            catalog.keep(record)
+            self.catalog = catalog
+            hub.markEnded(
+                catalog.all.filter { [.completed, .failed, .cancelled].contains($0.state) }.map { DownloadID($0.id) })
+            try store.save(recovered)
         }
-        self.catalog = catalog
-        hub.markEnded(
-            catalog.all.filter { [.completed, .failed, .cancelled].contains($0.state) }.map { DownloadID($0.id) })
-        try store.save(recovered)
         leasing?.onLostLease { [weak self] id in
             Task { await self?.leaseLost(id) }
         }

@@ -73,6 +73,44 @@ public protocol LeasingStore: DownloadStoring {
     func onCommand(_ handler: @escaping @Sendable (String, FleetCommand) -> Void)
     /// Every worker that has used the store, by name, with its last heartbeat and what it holds now.
     func workers() throws(DownloadError) -> [WorkerStatus]
+
+    // A worker holds what it runs, not every download: what it answers about the others, it asks the store.
+
+    /// The downloads in `states` (all when nil) after `cursor` in queue order, at most `limit`.
+    func page(in states: Set<DownloadState>?, after cursor: DownloadManager.QueueCursor?, limit: Int)
+        throws(DownloadError) -> [DownloadRecord]
+    /// Those of `ids` that the store has, in no order.
+    func records(ids: [String]) throws(DownloadError) -> [DownloadRecord]
+    /// How many downloads are in each state.
+    func counts() throws(DownloadError) -> [DownloadState: Int]
+    /// The newest download of `url` into the folder `directory` (a name the server chooses) or, without one, to the
+    /// file `destination`: the one an add of the same request finds again.
+    func newest(url: String, directory: String?, destination: String?) throws(DownloadError) -> DownloadRecord?
+    /// Whether a download other than `id` that is not cancelled has `destination`.
+    func isDestinationClaimed(_ destination: String, excluding id: String) throws(DownloadError) -> Bool
+    /// The highest queue position (0 without downloads): a new download goes after it.
+    func lastPosition() throws(DownloadError) -> Double
+    /// The positions a move to the top, the bottom, or before `cursor` needs, among the downloads of `priority`
+    /// other than `id`.
+    func positions(priority: Int, excluding id: String, before cursor: DownloadManager.QueueCursor?)
+        throws(DownloadError) -> QueuePositions
+    /// The queued downloads that wait for any of `ids`.
+    func dependents(of ids: [String]) throws(DownloadError) -> [DownloadRecord]
+}
+
+/// Queue positions among the downloads of one priority.
+public struct QueuePositions: Sendable, Equatable {
+    /// The first one's and the last one's.
+    public var lowest: Double?
+    public var highest: Double?
+    /// The position of the download just before a given one.
+    public var before: Double?
+
+    public init(lowest: Double?, highest: Double?, before: Double?) {
+        self.lowest = lowest
+        self.highest = highest
+        self.before = before
+    }
 }
 
 /// One worker of a fleet as the store knows it.

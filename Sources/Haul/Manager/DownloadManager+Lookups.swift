@@ -1,0 +1,124 @@
+import Foundation
+import HaulCore
+
+/// Where the manager's questions about its downloads are answered. On one machine the catalog holds every download,
+/// and answers from memory. A worker of a fleet holds only what it runs (its memory does not grow with the queue):
+/// its catalog has the downloads it runs, and everything else is a query of the shared store, one indexed statement
+/// each (`LeasingStore`).
+extension DownloadManager {
+    /// How many downloads a fleet's worker reads from the store at once when it walks through many (pause all,
+    /// clean).
+    static let walkPage = 500
+
+    /// The download as this manager knows it now (nil when there is none): in a fleet, the store's row unless it runs
+    /// here.
+    func known(_ id: String) -> DownloadRecord? {
+        leasing == nil ? catalog[id] : try? current(id)
+    }
+
+    /// Those of `ids` that exist, by id (one query in a fleet).
+    func known(_ ids: [String]) throws(DownloadError) -> [String: DownloadRecord] {
+        var found: [String: DownloadRecord] = [:]
+        var asked: [String] = []
+        for id in ids {
+            if let record = catalog[id], leasing == nil || tasks[id] != nil {
+                found[id] = record
+            } else if leasing != nil {
+                asked.append(id)
+            }
+        }
+        if let leasing, !asked.isEmpty {
+            for record in try leasing.records(ids: asked) { found[record.id] = record }
+        }
+        return found
+    }
+
+    /// The downloads in `states` (all when nil) after `cursor` in queue order, at most `limit` (all when nil). A
+    /// download that runs here is as this manager has it (newer than its row).
+    func queuePage(in states: Set<DownloadState>?, after cursor: QueueCursor?, limit: Int?) throws(DownloadError)
+        -> [DownloadRecord]
+    {
+        guard let leasing else {
+            var chosen: [DownloadRecord] = []
+            for record in catalog.all where states?.contains(record.state) ?? true {
+                if cursor.map({ $0.precedes(QueueCursor(record)) }) ?? true { chosen.append(record) }
+            }
+            chosen = queueOrder(chosen)
+            if let limit, chosen.count > limit { chosen.removeLast(chosen.count - max(0, limit)) }
+            return chosen
+        }
+        var page: [DownloadRecord] = []
+        var after = cursor
+        // Without a limit, page after page (a caller asked for all of them).
+        repeat {
+            let room = min(limit.map { $0 - page.count } ?? Self.walkPage, Self.walkPage)
+            guard room > 0 else { break }
+            let more = try leasing.page(in: states, after: after, limit: room)
+            page += more.map { record in tasks[record.id] != nil ? catalog[record.id] ?? record : record }
+            guard more.count == room, let last = more.last else { break }
+            after = QueueCursor(last)
+        } while true
+        return page
+    }
+
+    /// Calls `body` with each download in `states`, in queue order, a page at a time: a fleet's worker never holds
+    /// them all.
+    func forEachDownload(
+        in states: Set<DownloadState>, _ body: (DownloadRecord) async throws(DownloadError) -> Void
+    ) async throws(DownloadError) {
+        var cursor: QueueCursor?
+        repeat {
+            let page = try queuePage(in: states, after: cursor, limit: Self.walkPage)
+            for record in page { try await body(record) }
+            guard page.count == Self.walkPage, let last = page.last else { return }
+            cursor = QueueCursor(last)
+        } while true
+    }
+
+    /// How many downloads are in each state. A fleet's worker counts what the store had at its last read of the
+    /// fleet's changes (at most a second old), with the downloads it added since.
+    var stateCounts: [DownloadState: Int] {
+        leasing == nil ? catalog.counts : fleetCounts
+    }
+
+    /// The newest download of `target`: the one an add of the same URL and destination finds again.
+    func newest(at target: Catalog.Target) throws(DownloadError) -> DownloadRecord? {
+        guard let leasing else { return catalog.newest(at: target).flatMap { catalog[$0] } }
+        return try leasing.newest(
+            url: target.url, directory: target.isFolder ? target.place : nil,
+            destination: target.isFolder || target.place.isEmpty ? nil : target.place)
+    }
+
+    /// The highest queue position given so far: new downloads go after it.
+    func lastQueuePosition() throws(DownloadError) -> Double {
+        guard let leasing else { return catalog.lastPosition }
+        return try leasing.lastPosition()
+    }
+
+    /// The positions a move needs among the downloads of `priority` other than `id`.
+    func positions(priority: Int, excluding id: String, before cursor: QueueCursor?) throws(DownloadError)
+        -> QueuePositions
+    {
+        if let leasing { return try leasing.positions(priority: priority, excluding: id, before: cursor) }
+        let others = queueOrder(catalog.all.filter { $0.priority == priority && $0.id != id })
+        let index = cursor.flatMap { cursor in others.firstIndex { $0.id == cursor.id } }
+        return QueuePositions(
+            lowest: others.first?.queuePosition, highest: others.last?.queuePosition,
+            before: index.flatMap { $0 > 0 ? others[$0 - 1].queuePosition : nil })
+    }
+
+    /// Whether a download other than `id` has `path` as its destination (a folder download choosing its name).
+    func isDestinationClaimed(_ path: String, excluding id: String) -> Bool {
+        guard let leasing else { return catalog.isClaimed(path, excluding: id) }
+        // Unanswered, the name counts as taken: the download picks another rather than risk sharing one.
+        return (try? leasing.isDestinationClaimed(path, excluding: id)) ?? true
+    }
+
+    /// How many downloads the manager holds in memory: all of them on one machine, those it runs in a fleet.
+    public var heldDownloads: Int { catalog.count }
+
+    /// Reads the fleet's counts again (from `followFleet`, off the actor).
+    func adoptCounts(_ counts: [DownloadState: Int]) {
+        fleetCounts = counts
+    }
+}
