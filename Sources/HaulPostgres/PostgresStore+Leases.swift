@@ -57,7 +57,7 @@ extension PostgresStore {
                 UPDATE download SET worker = $2, lease = nextval('lease_number'),
                     "leaseExpires" = now() + make_interval(secs => $3)
                 FROM picked WHERE download.id = picked.id
-                RETURNING download.lease, \(Self.qualifiedColumns)
+                RETURNING download.lease, \(Self.qualifiedReadColumns)
                 """, binds: bindings)
         let claims = try queue.perform { [logger] connection in
             // Claims take turns, so that the fleet's total (`fleetJobs`) counts every lease taken before.
@@ -195,7 +195,7 @@ extension PostgresStore {
         let query = PostgresQuery(
             unsafeSQL: """
                 WITH horizon AS (SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint AS xmin)
-                SELECT horizon.xmin, \(Self.qualifiedColumns) FROM horizon
+                SELECT horizon.xmin, \(Self.qualifiedReadColumns) FROM horizon
                 LEFT JOIN download ON download."changedIn" >= $1
                 ORDER BY download."changedIn"
                 """, binds: bindings)

@@ -30,7 +30,7 @@ extension PostgresStore {
             bindings.append(cursor.id)
             after = " AND (\(Self.orderKey)) > ($2, $3, $4::text COLLATE \"C\")"
         }
-        let select = "SELECT \(Self.quotedColumns) FROM download"
+        let select = "SELECT \(Self.readColumns) FROM download"
         let sql: String
         if let states {
             guard !states.isEmpty else { return [] }
@@ -41,7 +41,7 @@ extension PostgresStore {
                 return "(\(select) WHERE state = $\(bindings.count)\(after) ORDER BY \(Self.orderKey) LIMIT $1)"
             }
             sql =
-                "SELECT \(Self.quotedColumns) FROM (\(parts.joined(separator: " UNION ALL "))) AS chosen "
+                "SELECT \(Self.quotedColumns), worker FROM (\(parts.joined(separator: " UNION ALL "))) AS chosen "
                 + "ORDER BY (-priority), \"queuePosition\", id COLLATE \"C\" LIMIT $1"
         } else {
             sql = "\(select) WHERE true\(after) ORDER BY \(Self.orderKey) LIMIT $1"
@@ -55,7 +55,7 @@ extension PostgresStore {
         bindings.append(ids)
         return try records(
             PostgresQuery(
-                unsafeSQL: "SELECT \(Self.quotedColumns) FROM download WHERE id = ANY($1::text[])", binds: bindings))
+                unsafeSQL: "SELECT \(Self.readColumns) FROM download WHERE id = ANY($1::text[])", binds: bindings))
     }
 
     public func counts() throws(DownloadError) -> [DownloadState: Int] {
@@ -88,7 +88,7 @@ extension PostgresStore {
         return try records(
             PostgresQuery(
                 unsafeSQL: """
-                    SELECT \(Self.quotedColumns) FROM download WHERE url = $1 AND \(place)
+                    SELECT \(Self.readColumns) FROM download WHERE url = $1 AND \(place)
                     ORDER BY "createdAt" DESC, id COLLATE "C" DESC LIMIT 1
                     """, binds: bindings)
         ).first
@@ -151,7 +151,7 @@ extension PostgresStore {
         return try records(
             PostgresQuery(
                 unsafeSQL: """
-                    SELECT \(Self.quotedColumns) FROM download
+                    SELECT \(Self.readColumns) FROM download
                     WHERE state = 'queued' AND prerequisites <> '[]' AND prerequisites::jsonb ?| $1::text[]
                     """, binds: bindings))
     }

@@ -276,6 +276,13 @@ public final class PostgresStore: LeasingStore {
 
     static let quotedColumns = DownloadRecord.columnNames.map { "\"\($0)\"" }.joined(separator: ", ")
     static let qualifiedColumns = DownloadRecord.columnNames.map { "download.\"\($0)\"" }.joined(separator: ", ")
+    /// What a read of a download selects: its columns, and the worker that holds a live lease of it
+    /// (`DownloadRecord.worker`; nil while none does).
+    static let readColumns =
+        quotedColumns + ", CASE WHEN lease IS NOT NULL AND \"leaseExpires\" >= now() THEN worker END AS worker"
+    static let qualifiedReadColumns =
+        qualifiedColumns
+        + ", CASE WHEN download.lease IS NOT NULL AND download.\"leaseExpires\" >= now() THEN download.worker END AS worker"
 
     public func save(_ record: DownloadRecord) throws(DownloadError) { try save([record]) }
 
@@ -348,11 +355,11 @@ public final class PostgresStore: LeasingStore {
 
     /// The record with `id`.
     public func record(id: String) throws(DownloadError) -> DownloadRecord? {
-        try records("SELECT \(Self.quotedColumns) FROM download WHERE id = $1", [id]).first
+        try records("SELECT \(Self.readColumns) FROM download WHERE id = $1", [id]).first
     }
 
     public func allRecords() throws(DownloadError) -> [DownloadRecord] {
-        try records("SELECT \(Self.quotedColumns) FROM download ORDER BY \"createdAt\", id", [])
+        try records("SELECT \(Self.readColumns) FROM download ORDER BY \"createdAt\", id", [])
     }
 
     /// Deletes the row unless another worker holds it.

@@ -46,7 +46,8 @@ extension Components.Schemas.Download {
                 overwrite: options.overwrite,
                 continuePartial: options.continuePartial
             ),
-            sha256: download.sha256
+            sha256: download.sha256,
+            worker: download.worker
         )
     }
 }
@@ -135,6 +136,6 @@ extension DownloadSnapshot {
                 maxConnectionsPerDownload: options.connections, minimumSplitSize: options.minSplitSize),
             rateLimit: download.limitRate,
             origin: DownloadOrigin(rawValue: download.origin.rawValue) ?? .api,
-            sha256: download.sha256)
+            sha256: download.sha256, worker: download.worker)
     }
 }

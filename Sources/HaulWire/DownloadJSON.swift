@@ -77,6 +77,13 @@ package enum DownloadJSON {
         inner.bool("continuePartial", options.continuePartial, &out)
         inner.close(&out)
         object.string("sha256", download.sha256, &out)
+        // Always there: null while no worker runs it.
+        object.key("worker", &out)
+        if let worker = download.worker {
+            JSONText.appendString(worker, to: &out)
+        } else {
+            out.append(contentsOf: "null".utf8)
+        }
         object.close(&out)
     }
 

@@ -161,10 +161,12 @@ struct SharedStoreTests {
         let listed = try await b.call(.GET, "/api/v1/workers")
         let shown = (listed.body as? [String: Any])?["workers"] as? [[String: Any]] ?? []
         #expect(shown.first { $0["name"] as? String == "a" }?["downloads"] as? [String] == [id], "\(shown)")
+        #expect(try await b.download(id)["worker"] as? String == "a", "b shows which worker runs it")
         let paused = try await b.call(.POST, "/api/v1/downloads/\(id)/pause")
         #expect(paused.status == 200, "\(String(describing: paused.body))")
         let acknowledged = try await b.download(id)
         #expect(acknowledged["state"] as? String == "paused", "\(acknowledged)")
+        #expect(acknowledged["worker"] is NSNull, "a paused download runs on no worker: \(acknowledged)")
         let offset = try #require(acknowledged["receivedBytes"] as? Int)
         // a stopped before b answered: its part file holds exactly the offset stored at the pause, and nothing
         // arrives afterwards (a is stopped too, flushing whatever it still had).

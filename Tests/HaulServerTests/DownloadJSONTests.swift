@@ -25,7 +25,7 @@ struct DownloadJSONTests {
             headers: .init(additionalProperties: ["X-A": "1", "Authorization": "***", "X-\u{E9}": "\u{7F}"]),
             userAgent: "haul/0.1.0 (\"test\")", timeoutSeconds: 0.5, retries: 1_000_000, overwrite: true,
             continuePartial: true),
-        sha256: String(repeating: "0", count: 64))
+        sha256: String(repeating: "0", count: 64), worker: "worker \"b\"")
 
     static let bare = Components.Schemas.Download(
         id: "b", url: "http://h/b", state: .queued, priority: .normal, position: -1, receivedBytes: 0,

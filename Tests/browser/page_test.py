@@ -170,6 +170,9 @@ def main():
         until(lambda: float(row("big.bin").find_element(By.TAG_NAME, "progress").get_attribute("value")) > first,
               "big.bin's progress rises")
         until(lambda: row_state("small.bin") == "Completed", "small.bin completes")
+        runner = api(info, "/downloads/" + row("big.bin").get_attribute("data-download-id")).get("worker")
+        expect(runner, "a running download names the worker that runs it")
+        until(lambda: f" on {runner}" in row("big.bin").text, f"big.bin's row shows it runs on {runner}")
 
         step("pause with the keyboard: the state shows Paused and the daemon stops receiving")
         big_id = row("big.bin").get_attribute("data-download-id")
@@ -198,6 +201,8 @@ def main():
         expect(driver.find_element(By.ID, "detail-title").text == "big.bin", "the panel names the download")
         fields = driver.find_element(By.ID, "detail-fields").text
         expect(f"/slow/big.bin" in fields and "6291456 bytes" in fields, f"the fields are shown: {fields[:200]}")
+        expect("Worker" not in fields and api(info, "/downloads/" + big_id)["worker"] is None,
+               "a completed download runs on no worker")
         webdriver.ActionChains(driver).send_keys(Keys.ESCAPE).perform()
         until(lambda: not driver.find_element(By.ID, "detail").is_displayed(), "Escape closes the panel")
 

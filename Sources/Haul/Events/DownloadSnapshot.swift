@@ -66,6 +66,9 @@ public struct DownloadSnapshot: Sendable, Equatable, Codable {
     public var origin: DownloadOrigin
     /// The SHA-256 of the finished file, when this process computed it (`computesSHA256` or a sha256 checksum).
     public var sha256: String?
+    /// The worker that runs it, nil while none does: in a fleet, the name of the `haul serve` that holds its lease;
+    /// on one machine, the host's name while it runs.
+    public var worker: String?
 
     /// Makes a snapshot (for a program that learns of downloads another way, such as a daemon's client).
     public init(
@@ -73,7 +76,7 @@ public struct DownloadSnapshot: Sendable, Equatable, Codable {
         priority: DownloadPriority, position: Double, receivedBytes: Int64, totalBytes: Int64?, bytesPerSecond: Double,
         secondsRemaining: Double?, connections: Int, segments: [Segment]?, after: [DownloadID], error: DownloadError?,
         isResumable: Bool?, createdAt: Date, completedAt: Date?, options: DownloadOptions, rateLimit: Int64?,
-        origin: DownloadOrigin, sha256: String? = nil
+        origin: DownloadOrigin, sha256: String? = nil, worker: String? = nil
     ) {
         self.id = id
         self.url = url
@@ -97,6 +100,7 @@ public struct DownloadSnapshot: Sendable, Equatable, Codable {
         self.rateLimit = rateLimit
         self.origin = origin
         self.sha256 = sha256
+        self.worker = worker
     }
 
     /// The destination, once known (the same as `path`).

@@ -154,10 +154,7 @@ extension DownloadManager {
     /// heartbeat now.
     public func workers() async throws(DownloadError) -> [WorkerStatus] {
         guard let leasing else {
-            return [
-                WorkerStatus(
-                    name: ProcessInfo.processInfo.hostName, heartbeatAt: Date(), downloads: tasks.keys.sorted())
-            ]
+            return [WorkerStatus(name: workerName, heartbeatAt: Date(), downloads: tasks.keys.sorted())]
         }
         do { return try await Blocking.run { try leasing.workers() } } catch let error as DownloadError {
             throw error

@@ -277,7 +277,7 @@ extension DownloadManager {
             segments: record.segments, after: record.prerequisites.map(DownloadID.init), error: record.error,
             isResumable: record.isResumable, createdAt: record.createdAt, completedAt: record.completedAt,
             options: record.options, rateLimit: record.rateLimit, origin: record.origin,
-            sha256: results[record.id]?.sha256
+            sha256: results[record.id]?.sha256, worker: isRunning ? workerName : record.worker
         )
     }
 }

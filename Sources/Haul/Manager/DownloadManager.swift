@@ -14,6 +14,8 @@ public actor DownloadManager {
     /// The store as several workers share it, when it is such a store: this manager is then one worker of a fleet
     /// (`DownloadManager+Fleet`).
     let leasing: (any LeasingStore)?
+    /// This manager's name as the runner of its downloads: its worker's in a fleet, else the host's.
+    public nonisolated let workerName: String
     /// Whether a claim is under way (one at a time).
     var isClaiming = false
     let transport: any HTTPTransport
@@ -92,6 +94,7 @@ public actor DownloadManager {
             store = try DownloadStore()
         }
         leasing = store as? any LeasingStore
+        workerName = leasing?.worker ?? ProcessInfo.processInfo.hostName
         let logger = configuration.logger
         store.onLostWrite { error in
             logger.error("a state database write was lost: \(error.message); the record keeps its earlier values")

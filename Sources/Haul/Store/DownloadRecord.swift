@@ -77,6 +77,9 @@ public struct DownloadRecord: Codable, Sendable, Equatable, FetchableRecord, Per
     public var partDevice: Int64?
     /// The inode of the part file Haul made (`partIdentity`).
     public var partInode: Int64?
+    /// The worker of a fleet that holds a live lease of it, as the shared store read it (not a column of its own:
+    /// never written, and nil in a store of one machine).
+    public var worker: String? = nil
 
     /// Column names for queries.
     public enum Columns {

@@ -149,7 +149,12 @@ extension Aria2RPC {
     private func list(_ states: Set<DownloadState>, offset: Int, count: Int, keys: [String]) async throws(Fault)
         -> JSONValue
     {
-        var downloads = await manager.snapshots(in: states, after: nil, limit: nil).downloads
+        // From the start of the queue order, the first offset + count are all it needs (a worker of a fleet reads no
+        // more than that); from the end, or in the order they stopped, all of them.
+        let isPrefix = offset >= 0 && !states.contains(.completed)
+        let (sum, overflow) = offset.addingReportingOverflow(count)
+        let limit = isPrefix && !overflow ? max(0, sum) : nil
+        var downloads = await manager.snapshots(in: states, after: nil, limit: limit).downloads
         if states.contains(.completed) {
             downloads.sort { ($0.completedAt ?? $0.createdAt) < ($1.completedAt ?? $1.createdAt) }
         }

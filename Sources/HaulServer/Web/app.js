@@ -525,7 +525,9 @@ function bind(row, d, index) {
   p.speed.textContent = running ? bytes(d.bytesPerSecond || 0) + "/s" : "";
   p.eta.textContent = running && d.etaSeconds != null ? duration(d.etaSeconds) + " left" : "";
   p.state.textContent = stateNames[d.state] || d.state;
-  p.connections.textContent = running ? d.connections + (d.connections === 1 ? " connection" : " connections") : "";
+  p.connections.textContent = running
+    ? d.connections + (d.connections === 1 ? " connection" : " connections") + (d.worker ? " on " + d.worker : "")
+    : "";
   p.error.textContent = d.error && d.state !== "completed" ? d.error.message : "";
   for (const [action, , shows] of actions) {
     const button = p.buttons[action];
@@ -566,7 +568,7 @@ function closeDetail() {
 const fieldNames = [
   ["id", "Id"], ["url", "URL"], ["path", "File"], ["directory", "Folder"], ["state", "State"],
   ["priority", "Priority"], ["position", "Position"], ["receivedBytes", "Received"], ["totalBytes", "Size"],
-  ["bytesPerSecond", "Speed"], ["etaSeconds", "Time left"], ["connections", "Connections"],
+  ["bytesPerSecond", "Speed"], ["etaSeconds", "Time left"], ["connections", "Connections"], ["worker", "Worker"],
   ["limitRate", "Speed limit"], ["resumable", "Resumable"], ["sha256", "SHA-256"], ["error", "Error"],
   ["after", "After"], ["origin", "Added through"], ["createdAt", "Added"], ["completedAt", "Completed"],
   ["options", "Options"],
