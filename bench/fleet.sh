@@ -51,11 +51,12 @@ runuser -u postgres -- "$pgbin/initdb" -D "$work/pg/data" -U haul --auth=trust >
 runuser -u postgres -- "$pgbin/pg_ctl" -D "$work/pg/data" -l "$work/pg/log" -w \
     -o "-p $pgport -k $work/pg/socket -c listen_addresses=127.0.0.1 -c max_connections=100" start >/dev/null
 sql() { "$pgbin/psql" -h 127.0.0.1 -p "$pgport" -U haul -d "$1" -Atq -v ON_ERROR_STOP=1 -c "$2"; }
-database=0
+# A new database (called in a subshell: its name comes from the clock, not from a counter).
 fresh_store() {
-    database=$((database + 1))
-    sql postgres "CREATE DATABASE fleet$database" >/dev/null
-    echo "postgres://haul@127.0.0.1:$pgport/fleet$database"
+    local name
+    name=fleet$(date +%s%N)
+    sql postgres "CREATE DATABASE $name" >/dev/null
+    echo "postgres://haul@127.0.0.1:$pgport/$name"
 }
 
 # nginx: 2 MiB files at 1 MiB/s a connection (and at 64 KiB/s under /slow/), and a file of one byte.
@@ -84,8 +85,7 @@ token() { sql "${1##*/}" "SELECT value FROM setting WHERE name = 'token'"; }
 # Adds one paused download through a worker's API and prints its id: the template the bulk rows are copied from.
 template() {
     local url=$1 token=$2 target=$3
-    curl -sf -H "Authorization: Bearer $token" -H 'Content-Type: application/json' \
-        -d "{\"url\": \"$target\", \"filename\": \"one.bin\", \"paused\": true}" "$url/api/v1/downloads" |
+    post "$url/api/v1/downloads" "{\"url\": \"$target\", \"filename\": \"one.bin\", \"paused\": true}" "$token" |
         python3 -c 'import json, sys; print(json.load(sys.stdin)["id"])'
 }
 
@@ -105,9 +105,31 @@ fill() {
             *) echo "t.$column" ;;
         esac
     done | paste -sd, -)
+    # As a bulk load is done: the indexes are dropped and made again afterwards (several times faster than keeping
+    # them up to date row by row), and the change trigger is off (no worker runs meanwhile, and the rows are not
+    # changes any worker must hear of).
+    local indexes
+    indexes=$(sql "$database" "SELECT indexdef FROM pg_indexes WHERE tablename = 'download'
+        AND indexname <> 'download_pkey'")
+    sql "$database" "SELECT 'DROP INDEX ' || string_agg(quote_ident(indexname), ', ') FROM pg_indexes
+        WHERE tablename = 'download' AND indexname <> 'download_pkey'" | "$pgbin/psql" -h 127.0.0.1 -p "$pgport" \
+        -U haul -d "$database" -q -v ON_ERROR_STOP=1 >/dev/null
+    sql "$database" "ALTER TABLE download DISABLE TRIGGER download_changed"
     sql "$database" "INSERT INTO download ($columns) SELECT $select FROM download AS t,
         generate_series($first, $((first + count - 1))) AS n WHERE t.id = '$template'"
+    sql "$database" "ALTER TABLE download ENABLE TRIGGER download_changed"
+    while IFS= read -r index; do sql "$database" "$index"; done <<< "$indexes"
     sql "$database" "VACUUM ANALYZE download"
+}
+
+# POSTs JSON BODY to URL with TOKEN; an answer other than 200 or 201 stops the bench with what the daemon said.
+post() {
+    local status
+    status=$(curl -s -o "$work/answer.json" -w '%{http_code}' -H "Authorization: Bearer $3" \
+        -H 'Content-Type: application/json' -d "$2" "$1")
+    [ "$status" = 200 ] || [ "$status" = 201 ] ||
+        { echo "bench: POST $1 answered $status: $(head -c 500 "$work/answer.json")" >&2; exit 1; }
+    cat "$work/answer.json"
 }
 
 # The time of one GET, in milliseconds.
@@ -126,10 +148,9 @@ throughput() {
     done
     token=$(token "$store")
     local body
-    body=$(for i in $(seq -w 1 24); do echo "{\"url\": \"http://127.0.0.1:$webport/big/f$i.bin\"}"; done | paste -sd, -)
+    body=$(for i in $(seq -w 1 24); do echo "{\"url\": \"http://127.0.0.1:$webport/big/f$i.bin\", \"connections\": 1}"; done | paste -sd, -)
     started=$(now)
-    curl -sf -o /dev/null -H "Authorization: Bearer $token" -H 'Content-Type: application/json' -d "[$body]" \
-        "$url/api/v1/downloads"
+    post "$url/api/v1/downloads" "[$body]" "$token" >/dev/null
     until [ "$(sql "${store##*/}" "SELECT count(*) FROM download WHERE state = 'completed'")" = 24 ]; do sleep 0.05; done
     local elapsed
     elapsed=$(seconds "$started")
@@ -183,8 +204,7 @@ slow() {
     body=$(for i in 1 2 3 4; do
         echo "{\"url\": \"http://127.0.0.1:$webport/slow/f0$i.bin\", \"priority\": \"high\", \"paused\": true}"
     done | paste -sd, -)
-    curl -sf -o /dev/null -H "Authorization: Bearer $token" -H 'Content-Type: application/json' -d "[$body]" \
-        "$url/api/v1/downloads"
+    post "$url/api/v1/downloads" "[$body]" "$token" >/dev/null
 }
 empty=$(fresh_store)
 start_worker "setup" "$empty" "$work/out-memory" 4

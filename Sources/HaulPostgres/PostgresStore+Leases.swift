@@ -99,7 +99,7 @@ extension PostgresStore {
     /// Writes `update` only while `lease` is the download's lease; throws `locked` when another worker took the
     /// download over (nothing is written then).
     public func fencedUpdate(_ update: DownloadStore.RowUpdate, lease: Int64) throws(DownloadError) {
-        let query = try Self.query(for: update, fence: .lease(lease))
+        let query = try Self.query(for: update, fence: .lease(lease), worker: worker)
         let changed = try queue.perform { [logger] connection in
             try connection.query(query, logger: logger).blockingGet().metadata.rows ?? 0
         }
@@ -220,6 +220,26 @@ extension PostgresStore {
             INSERT INTO worker (name) VALUES (\(worker)) ON CONFLICT (name) DO UPDATE SET "heartbeatAt" = now()
             """
         try queue.perform { [logger] connection in try connection.query(query, logger: logger).blockingGet() }
+    }
+
+    public func pulse(transferring: Int) throws(DownloadError) -> FleetPulse {
+        let staleAfter = Self.seconds(leaseDuration)
+        let query: PostgresQuery = """
+            WITH me AS (
+                INSERT INTO worker (name, transferring) VALUES (\(worker), \(transferring))
+                ON CONFLICT (name) DO UPDATE SET "heartbeatAt" = now(), transferring = EXCLUDED.transferring
+                RETURNING name)
+            SELECT
+                (SELECT count(*) FROM worker WHERE transferring > 0 AND name <> (SELECT name FROM me)
+                    AND "heartbeatAt" >= now() - make_interval(secs => \(staleAfter))),
+                (SELECT value FROM setting WHERE name = 'manager')
+            """
+        let (others, text) = try queue.perform { [logger] connection in
+            let row = try connection.query(query, logger: logger).blockingGet().first
+            return try row?.decode((Int, String?).self) ?? (0, nil)
+        }
+        return FleetPulse(
+            otherWorkersTransferring: others, settings: text.flatMap(ManagerSettings.init(storedText:)))
     }
 
     public func workers() throws(DownloadError) -> [WorkerStatus] {

@@ -191,6 +191,11 @@ public final class PostgresStore: LeasingStore {
                 // The queued downloads that wait for given ones: `dependents(of:)`, when those fail.
                 "CREATE INDEX download_waiting ON download USING gin ((prerequisites::jsonb)) "
                     + "WHERE state = 'queued' AND prerequisites <> '[]'",
+                // The part file a lease writes, and the worker that wrote it: where a takeover finds the bytes.
+                "ALTER TABLE download ADD COLUMN \"partWorker\" TEXT, ADD COLUMN \"partPath\" TEXT",
+                // How many downloads each worker transfers (its pulse): the fleet's rate limit is shared among the
+                // workers that transfer.
+                "ALTER TABLE worker ADD COLUMN transferring INTEGER NOT NULL DEFAULT 0",
             ]
         ),
     ]
@@ -335,7 +340,8 @@ public final class PostgresStore: LeasingStore {
         let write: FencedWrite
         do {
             let fence = fence(of: update.id)
-            write = FencedWrite(id: update.id, fence: fence, query: try Self.query(for: update, fence: fence))
+            write = FencedWrite(
+                id: update.id, fence: fence, query: try Self.query(for: update, fence: fence, worker: worker))
         } catch {
             return StoreCommit(ticket: queue.submit(awaited: awaited) { _ in throw error })
         }
@@ -460,13 +466,33 @@ public final class PostgresStore: LeasingStore {
     }
 
     /// The UPDATE of one of the store's row updates: the columns it names, and `updatedAt`; with `fence`, only as the
-    /// fence allows.
-    static func query(for update: DownloadStore.RowUpdate, fence: Fence? = nil) throws(DownloadError) -> PostgresQuery {
-        var bindings = PostgresBindings(capacity: update.values.count + 2)
+    /// fence allows. An update of a lease holder's part file (`worker`'s) also records which worker holds it, and
+    /// where: `partWorker` and `partPath` (the lease's own part file beside the destination).
+    static func query(for update: DownloadStore.RowUpdate, fence: Fence? = nil, worker: String? = nil)
+        throws(DownloadError) -> PostgresQuery
+    {
+        var bindings = PostgresBindings(capacity: update.values.count + 4)
         var sets: [String] = []
+        var destination: String?
+        var hasPart = false
         for (column, value) in zip(update.columns, update.values) {
             try bind(value, as: columnKinds[column] ?? .text, into: &bindings)
             sets.append("\"\(column)\" = $\(bindings.count)")
+            if column == "destination" { destination = String.fromDatabaseValue(value) }
+            if column == "partInode" { hasPart = !value.isNull }
+        }
+        if update.columns.contains("partInode"), case .lease(let lease) = fence, let worker {
+            if hasPart, let destination {
+                bindings.append(worker)
+                sets.append("\"partWorker\" = $\(bindings.count)")
+                bindings.append(destination + ".lease\(lease).part")
+                sets.append("\"partPath\" = $\(bindings.count)")
+            } else {
+                sets.append("\"partWorker\" = NULL, \"partPath\" = NULL")
+            }
+        } else if update.columns.contains("completedAt") {
+            // Finished: the part file is the file now, under its final name.
+            sets.append("\"partWorker\" = NULL, \"partPath\" = NULL")
         }
         bindings.append(Date().timeIntervalSince1970)
         sets.append("\"updatedAt\" = $\(bindings.count)")

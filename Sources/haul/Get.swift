@@ -85,6 +85,12 @@ extension HaulCommand {
             case .standalone:
                 if let directory { try createFolder(directory) }
                 try await runHere(list, output: output)
+            case .fleet:
+                FileHandle.standardError.write(
+                    Data(
+                        ("Error: haul get runs downloads here or through a daemon; to give them to a fleet, name one "
+                            + "of its workers with --server URL\n").utf8))
+                throw ExitCode(2)
             case .daemon(let client):
                 defer { Task { await client.shutdown() } }
                 if let directory, client.isLocal { try createFolder(directory) }

@@ -3,7 +3,9 @@ import Foundation
 import Haul
 import HaulAPI
 import HaulCore
+import HaulPostgres
 import HaulWire
+import Logging
 
 /// Where a command finds its downloads: the state folder (whose daemon, when one runs, owns the store), or another
 /// daemon with `--server`.
@@ -17,7 +19,18 @@ struct StateOptions: ParsableArguments {
     @Option(help: "The token of --server (default: $HAUL_TOKEN).")
     var token: String?
 
+    @Option(
+        help: ArgumentHelp(
+            "Work on the downloads of a fleet's PostgreSQL store directly, without a daemon "
+                + "(postgres://USER[:PASSWORD]@HOST[:PORT]/DB, as haul serve --store takes it).",
+            valueName: "URL"))
+    var store: String?
+
     func validate() throws {
+        if let store {
+            if server != nil { throw ValidationError("--store and --server name two places; give one") }
+            do { _ = try PostgresLocation(store) } catch { throw ValidationError(error.message) }
+        }
         if let server {
             guard let url = URL(string: server), ["http", "https"].contains(url.scheme?.lowercased() ?? ""),
                 url.host?.isEmpty == false
@@ -36,6 +49,7 @@ struct StateOptions: ParsableArguments {
     /// How the command reaches its downloads: the daemon that owns the state folder (or `--server`), or the store
     /// itself, holding the state folder's lock shared so that no daemon starts behind it.
     func connect() throws -> Connection {
+        if let store, let location = try? PostgresLocation(store) { return .fleet(location) }
         if let server, let url = URL(string: server) {
             let token = self.token ?? ProcessInfo.processInfo.environment["HAUL_TOKEN"] ?? ""
             return .daemon(DaemonClient(server: url, token: token))
@@ -53,6 +67,12 @@ struct StateOptions: ParsableArguments {
     func requireDaemon() throws -> DaemonClient {
         switch try connect() {
         case .daemon(let client): return client
+        case .fleet:
+            FileHandle.standardError.write(
+                Data(
+                    ("haul: error: this command goes through a daemon; name one of the fleet's workers with "
+                        + "--server URL\n").utf8))
+            throw ExitCode(2)
         case .standalone(let lock):
             close(lock)
             FileHandle.standardError.write(
@@ -72,10 +92,11 @@ struct StateOptions: ParsableArguments {
         }
     }
 
-    /// A manager on the state folder that runs nothing and leaves what other processes run alone: `haul rm` and
-    /// `haul clean` without a daemon change the list through it, as the daemon does.
-    func openManager() throws -> DownloadManager {
-        var configuration = DownloadManager.Configuration(stateDirectory: directory)
+    /// A manager on the state folder (or the fleet's store) that runs nothing and leaves what other processes run
+    /// alone: `haul rm` and `haul clean` without a daemon change the list through it, as the daemon does.
+    func openManager(in fleet: PostgresStore? = nil) throws -> DownloadManager {
+        var configuration = DownloadManager.Configuration(stateDirectory: fleet == nil ? directory : nil)
+        configuration.store = fleet
         configuration.startsStoredDownloads = false
         configuration.recoversInterruptedDownloads = false
         configuration.origin = .commandLine
@@ -88,12 +109,35 @@ struct StateOptions: ParsableArguments {
     }
 }
 
+/// Opens the fleet's store at `location` for a command of the command line (not a worker: it claims nothing), or
+/// exits 1 saying why.
+func openFleetStore(_ location: PostgresLocation) async throws -> PostgresStore {
+    var logger = Logger(label: "haul.store")
+    logger.logLevel = .critical
+    do {
+        return try await PostgresStore.open(
+            location, worker: "haul-cli@" + PostgresStore.defaultWorkerName, logger: logger)
+    } catch {
+        FileHandle.standardError.write(Data("haul: error: \(error.message)\n".utf8))
+        throw ExitCode(1)
+    }
+}
+
 /// The downloads named by each of `names` (a whole id, or its start or end); one matching none or several is an
-/// error.
+/// error. The list is read a page at a time, keeping only the matches (a fleet's queue may hold millions).
 func resolve(_ names: [String], in manager: DownloadManager) async throws -> [DownloadSnapshot] {
-    let all = try await manager.snapshots()
-    return try names.map { name in
-        let matches = all.filter { Format.id($0.id.rawValue, matches: name) }
+    var found: [[DownloadSnapshot]] = Array(repeating: [], count: names.count)
+    var cursor: DownloadManager.QueueCursor?
+    repeat {
+        let page = await manager.snapshots(in: nil, after: cursor, limit: 1000)
+        for download in page.downloads {
+            for (index, name) in names.enumerated() where Format.id(download.id.rawValue, matches: name) {
+                found[index].append(download)
+            }
+        }
+        cursor = page.next
+    } while cursor != nil
+    return try zip(names, found).map { name, matches in
         guard matches.count == 1 else {
             throw ValidationError(
                 matches.isEmpty ? "no download with id \(name)" : "id \(name) matches \(matches.count) downloads")
@@ -162,6 +206,21 @@ extension HaulCommand {
             switch try state.connect() {
             case .standalone:
                 rows = try state.openStore().allRecords().map(ListedDownload.init)
+            case .fleet(let location):
+                let store = try await openFleetStore(location)
+                var listed: [ListedDownload] = []
+                var cursor: DownloadManager.QueueCursor?
+                repeat {
+                    let page: [DownloadRecord]
+                    do { page = try store.page(in: nil, after: cursor, limit: 1000) } catch {
+                        FileHandle.standardError.write(Data("haul: error: \(error.message)\n".utf8))
+                        throw ExitCode(1)
+                    }
+                    listed += page.map(ListedDownload.init)
+                    cursor = page.count == 1000 ? page.last.map(DownloadManager.QueueCursor.init) : nil
+                } while cursor != nil
+                await store.close()
+                rows = listed
             case .daemon(let client):
                 defer { Task { await client.shutdown() } }
                 rows = try await runOrExit { try await client.list().map(ListedDownload.init) }
@@ -225,8 +284,9 @@ extension HaulCommand {
 
         func run() async throws {
             switch try state.connect() {
-            case .standalone:
-                let manager = try state.openManager()
+            case .standalone, .fleet:
+                let fleet = try await state.openFleet()
+                let manager = try state.openManager(in: fleet)
                 for download in try await resolve(ids, in: manager) {
                     do { try await manager.remove(download.id, deletingFile: deleteFile) } catch {
                         FileHandle.standardError.write(
@@ -238,6 +298,7 @@ extension HaulCommand {
                         deletedFile: deleteFile && download.state == .completed)
                 }
                 await manager.shutdown()
+                await fleet?.close()
             case .daemon(let client):
                 defer { Task { await client.shutdown() } }
                 try await runOrExit {
@@ -270,13 +331,15 @@ extension HaulCommand {
         func run() async throws {
             let count: Int
             switch try state.connect() {
-            case .standalone:
-                let manager = try state.openManager()
+            case .standalone, .fleet:
+                let fleet = try await state.openFleet()
+                let manager = try state.openManager(in: fleet)
                 do { count = try await manager.clean() } catch {
                     FileHandle.standardError.write(Data("haul: error: \(error.message)\n".utf8))
                     throw ExitCode(1)
                 }
                 await manager.shutdown()
+                await fleet?.close()
             case .daemon(let client):
                 defer { Task { await client.shutdown() } }
                 count = try await runOrExit { try await client.clean() }
@@ -303,4 +366,14 @@ enum Connection {
     case daemon(DaemonClient)
     /// Through the store, holding the state folder's lock shared (closed when the process ends).
     case standalone(lock: Int32)
+    /// Through a fleet's PostgreSQL store (`--store`), beside its workers.
+    case fleet(PostgresLocation)
+}
+
+extension StateOptions {
+    /// The fleet's store when `--store` names one (nil: the state folder's).
+    func openFleet() async throws -> PostgresStore? {
+        guard let store, let location = try? PostgresLocation(store) else { return nil }
+        return try await openFleetStore(location)
+    }
 }

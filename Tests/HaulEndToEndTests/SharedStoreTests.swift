@@ -176,6 +176,9 @@ struct SharedStoreTests {
         let part = shared.files + "/" + (parts.first ?? "big.bin.part")
         let length = { (try? FileManager.default.attributesOfItem(atPath: part)[.size] as? Int) ?? -1 }
         #expect(length() == offset)
+        #expect(
+            try fleet.execute("SELECT \"partWorker\" || ' ' || \"partPath\" FROM download") == "a " + part,
+            "the store records which worker holds which part file, and where")
         #expect(try await a.download(id)["state"] as? String == "paused")
         _ = await a.stop(SIGTERM)
         #expect(length() == offset)
@@ -187,6 +190,49 @@ struct SharedStoreTests {
         #expect(finished["state"] as? String == "completed", "\(finished)")
         #expect(shared.holds("big.bin", body))
         _ = await b.stop(SIGTERM)
+    }
+
+    @Test("haul ls, rm and clean with --store work on the fleet's store beside its workers; get and add refuse it")
+    func commandsOnTheStore() async throws {
+        let fleet = try await Fleet()
+        let (web, shared) = (fleet.web, fleet.shared)
+        let bodies = (0..<2).map { testBytes(64 << 10, seed: UInt64(60 + $0)) }
+        for (index, body) in bodies.enumerated() { web.serve("/\(index).bin", .init(body: body)) }
+        web.serve("/missing.bin", .init(body: []) { _, _ in .status(404, headers: [:]) })
+        let a = try await fleet.worker("a")
+        let ids = try await a.add([web.url("/0.bin"), web.url("/1.bin"), web.url("/missing.bin")], into: shared.files)
+        for id in ids { _ = try await a.waitUntilStopped(id) }
+
+        let store = ["--store", fleet.database.url(database: fleet.name)]
+        let workspace = try Workspace()
+        Teardowns.add { workspace.remove() }
+        func listed() async throws -> [String: String] {
+            let run = try await HaulProcess.run(["ls", "--json"] + store, in: workspace)
+            #expect(run.status == 0, "\(run.stderr)")
+            let rows = try JSONSerialization.jsonObject(with: Data(run.stdout.utf8)) as? [[String: Any]] ?? []
+            return Dictionary(
+                uniqueKeysWithValues: rows.map { ($0["id"] as? String ?? "", $0["state"] as? String ?? "") })
+        }
+        #expect(try await listed() == [ids[0]: "completed", ids[1]: "completed", ids[2]: "failed"])
+
+        let removed = try await HaulProcess.run(["rm", String(ids[0].suffix(8))] + store, in: workspace)
+        #expect(removed.status == 0 && removed.stdout.contains("forgot"), "\(removed.stderr)")
+        #expect(try await listed() == [ids[1]: "completed", ids[2]: "failed"])
+        let cleaned = try await HaulProcess.run(["clean"] + store, in: workspace)
+        #expect(cleaned.stdout.contains("forgot 2 downloads"), "\(cleaned.stdout) \(cleaned.stderr)")
+        #expect(try await listed().isEmpty)
+        // The worker answers from the same store.
+        let list = try await a.call(.GET, "/api/v1/downloads")
+        #expect(
+            ((list.body as? [String: Any])?["downloads"] as? [Any])?.isEmpty == true, "\(String(describing: list.body))"
+        )
+        #expect(shared.holds("1.bin", bodies[1]), "clean keeps the files")
+
+        for command in [["get", web.url("/0.bin").absoluteString], ["add", web.url("/0.bin").absoluteString]] {
+            let refused = try await HaulProcess.run(command + store, in: workspace)
+            #expect(refused.status == 2 && refused.stderr.contains("--server"), "\(command[0]): \(refused.stderr)")
+        }
+        _ = await a.stop(SIGTERM)
     }
 
     @Test(

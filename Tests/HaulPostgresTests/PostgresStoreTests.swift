@@ -611,6 +611,49 @@ struct PostgresManagerTests {
         #expect(web.requests(to: "/0.bin").isEmpty)
     }
 
+    @Test("the fleet's rate limit, set on one worker, is shared among the workers that transfer")
+    func sharedRateLimit() async throws {
+        let (server, web, folder) = try await Self.setUp()
+        for index in 0..<2 {
+            web.serve(
+                "/\(index).bin", .init(body: testBytes(8 << 20, seed: UInt64(index + 1)), bytesPerSecond: 256 << 10))
+        }
+        let location = try PostgresLocation(server.url(database: try server.createDatabase()))
+        var managers: [DownloadManager] = []
+        for name in ["a", "b"] {
+            let store = try await PostgresStore.open(location, worker: name, lease: .seconds(1))
+            Teardowns.add { await store.close() }
+            var configuration = DownloadManager.Configuration(stateDirectory: nil)
+            configuration.store = store
+            configuration.maxConcurrentDownloads = 1
+            configuration.persistsSettings = true
+            managers.append(try DownloadManager(configuration: configuration))
+        }
+        let (a, b) = (managers[0], managers[1])
+        let runs = managers.map { manager in Task { await manager.run() } }
+        let ids = [
+            try await a.add(web.url("/0.bin"), to: .file(folder + "/0.bin")),
+            try await a.add(web.url("/1.bin"), to: .file(folder + "/1.bin")),
+        ]
+        // One download each (-j 1): both workers transfer.
+        try await a.setRateLimit(1_000_000)
+        // Polled: the workers' pulses come every third of their lease.
+        let deadline = ContinuousClock.now + .seconds(20)
+        var shared = false
+        while !shared, ContinuousClock.now < deadline {
+            let workers = Set([try? await a.snapshot(ids[0]), try? await a.snapshot(ids[1])].compactMap { $0?.worker })
+            let (bLimit, aShare, bShare) = (
+                await b.currentSettings().rateLimit, await a.rateShare(of: 1_000_000), await b.rateShare(of: 1_000_000)
+            )
+            shared = workers == ["a", "b"] && bLimit == 1_000_000 && aShare == 500_000 && bShare == 500_000
+            if !shared { try await Task.sleep(for: .milliseconds(50)) }
+        }
+        #expect(shared, "each of the two transferring workers takes half of the fleet's limit")
+        for id in ids { try await a.cancel(id) }
+        for run in runs { run.cancel() }
+        for run in runs { await run.value }
+    }
+
     @Test("a download waiting for one that failed fails too, with the reason, though no worker claims it")
     func dependentOfFailed() async throws {
         let (server, web, folder) = try await Self.setUp()

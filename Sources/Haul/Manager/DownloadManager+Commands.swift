@@ -179,7 +179,7 @@ extension DownloadManager {
         guard new != settings else { return }
         if configuration.persistsSettings { try store.saveSettings(new) }
         settings = new
-        globalLimiter.setRate(new.rateLimit)
+        globalLimiter.setRate(rateShare(of: new.rateLimit))
         hub.emit(.settings(new))
         try schedule()
     }

@@ -11,7 +11,8 @@ extension DownloadManager {
     /// Claims downloads for the free transfer slots, off the actor (a store that reconnects may take seconds); one
     /// claim at a time. Those claimed start at once; when the claim filled every slot it asked for, another follows.
     func claimDownloads() {
-        guard let leasing, !isShutDown, !isClaiming else { return }
+        // A manager that leaves stored downloads alone (the command line's, beside the workers) claims nothing.
+        guard let leasing, configuration.startsStoredDownloads, !isShutDown, !isClaiming else { return }
         let free = settings.maxConcurrentDownloads - transferring
         guard free > 0 else { return }
         isClaiming = true
@@ -77,11 +78,31 @@ extension DownloadManager {
                 // A lost lease is told through `onLostLease` as well; this stops it without waiting for that.
                 let lost = try await Blocking.run { try leasing.renewLeases() }
                 for id in lost { leaseLost(id) }
+                let transferring = transferring
+                adopt(try await Blocking.run { try leasing.pulse(transferring: transferring) })
             } catch {
                 configuration.logger.error(
                     "cannot renew this worker's leases: \((error as? DownloadError)?.message ?? "\(error)")")
             }
         }
+    }
+
+    /// Takes in a pulse: the fleet's rate limit (the settings' `rateLimit`, which any worker may change) is shared
+    /// equally among the workers that transfer, this one counted (as one that is about to, when it transfers nothing
+    /// yet). Each worker's own `-j` and connections stay its own.
+    func adopt(_ pulse: FleetPulse) {
+        workersSharingRate = pulse.otherWorkersTransferring + 1
+        if let stored = pulse.settings, stored.rateLimit != settings.rateLimit {
+            settings.rateLimit = stored.rateLimit
+            hub.emit(.settings(settings))
+        }
+        globalLimiter.setRate(rateShare(of: settings.rateLimit))
+    }
+
+    /// This worker's share of the rate limit `total`: all of it on one machine.
+    func rateShare(of total: Int64?) -> Int64? {
+        guard leasing != nil, let total else { return total }
+        return max(1, total / Int64(max(1, workersSharingRate)))
     }
 
     /// Reads what the fleet changed since the last read and claims for free slots (once a second, from `run()`).

@@ -30,6 +30,9 @@ public actor DownloadManager {
     /// change feed brings those writes back, and they are not news to tell subscribers again.
     var echoes: [String: DownloadRecord] = [:]
     var olderEchoes: [String: DownloadRecord] = [:]
+    /// How many workers of a fleet share its rate limit (those that transfer, this one counted), as the last pulse
+    /// told.
+    var workersSharingRate = 1
     /// The downloads a fleet's worker removed since it last read the fleet's changes (which show no removals): their
     /// dependents fail.
     var removedHere: [String] = []

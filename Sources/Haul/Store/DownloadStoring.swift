@@ -96,6 +96,22 @@ public protocol LeasingStore: DownloadStoring {
         throws(DownloadError) -> QueuePositions
     /// The queued downloads that wait for any of `ids`.
     func dependents(of ids: [String]) throws(DownloadError) -> [DownloadRecord]
+    /// Tells the fleet how many downloads this worker transfers now (with its heartbeat), and reads what the fleet's
+    /// limits need: how many other workers transfer, and the settings as the store has them.
+    func pulse(transferring: Int) throws(DownloadError) -> FleetPulse
+}
+
+/// What a worker learns at each pulse.
+public struct FleetPulse: Sendable, Equatable {
+    /// The other workers with a live heartbeat that transfer at least one download.
+    public var otherWorkersTransferring: Int
+    /// The settings in the store (the last any worker stored).
+    public var settings: ManagerSettings?
+
+    public init(otherWorkersTransferring: Int, settings: ManagerSettings?) {
+        self.otherWorkersTransferring = otherWorkersTransferring
+        self.settings = settings
+    }
 }
 
 /// Queue positions among the downloads of one priority.
