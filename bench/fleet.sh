@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The fleet benchmark: haul serve workers sharing one PostgreSQL 15 queue, on this machine.
-#   1. throughput of 1, 2 and 3 workers (each -j 4, one connection a download) on 24 files of 2 MiB from a loopback
-#      nginx that serves each connection at 1 MiB/s: a fleet adds transfer slots, so the total should grow with it;
+#   1. throughput of 1, 2 and 3 workers (each -j 4, one connection a download) on 24 files of 4 MiB from a loopback
+#      nginx that serves each connection at 1 MiB/s (after nginx's first second, which it sends at once): a fleet adds
+#      transfer slots, so the total should grow with it;
 #   2. a worker's peak memory (VmHWM) and the time of a page of the list (GET /api/v1/downloads?limit=100, the first
 #      page and one 900,000 downloads deep), with an empty queue and with 1,000,000 queued; in both, the worker's four
 #      slots run four slow downloads (64 KiB/s) meanwhile, so the queued ones wait for a slot as they would;
@@ -19,6 +20,8 @@ source bench/lib.sh
 export PATH="/opt/swift/usr/bin:/usr/sbin:/sbin:$PATH"
 rounds=${1:-3}
 pgbin=/usr/lib/postgresql/15/bin
+# Whether part $1 runs (BENCH_ONLY unset: all; else a comma-separated list of throughput, memory, claims).
+only() { [ -z "${BENCH_ONLY:-}" ] || [[ ",$BENCH_ONLY," == *",$1,"* ]]; }
 
 for tool in nginx python3 curl runuser "$pgbin/initdb" "$pgbin/pg_ctl" "$pgbin/psql"; do
     command -v "$tool" >/dev/null 2>&1 || { echo "bench: $tool is missing" >&2; exit 2; }
@@ -59,9 +62,9 @@ fresh_store() {
     echo "postgres://haul@127.0.0.1:$pgport/$name"
 }
 
-# nginx: 2 MiB files at 1 MiB/s a connection (and at 64 KiB/s under /slow/), and a file of one byte.
+# nginx: 4 MiB files at 1 MiB/s a connection (and at 64 KiB/s under /slow/), and a file of one byte.
 mkdir -p "$work/www/big"
-for i in $(seq -w 1 24); do head -c $((2 << 20)) /dev/urandom > "$work/www/big/f$i.bin"; done
+for i in $(seq -w 1 24); do head -c $((4 << 20)) /dev/urandom > "$work/www/big/f$i.bin"; done
 ln -s big "$work/www/slow"
 printf x > "$work/www/one.bin"
 webport=$(free_port)
@@ -73,13 +76,23 @@ start_worker() {
     local name=$1 store=$2 out=$3 jobs=$4 state="$work/state-$1-$RANDOM"
     mkdir -p "$out"
     "$haul" serve --store "$store" --worker "$name" --listen 127.0.0.1:0 --state-dir "$state" --download-dir "$out" \
-        -j "$jobs" -x 1 --log-level error &
+        -j "$jobs" -x 1 --log-level error 2>> "$work/workers.err" &
     worker_pid=$!
     pids+=("$worker_pid")
     for _ in $(seq 600); do [ -s "$state/serve.json" ] && break; sleep 0.05; done
     worker_url=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["url"])' "$state/serve.json")
 }
-stop_worker() { kill "$1"; wait "$1" 2>/dev/null || true; }
+# Stops a worker as systemd would (SIGTERM) and fails the bench when it does not exit cleanly.
+stop_worker() {
+    kill "$1"
+    local status=0
+    wait "$1" 2>/dev/null || status=$?
+    [ "$status" = 0 ] || [ "$status" = 143 ] || {
+        echo "bench: worker $1 exited with status $status; the workers' errors:" >&2
+        tail -40 "$work/workers.err" >&2
+        exit 1
+    }
+}
 token() { sql "${1##*/}" "SELECT value FROM setting WHERE name = 'token'"; }
 
 # Adds one paused download through a worker's API and prints its id: the template the bulk rows are copied from.
@@ -99,6 +112,7 @@ fill() {
         case $column in
             id) echo "gen_random_uuid()::text" ;;
             state) echo "'queued'" ;;
+            url) echo "t.url || '?' || n" ;;
             destination) echo "t.destination || '.' || n" ;;
             '"queuePosition"') echo "t.\"queuePosition\" + n" ;;
             prerequisites) echo "'$prerequisites'" ;;
@@ -155,19 +169,21 @@ throughput() {
     local elapsed
     elapsed=$(seconds "$started")
     for id in "${pidlist[@]}"; do stop_worker "$id"; done
-    awk -v s="$elapsed" 'BEGIN { printf "%.2f\n", 48 / s }'
+    awk -v s="$elapsed" 'BEGIN { printf "%.2f\n", 96 / s }'
 }
 
 echo "haul $("$haul" --version), PostgreSQL $("$pgbin/postgres" --version | awk '{ print $3 }'), $(nproc) cores," \
     "$rounds rounds"
+if only throughput; then
 echo
-echo "1. 24 x 2 MiB at 1 MiB/s a connection, each worker -j 4 (MiB/s of the whole fleet)"
+echo "1. 24 x 4 MiB at 1 MiB/s a connection, each worker -j 4 (MiB/s of the whole fleet)"
 for workers in 1 2 3; do
     : > "$work/throughput-$workers.txt"
     for _ in $(seq "$rounds"); do throughput "$workers" >> "$work/throughput-$workers.txt"; done
     printf "   %d worker(s): median %6.2f MiB/s   every round: %s\n" "$workers" \
         "$(median < "$work/throughput-$workers.txt")" "$(tr '\n' ' ' < "$work/throughput-$workers.txt")"
 done
+fi
 
 # 2. Memory and list pages, empty and with 1,000,000 queued behind four slow downloads of high priority: the worker
 #    runs those four (each round takes them up again where the last one stopped) and claims none of the queued.
@@ -186,7 +202,7 @@ memory_round() {
         python3 -c 'import struct, sys
 for line in sys.stdin:
     p, q, i = line.split()
-    print(f"{p}_{struct.unpack(\">Q\", struct.pack(\">d\", float(q)))[0]:x}_{i}")')
+    print("%s_%x_%s" % (p, struct.unpack(">Q", struct.pack(">d", float(q)))[0], i))')
     if [ -n "$cursor" ]; then
         for _ in $(seq 20); do
             get_ms "$worker_url/api/v1/downloads?limit=100&cursor=$cursor" "$token" >> "$work/deep.txt"
@@ -196,6 +212,7 @@ for line in sys.stdin:
         "$( [ -s "$work/deep.txt" ] && median < "$work/deep.txt" || echo -)"
     stop_worker "$worker_pid"
 }
+if only memory; then
 echo
 echo "2. one worker's peak memory (MiB), and a page of 100 (ms, median of 20): the first page, one 900,000 deep"
 # Four slow downloads of high priority (added paused, then queued by SQL: no worker runs them before the rounds).
@@ -235,11 +252,12 @@ done
 printf "   peak with 1,000,000 queued minus peak empty: %.1f MiB\n" \
     "$(awk -v a="$(cut -d' ' -f2 "$work/memory-1000000.txt" | median)" \
         -v b="$(cut -d' ' -f2 "$work/memory-empty.txt" | median)" 'BEGIN { print a - b }')"
+fi
 
 # 3. Claims a second: one worker, -j 32, downloads of one byte, counted over 10 s after 3 s of warm-up.
 claims_round() {
     local store=$1 before after
-    start_worker "c" "$store" "$work/out-claims-$RANDOM" 32
+    start_worker "c" "$store" "$work/out-claims" 32
     sleep 3
     before=$(sql "${store##*/}" "SELECT count(*) FROM download WHERE state = 'completed'")
     sleep 10
@@ -247,6 +265,7 @@ claims_round() {
     stop_worker "$worker_pid"
     awk -v n="$((after - before))" 'BEGIN { printf "%.1f\n", n / 10 }'
 }
+only claims || exit 0
 echo
 echo "3. downloads claimed and completed a second by one worker (-j 32, one byte each)"
 claims=$(fresh_store)

@@ -27,42 +27,51 @@ extension PostgresStore {
         throws(DownloadError) -> [Claim]
     {
         guard limit > 0 else { return [] }
-        var bindings = PostgresBindings(capacity: 5)
-        bindings.append(limit)
-        bindings.append(worker)
-        bindings.append(Self.seconds(duration))
-        bindings.append(folders)
-        bindings.append(DownloadOrigin.allCases.filter(\.isConfined).map(\.rawValue))
-        let query = PostgresQuery(
-            unsafeSQL: """
-                WITH room AS (
-                    SELECT LEAST($1, GREATEST(0, COALESCE(
-                        (SELECT value::bigint FROM setting WHERE name = 'fleetJobs')
-                            - (SELECT count(*) FROM download WHERE lease IS NOT NULL AND "leaseExpires" >= now()),
-                        $1))) AS count),
-                picked AS (
-                    SELECT id FROM download
-                    WHERE state IN ('queued', 'running', 'waitingForNetwork')
-                      AND ("leaseExpires" IS NULL OR "leaseExpires" < now())
-                      AND NOT EXISTS (
-                        SELECT 1 FROM jsonb_array_elements_text(prerequisites::jsonb) AS waited(id)
-                        JOIN download AS other ON other.id = waited.id WHERE other.state <> 'completed')
-                      AND (cardinality($4::text[]) = 0 OR NOT (origin = ANY($5::text[])) OR EXISTS (
-                        SELECT 1 FROM unnest($4::text[]) AS allowed(folder)
-                        WHERE allowed.folder = '/' OR COALESCE(directory, destination) = allowed.folder
-                           OR starts_with(COALESCE(directory, destination), allowed.folder || '/')))
-                    ORDER BY priority DESC, "queuePosition"
-                    LIMIT (SELECT count FROM room)
-                    FOR UPDATE SKIP LOCKED)
-                UPDATE download SET worker = $2, lease = nextval('lease_number'),
-                    "leaseExpires" = now() + make_interval(secs => $3)
-                FROM picked WHERE download.id = picked.id
-                RETURNING download.lease, \(Self.qualifiedReadColumns)
-                """, binds: bindings)
+        // How many it may take (the fleet's total counts every live lease), asked first: the claim's LIMIT is then a
+        // value the planner sees, and it walks the queue-order index for that many rows. With the LIMIT a subquery,
+        // it planned for an unknown share of the queue and sorted the whole queue at every claim.
+        let roomQuery: PostgresQuery = """
+            SELECT LEAST(\(limit), GREATEST(0, COALESCE(
+                (SELECT value::bigint FROM setting WHERE name = 'fleetJobs')
+                    - (SELECT count(*) FROM download WHERE lease IS NOT NULL AND "leaseExpires" >= now()),
+                \(limit))))::bigint
+            """
+        let confined = DownloadOrigin.allCases.filter(\.isConfined).map(\.rawValue)
+        let query = { @Sendable (room: Int) -> PostgresQuery in
+            var bindings = PostgresBindings(capacity: 5)
+            bindings.append(room)
+            bindings.append(worker)
+            bindings.append(Self.seconds(duration))
+            bindings.append(folders)
+            bindings.append(confined)
+            return PostgresQuery(
+                unsafeSQL: """
+                    WITH picked AS (
+                        SELECT id FROM download
+                        WHERE state IN ('queued', 'running', 'waitingForNetwork')
+                          AND ("leaseExpires" IS NULL OR "leaseExpires" < now())
+                          AND NOT EXISTS (
+                            SELECT 1 FROM jsonb_array_elements_text(prerequisites::jsonb) AS waited(id)
+                            JOIN download AS other ON other.id = waited.id WHERE other.state <> 'completed')
+                          AND (cardinality($4::text[]) = 0 OR NOT (origin = ANY($5::text[])) OR EXISTS (
+                            SELECT 1 FROM unnest($4::text[]) AS allowed(folder)
+                            WHERE allowed.folder = '/' OR COALESCE(directory, destination) = allowed.folder
+                               OR starts_with(COALESCE(directory, destination), allowed.folder || '/')))
+                        ORDER BY priority DESC, "queuePosition"
+                        LIMIT $1
+                        FOR UPDATE SKIP LOCKED)
+                    UPDATE download SET worker = $2, lease = nextval('lease_number'),
+                        "leaseExpires" = now() + make_interval(secs => $3)
+                    FROM picked WHERE download.id = picked.id
+                    RETURNING download.lease, \(Self.qualifiedReadColumns)
+                    """, binds: bindings)
+        }
         let claims = try queue.perform { [logger] connection in
             // Claims take turns, so that the fleet's total (`fleetJobs`) counts every lease taken before.
             try connection.query("SELECT pg_advisory_xact_lock(\(Self.claimLock))", logger: logger).blockingGet()
-            return try connection.query(query, logger: logger).blockingGet().map { row in
+            let room = try connection.query(roomQuery, logger: logger).blockingGet().first?.decode(Int.self) ?? 0
+            guard room > 0 else { return [Claim]() }
+            return try connection.query(query(room), logger: logger).blockingGet().map { row in
                 let (lease, record) = try Self.databaseRow(row, after: Int64.self)
                 return Claim(record: try DownloadRecord(row: record), lease: lease)
             }
