@@ -75,8 +75,9 @@ extension DownloadManager {
         } while true
     }
 
-    /// How many downloads are in each state. A fleet's worker counts what the store had at its last read of the
-    /// fleet's changes (at most a second old), with the downloads it added since.
+    /// How many downloads are in each state. A fleet's worker counts what the store had at its last count (every
+    /// second, or less often when counting a large queue takes long: `followFleet`), with the downloads it added
+    /// since.
     var stateCounts: [DownloadState: Int] {
         leasing == nil ? catalog.counts : fleetCounts
     }

@@ -24,8 +24,10 @@ public actor DownloadManager {
     let metronome: Metronome
     /// The downloads: every one on one machine; in a fleet, those that run here (`DownloadManager+Lookups`).
     var catalog = Catalog()
-    /// A fleet's counts per state, as the store had them at the last read of the fleet's changes.
+    /// A fleet's counts per state, as the store had them at the last count, and when the next count is due (on the
+    /// idle clock).
     var fleetCounts: [DownloadState: Int] = [:]
+    var countsDue: Duration?
     /// What a fleet's worker last wrote of downloads it does not run, by id, this second and the one before: the
     /// change feed brings those writes back, and they are not news to tell subscribers again.
     var echoes: [String: DownloadRecord] = [:]
