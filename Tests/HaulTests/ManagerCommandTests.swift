@@ -138,6 +138,9 @@ struct ManagerCommandTests {
         let third = await manager.snapshots(in: nil, after: second.next, limit: 4)
         #expect(third.downloads.map(\.id) == [ids[9], late])
         #expect(third.next == nil)
+        // The largest limit there is (aria2's tellActive asks for all so) is all of them, with no next page.
+        let all = await manager.snapshots(in: nil, after: nil, limit: .max)
+        #expect(all.downloads.count == 11 && all.next == nil)
         let cursorText = try #require(first.next?.text)
         #expect(DownloadManager.QueueCursor(text: cursorText) == first.next)
         #expect(DownloadManager.QueueCursor(text: "garbage") == nil)

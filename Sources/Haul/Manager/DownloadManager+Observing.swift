@@ -94,7 +94,9 @@ extension DownloadManager {
     private func pageOfRecords(in states: Set<DownloadState>?, after cursor: QueueCursor?, limit: Int?)
         -> (records: [DownloadRecord], next: QueueCursor?)
     {
-        guard var records = try? queuePage(in: states, after: cursor, limit: limit.map { max(0, $0) + 1 }) else {
+        // One more than the limit shows whether more follow (a limit of Int.max, "all of them", has none more).
+        let asked = limit.map { $0 == .max ? $0 : max(0, $0) + 1 }
+        guard var records = try? queuePage(in: states, after: cursor, limit: asked) else {
             return ([], nil)
         }
         guard let limit, records.count > limit else { return (records, nil) }
