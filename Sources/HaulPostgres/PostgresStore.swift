@@ -549,12 +549,7 @@ public final class PostgresStore: LeasingStore {
     func records(_ sql: String, _ arguments: [String]) throws(DownloadError) -> [DownloadRecord] {
         var bindings = PostgresBindings(capacity: arguments.count)
         for argument in arguments { bindings.append(argument) }
-        let query = PostgresQuery(unsafeSQL: sql, binds: bindings)
-        return try queue.perform { [logger] connection in
-            try connection.query(query, logger: logger).blockingGet().map { row in
-                try DownloadRecord(row: try Self.databaseRow(row))
-            }
-        }
+        return try records(PostgresQuery(unsafeSQL: sql, binds: bindings))
     }
 
     // MARK: Errors

@@ -117,9 +117,4 @@ extension DownloadManager {
 
     /// How many downloads the manager holds in memory: all of them on one machine, those it runs in a fleet.
     public var heldDownloads: Int { catalog.count }
-
-    /// Reads the fleet's counts again (from `followFleet`, off the actor).
-    func adoptCounts(_ counts: [DownloadState: Int]) {
-        fleetCounts = counts
-    }
 }
