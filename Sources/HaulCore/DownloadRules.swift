@@ -12,6 +12,8 @@ public enum DownloadRules {
     public static let minimumSplitSize: Int64 = 1 << 20
     /// Downloads transferring at once (`-j`, `maxConcurrentDownloads`, aria2's `max-concurrent-downloads`).
     public static let concurrentDownloads = 1...1000
+    /// Connections to one host across all downloads (`--max-connections-per-host`, `maxConnectionsPerHost`).
+    public static let connectionsPerHost = 1...10_000
     /// The longest idle time of a connection, in seconds (`timeoutSeconds`): a week.
     public static let longestTimeout: Double = 604_800
     /// Attempts without progress before a download fails (`retries`; aria2's `max-tries` 0 is the largest).
@@ -27,7 +29,7 @@ public enum DownloadRules {
     public struct RuleViolation: Error, Sendable, Equatable, CustomStringConvertible {
         /// Which rule.
         public enum Rule: String, Sendable {
-            case url, connections, minimumSplitSize, concurrentDownloads, rate, timeout, retries, pageSize, nameLength
+            case url, connections, minimumSplitSize, concurrentDownloads, connectionsPerHost, rate, timeout, retries, pageSize, nameLength
         }
 
         /// The rule broken.
@@ -87,6 +89,15 @@ public enum DownloadRules {
                     "must be between \(concurrentDownloads.lowerBound) and \(concurrentDownloads.upperBound), not \(limit)"
             )
         }
+    }
+
+    /// A limit of connections to one host across all downloads (nil: none).
+    public static func checkConnectionsPerHost(_ limit: Int?) throws(RuleViolation) {
+        guard let limit, !connectionsPerHost.contains(limit) else { return }
+        throw RuleViolation(
+            rule: .connectionsPerHost,
+            problem:
+                "must be between \(connectionsPerHost.lowerBound) and \(connectionsPerHost.upperBound), not \(limit)")
     }
 
     /// A rate limit in bytes a second (nil: none).

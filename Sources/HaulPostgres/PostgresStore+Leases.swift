@@ -273,3 +273,63 @@ extension PostgresStore {
         Double(duration.components.seconds) + Double(duration.components.attoseconds) / 1e18
     }
 }
+
+// MARK: Connections to one host across the fleet
+
+extension PostgresStore {
+    /// The first key of the advisory locks of hosts' slots ("host" in ASCII); the second is the host's hash.
+    static let hostLock: Int32 = 0x686F_7374
+
+    /// Grants this worker slots of connections to each host in `demands`, under each host's advisory lock (workers
+    /// take turns per host), and gives up its slots of every other host. A worker keeps the slots it uses, and gets
+    /// what it wants of the free ones; while another worker waits for slots of a host, it gets at most its fair share
+    /// (the limit split evenly among the workers that want any), so that the others' turn comes as its connections
+    /// end. A dead worker's slots count until its lease's length has passed without a renewal.
+    public func hostSlots(_ demands: [String: HostDemand], limit: Int) throws(DownloadError) -> HostGrants {
+        let duration = Self.seconds(leaseDuration)
+        return try queue.perform { [logger, worker] connection in
+            var grants = HostGrants(slots: [:], contested: [])
+            // In one order, so that two workers asking for the same hosts never wait for each other's locks.
+            for (host, demand) in demands.sorted(by: { $0.key < $1.key }) {
+                try connection.query(
+                    "SELECT pg_advisory_xact_lock(\(Self.hostLock), hashtext(\(host)))", logger: logger
+                ).blockingGet()
+                let others = try connection.query(
+                    """
+                    SELECT worker, slots, wanted FROM host_slot
+                    WHERE host = \(host) AND worker <> \(worker) AND expires >= now()
+                    """, logger: logger
+                ).blockingGet().map { try $0.decode((String, Int, Int).self) }
+                let held = others.reduce(0) { $0 + $1.1 }
+                let contested = others.contains { $0.2 > $0.1 }
+                // The fair share: the limit split among the workers that want slots, the remainder to the first names.
+                let wanting = (others.filter { $0.2 > 0 }.map(\.0) + [worker]).sorted()
+                let rank = wanting.firstIndex(of: worker) ?? 0
+                let fair = limit / wanting.count + (rank < limit % wanting.count ? 1 : 0)
+                let target = contested ? min(demand.wanted, fair) : demand.wanted
+                let slots = max(demand.inUse, min(target, max(0, limit - held)))
+                if slots == 0 && demand.wanted == 0 {
+                    try connection.query(
+                        "DELETE FROM host_slot WHERE host = \(host) AND worker = \(worker)", logger: logger
+                    ).blockingGet()
+                } else {
+                    try connection.query(
+                        """
+                        INSERT INTO host_slot (host, worker, slots, wanted, expires)
+                        VALUES (\(host), \(worker), \(slots), \(demand.wanted), now() + make_interval(secs => \(duration)))
+                        ON CONFLICT (host, worker) DO UPDATE
+                        SET slots = EXCLUDED.slots, wanted = EXCLUDED.wanted, expires = EXCLUDED.expires
+                        """, logger: logger
+                    ).blockingGet()
+                }
+                grants.slots[host] = slots
+                if contested { grants.contested.insert(host) }
+            }
+            let hosts = Array(demands.keys)
+            try connection.query(
+                "DELETE FROM host_slot WHERE worker = \(worker) AND NOT (host = ANY(\(hosts)))", logger: logger
+            ).blockingGet()
+            return grants
+        }
+    }
+}

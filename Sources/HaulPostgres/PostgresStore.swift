@@ -198,6 +198,15 @@ public final class PostgresStore: LeasingStore {
                 "ALTER TABLE worker ADD COLUMN transferring INTEGER NOT NULL DEFAULT 0",
             ]
         ),
+        (
+            6, "connections to one host across the fleet",
+            [
+                // The slots of connections to a host each worker holds (`hostSlots`): together at most the limit.
+                "CREATE TABLE host_slot (host TEXT NOT NULL, worker TEXT NOT NULL, slots INTEGER NOT NULL, "
+                    + "wanted INTEGER NOT NULL, expires TIMESTAMPTZ NOT NULL, PRIMARY KEY (host, worker))",
+                "CREATE INDEX host_slot_by_worker ON host_slot (worker)",
+            ]
+        ),
     ]
 
     /// Applies the migrations the database lacks, holding the advisory lock on `connection` meanwhile.

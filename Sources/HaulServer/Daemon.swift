@@ -33,6 +33,9 @@ public struct DaemonOptions: Sendable {
     public var maxConcurrentDownloads: Int?
     /// The global rate limit given on the command line.
     public var rateLimit: Int64?
+    /// The most connections to one host across all downloads (the fleet's, on a shared store); 0 removes the limit,
+    /// nil leaves it as stored.
+    public var maxConnectionsPerHost: Int?
     /// The connections per download given on the command line.
     public var connections: Int?
     /// The token given with `--token-file` or `HAUL_TOKEN`; nil uses (or makes) `STATE_DIR/token`.
@@ -106,6 +109,7 @@ public enum Daemon {
         if let jobs = options.maxConcurrentDownloads { settings.maxConcurrentDownloads = jobs }
         if let rate = options.rateLimit { settings.rateLimit = rate }
         if let connections = options.connections { settings.connectionsPerDownload = connections }
+        if let perHost = options.maxConnectionsPerHost { settings.maxConnectionsPerHost = perHost == 0 ? nil : perHost }
         do { try await manager.update(settings) } catch { throw DaemonError(description: error.message) }
 
         let usesTLS = options.tlsCertificate != nil

@@ -159,7 +159,8 @@ extension Components.Schemas.Settings {
     init(_ settings: ManagerSettings, configuration: DaemonConfiguration) {
         self.init(
             maxConcurrentDownloads: settings.maxConcurrentDownloads, limitRate: settings.rateLimit,
-            connections: settings.connectionsPerDownload, downloadDir: configuration.downloadDirectory,
+            connections: settings.connectionsPerDownload, maxConnectionsPerHost: settings.maxConnectionsPerHost,
+            downloadDir: configuration.downloadDirectory,
             allowedDirs: configuration.allowedDirectories)
     }
 }

@@ -42,6 +42,12 @@ extension HaulCommand {
             name: .shortAndLong, help: "Downloads transferring at once (without a daemon; a daemon runs its own -j).")
         var jobs: Int = 3
 
+        @Option(
+            help: ArgumentHelp(
+                "The most connections to one host across all the downloads (without a daemon; a daemon keeps its "
+                    + "own, `haul serve --max-connections-per-host`).", valueName: "N"))
+        var maxConnectionsPerHost: Int?
+
         @Flag(
             name: .shortAndLong,
             help: "Adopt a file already at -o PATH as a partial download (bytes are compared with the server first).")
@@ -65,6 +71,11 @@ extension HaulCommand {
                 urls: urls, inputFile: inputFile, output: output, directory: directory, continue: `continue`)
             try checkRule("-j") { () throws(DownloadRules.RuleViolation) in
                 try DownloadRules.checkConcurrentDownloads(jobs)
+            }
+            if let maxConnectionsPerHost {
+                try checkRule("--max-connections-per-host") { () throws(DownloadRules.RuleViolation) in
+                    try DownloadRules.checkConnectionsPerHost(maxConnectionsPerHost)
+                }
             }
         }
 
@@ -104,6 +115,7 @@ extension HaulCommand {
             var configuration = DownloadManager.Configuration(stateDirectory: state.directory)
             configuration.startsStoredDownloads = false
             configuration.maxConcurrentDownloads = jobs
+            configuration.maxConnectionsPerHost = maxConnectionsPerHost
             configuration.rateLimit = transfer.rate
             configuration.origin = .commandLine
             let manager: DownloadManager

@@ -68,6 +68,12 @@ extension HaulCommand {
         var limitRate: String?
 
         @Option(
+            help: ArgumentHelp(
+                "The most connections to one host across all downloads, kept with the settings (with --store: the "
+                    + "whole fleet's together; 0: no limit).", valueName: "N"))
+        var maxConnectionsPerHost: Int?
+
+        @Option(
             name: [.customShort("x"), .customLong("connections")],
             help: "The most connections of a download that does not say, 1 to 16.")
         var connections: Int?
@@ -102,6 +108,11 @@ extension HaulCommand {
             if let connections {
                 try checkRule("-x/--connections") { () throws(DownloadRules.RuleViolation) in
                     try DownloadRules.checkConnections(connections)
+                }
+            }
+            if let perHost = maxConnectionsPerHost, perHost != 0 {
+                try checkRule("--max-connections-per-host") { () throws(DownloadRules.RuleViolation) in
+                    try DownloadRules.checkConnectionsPerHost(perHost)
                 }
             }
             if let store = storeURL {
@@ -180,6 +191,7 @@ extension HaulCommand {
             options.maxConcurrentDownloads = jobs
             options.rateLimit = limitRate.flatMap(TokenBucket.parseRate)
             options.connections = connections
+            options.maxConnectionsPerHost = maxConnectionsPerHost
             options.tlsCertificate = tlsCert
             options.tlsKey = tlsKey
             options.logger = Logger(label: "haul")

@@ -291,6 +291,35 @@ struct SharedStoreTests {
         for worker in workers { _ = await worker.stop(SIGTERM) }
     }
 
+    @Test(
+        "--max-connections-per-host 4 with three workers of -j 4 and -x 4: the server never sees more than 4 connections at once, and all complete"
+    )
+    func hostLimit() async throws {
+        let fleet = try await Fleet()
+        let (web, shared) = (fleet.web, fleet.shared)
+        // Throttled answers close their connection at the end: the connections open are those in flight.
+        // Files of 2 MiB: each is split in segments of 1 MiB, so a download asks for two connections.
+        let bodies = (0..<9).map { testBytes(2 << 20, seed: UInt64(300 + $0)) }
+        for (index, body) in bodies.enumerated() {
+            web.serve("/\(index).bin", .init(body: body, bytesPerSecond: 1 << 20))
+        }
+        var workers: [DaemonProcess] = []
+        for name in ["a", "b", "c"] {
+            // Only the first is given the limit: it is the fleet's, kept in the store, and the others take it up.
+            let limit = name == "a" ? ["--max-connections-per-host", "4"] : []
+            workers.append(try await fleet.worker(name, ["-j", "4", "-x", "4"] + limit))
+        }
+        let ids = try await workers[0].add(bodies.indices.map { web.url("/\($0).bin") }, into: shared.files)
+        for id in ids {
+            let finished = try await workers[2].waitUntilStopped(id)
+            #expect(finished["state"] as? String == "completed", "\(finished)")
+        }
+        for (index, body) in bodies.enumerated() { #expect(shared.holds("\(index).bin", body), "file \(index)") }
+        #expect(web.peakConnections <= 4, "\(web.peakConnections) at once")
+        #expect(web.peakConnections >= 3, "the limit was reached: \(web.peakConnections) at most")
+        for worker in workers { _ = await worker.stop(SIGTERM) }
+    }
+
     @Test("a store that cannot be reached or a bad store URL: a clear error naming the host, never the password")
     func unreachable() async throws {
         let workspace = try Workspace()

@@ -549,13 +549,22 @@ struct RouterTests {
             #expect(settings.downloadDir == h.downloads)
             let changed = try await client.execute(
                 uri: "/api/v1/settings", method: .patch, headers: authorized,
-                body: json(#"{"maxConcurrentDownloads": 5, "limitRate": 2097152, "connections": 8}"#))
+                body: json(
+                    #"{"maxConcurrentDownloads": 5, "limitRate": 2097152, "connections": 8, "maxConnectionsPerHost": 6}"#
+                ))
             let now = try body(Components.Schemas.Settings.self, changed)
             #expect(now.maxConcurrentDownloads == 5 && now.limitRate == 2_097_152 && now.connections == 8)
+            #expect(now.maxConnectionsPerHost == 6)
+            #expect(await h.manager.currentSettings().maxConnectionsPerHost == 6)
             let cleared = try await client.execute(
-                uri: "/api/v1/settings", method: .patch, headers: authorized, body: json(#"{"limitRate": null}"#))
-            #expect(try body(Components.Schemas.Settings.self, cleared).limitRate == nil)
-            for bad in [#"{"maxConcurrentDownloads": 0}"#, #"{"connections": 17}"#, #"{"downloadDir": "/"}"#] {
+                uri: "/api/v1/settings", method: .patch, headers: authorized,
+                body: json(#"{"limitRate": null, "maxConnectionsPerHost": null}"#))
+            let after = try body(Components.Schemas.Settings.self, cleared)
+            #expect(after.limitRate == nil && after.maxConnectionsPerHost == nil)
+            for bad in [
+                #"{"maxConcurrentDownloads": 0}"#, #"{"connections": 17}"#, #"{"downloadDir": "/"}"#,
+                #"{"maxConnectionsPerHost": 0}"#,
+            ] {
                 let response = try await client.execute(
                     uri: "/api/v1/settings", method: .patch, headers: authorized, body: json(bad))
                 #expect(response.status == .badRequest, "\(bad)")

@@ -84,6 +84,37 @@ struct SchedulerTests {
         for index in 0..<8 { #expect(h.holds("\(index).bin", body)) }
     }
 
+    @Test("a limit of connections to one host holds across downloads and their segments, and every download completes")
+    func connectionsPerHost() async throws {
+        let h = try await Harness.make()
+        let large = testBytes(6 << 20, seed: 7)
+        h.server.serve("/large", .init(body: large, bytesPerSecond: 3 << 20))
+        serve(h, count: 6)
+        var configuration = DownloadManager.Configuration(stateDirectory: h.stateDirectory)
+        configuration.clock = h.clock
+        configuration.idleClock = h.idleClock
+        configuration.startsStoredDownloads = false
+        configuration.maxConcurrentDownloads = 7
+        configuration.maxConnectionsPerHost = 3
+        let manager = try DownloadManager(configuration: configuration)
+        let log = StateLog(manager.events())
+        var ids = [
+            try await manager.add(
+                h.server.url("/large"), to: .file(h.path("large.bin")),
+                options: DownloadOptions(maxConnectionsPerDownload: 8, minimumSplitSize: 1 << 20))
+        ]
+        for index in 0..<6 {
+            ids.append(try await manager.add(h.server.url("/\(index)"), to: .file(h.path("\(index).bin"))))
+        }
+        for id in ids { _ = try await manager.result(of: id) }
+        await manager.shutdown()
+        // Throttled answers close their connection after the last byte: the connections open are those in flight.
+        #expect(h.server.peakConnections == 3, "\(h.server.peakConnections) at once")
+        #expect(log.peakRunning > 3, "more downloads ran than connections were open: their connections waited")
+        #expect(h.holds("large.bin", large))
+        for index in 0..<6 { #expect(h.holds("\(index).bin", body)) }
+    }
+
     @Test("a download whose bytes have all arrived gives its slot to the next before its file is moved into place")
     func finishingGivesItsSlot() async throws {
         let h = try await Harness.make()

@@ -131,15 +131,19 @@ public struct ManagerSettings: Sendable, Equatable, Codable {
     public var rateLimit: Int64?
     /// The most connections a new download opens when it does not say (1...16).
     public var connectionsPerDownload: Int
+    /// The most connections to one host across all downloads (a fleet's workers together); nil for no limit.
+    /// Counted as servers count them (nginx's `limit_conn`): connections with a request or its body in flight.
+    public var maxConnectionsPerHost: Int?
 
     /// Makes settings.
     public init(
         maxConcurrentDownloads: Int = 3, rateLimit: Int64? = nil,
-        connectionsPerDownload: Int = DownloadOptions.defaultMaxConnections
+        connectionsPerDownload: Int = DownloadOptions.defaultMaxConnections, maxConnectionsPerHost: Int? = nil
     ) {
         self.maxConcurrentDownloads = maxConcurrentDownloads
         self.rateLimit = rateLimit
         self.connectionsPerDownload = connectionsPerDownload
+        self.maxConnectionsPerHost = maxConnectionsPerHost
     }
 }
 

@@ -173,6 +173,7 @@ extension DownloadManager {
             try DownloadRules.checkConcurrentDownloads(new.maxConcurrentDownloads)
             try DownloadRules.checkRate(new.rateLimit)
             try DownloadRules.checkConnections(new.connectionsPerDownload)
+            try DownloadRules.checkConnectionsPerHost(new.maxConnectionsPerHost)
         } catch {
             throw DownloadError(error, subject: Self.subject(of: error.rule))
         }
@@ -180,6 +181,7 @@ extension DownloadManager {
         if configuration.persistsSettings { try store.saveSettings(new) }
         settings = new
         globalLimiter.setRate(rateShare(of: new.rateLimit))
+        hostConnections.setLimit(new.maxConnectionsPerHost)
         hub.emit(.settings(new))
         try schedule()
     }

@@ -92,11 +92,56 @@ extension DownloadManager {
     /// yet). Each worker's own `-j` and connections stay its own.
     func adopt(_ pulse: FleetPulse) {
         workersSharingRate = pulse.otherWorkersTransferring + 1
-        if let stored = pulse.settings, stored.rateLimit != settings.rateLimit {
+        if let stored = pulse.settings,
+            stored.rateLimit != settings.rateLimit || stored.maxConnectionsPerHost != settings.maxConnectionsPerHost
+        {
             settings.rateLimit = stored.rateLimit
+            settings.maxConnectionsPerHost = stored.maxConnectionsPerHost
+            hostConnections.setLimit(stored.maxConnectionsPerHost)
             hub.emit(.settings(settings))
         }
         globalLimiter.setRate(rateShare(of: settings.rateLimit))
+    }
+
+    /// Asks the store for this worker's slots of connections to each host (off the actor; one request at a time, and
+    /// one more after it when asked meanwhile): when a connection waits for a slot, when one ends with slots to spare
+    /// on a host another worker waits for, and once a second to renew them.
+    func askForHostSlots(renewing: Bool = false) {
+        // Without a limit, slots a worker held expire with their lease's length.
+        guard let leasing, let limit = settings.maxConnectionsPerHost else { return }
+        let hosts = hostConnections.hosts()
+        let contested = contestedHosts
+        let unmet = hosts.contains { (host: String, entry: HostConnections.Host) -> Bool in
+            if entry.waiting > 0 && entry.inUse >= entry.granted { return true }
+            return contested.contains(host) && entry.granted > entry.inUse + entry.waiting
+        }
+        guard unmet || (renewing && !hosts.isEmpty) else { return }
+        guard !isAskingForHosts else {
+            asksForHostsAgain = true
+            return
+        }
+        isAskingForHosts = true
+        let demands = hostConnections.beginRequest().mapValues {
+            HostDemand(inUse: $0.inUse, wanted: $0.inUse + $0.waiting)
+        }
+        let logger = configuration.logger
+        Task {
+            var grants: HostGrants?
+            do { grants = try await Blocking.run { try leasing.hostSlots(demands, limit: limit) } } catch {
+                logger.error("cannot ask for connections to hosts: \((error as? DownloadError)?.message ?? "\(error)")")
+            }
+            self.answered(grants)
+        }
+    }
+
+    private func answered(_ grants: HostGrants?) {
+        hostConnections.grant(grants?.slots)
+        if let grants { contestedHosts = grants.contested }
+        isAskingForHosts = false
+        if asksForHostsAgain {
+            asksForHostsAgain = false
+            askForHostSlots()
+        }
     }
 
     /// This worker's share of the rate limit `total`: all of it on one machine.
@@ -125,6 +170,7 @@ extension DownloadManager {
                 self.countsDue = now + max(.seconds(1), took * 20)
             }
             adopt(changed)
+            askForHostSlots(renewing: true)
             let ended = changed.filter { $0.state == .failed || $0.state == .cancelled }.map(\.id) + removedHere
             removedHere = []
             failDependents(of: ended, waiting: changed.filter { $0.state == .queued && !$0.prerequisites.isEmpty })

@@ -123,6 +123,7 @@ extension DownloadManager {
             settings: configuration.engine,
             logger: configuration.logger,
             limiters: [globalLimiter, ownLimiter],
+            hostConnections: hostConnections,
             report: { [weak self] report throws(DownloadError) in try await self?.runnerReported(id, report) },
             committed: { [store] commit throws(DownloadError) in try await store.committed(commit) },
             isDestinationClaimed: { [weak self] path in await self?.isDestinationClaimed(path, excluding: id) ?? false

@@ -40,6 +40,8 @@ extension DownloadManager {
         public var rateLimit: Int64?
         /// The most connections a download opens when its options do not say otherwise (what `settings` reports).
         public var connectionsPerDownload = DownloadOptions.defaultMaxConnections
+        /// The most connections to one host across all downloads (nil: no limit); `update(_:)` changes it later.
+        public var maxConnectionsPerHost: Int?
         /// Whether settings changed while running are stored, and stored settings replace the three above when the
         /// manager opens the store (the daemon's behaviour; `haul get` keeps its flags to itself).
         public var persistsSettings = false

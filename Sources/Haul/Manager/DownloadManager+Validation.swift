@@ -135,6 +135,7 @@ extension DownloadManager {
         case .connections: "connections"
         case .minimumSplitSize: "the minimum split size"
         case .concurrentDownloads: "the number of downloads at once"
+        case .connectionsPerHost: "the connections to one host"
         case .rate: "a rate limit"
         case .timeout: "the idle timeout"
         case .retries: "the attempts without progress"

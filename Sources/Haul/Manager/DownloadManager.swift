@@ -35,6 +35,13 @@ public actor DownloadManager {
     /// How many workers of a fleet share its rate limit (those that transfer, this one counted), as the last pulse
     /// told.
     var workersSharingRate = 1
+    /// The connections to each host across all downloads, within `settings.maxConnectionsPerHost`.
+    let hostConnections: HostConnections
+    /// A fleet's worker: whether it is asking the store for hosts' slots, whether to ask again when that ends, and
+    /// the hosts where another worker waits for slots (as the last answer told).
+    var isAskingForHosts = false
+    var asksForHostsAgain = false
+    var contestedHosts: Set<String> = []
     /// The downloads a fleet's worker removed since it last read the fleet's changes (which show no removals): their
     /// dependents fail.
     var removedHere: [String] = []
@@ -111,11 +118,13 @@ public actor DownloadManager {
         hub = EventHub(run: try store.beginRun(), replayCapacity: configuration.replayCapacity)
         var settings = ManagerSettings(
             maxConcurrentDownloads: max(1, configuration.maxConcurrentDownloads), rateLimit: configuration.rateLimit,
-            connectionsPerDownload: configuration.connectionsPerDownload)
+            connectionsPerDownload: configuration.connectionsPerDownload,
+            maxConnectionsPerHost: configuration.maxConnectionsPerHost)
         if configuration.persistsSettings, let stored = try store.settings() { settings = stored }
         self.settings = settings
         settingsMirror = Mutex(settings)
         globalLimiter = RateLimiter(bytesPerSecond: settings.rateLimit)
+        hostConnections = HostConnections(limit: settings.maxConnectionsPerHost, granted: leasing != nil)
         if let leasing {
             // A worker of a fleet reads no downloads at start: it claims what it will run, and asks the store the
             // rest. A download another worker left running is taken over once its lease expires, not here.
@@ -144,6 +153,9 @@ public actor DownloadManager {
         }
         leasing?.onCommand { [weak self] id, command in
             Task { await self?.obey(command, for: id) }
+        }
+        hostConnections.onUnmet { [weak self] in
+            Task { await self?.askForHostSlots() }
         }
     }
 

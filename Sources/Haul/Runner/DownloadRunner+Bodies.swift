@@ -21,6 +21,16 @@ struct Connector: Sendable {
 
     /// Connection `id` (generation `generation`): the request, then its body if the loop takes it.
     func connect(_ id: Int, _ generation: UInt64, request: RangeRequest, events: Events) async {
+        // A slot of the host's connections, held until the body ends (a stopped connection's task ends too).
+        let slot: HostConnections.Slot
+        do {
+            slot = try await environment.hostConnections.acquire(
+                (try? url().host?.lowercased()) ?? source, clock: environment.idleClock
+            ) { events.yield(.throttled(id, generation)) }
+        } catch {
+            return
+        }
+        defer { slot.release() }
         let response: TransportResponse
         do {
             response = try await environment.transport.send(

@@ -17,6 +17,8 @@ struct RunnerEnvironment: Sendable {
     let logger: Logger
     /// The limits this download's bytes count against (all downloads', its own).
     let limiters: [RateLimiter]
+    /// The connections to each host across all downloads: each connection holds a slot while it is open.
+    let hostConnections: HostConnections
     /// Tells the manager what the runner learned or did, in order. The manager is the only writer of a download's
     /// record and its row in the store. Progress goes to `events` directly. The manager queues what it stores; the commit it returns says when
     /// it is in the store.

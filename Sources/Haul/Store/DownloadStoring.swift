@@ -99,9 +99,36 @@ public protocol LeasingStore: DownloadStoring {
     /// Tells the fleet how many downloads this worker transfers now (with its heartbeat), and reads what the fleet's
     /// limits need: how many other workers transfer, and the settings as the store has them.
     func pulse(transferring: Int) throws(DownloadError) -> FleetPulse
+    /// Asks for this worker's slots of connections to each host in `demands` (and gives up those of every other
+    /// host), the fleet's workers together holding at most `limit` per host; renews them for a lease's length.
+    func hostSlots(_ demands: [String: HostDemand], limit: Int) throws(DownloadError) -> HostGrants
 }
 
 /// What a worker learns at each pulse.
+/// What a worker of a fleet asks of one host's connection slots: to keep those in use, and how many it wants (in use
+/// and waiting).
+public struct HostDemand: Sendable, Equatable {
+    public var inUse: Int
+    public var wanted: Int
+
+    public init(inUse: Int, wanted: Int) {
+        self.inUse = inUse
+        self.wanted = wanted
+    }
+}
+
+/// The store's answer to a worker's `HostDemand`s: the slots it holds now for each host, and the hosts where another
+/// worker waits for slots (this one gives back what it does not use as soon as it can).
+public struct HostGrants: Sendable, Equatable {
+    public var slots: [String: Int]
+    public var contested: Set<String>
+
+    public init(slots: [String: Int], contested: Set<String>) {
+        self.slots = slots
+        self.contested = contested
+    }
+}
+
 public struct FleetPulse: Sendable, Equatable {
     /// The other workers with a live heartbeat that transfer at least one download.
     public var otherWorkersTransferring: Int

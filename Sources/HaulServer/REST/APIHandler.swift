@@ -377,7 +377,7 @@ public struct APIHandler: APIProtocol {
     func updateSettings(_ update: Components.Schemas.SettingsUpdate, nulls: [NullField]) async throws(APIError)
         -> Components.Schemas.Settings
     {
-        try Self.reject(nulls, allowing: ["limitRate"])
+        try Self.reject(nulls, allowing: ["limitRate", "maxConnectionsPerHost"])
         var settings = await manager.currentSettings()
         if let limit = update.maxConcurrentDownloads {
             try APIError.checking("maxConcurrentDownloads") { () throws(DownloadRules.RuleViolation) in
@@ -398,6 +398,14 @@ public struct APIHandler: APIProtocol {
             settings.rateLimit = limit
         } else if nulls.contains(NullField(name: "limitRate", index: nil)) {
             settings.rateLimit = nil
+        }
+        if let limit = update.maxConnectionsPerHost {
+            try APIError.checking("maxConnectionsPerHost") { () throws(DownloadRules.RuleViolation) in
+                try DownloadRules.checkConnectionsPerHost(limit)
+            }
+            settings.maxConnectionsPerHost = limit
+        } else if nulls.contains(NullField(name: "maxConnectionsPerHost", index: nil)) {
+            settings.maxConnectionsPerHost = nil
         }
         do { try await manager.update(settings) } catch { throw APIError(error) }
         return .init(await manager.currentSettings(), configuration: configuration)
