@@ -29,7 +29,8 @@ public enum DownloadRules {
     public struct RuleViolation: Error, Sendable, Equatable, CustomStringConvertible {
         /// Which rule.
         public enum Rule: String, Sendable {
-            case url, connections, minimumSplitSize, concurrentDownloads, connectionsPerHost, rate, timeout, retries, pageSize, nameLength
+            case url, connections, minimumSplitSize, concurrentDownloads, connectionsPerHost, rate, timeout, retries,
+                pageSize, nameLength
         }
 
         /// The rule broken.

@@ -205,6 +205,19 @@ public final class PostgresStore: LeasingStore {
                 "CREATE TABLE host_slot (host TEXT NOT NULL, worker TEXT NOT NULL, slots INTEGER NOT NULL, "
                     + "wanted INTEGER NOT NULL, expires TIMESTAMPTZ NOT NULL, PRIMARY KEY (host, worker))",
                 "CREATE INDEX host_slot_by_worker ON host_slot (worker)",
+                // A download found by its brief id (aria2's gid), as `DownloadID.brief` computes it.
+                """
+                CREATE FUNCTION haul_brief_id(id TEXT) RETURNS TEXT LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+                    SELECT CASE
+                        WHEN length(hex) = 32 THEN
+                            CASE WHEN substr(hex, 13, 1) = '7' THEN right(hex, 16) ELSE left(hex, 16) END
+                        WHEN length(hex) >= 16 THEN left(hex, 16)
+                        ELSE left(encode(sha256(convert_to(id, 'UTF8')), 'hex'), 16)
+                    END
+                    FROM (SELECT regexp_replace(lower(id), '[^0-9a-f]', '', 'g') AS hex) AS digits
+                $$
+                """,
+                "CREATE INDEX download_by_brief_id ON download ((\(briefID)))",
             ]
         ),
     ]
@@ -245,6 +258,15 @@ public final class PostgresStore: LeasingStore {
         }
         try await connection.query("SELECT pg_advisory_unlock(\(migrationLock))", logger: logger)
     }
+
+    /// A download's brief id in SQL, as the index of migration 6 has it (a query must say it the same way to use
+    /// that index). Every row's index entry is made again on each change of the row: a time-ordered UUID (as
+    /// Haul's ids are) takes a few string operations, the general function only any other id.
+    static let briefID = """
+        CASE WHEN length(id) = 36 AND substr(id, 15, 1) = '7' AND substr(id, 9, 1) = '-' AND substr(id, 14, 1) = '-' \
+        AND substr(id, 19, 1) = '-' AND substr(id, 24, 1) = '-' THEN lower(substr(id, 20, 4) || substr(id, 25, 12)) \
+        ELSE haul_brief_id(id) END
+        """
 
     /// The versions of the migrations applied, in order.
     public func appliedMigrations() throws(DownloadError) -> [Int] {
@@ -371,6 +393,10 @@ public final class PostgresStore: LeasingStore {
     /// The record with `id`.
     public func record(id: String) throws(DownloadError) -> DownloadRecord? {
         try records("SELECT \(Self.readColumns) FROM download WHERE id = $1", [id]).first
+    }
+
+    public func record(brief: String) throws(DownloadError) -> DownloadRecord? {
+        try records("SELECT \(Self.readColumns) FROM download WHERE \(Self.briefID) = $1 LIMIT 1", [brief]).first
     }
 
     public func allRecords() throws(DownloadError) -> [DownloadRecord] {

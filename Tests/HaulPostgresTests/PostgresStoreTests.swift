@@ -279,6 +279,22 @@ struct PostgresStoreTests {
         try store.insert(dependents, saving: [])
         #expect(try Set(store.dependents(of: ["a003", "gone", "B002", "nothing"]).map(\.id)) == ["d0", "d1"])
         #expect(try store.dependents(of: ["B000"]).map(\.id) == ["d3"])
+
+        // A download found by its brief id (aria2's gid), computed by the store as `DownloadID.brief` computes it:
+        // a version 7 UUID's last 16 hex digits, a version 4 one's first 16, a short id's SHA-256.
+        // ("a001" is one of the 200 above.)
+        let briefs = ["0190f3a2-7b1c-7d4e-9f00-1a2b3c4d5e6f", "0190F3A2-7B1C-4D4E-9F00-1A2B3C4D5E6F", "short-one"].map {
+            var record = makeRecord(url: "https://example.com/\($0)", destination: "/srv/\($0)", state: .queued)
+            record.id = $0
+            return record
+        }
+        try store.insert(briefs, saving: [])
+        for id in ["0190f3a2-7b1c-7d4e-9f00-1a2b3c4d5e6f", "0190F3A2-7B1C-4D4E-9F00-1A2B3C4D5E6F", "a001", "short-one"]
+        {
+            #expect(try store.record(brief: DownloadID(id).brief)?.id == id, "\(id)")
+        }
+        #expect(DownloadID("0190f3a2-7b1c-7d4e-9f00-1a2b3c4d5e6f").brief == "9f001a2b3c4d5e6f")
+        #expect(try store.record(brief: "0123456789abcdef") == nil)
     }
 
     @Test("a download confined to allowed folders is claimed only by a worker that may write there")
@@ -611,12 +627,15 @@ struct PostgresManagerTests {
         #expect(web.requests(to: "/0.bin").isEmpty)
     }
 
-    @Test("the fleet's rate limit, set on one worker, is shared among the workers that transfer")
+    @Test(
+        "the fleet's rate limit, set on one worker, is shared among the workers that transfer, and they keep it together"
+    )
     func sharedRateLimit() async throws {
         let (server, web, folder) = try await Self.setUp()
+        // The server sends faster than either worker's share: the limit, not the server, sets the pace.
         for index in 0..<2 {
             web.serve(
-                "/\(index).bin", .init(body: testBytes(8 << 20, seed: UInt64(index + 1)), bytesPerSecond: 256 << 10))
+                "/\(index).bin", .init(body: testBytes(32 << 20, seed: UInt64(index + 1)), bytesPerSecond: 2 << 20))
         }
         let location = try PostgresLocation(server.url(database: try server.createDatabase()))
         var managers: [DownloadManager] = []
@@ -631,24 +650,46 @@ struct PostgresManagerTests {
         }
         let (a, b) = (managers[0], managers[1])
         let runs = managers.map { manager in Task { await manager.run() } }
+        try await a.setRateLimit(400_000)
+        // One connection each: a connection's reads are paid for one by one.
+        let single = DownloadOptions(maxConnectionsPerDownload: 1)
         let ids = [
-            try await a.add(web.url("/0.bin"), to: .file(folder + "/0.bin")),
-            try await a.add(web.url("/1.bin"), to: .file(folder + "/1.bin")),
+            try await a.add(web.url("/0.bin"), to: .file(folder + "/0.bin"), options: single),
+            try await a.add(web.url("/1.bin"), to: .file(folder + "/1.bin"), options: single),
         ]
         // One download each (-j 1): both workers transfer.
-        try await a.setRateLimit(1_000_000)
         // Polled: the workers' pulses come every third of their lease.
         let deadline = ContinuousClock.now + .seconds(20)
         var shared = false
         while !shared, ContinuousClock.now < deadline {
             let workers = Set([try? await a.snapshot(ids[0]), try? await a.snapshot(ids[1])].compactMap { $0?.worker })
             let (bLimit, aShare, bShare) = (
-                await b.currentSettings().rateLimit, await a.rateShare(of: 1_000_000), await b.rateShare(of: 1_000_000)
+                await b.currentSettings().rateLimit, await a.rateShare(of: 400_000), await b.rateShare(of: 400_000)
             )
-            shared = workers == ["a", "b"] && bLimit == 1_000_000 && aShare == 500_000 && bShare == 500_000
+            shared = workers == ["a", "b"] && bLimit == 400_000 && aShare == 200_000 && bShare == 200_000
             if !shared { try await Task.sleep(for: .milliseconds(50)) }
         }
         #expect(shared, "each of the two transferring workers takes half of the fleet's limit")
+        // The bytes both received over six seconds, each as its own worker sees it (the running one's is live):
+        // about 2.4 MB at the fleet's limit, 4.8 MB were each worker's limit the whole of it. A limiter counts a read
+        // once it arrived (up to 256 KiB, paid for by waiting after it), and progress is told every half second: the
+        // bound allows for both.
+        func received() async -> Int64 {
+            var total: Int64 = 0
+            for id in ids {
+                let seen = [try? await a.snapshot(id), try? await b.snapshot(id)].compactMap { $0?.receivedBytes }
+                total += seen.max() ?? 0
+            }
+            return total
+        }
+        let (before, started) = (await received(), ContinuousClock.now)
+        try await Task.sleep(for: .seconds(6))
+        let (after, elapsed) = (await received(), ContinuousClock.now - started)
+        let rate =
+            Double(after - before)
+            / (Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18)
+        #expect(rate <= 400_000 * 1.35, "\(Int(rate)) bytes a second together, against a limit of 400,000")
+        #expect(rate >= 400_000 * 0.5, "\(Int(rate)) bytes a second together: both transfer")
         for id in ids { try await a.cancel(id) }
         for run in runs { run.cancel() }
         for run in runs { await run.value }

@@ -1,3 +1,4 @@
+import Crypto
 import Foundation
 import HaulCore
 
@@ -10,6 +11,20 @@ public struct DownloadID: Hashable, Sendable, Codable, CustomStringConvertible {
     public init(_ rawValue: String) { self.rawValue = rawValue }
 
     public var description: String { rawValue }
+
+    /// 16 hex digits of the id, the random ones (aria2's gid of the download). Haul's ids are UUIDs; a time-ordered
+    /// one (version 7, as new downloads get) begins with its time, so its last 16 hex digits are taken, and an older
+    /// random one (version 4) keeps its first 16. For an id with fewer hex digits, the first 16 of its SHA-256. The
+    /// store of a fleet computes the same (`haul_brief_id`) to find a download by it.
+    public var brief: String {
+        let hex = rawValue.lowercased().filter { $0.isHexDigit && $0.isASCII }
+        if hex.count == 32 {
+            let version = hex[hex.index(hex.startIndex, offsetBy: 12)]
+            return String(version == "7" ? hex.suffix(16) : hex.prefix(16))
+        }
+        if hex.count >= 16 { return String(hex.prefix(16)) }
+        return String(SHA256.hash(data: Data(rawValue.utf8)).map { String(format: "%02x", $0) }.joined().prefix(16))
+    }
 
     public init(from decoder: any Decoder) throws {
         rawValue = try decoder.singleValueContainer().decode(String.self)

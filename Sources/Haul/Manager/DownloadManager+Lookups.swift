@@ -16,6 +16,15 @@ extension DownloadManager {
         leasing == nil ? catalog[id] : try? current(id)
     }
 
+    /// The download whose brief id (`DownloadID.brief`, aria2's gid) is `brief`, nil when none is: one indexed query
+    /// in a fleet; on one machine a pass over the catalog.
+    public func download(brief: String) throws(DownloadError) -> DownloadID? {
+        if let leasing {
+            return try leasing.record(brief: brief).map { DownloadID($0.id) }
+        }
+        return catalog.all.lazy.map { DownloadID($0.id) }.first { $0.brief == brief }
+    }
+
     /// Those of `ids` that exist, by id (one query in a fleet).
     func known(_ ids: [String]) throws(DownloadError) -> [String: DownloadRecord] {
         var found: [String: DownloadRecord] = [:]

@@ -281,6 +281,18 @@ extension DownloadManager {
         case .success(let value): results[id] = value
         case .failure(let error): errors[id] = error
         }
+        if leasing != nil {
+            // A fleet's worker remembers the newest ends only (the store has every download's): what it hears of the
+            // fleet's must not grow with the queue. An older one's result is made again from its row and its file.
+            endedHere.append(id)
+            if endedHere.count > Self.endsRemembered * 2 {
+                for old in endedHere.prefix(endedHere.count - Self.endsRemembered) where tasks[old] == nil {
+                    results[old] = nil
+                    errors[old] = nil
+                }
+                endedHere.removeFirst(endedHere.count - Self.endsRemembered)
+            }
+        }
         for waiter in waiters.removeValue(forKey: id) ?? [] {
             waiter.resume(with: result.mapError { $0 as any Error })
         }

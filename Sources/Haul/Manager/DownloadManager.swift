@@ -73,6 +73,10 @@ public actor DownloadManager {
     var sessionIDs: Set<String> = []
     var results: [String: DownloadResult] = [:]
     var errors: [String: DownloadError] = [:]
+    /// A fleet's worker: the downloads whose ends it took in, oldest first; `results` and `errors` keep those of the
+    /// newest `endsRemembered` (to twice as many, then trimmed at once).
+    var endedHere: [String] = []
+    static let endsRemembered = 1000
     var waiters: [String: [CheckedContinuation<DownloadResult, any Error>]] = [:]
     /// Waits of `results(of:)`: the ids not ended yet, and whom to resume when none is left.
     var batchWaiters: [(open: Set<String>, continuation: CheckedContinuation<Void, Never>)] = []

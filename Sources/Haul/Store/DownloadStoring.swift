@@ -94,6 +94,8 @@ public protocol LeasingStore: DownloadStoring {
     /// other than `id`.
     func positions(priority: Int, excluding id: String, before cursor: DownloadManager.QueueCursor?)
         throws(DownloadError) -> QueuePositions
+    /// The download whose brief id (`DownloadID.brief`) is `brief`.
+    func record(brief: String) throws(DownloadError) -> DownloadRecord?
     /// The queued downloads that wait for any of `ids`.
     func dependents(of ids: [String]) throws(DownloadError) -> [DownloadRecord]
     /// Tells the fleet how many downloads this worker transfers now (with its heartbeat), and reads what the fleet's

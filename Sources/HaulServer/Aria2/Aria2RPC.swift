@@ -167,9 +167,9 @@ public final class Aria2RPC: Sendable {
     func id(of gid: String) async throws(Fault) -> DownloadID {
         guard Aria2Status.isGID(gid) else { throw Fault("Bad GID \(gid)") }
         if let id = gids.withLock({ $0[gid] }) { return id }
-        // Not seen yet (added through the REST API or by an earlier daemon): index every download once.
-        register(await manager.page(in: nil, after: nil, limit: nil).ids)
-        guard let id = gids.withLock({ $0[gid] }) else { throw Fault("GID \(gid) is not found") }
+        // Not seen yet (added through the REST API, by an earlier daemon or by another worker): asked of the manager.
+        guard let id = try? await manager.download(brief: gid) else { throw Fault("GID \(gid) is not found") }
+        register([id])
         return id
     }
 

@@ -10,19 +10,8 @@ enum Aria2Status {
     /// aria2's piece length, which clients use to draw the bitfield.
     static let pieceLength: Int64 = 1 << 20
 
-    /// The gid of a download: 16 hex digits of its id, the random ones. Haul's ids are UUIDs; a time-ordered one
-    /// (version 7, as new downloads get) begins with its time, so its last 16 hex digits are taken, and an older
-    /// random one (version 4) keeps its first 16, as before. For an id with fewer hex digits, the first 16 of its
-    /// SHA-256.
-    static func gid(of id: DownloadID) -> String {
-        let hex = id.rawValue.lowercased().filter { $0.isHexDigit && $0.isASCII }
-        if hex.count == 32 {
-            let version = hex[hex.index(hex.startIndex, offsetBy: 12)]
-            return String(version == "7" ? hex.suffix(16) : hex.prefix(16))
-        }
-        if hex.count >= 16 { return String(hex.prefix(16)) }
-        return String(SHA256.hash(data: Data(id.rawValue.utf8)).map { String(format: "%02x", $0) }.joined().prefix(16))
-    }
+    /// The gid of a download: its brief id, 16 hex digits of its id (`DownloadID.brief`).
+    static func gid(of id: DownloadID) -> String { id.brief }
 
     /// Whether `text` has the shape of a gid (aria2 also takes a unique prefix; Haul takes the whole gid only).
     static func isGID(_ text: String) -> Bool {
