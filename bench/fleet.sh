@@ -120,7 +120,7 @@ fill() {
         esac
     done | paste -sd, -)
     # As a bulk load is done: the indexes are dropped and made again afterwards (several times faster than keeping
-    # them up to date row by row), and the change trigger is off (no worker runs meanwhile, and the rows are not
+    # them up to date row by row), and the triggers are off (no worker runs meanwhile, and the rows are not
     # changes any worker must hear of).
     local indexes
     indexes=$(sql "$database" "SELECT indexdef FROM pg_indexes WHERE tablename = 'download'
@@ -128,10 +128,10 @@ fill() {
     sql "$database" "SELECT 'DROP INDEX ' || string_agg(quote_ident(indexname), ', ') FROM pg_indexes
         WHERE tablename = 'download' AND indexname <> 'download_pkey'" | "$pgbin/psql" -h 127.0.0.1 -p "$pgport" \
         -U haul -d "$database" -q -v ON_ERROR_STOP=1 >/dev/null
-    sql "$database" "ALTER TABLE download DISABLE TRIGGER download_changed"
+    sql "$database" "ALTER TABLE download DISABLE TRIGGER USER"
     sql "$database" "INSERT INTO download ($columns) SELECT $select FROM download AS t,
         generate_series($first, $((first + count - 1))) AS n WHERE t.id = '$template'"
-    sql "$database" "ALTER TABLE download ENABLE TRIGGER download_changed"
+    sql "$database" "ALTER TABLE download ENABLE TRIGGER USER"
     while IFS= read -r index; do sql "$database" "$index"; done <<< "$indexes"
     sql "$database" "VACUUM ANALYZE download"
 }

@@ -195,32 +195,57 @@ extension PostgresStore {
         }
     }
 
-    public func changes() throws(DownloadError) -> [DownloadRecord] {
-        let since = feedHorizon.withLock { $0 }
-        var bindings = PostgresBindings(capacity: 1)
-        bindings.append(since ?? Int64.max)
-        // One statement, one snapshot: the horizon is the oldest transaction still running when the rows were read,
-        // and every row a transaction from then on changes is read next time (some twice, none missed).
+    public func eventPosition() throws(DownloadError) -> EventID {
+        // The events to come are those of transactions still running and of those to begin.
+        let query: PostgresQuery = "SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint"
+        let horizon = try queue.perform { [logger] connection in
+            try connection.query(query, logger: logger).blockingGet().first?.decode(Int64.self) ?? 0
+        }
+        return EventID(run: horizon, sequence: 0)
+    }
+
+    public func events(after position: EventID, limit: Int) throws(DownloadError) -> [FleetEvent] {
+        var bindings = PostgresBindings(capacity: 3)
+        bindings.append(position.run)
+        bindings.append(Int64(clamping: position.sequence))
+        bindings.append(limit)
+        // Only the events of transactions older than every one still running: none can come before them any more,
+        // so what one worker reads, in this order, every worker reads.
         let query = PostgresQuery(
             unsafeSQL: """
-                WITH horizon AS (SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint AS xmin)
-                SELECT horizon.xmin, \(Self.qualifiedReadColumns) FROM horizon
-                LEFT JOIN download ON download."changedIn" >= $1
-                ORDER BY download."changedIn"
+                WITH picked AS (
+                    SELECT event.* FROM event
+                    WHERE ("transaction", number) > ($1, $2)
+                      AND "transaction" < pg_snapshot_xmin(pg_current_snapshot())::text::bigint
+                    ORDER BY "transaction", number LIMIT $3)
+                SELECT picked."transaction", picked.number, picked.kind, picked.download, \(Self.qualifiedReadColumns)
+                FROM picked LEFT JOIN download ON download.id = picked.download
+                ORDER BY picked."transaction", picked.number
                 """, binds: bindings)
-        let (horizon, records) = try queue.perform { [logger] connection in
-            var horizon: Int64 = 0
-            var records: [DownloadRecord] = []
-            for row in try connection.query(query, logger: logger).blockingGet() {
-                let (xmin, cells) = try Self.databaseRow(row, after: Int64.self)
-                horizon = xmin
-                guard cells["id"] as String? != nil else { continue }
-                records.append(try DownloadRecord(row: cells))
+        return try queue.perform { [logger] connection in
+            try connection.query(query, logger: logger).blockingGet().map { row in
+                var cells = row.makeIterator()
+                guard let transaction = cells.next(), let number = cells.next(), let kind = cells.next(),
+                    let download = cells.next()
+                else { throw DownloadError(.store, "the store answered an event without its id") }
+                let columns = try Self.databaseRow(IteratorSequence(cells))
+                let id = EventID(
+                    run: try transaction.decode(Int64.self), sequence: UInt64(max(0, try number.decode(Int64.self))))
+                let record = (columns["id"] as String?) == nil ? nil : try DownloadRecord(row: columns)
+                return FleetEvent(
+                    id: id, kind: FleetEvent.Kind(rawValue: try kind.decode(String.self)) ?? .changed,
+                    download: try download.decode(String.self), record: record)
             }
-            return (horizon, records)
         }
-        feedHorizon.withLock { $0 = horizon }
-        return since == nil ? [] : records
+    }
+
+    public func pruneEvents(olderThan age: Duration) throws(DownloadError) {
+        let seconds = Self.seconds(age)
+        try queue.perform { [logger] connection in
+            try connection.query(
+                "DELETE FROM event WHERE at < now() - make_interval(secs => \(seconds))", logger: logger
+            ).blockingGet()
+        }
     }
 
     /// Records that this worker is alive now (with each renewal, the first when its manager starts running).

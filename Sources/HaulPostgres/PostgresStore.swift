@@ -30,8 +30,6 @@ public final class PostgresStore: LeasingStore {
     /// The leases this worker lost, by download (until it claims the download again).
     let lostLeases = Mutex<[String: Int64]>([:])
     let lostLeaseHandler = Mutex<(@Sendable (String) -> Void)?>(nil)
-    /// Where the next `changes()` begins: the oldest transaction that was still running when the last one read.
-    let feedHorizon = Mutex<Int64?>(nil)
     /// What listens for commands from other workers (`onCommand`).
     let listener = Mutex<Task<Void, Never>?>(nil)
 
@@ -218,6 +216,46 @@ public final class PostgresStore: LeasingStore {
                 $$
                 """,
                 "CREATE INDEX download_by_brief_id ON download ((\(briefID)))",
+            ]
+        ),
+        (
+            7, "the fleet's events",
+            [
+                // Every change of a download (its record, or who holds it; not a lease's renewal), numbered: the
+                // transaction that made it, then a number from a sequence. Every worker reads them in that order and
+                // only once every transaction before them has ended (`events(after:limit:)`), so each event's id is
+                // the same on every worker, and a client that reconnects to any worker with the last id it saw
+                // misses nothing.
+                "CREATE SEQUENCE event_number",
+                """
+                CREATE TABLE event ("transaction" BIGINT NOT NULL, number BIGINT NOT NULL, kind TEXT NOT NULL, \
+                download TEXT NOT NULL, at TIMESTAMPTZ NOT NULL DEFAULT now(), PRIMARY KEY ("transaction", number))
+                """,
+                "CREATE INDEX event_at ON event (at)",
+                """
+                CREATE FUNCTION download_event() RETURNS trigger LANGUAGE plpgsql AS $$
+                BEGIN
+                    INSERT INTO event ("transaction", number, kind, download) VALUES (
+                        pg_current_xact_id()::text::bigint, nextval('event_number'),
+                        CASE TG_OP WHEN 'INSERT' THEN 'added' WHEN 'DELETE' THEN 'removed' ELSE 'changed' END,
+                        CASE TG_OP WHEN 'DELETE' THEN OLD.id ELSE NEW.id END);
+                    RETURN NULL;
+                END $$
+                """,
+                "CREATE TRIGGER download_added AFTER INSERT ON download FOR EACH ROW EXECUTE FUNCTION download_event()",
+                // What the events replace: each row's last changing transaction, which a feed of rows read.
+                "DROP TRIGGER download_changed ON download",
+                "DROP FUNCTION download_changed()",
+                "ALTER TABLE download DROP COLUMN \"changedIn\"",
+                """
+                CREATE TRIGGER download_event AFTER UPDATE ON download FOR EACH ROW \
+                WHEN (NEW."updatedAt" IS DISTINCT FROM OLD."updatedAt" OR NEW.worker IS DISTINCT FROM OLD.worker \
+                OR NEW.state IS DISTINCT FROM OLD.state) EXECUTE FUNCTION download_event()
+                """,
+                """
+                CREATE TRIGGER download_removed AFTER DELETE ON download FOR EACH ROW \
+                EXECUTE FUNCTION download_event()
+                """,
             ]
         ),
     ]

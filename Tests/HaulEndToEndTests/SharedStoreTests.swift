@@ -320,6 +320,52 @@ struct SharedStoreTests {
         for worker in workers { _ = await worker.stop(SIGTERM) }
     }
 
+    @Test(
+        "the event stream's ids are the fleet's: a client that reconnects to another worker with Last-Event-ID is replayed every change it missed, under the same ids"
+    )
+    func eventsAcrossWorkers() async throws {
+        let fleet = try await Fleet()
+        let (web, shared) = (fleet.web, fleet.shared)
+        for name in ["first", "second", "third"] { web.serve("/\(name).bin", .init(body: testBytes(4096))) }
+        let a = try await fleet.worker("a")
+        let b = try await fleet.worker("b")
+        let first = try await a.add([web.url("/first.bin")], into: shared.files)[0]
+        #expect(try await a.waitUntilStopped(first)["state"] as? String == "completed")
+        // A client of a: its stream begins with a snapshot whose id is where the fleet's events stood.
+        let opening = try await readEvents(from: a, after: nil) { $0.contains { $0.event == "snapshot" } }
+        let seen = try #require(opening.first { $0.event == "snapshot" }?.id)
+
+        // Meanwhile, through b: two more downloads.
+        let later = try await b.add([web.url("/second.bin"), web.url("/third.bin")], into: shared.files)
+        for id in later { #expect(try await b.waitUntilStopped(id)["state"] as? String == "completed") }
+        let completedBoth: @Sendable ([StreamEvent]) -> Bool = { events in
+            later.allSatisfy { id in events.contains { $0.download == id && $0.state == "completed" } }
+        }
+        // The client reconnects, to b and to a, with the last id it saw: each replays the same changes, in the same
+        // order, under the same ids, and no snapshot.
+        let fromB = try await readEvents(from: b, after: seen, until: completedBoth)
+        let fromA = try await readEvents(from: a, after: seen, until: completedBoth)
+        #expect(!fromB.contains { $0.event == "snapshot" } && !fromA.contains { $0.event == "snapshot" })
+        #expect(completedBoth(fromB) && completedBoth(fromA))
+        // The store's events: each id's first appearance (what a worker tells of its own at once, before the
+        // store's event of it, carries the id of the event before).
+        func logged(_ events: [StreamEvent]) -> [String] {
+            var last = seen
+            var ids: [String] = []
+            for event in events where event.id != last && ["added", "changed", "removed"].contains(event.event) {
+                ids.append("\(event.id) \(event.download ?? "") \(event.state ?? "")")
+                last = event.id
+            }
+            return ids
+        }
+        #expect(logged(fromB) == logged(fromA), "the same events under the same ids on both workers")
+        #expect(!logged(fromB).isEmpty)
+        #expect(
+            fromB.filter { $0.id != seen }.allSatisfy { order(seen).lexicographicallyPrecedes(order($0.id)) },
+            "every event replayed comes after the id the client gave")
+        for worker in [a, b] { _ = await worker.stop(SIGTERM) }
+    }
+
     @Test("a store that cannot be reached or a bad store URL: a clear error naming the host, never the password")
     func unreachable() async throws {
         let workspace = try Workspace()
@@ -391,4 +437,74 @@ func waitUntilState(_ state: String, of id: String, on worker: DaemonProcess) as
     while try await worker.download(id)["state"] as? String != state, ContinuousClock.now < deadline {
         try await Task.sleep(for: .milliseconds(20))
     }
+}
+
+/// An event id (`TRANSACTION-NUMBER` in a fleet) as numbers that order as the ids do.
+func order(_ id: String) -> [UInt64] { id.split(separator: "-").map { UInt64($0) ?? 0 } }
+
+/// One event of a daemon's stream: its id, its name, and the download it tells of with that download's state (for
+/// the events of one download).
+struct StreamEvent: Sendable {
+    var id: String
+    var event: String
+    var download: String?
+    var state: String?
+}
+
+/// Reads `daemon`'s event stream (with `Last-Event-ID: after` when given) until `done` holds for the events read, or
+/// 30 s have passed; curl reads the stream, and is stopped then.
+func readEvents(
+    from daemon: DaemonProcess, after: String?, until done: @escaping @Sendable ([StreamEvent]) -> Bool
+) async throws -> [StreamEvent] {
+    let curl = try #require(executable("curl"), "curl is installed by .ci/run")
+    let process = Process()
+    process.executableURL = URL(fileURLWithPath: curl)
+    process.arguments =
+        ["-sN", "--max-time", "30", "-H", "Authorization: Bearer \(daemon.token)"]
+        + (after.map { ["-H", "Last-Event-ID: \($0)"] } ?? []) + ["\(daemon.url)/api/v1/events"]
+    let output = Pipe()
+    process.standardOutput = output
+    try process.run()
+    let reader = output.fileHandleForReading.fileDescriptor
+    let events = await onOwnThread { () -> [StreamEvent] in
+        var events: [StreamEvent] = []
+        var pending = ""
+        var current: [String: String] = [:]
+        var buffer = [UInt8](repeating: 0, count: 65536)
+        while true {
+            // What arrived so far, as it arrives (Foundation's `availableData` may wait for more).
+            let count = read(reader, &buffer, buffer.count)
+            if count <= 0 { return events }
+            pending += String(decoding: buffer[0..<count], as: UTF8.self)
+            while let end = pending.firstIndex(of: "\n") {
+                let line = String(pending[..<end])
+                pending = String(pending[pending.index(after: end)...])
+                if line.isEmpty {
+                    if let id = current["id"], let name = current["event"] {
+                        var event = StreamEvent(id: id, event: name)
+                        if let data = current["data"]?.data(using: .utf8),
+                            let object = try? JSONSerialization.jsonObject(with: data) as? [String: Any],
+                            ["added", "changed"].contains(name)
+                        {
+                            event.download = object["id"] as? String
+                            event.state = object["state"] as? String
+                        } else if name == "removed", let data = current["data"]?.data(using: .utf8),
+                            let object = try? JSONSerialization.jsonObject(with: data) as? [String: Any]
+                        {
+                            event.download = object["id"] as? String
+                        }
+                        events.append(event)
+                        if done(events) { return events }
+                    }
+                    current = [:]
+                } else if let colon = line.firstIndex(of: ":") {
+                    let value = line[line.index(after: colon)...].drop { $0 == " " }
+                    current[String(line[..<colon])] = String(value)
+                }
+            }
+        }
+    }
+    kill(process.processIdentifier, SIGKILL)
+    process.waitUntilExit()
+    return events
 }

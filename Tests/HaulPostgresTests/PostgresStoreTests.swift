@@ -70,12 +70,12 @@ struct PostgresStoreTests {
         async let second = PostgresStore.open(location)
         let stores = try await [first, second]
         for store in stores {
-            #expect(try store.appliedMigrations() == [1, 2, 3, 4, 5, 6])
+            #expect(try store.appliedMigrations() == [1, 2, 3, 4, 5, 6, 7])
             #expect(try store.allRecords().isEmpty)
         }
         // A third, later, finds nothing to do.
         let third = try await PostgresStore.open(location)
-        #expect(try third.appliedMigrations() == [1, 2, 3, 4, 5, 6])
+        #expect(try third.appliedMigrations() == [1, 2, 3, 4, 5, 6, 7])
         for store in stores + [third] { await store.close() }
     }
 
@@ -359,7 +359,7 @@ struct PostgresStoreTests {
     }
 
     @Test(
-        "a worker's writes are fenced by its leases (taken over: refused and told lost; held elsewhere: refused; released: free), and the change feed brings what others wrote"
+        "a worker's writes are fenced by its leases (taken over: refused and told lost; held elsewhere: refused; released: free), and the event log brings what others wrote"
     )
     func workerLeases() async throws {
         let server = try server()
@@ -371,7 +371,14 @@ struct PostgresStoreTests {
         Teardowns.add { for store in [a, b, observer] { await store.close() } }
         let lost = Mutex<[String]>([])
         b.onLostLease { id in lost.withLock { $0.append(id) } }
-        #expect(try observer.changes().isEmpty, "the first read marks where the feed begins")
+        // The log's events after where it stood, as a worker reads them: each download as it is now.
+        var position = try observer.eventPosition()
+        func changes() throws -> [DownloadRecord] {
+            let events = try observer.events(after: position, limit: 100)
+            position = events.last?.id ?? position
+            return events.compactMap(\.record)
+        }
+        #expect(try changes().isEmpty, "nothing changed since the log's position was taken")
 
         var q1 = makeRecord(url: "https://example.com/1", destination: "/srv/1")
         q1.id = "q1"
@@ -379,7 +386,7 @@ struct PostgresStoreTests {
         q2.id = "q2"
         q2.queuePosition = 2
         try a.insert([q1, q2], saving: [])
-        #expect(Set(try observer.changes().map(\.id)) == ["q1", "q2"])
+        #expect(Set(try changes().map(\.id)) == ["q1", "q2"])
 
         #expect(try b.claim(limit: 1, within: []).map(\.id) == ["q1"])
         #expect(b.holds("q1"))
@@ -407,7 +414,7 @@ struct PostgresStoreTests {
         current.durableOffset = 4096
         try a.save(current)
         #expect(try a.renewLeases().isEmpty)
-        #expect(try observer.changes().first { $0.id == "q1" }?.durableOffset == 4096)
+        #expect(try changes().first { $0.id == "q1" }?.durableOffset == 4096)
         #expect(try a.record(id: "q1")?.durableOffset == 4096)
 
         // Released, q1 is anyone's again (b's run of it ended too).
@@ -417,7 +424,47 @@ struct PostgresStoreTests {
         b.release("q1")
         current.durableOffset = 8192
         try b.save(current)
-        #expect(try observer.changes().first { $0.id == "q1" }?.durableOffset == 8192)
+        #expect(try changes().first { $0.id == "q1" }?.durableOffset == 8192)
+    }
+
+    @Test(
+        "the fleet's event log: every worker reads the same events under the same ids, in one order; reads continue where they stopped; a removal is an event"
+    )
+    func eventLog() async throws {
+        let server = try server()
+        let location = try PostgresLocation(server.url(database: server.createDatabase()))
+        let a = try await PostgresStore.open(location, worker: "a")
+        let b = try await PostgresStore.open(location, worker: "b")
+        Teardowns.add { for store in [a, b] { await store.close() } }
+        let (startA, startB) = (try a.eventPosition(), try b.eventPosition())
+        var q1 = makeRecord(url: "https://example.com/1", destination: "/srv/1")
+        q1.id = "q1"
+        var q2 = makeRecord(url: "https://example.com/2", destination: "/srv/2")
+        q2.id = "q2"
+        try a.insert([q1], saving: [])
+        try b.insert([q2], saving: [])
+        try q1.apply(.pauseRequested)
+        q1.updatedAt = Date(timeIntervalSince1970: 1_800_000_000)
+        try a.save(q1)
+        try b.delete(id: "q2")
+
+        let seenByA = try a.events(after: startA, limit: 100)
+        let seenByB = try b.events(after: startB, limit: 100)
+        #expect(seenByA.map(\.id) == seenByB.map(\.id), "the same ids on every worker")
+        #expect(
+            seenByA.map { "\($0.kind) \($0.download)" } == ["added q1", "added q2", "changed q1", "removed q2"])
+        #expect(zip(seenByA, seenByA.dropFirst()).allSatisfy { $0.id < $1.id }, "in the order of their ids")
+        #expect(seenByA[2].record?.state == .paused, "each with its download as it is now")
+        #expect(seenByA[1].record == nil && seenByA[3].record == nil, "q2 is gone")
+
+        // A read of two, then the rest from where it stopped.
+        let first = try a.events(after: startA, limit: 2)
+        let rest = try a.events(after: try #require(first.last).id, limit: 100)
+        #expect((first + rest).map(\.id) == seenByA.map(\.id))
+        #expect(try a.events(after: try #require(seenByA.last).id, limit: 100).isEmpty)
+        // Old events are forgotten.
+        try a.pruneEvents(olderThan: .zero)
+        #expect(try b.events(after: startB, limit: 100).isEmpty)
     }
 
     @Test("PostgreSQL restarts: the store reconnects, loses nothing committed, and a write made meanwhile lands")

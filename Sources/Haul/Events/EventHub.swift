@@ -10,6 +10,12 @@ import Synchronization
 /// A subscriber that reconnects with the id of the last event it saw gets exactly the events it missed, as long as
 /// they are still in the replay window and were emitted in this run of the store; otherwise it starts from a
 /// snapshot.
+///
+/// A worker of a fleet numbers nothing itself: the changes of downloads come from the store's event log with ids that
+/// are the same on every worker (`emitLogged`), and what the worker tells besides (its own changes at once, progress,
+/// stats, settings) carries the id of the last logged event, as an event without an id of its own. A client that
+/// reconnects to any worker with the last id it saw is replayed every change after it; one that comes from a worker
+/// ahead of this one is given only the changes past its id.
 final class EventHub: Sendable {
     /// How many of the newest events are kept for replay.
     let replayCapacity: Int
@@ -29,6 +35,11 @@ final class EventHub: Sendable {
         var ended: Set<DownloadID> = []
         /// Downloads whose newest event left them queued or running: while any is, more events are on their way.
         var busy: Set<DownloadID> = []
+        /// A fleet's worker: ids come from the store's event log (the newest is `next - 1`'s place: `lastLogged`).
+        var isFleet = false
+        var lastLogged = EventID(run: 0, sequence: 0)
+        /// A fleet's worker: the replay window holds every logged event after this id.
+        var covered = EventID(run: 0, sequence: 0)
     }
 
     private let state: Mutex<State>
@@ -43,47 +54,85 @@ final class EventHub: Sendable {
         state = Mutex(State(run: run, replay: CircularBuffer(initialCapacity: min(replayCapacity, 1024))))
     }
 
-    /// The id of the newest event (sequence 0 before any).
-    var lastID: EventID {
-        state.withLock { EventID(run: $0.run, sequence: $0.next - 1) }
+    /// A fleet's worker's hub, whose ids come from the store's event log, beginning after `position`.
+    convenience init(fleetAt position: EventID, replayCapacity: Int = 10_240) {
+        self.init(run: position.run, replayCapacity: replayCapacity)
+        state.withLock { state in
+            state.isFleet = true
+            state.lastLogged = position
+            state.covered = position
+        }
     }
 
-    /// Stamps `event` with the next id, keeps it for replay, and delivers it to every subscriber it concerns.
+    /// A fleet's worker: the replay window holds every logged event after this id.
+    var covered: EventID { state.withLock { $0.covered } }
+
+    /// The id of the newest event (sequence 0 before any).
+    var lastID: EventID {
+        state.withLock { $0.isFleet ? $0.lastLogged : EventID(run: $0.run, sequence: $0.next - 1) }
+    }
+
+    /// Stamps `event` with the next id (a fleet's worker: with the last logged one's), keeps it for replay, and
+    /// delivers it to every subscriber it concerns.
     func emit(_ event: DownloadEvent) {
         state.withLock { state in
             guard !state.isFinished else { return }
-            let stamped = SequencedEvent(id: EventID(run: state.run, sequence: state.next), event: event)
-            state.next += 1
-            if state.replay.count >= replayCapacity { state.replay.removeFirst() }
-            state.replay.append(stamped)
-            if case .progress(let latest) = event { progress.withLock { $0[latest.id] = latest } }
-            let ends = Self.ends(event)
-            if let id = event.downloadID, let ends {
-                if ends { state.ended.insert(id) } else { state.ended.remove(id) }
+            let id: EventID
+            if state.isFleet {
+                id = state.lastLogged
+            } else {
+                id = EventID(run: state.run, sequence: state.next)
+                state.next += 1
             }
-            switch event {
-            case .added(let download), .changed(let download):
-                if download.state == .queued || download.state == .running {
-                    state.busy.insert(download.id)
-                } else {
-                    state.busy.remove(download.id)
-                }
-            case .removed(let id): state.busy.remove(id)
-            default: break
-            }
-            var closed: [UInt64] = []
-            for (key, subscriber) in state.subscribers
-            where subscriber.filter == nil || subscriber.filter == event.downloadID {
-                if !subscriber.deliver(stamped) {
-                    closed.append(key)
-                } else if ends == true, subscriber.endsWithDownload {
-                    // Its download ended: the stream ends after this event.
-                    subscriber.finish()
-                    closed.append(key)
-                }
-            }
-            for key in closed { state.subscribers[key] = nil }
+            Self.publish(SequencedEvent(id: id, event: event), isLogged: false, in: &state, hub: self)
         }
+    }
+
+    /// A fleet's worker: tells a change read from the store's event log, under its id; nothing when that id is not
+    /// past the last one told.
+    func emitLogged(_ event: DownloadEvent, id: EventID) {
+        state.withLock { state in
+            guard !state.isFinished, state.isFleet, id > state.lastLogged else { return }
+            state.lastLogged = id
+            Self.publish(SequencedEvent(id: id, event: event), isLogged: true, in: &state, hub: self)
+        }
+    }
+
+    private static func publish(_ stamped: SequencedEvent, isLogged: Bool, in state: inout State, hub: EventHub) {
+        let event = stamped.event
+        if state.replay.count >= hub.replayCapacity, let dropped = state.replay.popFirst() {
+            state.covered = max(state.covered, dropped.id)
+        }
+        state.replay.append(stamped)
+        if case .progress(let latest) = event { hub.progress.withLock { $0[latest.id] = latest } }
+        let ends = Self.ends(event)
+        if let id = event.downloadID, let ends {
+            if ends { state.ended.insert(id) } else { state.ended.remove(id) }
+        }
+        switch event {
+        case .added(let download), .changed(let download):
+            if download.state == .queued || download.state == .running {
+                state.busy.insert(download.id)
+            } else {
+                state.busy.remove(download.id)
+            }
+        case .removed(let id): state.busy.remove(id)
+        default: break
+        }
+        var closed: [UInt64] = []
+        for (key, subscriber) in state.subscribers
+        where subscriber.filter == nil || subscriber.filter == event.downloadID {
+            // A subscriber that came from a worker ahead of this one has seen the changes up to its id.
+            if isLogged, let seen = subscriber.skipsThrough, stamped.id <= seen { continue }
+            if !subscriber.deliver(stamped) {
+                closed.append(key)
+            } else if ends == true, subscriber.endsWithDownload {
+                // Its download ended: the stream ends after this event.
+                subscriber.finish()
+                closed.append(key)
+            }
+        }
+        for key in closed { state.subscribers[key] = nil }
     }
 
     /// Whether `event` ends its download (true), starts it again (false), or neither (nil).
@@ -130,15 +179,31 @@ final class EventHub: Sendable {
     /// the newest id. `bounded` subscribers are closed when they fall `subscriberLimit` events behind; unbounded ones
     /// (the library's `events(for:)`) never are. An unbounded subscription to one download ends with it: after the
     /// event that completes, fails, cancels or removes it, or at once when it has already ended.
+    ///
+    /// A fleet's worker replays the logged events after `after` from its window, or, when `after` is older than the
+    /// window, from `earlier` (read from the store's log) when those reach the window.
     func subscribe(
-        filter: DownloadID?, after: EventID?, bounded: Bool, snapshot: (() -> DownloadEvent)?
+        filter: DownloadID?, after: EventID?, earlier: [SequencedEvent] = [], bounded: Bool,
+        snapshot: (() -> DownloadEvent)?
     ) -> EventSubscription {
         state.withLock { state in
             let subscriber = EventSubscriber(
                 filter: filter, limit: bounded ? subscriberLimit : nil, collapseThreshold: collapseThreshold,
                 endsWithDownload: filter != nil && !bounded)
             var replayed: [SequencedEvent]?
-            if let after, after.run == state.run, after.sequence < state.next {
+            if state.isFleet {
+                var from = after
+                var read: [SequencedEvent] = []
+                if let after, after < state.covered, let last = earlier.last, last.id >= state.covered {
+                    read = earlier.filter { $0.id > after && (filter == nil || $0.event.downloadID == filter) }
+                    from = last.id
+                }
+                if let from, from >= state.covered {
+                    replayed =
+                        read + state.replay.filter { $0.id > from && (filter == nil || $0.event.downloadID == filter) }
+                    if from > state.lastLogged { subscriber.skipsThrough = from }
+                }
+            } else if let after, after.run == state.run, after.sequence < state.next {
                 let oldest = state.replay.first?.id.sequence ?? state.next
                 if after.sequence + 1 >= oldest {
                     replayed = state.replay.filter {
@@ -149,9 +214,8 @@ final class EventHub: Sendable {
             if let replayed {
                 subscriber.prefill(replayed)
             } else if let snapshot {
-                subscriber.prefill([
-                    SequencedEvent(id: EventID(run: state.run, sequence: state.next - 1), event: snapshot())
-                ])
+                let id = state.isFleet ? state.lastLogged : EventID(run: state.run, sequence: state.next - 1)
+                subscriber.prefill([SequencedEvent(id: id, event: snapshot())])
             }
             if state.isFinished || (subscriber.endsWithDownload && filter.map(state.ended.contains) == true) {
                 subscriber.finish()
@@ -199,6 +263,13 @@ final class EventSubscriber: Sendable {
     private let collapseThreshold: Int
     /// It follows one download and ends when that download does.
     let endsWithDownload: Bool
+    /// A fleet's worker: the logged events up to this id are not delivered (the subscriber saw them on a worker
+    /// ahead of this one). Set once, before any delivery.
+    var skipsThrough: EventID? {
+        get { skipped.withLock { $0 } }
+        set { skipped.withLock { $0 = newValue } }
+    }
+    private let skipped = Mutex<EventID?>(nil)
 
     private struct State {
         var pending = CircularBuffer<SequencedEvent>()

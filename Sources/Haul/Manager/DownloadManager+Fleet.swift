@@ -4,9 +4,9 @@ import Logging
 
 /// A manager on a store several workers share (`LeasingStore`) runs only what it claims: as transfer slots free up
 /// it claims queued downloads (and those whose holder's lease expired) in queue order, renews its leases every third
-/// of their length, and stops a download at once when its lease is lost, writing nothing more of it. What the other
-/// workers change reaches it through the store's change feed, read once a second: its answers, events and waits
-/// cover the whole fleet's downloads.
+/// of their length, and stops a download at once when its lease is lost, writing nothing more of it. What any worker
+/// changes reaches it through the store's event log, read once a second: its answers, events and waits cover the
+/// whole fleet's downloads, and its event stream carries the log's ids.
 extension DownloadManager {
     /// Claims downloads for the free transfer slots, off the actor (a store that reconnects may take seconds); one
     /// claim at a time. Those claimed start at once; when the claim filled every slot it asked for, another follows.
@@ -155,21 +155,25 @@ extension DownloadManager {
         guard let leasing else { return }
         let now = EngineClock(configuration.idleClock).now()
         let countsDue = countsDue.map { now >= $0 } ?? true
+        let position = fleetPosition
+        let prunes = prunedAt.map { now - $0 >= Self.eventPruneInterval } ?? true
         do {
-            let (changed, counted) = try await Blocking.run {
-                let changed = try leasing.changes()
-                guard countsDue else { return (changed, nil as ([DownloadState: Int], Duration)?) }
+            let (logged, counted) = try await Blocking.run {
+                let logged = try leasing.events(after: position, limit: Self.eventsPerRead)
+                if prunes { try leasing.pruneEvents(olderThan: Self.eventRetention) }
+                guard countsDue else { return (logged, nil as ([DownloadState: Int], Duration)?) }
                 let started = ContinuousClock.now
                 let counts = try leasing.counts()
-                return (changed, (counts, ContinuousClock.now - started))
+                return (logged, (counts, ContinuousClock.now - started))
             }
+            if prunes { prunedAt = now }
             if let (counts, took) = counted {
                 fleetCounts = counts
                 // Counting reads the whole queue: at most a twentieth of the store connection's time goes to it
                 // (every second while it is cheap; every 2 s when it takes 100 ms, with a million queued).
                 self.countsDue = now + max(.seconds(1), took * 20)
             }
-            adopt(changed)
+            let changed = take(logged)
             askForHostSlots(renewing: true)
             let ended = changed.filter { $0.state == .failed || $0.state == .cancelled }.map(\.id) + removedHere
             removedHere = []
@@ -200,24 +204,59 @@ extension DownloadManager {
         }
     }
 
-    /// Takes in downloads as the store has them now: those another worker changed (this worker's own runs are
-    /// already known better here). Subscribers hear of each change, and waits for a download that ended elsewhere
-    /// end.
+    /// How many of the store's events one read takes (the rest follow at the next, a second later), how often old
+    /// ones are deleted, and how old they may grow: a worker cut off from the store for longer misses what happened
+    /// meanwhile.
+    static let eventsPerRead = 5_000
+    static let eventPruneInterval: Duration = .seconds(60)
+    static let eventRetention: Duration = .seconds(3_600)
+
+    /// Takes in the store's events: each is told to subscribers under its id (the newest of a download's in this
+    /// read: they all show it as it is now), and the downloads as they are now are taken in; returns those.
+    func take(_ logged: [FleetEvent]) -> [DownloadRecord] {
+        guard let last = logged.last else { return [] }
+        fleetPosition = last.id
+        for event in told(logged) { hub.emitLogged(event.event, id: event.id) }
+        let records = logged.compactMap(\.record)
+        adopt(records)
+        return records
+    }
+
+    /// The store's events as subscribers are told them: of the events of one download in `logged`, the newest only
+    /// (each shows the download as it is now; one that was added among them is told as added).
+    func told(_ logged: [FleetEvent]) -> [SequencedEvent] {
+        var newest: [String: Int] = [:]
+        var added: Set<String> = []
+        for (index, event) in logged.enumerated() {
+            newest[event.download] = index
+            if event.kind == .added { added.insert(event.download) }
+        }
+        var told: [SequencedEvent] = []
+        for (index, event) in logged.enumerated() where newest[event.download] == index {
+            guard event.kind != .removed, var record = event.record else {
+                told.append(SequencedEvent(id: event.id, event: .removed(DownloadID(event.download))))
+                continue
+            }
+            // A download running here is known better here than by its last write.
+            if tasks[record.id] != nil, let live = catalog[record.id] { record = live }
+            let snapshot = snapshot(of: record)
+            told.append(
+                SequencedEvent(
+                    id: event.id, event: added.contains(event.download) ? .added(snapshot) : .changed(snapshot)))
+        }
+        return told
+    }
+
+    /// Takes in downloads as the store has them now: those any worker changed (this worker's own runs are already
+    /// known better here). Waits for a download that ended elsewhere end.
     func adopt(_ records: [DownloadRecord]) {
-        // What this worker wrote in the last two seconds comes back through the feed; it was told already.
-        let written = echoes.merging(olderEchoes) { newer, _ in newer }
-        olderEchoes = echoes
-        echoes = [:]
         for record in records where tasks[record.id] == nil {
-            var known = written[record.id]
-            known?.updatedAt = record.updatedAt
-            guard known != record else { continue }
-            if known?.state != record.state {
+            // An end remembered here stands until the download runs again.
+            if !record.state.isTerminal {
                 results[record.id] = nil
                 errors[record.id] = nil
             }
             keep(record)
-            hub.emit(.changed(snapshot(of: record)))
             if record.state.isTerminal, let ended = try? endedResult(of: DownloadID(record.id)) {
                 finish(record.id, with: ended)
             }

@@ -22,7 +22,13 @@ extension DownloadManager {
     public func subscribe(to id: DownloadID? = nil, after: EventID? = nil) -> EventSubscription {
         // A fleet's worker did not read which downloads had ended when it started; the one asked for is looked up.
         if leasing != nil, let id, let record = known(id.rawValue), record.state.isTerminal { hub.markEnded([id]) }
-        return hub.subscribe(filter: id, after: after, bounded: true) {
+        // A fleet's worker replays from the store's event log what came before its own window (a client of another
+        // worker, or of this one before it started).
+        var earlier: [SequencedEvent] = []
+        if let leasing, let after, after < hub.covered, let logged = try? leasing.events(after: after, limit: 10_000) {
+            earlier = told(logged)
+        }
+        return hub.subscribe(filter: id, after: after, earlier: earlier, bounded: true) {
             .snapshot(self.managerSnapshot(for: id))
         }
     }

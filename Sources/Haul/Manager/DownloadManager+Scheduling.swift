@@ -78,14 +78,12 @@ extension DownloadManager {
     }
 
     /// Keeps `record` as the manager's view of its download. A fleet's worker keeps only what it runs: a download it
-    /// does not run is the store's, and what was written of it is remembered only to recognise its echo in the
-    /// change feed.
+    /// does not run is the store's.
     @discardableResult
     func keep(_ record: DownloadRecord) -> DownloadRecord {
         let kept: DownloadRecord
         if leasing != nil, tasks[record.id] == nil, record.state != .running {
             catalog.forget(record)
-            echoes[record.id] = record
             kept = record
         } else {
             kept = catalog.keep(record)

@@ -28,10 +28,10 @@ public actor DownloadManager {
     /// idle clock).
     var fleetCounts: [DownloadState: Int] = [:]
     var countsDue: Duration?
-    /// What a fleet's worker last wrote of downloads it does not run, by id, this second and the one before: the
-    /// change feed brings those writes back, and they are not news to tell subscribers again.
-    var echoes: [String: DownloadRecord] = [:]
-    var olderEchoes: [String: DownloadRecord] = [:]
+    /// A fleet's worker: the last of the store's events it read, and when it last pruned old ones (on the idle
+    /// clock).
+    var fleetPosition = EventID(run: 0, sequence: 0)
+    var prunedAt: Duration?
     /// How many workers of a fleet share its rate limit (those that transfer, this one counted), as the last pulse
     /// told.
     var workersSharingRate = 1
@@ -119,7 +119,13 @@ public actor DownloadManager {
         metronome = Metronome(
             clock: EngineClock(configuration.idleClock),
             interval: min(configuration.engine.progressInterval, .milliseconds(100)))
-        hub = EventHub(run: try store.beginRun(), replayCapacity: configuration.replayCapacity)
+        if let leasing {
+            // Where the fleet's events begin for this worker: what changes from now on is read, under the store's ids.
+            fleetPosition = try leasing.eventPosition()
+            hub = EventHub(fleetAt: fleetPosition, replayCapacity: configuration.replayCapacity)
+        } else {
+            hub = EventHub(run: try store.beginRun(), replayCapacity: configuration.replayCapacity)
+        }
         var settings = ManagerSettings(
             maxConcurrentDownloads: max(1, configuration.maxConcurrentDownloads), rateLimit: configuration.rateLimit,
             connectionsPerDownload: configuration.connectionsPerDownload,
@@ -132,8 +138,6 @@ public actor DownloadManager {
         if let leasing {
             // A worker of a fleet reads no downloads at start: it claims what it will run, and asks the store the
             // rest. A download another worker left running is taken over once its lease expires, not here.
-            // Where the change feed begins: what changes from now on is read.
-            _ = try leasing.changes()
             fleetCounts = try leasing.counts()
         } else {
             var recovered: [DownloadRecord] = []

@@ -54,9 +54,13 @@ public protocol LeasingStore: DownloadStoring {
     /// released as queued is claimable at once by any worker). Until its run ends (and this is called), a download
     /// whose lease was lost stays fenced by that lease: nothing its run still writes is stored.
     func release(_ id: String)
-    /// The downloads any worker changed since the last call, each as it is now (the first call only marks where
-    /// the next begins): how a worker learns what the others did.
-    func changes() throws(DownloadError) -> [DownloadRecord]
+    /// Where the fleet's events stand now: those after it are yet to come.
+    func eventPosition() throws(DownloadError) -> EventID
+    /// The fleet's events after `position` (at most `limit`), in the one order every worker reads them, each with its
+    /// download as it is now: how a worker learns what the others did, and the ids of the event stream.
+    func events(after position: EventID, limit: Int) throws(DownloadError) -> [FleetEvent]
+    /// Forgets the events older than `age`.
+    func pruneEvents(olderThan age: Duration) throws(DownloadError)
     /// The download as the store has it now.
     func record(id: String) throws(DownloadError) -> DownloadRecord?
     /// Whether this worker holds the lease of `id`.
@@ -107,6 +111,26 @@ public protocol LeasingStore: DownloadStoring {
 }
 
 /// What a worker learns at each pulse.
+/// One change of a download in a fleet's store: its id (the same on every worker), what changed, and the download as
+/// the store has it now (nil once it is removed).
+public struct FleetEvent: Sendable {
+    public enum Kind: String, Sendable {
+        case added, changed, removed
+    }
+
+    public var id: EventID
+    public var kind: Kind
+    public var download: String
+    public var record: DownloadRecord?
+
+    public init(id: EventID, kind: Kind, download: String, record: DownloadRecord?) {
+        self.id = id
+        self.kind = kind
+        self.download = download
+        self.record = record
+    }
+}
+
 /// What a worker of a fleet asks of one host's connection slots: to keep those in use, and how many it wants (in use
 /// and waiting).
 public struct HostDemand: Sendable, Equatable {
