@@ -89,7 +89,8 @@ struct SchedulerTests {
         let h = try await Harness.make()
         let large = testBytes(6 << 20, seed: 7)
         h.server.serve("/large", .init(body: large, bytesPerSecond: 3 << 20))
-        serve(h, count: 6)
+        // A second each: they overlap however slowly they are added.
+        serve(h, count: 6, bytesPerSecond: 100_000)
         var configuration = DownloadManager.Configuration(stateDirectory: h.stateDirectory)
         configuration.clock = h.clock
         configuration.idleClock = h.idleClock

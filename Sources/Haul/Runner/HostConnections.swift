@@ -87,6 +87,8 @@ final class HostConnections: Sendable {
                 await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
                     let parked = state.withLock { state -> Bool in
                         if state.cancelled.remove(ticket) != nil { return false }
+                        // A slot freed since the last try: its release found no one parked to wake.
+                        if hasRoom(host, in: state) { return false }
                         state.waiters[host, default: []].append((ticket, continuation))
                         return true
                     }
@@ -116,16 +118,27 @@ final class HostConnections: Sendable {
         }
     }
 
+    /// The most connections to `host` that may be open now.
+    private func cap(_ host: String, in state: State) -> Int? {
+        guard let limit = state.limit else { return nil }
+        guard isGranted else { return limit }
+        let granted = state.hosts[host]?.granted ?? 0
+        return min(limit, granted, state.asked.map { $0[host] ?? 0 } ?? granted)
+    }
+
+    private func hasRoom(_ host: String, in state: State) -> Bool {
+        guard let cap = cap(host, in: state) else { return true }
+        return (state.hosts[host]?.inUse ?? 0) < cap
+    }
+
     /// A slot of `host` when one is free (or no limit holds); else counts the connection as waiting (once).
     private func take(_ host: String, wasWaiting: Bool) -> Slot? {
         state.withLock { state -> Slot? in
-            guard let limit = state.limit else {
+            guard let cap = cap(host, in: state) else {
                 if wasWaiting { state.hosts[host]?.waiting -= 1 }
                 return Slot(owner: nil, host: host)
             }
             var entry = state.hosts[host] ?? Host()
-            var cap = limit
-            if isGranted { cap = min(entry.granted, state.asked.map { $0[host] ?? 0 } ?? entry.granted) }
             if entry.inUse < cap {
                 entry.inUse += 1
                 if wasWaiting { entry.waiting -= 1 }
