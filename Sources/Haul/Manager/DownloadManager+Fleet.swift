@@ -159,7 +159,13 @@ extension DownloadManager {
         let prunes = prunedAt.map { now - $0 >= Self.eventPruneInterval } ?? true
         do {
             let (logged, counted) = try await Blocking.run {
-                let logged = try leasing.events(after: position, limit: Self.eventsPerRead)
+                // A burst (a large add) is read in several reads of `eventsPerRead`, up to ten a second.
+                var logged = try leasing.events(after: position, limit: Self.eventsPerRead)
+                var reads = 1
+                while logged.count == Self.eventsPerRead * reads, reads < 10, let last = logged.last {
+                    logged += try leasing.events(after: last.id, limit: Self.eventsPerRead)
+                    reads += 1
+                }
                 if prunes { try leasing.pruneEvents(olderThan: Self.eventRetention) }
                 guard countsDue else { return (logged, nil as ([DownloadState: Int], Duration)?) }
                 let started = ContinuousClock.now
@@ -204,9 +210,9 @@ extension DownloadManager {
         }
     }
 
-    /// How many of the store's events one read takes (the rest follow at the next, a second later), how often old
-    /// ones are deleted, and how old they may grow: a worker cut off from the store for longer misses what happened
-    /// meanwhile.
+    /// How many of the store's events one read takes (up to ten reads a second; the rest follow a second later), how
+    /// often old ones are deleted, and how old they may grow: a worker cut off from the store for longer misses what
+    /// happened meanwhile.
     static let eventsPerRead = 5_000
     static let eventPruneInterval: Duration = .seconds(60)
     static let eventRetention: Duration = .seconds(3_600)
@@ -217,9 +223,11 @@ extension DownloadManager {
         guard let last = logged.last else { return [] }
         fleetPosition = last.id
         for event in told(logged) { hub.emitLogged(event.event, id: event.id) }
-        let records = logged.compactMap(\.record)
-        adopt(records)
-        return records
+        // Each download once, as it is now.
+        var seen = Set<String>()
+        let records = logged.reversed().compactMap { $0.record }.filter { seen.insert($0.id).inserted }.reversed()
+        adopt(Array(records))
+        return Array(records)
     }
 
     /// The store's events as subscribers are told them: of the events of one download in `logged`, the newest only
