@@ -28,6 +28,8 @@ for tool in nginx python3 curl runuser "$pgbin/initdb" "$pgbin/pg_ctl" "$pgbin/p
 done
 swift build -c release --static-swift-stdlib --product haul >/dev/null
 haul="$(swift build -c release --show-bin-path)/haul"
+# A worker that crashes prints its threads' backtraces into workers.err (a static binary needs the static backtracer).
+export SWIFT_BACKTRACE="enable=yes,swift-backtrace=$(dirname "$(readlink -f "$(command -v swift)")")/../libexec/swift/linux/swift-backtrace-static"
 work=$(mktemp -d /tmp/haul-fleet-bench.XXXXXX)
 chmod 755 "$work"
 pids=()

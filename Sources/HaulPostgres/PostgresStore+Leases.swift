@@ -310,10 +310,24 @@ extension PostgresStore {
     /// what it wants of the free ones; while another worker waits for slots of a host, it gets at most its fair share
     /// (the limit split evenly among the workers that want any), so that the others' turn comes as its connections
     /// end. A dead worker's slots count until its lease's length has passed without a renewal.
+    ///
+    /// When the limit does not split evenly, the slots left over go to some of the workers in turn: the turn changes
+    /// with each lease's length of the store's clock, so that a worker left out in one turn has its share in the
+    /// next, whatever its name.
     public func hostSlots(_ demands: [String: HostDemand], limit: Int) throws(DownloadError) -> HostGrants {
+        try hostSlots(demands, limit: limit, turn: nil)
+    }
+
+    /// `hostSlots(_:limit:)` in turn `turn` (nil: the store clock's).
+    public func hostSlots(_ demands: [String: HostDemand], limit: Int, turn: Int?) throws(DownloadError) -> HostGrants {
         let duration = Self.seconds(leaseDuration)
         return try queue.perform { [logger, worker] connection in
             var grants = HostGrants(slots: [:], contested: [])
+            let turn =
+                try turn
+                ?? connection.query(
+                    "SELECT floor(extract(epoch FROM now()) / \(duration))::bigint", logger: logger
+                ).blockingGet().first.map { Int(try $0.decode(Int64.self)) } ?? 0
             // In one order, so that two workers asking for the same hosts never wait for each other's locks.
             for (host, demand) in demands.sorted(by: { $0.key < $1.key }) {
                 try connection.query(
@@ -327,9 +341,11 @@ extension PostgresStore {
                 ).blockingGet().map { try $0.decode((String, Int, Int).self) }
                 let held = others.reduce(0) { $0 + $1.1 }
                 let contested = others.contains { $0.2 > $0.1 }
-                // The fair share: the limit split among the workers that want slots, the remainder to the first names.
+                // The fair share: the limit split among the workers that want slots, the remainder to the workers
+                // whose turn it is.
                 let wanting = (others.filter { $0.2 > 0 }.map(\.0) + [worker]).sorted()
-                let rank = wanting.firstIndex(of: worker) ?? 0
+                let rank =
+                    ((wanting.firstIndex(of: worker) ?? 0) - turn % wanting.count + wanting.count) % wanting.count
                 let fair = limit / wanting.count + (rank < limit % wanting.count ? 1 : 0)
                 let target = contested ? min(demand.wanted, fair) : demand.wanted
                 let slots = max(demand.inUse, min(target, max(0, limit - held)))

@@ -113,6 +113,24 @@ struct FolderWalkTests {
         #expect(dangling.identity == tree.identity(tree.root + "/inside/missing"))
     }
 
+    @Test("a folder's names, read through its descriptor: every one, of every length up to 255 bytes, in UTF-8")
+    func names() throws {
+        let tree = try Tree()
+        defer { tree.remove() }
+        let folder = tree.root + "/inside/deep"
+        // Names of every length, many of them: the listing takes several reads, and its records are of every size.
+        var made = Set(["é-ü-名前.part"])
+        for index in 0..<2000 {
+            let length = 1 + index % 255
+            let name = String(String(index).padding(toLength: length, withPad: "n", startingAt: 0).prefix(length))
+            made.insert(name)
+        }
+        for name in made { #expect(FileManager.default.createFile(atPath: folder + "/" + name, contents: nil)) }
+        let held = try HeldFolder.open(folder)
+        #expect(Set(held.names()) == made)
+        #expect(held.names().count == made.count, "each name once, without . and ..")
+    }
+
     @Test("allowed folders are found by their text, the deepest first, as given or with links resolved")
     func locate() throws {
         let tree = try Tree()

@@ -189,13 +189,18 @@ public final class HeldFolder: Sendable {
         defer { closedir(listing) }
         var names: [String] = []
         while let entry = readdir(listing) {
-            let name = withUnsafeBytes(of: entry.pointee.d_name) { bytes in
-                String(decoding: bytes.prefix { $0 != 0 }, as: UTF8.self)
-            }
+            // Read through a pointer up to its NUL, never copied as the declared 256 bytes: a record in the listing's
+            // buffer is only as long as its name, so a copy of the whole field reads past the last record, and
+            // crashes when that is the end of a mapping.
+            let name = String(
+                cString: UnsafeRawPointer(entry).advanced(by: Self.nameOffset).assumingMemoryBound(to: CChar.self))
             if name != "." && name != ".." { names.append(name) }
         }
         return names
     }
+
+    /// Where a `dirent`'s name begins.
+    private static let nameOffset = MemoryLayout<dirent>.offset(of: \dirent.d_name)!
 
     /// Flushes the folder's entries (a create, a rename) to the disk now.
     func sync() {
