@@ -15,6 +15,8 @@ extension PostgresStore {
     public struct Claim: Sendable {
         public var record: DownloadRecord
         public var lease: Int64
+        /// Whether this is the download's first lease: no earlier one can have left a part file.
+        public var isFirst: Bool
     }
 
     /// Claims up to `limit` downloads for `worker`, each under a new lease that expires after `duration` unless
@@ -61,9 +63,9 @@ extension PostgresStore {
                         LIMIT $1
                         FOR UPDATE SKIP LOCKED)
                     UPDATE download SET worker = $2, lease = nextval('lease_number'),
-                        "leaseExpires" = now() + make_interval(secs => $3)
+                        "leaseExpires" = now() + make_interval(secs => $3), leases = download.leases + 1
                     FROM picked WHERE download.id = picked.id
-                    RETURNING download.lease, \(Self.qualifiedReadColumns)
+                    RETURNING download.lease, download.leases, \(Self.qualifiedReadColumns)
                     """, binds: bindings)
         }
         let claims = try queue.perform { [logger] connection in
@@ -72,8 +74,13 @@ extension PostgresStore {
             let room = try connection.query(roomQuery, logger: logger).blockingGet().first?.decode(Int.self) ?? 0
             guard room > 0 else { return [Claim]() }
             return try connection.query(query(room), logger: logger).blockingGet().map { row in
-                let (lease, record) = try Self.databaseRow(row, after: Int64.self)
-                return Claim(record: try DownloadRecord(row: record), lease: lease)
+                var cells = row.makeIterator()
+                guard let lease = cells.next(), let leases = cells.next() else {
+                    throw DownloadError(.store, "the store answered a claim without its lease")
+                }
+                return Claim(
+                    record: try DownloadRecord(row: Self.databaseRow(IteratorSequence(cells))),
+                    lease: try lease.decode(Int64.self), isFirst: try leases.decode(Int64.self) <= 1)
             }
         }
         return claims.sorted {
@@ -157,6 +164,11 @@ extension PostgresStore {
         held.withLock { held in
             for claim in claims { held[claim.record.id] = claim.lease }
         }
+        laterLeases.withLock { later in
+            for claim in claims {
+                if claim.isFirst { later.remove(claim.record.id) } else { later.insert(claim.record.id) }
+            }
+        }
         lostLeases.withLock { lost in
             for claim in claims { lost[claim.record.id] = nil }
         }
@@ -181,7 +193,10 @@ extension PostgresStore {
 
     public func lease(of id: String) -> Int64? { held.withLock { $0[id] } }
 
+    public func followsEarlierLeases(_ id: String) -> Bool { laterLeases.withLock { $0.contains(id) } }
+
     public func release(_ id: String) {
+        laterLeases.withLock { _ = $0.remove(id) }
         guard let lease = held.withLock({ $0.removeValue(forKey: id) }) else {
             // The run of a lease that was lost has ended: its fence is lifted for what this worker does next.
             lostLeases.withLock { $0[id] = nil }

@@ -158,6 +158,16 @@ extension PostgresStore {
                 """,
             ]
         ),
+        (
+            8, "each download's count of leases",
+            [
+                // How many leases a download has had (`claim`): a download on its first lease has no part file of an
+                // earlier one to look for, so its worker lists no folder when it finishes. Downloads stored before
+                // count as leased once already, since their earlier leases may have left part files.
+                "ALTER TABLE download ADD COLUMN leases INTEGER NOT NULL DEFAULT 1",
+                "ALTER TABLE download ALTER COLUMN leases SET DEFAULT 0",
+            ]
+        ),
     ]
 
     /// Applies the migrations the database lacks, holding the advisory lock on `connection` meanwhile.

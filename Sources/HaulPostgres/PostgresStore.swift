@@ -27,6 +27,8 @@ public final class PostgresStore: LeasingStore {
     let logger: Logger
     /// The leases this worker holds, by download: every write of one of these is fenced by its lease.
     let held = Mutex<[String: Int64]>([:])
+    /// The downloads this worker holds under a lease that is not their first (`followsEarlierLeases`).
+    let laterLeases = Mutex<Set<String>>([])
     /// The leases this worker lost, by download (until it claims the download again).
     let lostLeases = Mutex<[String: Int64]>([:])
     let lostLeaseHandler = Mutex<(@Sendable (String) -> Void)?>(nil)

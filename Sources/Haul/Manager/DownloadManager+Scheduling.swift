@@ -127,7 +127,8 @@ extension DownloadManager {
             isDestinationClaimed: { [weak self] path in await self?.isDestinationClaimed(path, excluding: id) ?? false
             },
             allowedFolders: allowedFolders,
-            lease: leasing?.lease(of: id)
+            lease: leasing?.lease(of: id),
+            followsEarlierLeases: leasing?.followsEarlierLeases(id) ?? false
         )
         let started = record
         tasks[id] = Task {

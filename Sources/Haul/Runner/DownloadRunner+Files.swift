@@ -183,13 +183,14 @@ extension DownloadRunner {
         report.facts?.totalLength = size
         try await save(report, waiting: true)
         let (replacing, takesFreeName) = (record.mayReplaceDestination, record.takesFreeName)
-        let isLeased = environment.lease != nil
+        let deletesEarlierParts = environment.lease != nil && environment.followsEarlierLeases
         let name = try await Blocking.run {
             let name = try Self.moveIntoPlace(
                 part, in: folder, name: PathName.lastComponent(of: destination), replacing: replacing,
                 takesFreeName: takesFreeName)
-            // Whoever finishes deletes what earlier leases wrote.
-            if isLeased { folder.deleteLeaseParts(of: PathName.lastComponent(of: destination)) }
+            // Whoever finishes deletes what earlier leases wrote (listing the folder: one with thousands of files
+            // takes milliseconds, which a first lease does not spend).
+            if deletesEarlierParts { folder.deleteLeaseParts(of: PathName.lastComponent(of: destination)) }
             folder.sync()
             return name
         }

@@ -32,6 +32,9 @@ struct RunnerEnvironment: Sendable {
     /// The lease a worker of a fleet runs this download under: its part file is the lease's own
     /// (`DownloadFolder.partName`). Nil outside a fleet.
     var lease: Int64? = nil
+    /// Whether the lease follows earlier ones of the download, whose part files it deletes when it finishes (a first
+    /// lease has none to look for).
+    var followsEarlierLeases = false
 }
 
 /// What a runner tells its manager while it runs.

@@ -67,6 +67,8 @@ public protocol LeasingStore: DownloadStoring {
     func holds(_ id: String) -> Bool
     /// The number of this worker's lease of `id`, if it holds one.
     func lease(of id: String) -> Int64?
+    /// Whether this worker's lease of `id` follows earlier ones, which may have left part files of their own.
+    func followsEarlierLeases(_ id: String) -> Bool
     /// Has `handler` told of each download whose lease this worker lost, once.
     func onLostLease(_ handler: @escaping @Sendable (String) -> Void)
     /// The worker that holds a live lease of `id`, if any.
