@@ -7,7 +7,10 @@
 #      page and one 900,000 downloads deep), with an empty queue and with 1,000,000 queued; in both, the worker's four
 #      slots run four slow downloads (64 KiB/s) meanwhile, so the queued ones wait for a slot as they would;
 #   3. downloads claimed and completed a second by one worker (-j 32, files of one byte) with 100,000 queued and with
-#      1,000,000 queued.
+#      1,000,000 queued;
+#   4. with two workers and leases of 3 s, a slow download running on one of them: the time a pause sent through the
+#      other worker takes to be acknowledged (the download paused in the store), and after the worker that runs it is
+#      killed with SIGKILL, the time until the other holds its lease and runs it.
 #
 #   bench/fleet.sh [ROUNDS]   (default 3; needs nginx, python3, curl and PostgreSQL 15:
 #                              apt-get install nginx-light python3 curl postgresql-15)
@@ -20,7 +23,7 @@ source bench/lib.sh
 export PATH="/opt/swift/usr/bin:/usr/sbin:/sbin:$PATH"
 rounds=${1:-3}
 pgbin=/usr/lib/postgresql/15/bin
-# Whether part $1 runs (BENCH_ONLY unset: all; else a comma-separated list of throughput, memory, claims).
+# Whether part $1 runs (BENCH_ONLY unset: all; else a comma-separated list of throughput, memory, claims, takeover).
 only() { [ -z "${BENCH_ONLY:-}" ] || [[ ",$BENCH_ONLY," == *",$1,"* ]]; }
 
 for tool in nginx python3 curl runuser "$pgbin/initdb" "$pgbin/pg_ctl" "$pgbin/psql"; do
@@ -73,12 +76,13 @@ webport=$(free_port)
 start_nginx "$work" "$webport" "location /big/ { limit_rate 1m; } location /slow/ { limit_rate 64k; }"
 pids+=("$nginx_pid")
 
-# Starts worker NAME on STORE writing to OUT with -j JOBS; its pid is in $worker_pid, its URL in $worker_url.
+# Starts worker NAME on STORE writing to OUT with -j JOBS (and the options after); its pid is in $worker_pid, its URL
+# in $worker_url.
 start_worker() {
     local name=$1 store=$2 out=$3 jobs=$4 state="$work/state-$1-$RANDOM"
     mkdir -p "$out"
     "$haul" serve --store "$store" --worker "$name" --listen 127.0.0.1:0 --state-dir "$state" --download-dir "$out" \
-        -j "$jobs" -x 1 --log-level error 2>> "$work/workers.err" &
+        -j "$jobs" -x 1 --log-level error "${@:5}" 2>> "$work/workers.err" &
     worker_pid=$!
     pids+=("$worker_pid")
     for _ in $(seq 600); do [ -s "$state/serve.json" ] && break; sleep 0.05; done
@@ -260,6 +264,9 @@ fi
 # 3. Claims a second: one worker, -j 32, downloads of one byte, counted over 10 s after 3 s of warm-up.
 claims_round() {
     local store=$1 before after
+    # Each round from a checkpoint: the writes of the bulk load and of earlier rounds are on the disk, not flushed by a
+    # checkpoint in the middle of this one.
+    sql postgres "CHECKPOINT"
     start_worker "c" "$store" "$work/out-claims" 32
     sleep 3
     before=$(sql "${store##*/}" "SELECT count(*) FROM download WHERE state = 'completed'")
@@ -268,7 +275,7 @@ claims_round() {
     stop_worker "$worker_pid"
     awk -v n="$((after - before))" 'BEGIN { printf "%.1f\n", n / 10 }'
 }
-only claims || exit 0
+if only claims; then
 echo
 echo "3. downloads claimed and completed a second by one worker (-j 32, one byte each)"
 # Two stores, one with each queue, their rounds taken in turn: what changes with the time the bench has run (the
@@ -291,3 +298,54 @@ c2=$(median < "$work/claims-1000000.txt")
 printf "   100,000 queued:   median %7.1f/s   every round: %s\n" "$c1" "$(tr '\n' ' ' < "$work/claims-100000.txt")"
 printf "   1,000,000 queued: median %7.1f/s   every round: %s\n" "$c2" "$(tr '\n' ' ' < "$work/claims-1000000.txt")"
 printf "   ratio 1,000,000 / 100,000: %.2fx\n" "$(awk -v a="$c2" -v b="$c1" 'BEGIN { print a / b }')"
+fi
+
+# 4. A pause through another worker, and a takeover: a download of 4 MiB at 64 KiB/s, two workers with leases of 3 s.
+state_of() { sql "${1##*/}" "SELECT state FROM download WHERE id = '$2'"; }
+# The worker that holds a live lease of download $2 in store $1 (empty when none does).
+holder() { sql "${1##*/}" "SELECT worker FROM download WHERE id = '$2' AND lease IS NOT NULL AND \"leaseExpires\" >= now()"; }
+command_post() { curl -sf -o /dev/null -X POST -H "Authorization: Bearer $2" "$1"; }
+takeover_round() {
+    local store out="$work/out-takeover-$RANDOM" token id started pause taken runs
+    local -A pid url
+    store=$(fresh_store)
+    for name in a b; do
+        start_worker "$name" "$store" "$out" 4 --lease 3s
+        pid[$name]=$worker_pid
+        url[$name]=$worker_url
+    done
+    token=$(token "$store")
+    id=$(post "${url[a]}/api/v1/downloads" "{\"url\": \"http://127.0.0.1:$webport/slow/f05.bin\"}" "$token" |
+        python3 -c 'import json, sys; print(json.load(sys.stdin)["id"])')
+    until [ "$(state_of "$store" "$id")" = running ] && [ -n "$(holder "$store" "$id")" ]; do sleep 0.01; done
+    # Paused through the worker that does not run it.
+    runs=$(holder "$store" "$id")
+    local other=a
+    [ "$runs" = a ] && other=b
+    started=$(now)
+    command_post "${url[$other]}/api/v1/downloads/$id/pause" "$token"
+    until [ "$(state_of "$store" "$id")" = paused ]; do sleep 0.01; done
+    pause=$(seconds "$started")
+    command_post "${url[$other]}/api/v1/downloads/$id/resume" "$token"
+    until [ "$(state_of "$store" "$id")" = running ] && [ -n "$(holder "$store" "$id")" ]; do sleep 0.01; done
+    # The worker that runs it dies.
+    runs=$(holder "$store" "$id")
+    other=a
+    [ "$runs" = a ] && other=b
+    started=$(now)
+    kill -9 "${pid[$runs]}"
+    wait "${pid[$runs]}" 2>/dev/null || true
+    until [ "$(holder "$store" "$id")" = "$other" ]; do sleep 0.01; done
+    taken=$(seconds "$started")
+    stop_worker "${pid[$other]}"
+    echo "$pause $taken"
+}
+only takeover || exit 0
+echo
+echo "4. two workers, leases of 3 s, a download at 64 KiB/s running on one of them (seconds)"
+: > "$work/takeover.txt"
+for _ in $(seq "$rounds"); do takeover_round >> "$work/takeover.txt"; done
+printf "   pause through the other worker, until acknowledged: median %.2f s (%s)\n" \
+    "$(cut -d' ' -f1 "$work/takeover.txt" | median)" "$(cut -d' ' -f1 "$work/takeover.txt" | spread)"
+printf "   SIGKILL of the worker that runs it, until the other holds its lease: median %.2f s (%s)\n" \
+    "$(cut -d' ' -f2 "$work/takeover.txt" | median)" "$(cut -d' ' -f2 "$work/takeover.txt" | spread)"
