@@ -60,8 +60,14 @@ extension PostgresStore {
 
     public func counts() throws(DownloadError) -> [DownloadState: Int] {
         let query: PostgresQuery = "SELECT state, count(*) FROM download GROUP BY state"
-        let rows = try queue.perform { [logger] connection in
-            try connection.query(query, logger: logger).blockingGet().map { try $0.decode((String, Int).self) }
+        // On the scans' connection: the writes go on meanwhile, and the counts are of what they committed.
+        let rows: [(String, Int)]
+        do {
+            rows = try scans.run { connection in
+                try connection.query(query, logger: logger).blockingGet().map { try $0.decode((String, Int).self) }
+            }
+        } catch {
+            throw Self.describe(error, at: location, doing: "cannot read the store at")
         }
         var counts: [DownloadState: Int] = [:]
         for (state, count) in rows {

@@ -23,6 +23,9 @@ public final class PostgresStore: LeasingStore {
     public let worker: String
     public let leaseDuration: Duration
     let link: PostgresLink
+    /// A second connection, for reads that scan much of the table and need no order with the writes (`counts`): on
+    /// the writes' connection, a count of a million rows held every write back for a tenth of a second.
+    let scans: PostgresLink
     let queue: CommitQueue<PostgresConnection>
     let logger: Logger
     /// The leases this worker holds, by download: every write of one of these is fenced by its lease.
@@ -35,11 +38,15 @@ public final class PostgresStore: LeasingStore {
     /// What listens for commands from other workers (`onCommand`).
     let listener = Mutex<Task<Void, Never>?>(nil)
 
-    private init(location: PostgresLocation, worker: String, lease: Duration, link: PostgresLink, logger: Logger) {
+    private init(
+        location: PostgresLocation, worker: String, lease: Duration, link: PostgresLink, scans: PostgresLink,
+        logger: Logger
+    ) {
         self.location = location
         self.worker = worker
         leaseDuration = lease
         self.link = link
+        self.scans = scans
         self.logger = logger
         queue = CommitQueue(
             transact: { durable, body in
@@ -90,7 +97,19 @@ public final class PostgresStore: LeasingStore {
                 throw error
             }
             let link = PostgresLink(connection, location: location, logger: logger)
-            return PostgresStore(location: location, worker: worker, lease: lease, link: link, logger: logger)
+            let scanning: PostgresConnection
+            do {
+                scanning = try await PostgresConnection.connect(
+                    on: StoreLoop.group.next(), configuration: try location.connectionConfiguration(), id: 1,
+                    logger: logger
+                ).get()
+            } catch {
+                await link.close()
+                throw error
+            }
+            return PostgresStore(
+                location: location, worker: worker, lease: lease, link: link,
+                scans: PostgresLink(scanning, location: location, logger: logger), logger: logger)
         } catch let error as DownloadError {
             throw error
         } catch {
@@ -106,6 +125,7 @@ public final class PostgresStore: LeasingStore {
         }
         queue.waitUntilIdle()
         await link.close()
+        await scans.close()
     }
 
     // MARK: Downloads
