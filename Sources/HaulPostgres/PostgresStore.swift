@@ -269,6 +269,7 @@ public final class PostgresStore: LeasingStore {
             }
         }
         held.withLock { $0[id] = nil }
+        laterLeases.withLock { _ = $0.remove(id) }
     }
 
     // MARK: Runs and settings
