@@ -38,7 +38,8 @@ let package = Package(
     ],
     targets: [
         .target(name: "HaulCore"),
-        // One C function: openat2(2), which glibc 2.36 does not wrap and Swift cannot reach through syscall(2).
+        // The system calls Swift cannot reach: openat2(2), which glibc 2.36 does not wrap, and copy_file_range(2) and
+        // pipe2(2), which need _GNU_SOURCE.
         .target(name: "CHaulSystem"),
         .target(
             name: "Haul",

@@ -168,6 +168,13 @@ extension PostgresStore {
                 "ALTER TABLE download ALTER COLUMN leases SET DEFAULT 0",
             ]
         ),
+        (
+            9, "notices",
+            [
+                // The notice of a download's end that a hook or webhook has yet to hear, as JSON (`PendingNotice`).
+                "ALTER TABLE download ADD COLUMN notice TEXT"
+            ]
+        ),
     ]
 
     /// Applies the migrations the database lacks, holding the advisory lock on `connection` meanwhile.

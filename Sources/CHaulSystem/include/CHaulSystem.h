@@ -14,4 +14,8 @@ int haul_openat2(int directory, const char *path, uint64_t flags, uint64_t mode,
 /// module does not import it (it needs `_GNU_SOURCE`).
 int64_t haul_copy_file_range(int source, int64_t source_offset, int target, int64_t target_offset, uint64_t length);
 
+/// pipe2(2) with O_CLOEXEC: both ends close on exec, from the start (a child spawned meanwhile by another thread
+/// never inherits them). Swift's Glibc module does not import pipe2 (it needs `_GNU_SOURCE`).
+int haul_pipe_cloexec(int fds[2]);
+
 #endif

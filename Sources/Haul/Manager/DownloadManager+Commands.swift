@@ -248,6 +248,7 @@ extension DownloadManager {
             task.cancel()
         }
         for task in Array(tasks.values) { await task.value }
+        await endNoticeDeliveries()
         // Every queued write reaches the store before the manager lets go of it.
         store.flush()
         for id in Array(waiters.keys) {

@@ -62,7 +62,9 @@ extension DownloadManager {
         let error = DownloadError(.illegalTransition, "not started: \(reason)")
         guard (try? record.apply(.failedPermanently)) != nil else { return }
         record.error = error
+        attachNotice(to: &record, .failed)
         try? persist(record)
+        if record.notice != nil { deliverNotice(of: record, after: nil) }
         finish(record.id, with: .failure(error))
         hub.emit(.changed(snapshot(of: record)))
     }
@@ -238,16 +240,22 @@ extension DownloadManager {
         case .completed(let result):
             record.complete(at: result.path, bytes: result.bytes)
             settle(&record, on: .finished)
-            // Queued: should it not reach the store, the next run recognises the finished file as its own.
-            do { store.submit(try .completion(record)) } catch {
+            attachNotice(to: &record, .completed)
+            // Queued: should it not reach the store, the next run recognises the finished file as its own. Its
+            // notice goes out once it is stored.
+            var commit: StoreCommit?
+            do { commit = store.submit(try .completion(record)) } catch {
                 configuration.logger.error("\(record.url): completed, but storing that failed: \(error.message)")
             }
             keep(record)
+            if record.notice != nil { deliverNotice(of: record, after: commit) }
             finish(id, with: .success(result))
         case .failed(let error) where reason == nil:
             settle(&record, on: .failedPermanently)
             record.error = error
+            attachNotice(to: &record, .failed)
             try? persist(record)
+            if record.notice != nil { deliverNotice(of: record, after: nil) }
             finish(id, with: .failure(error))
         case .stopped, .failed:
             switch reason {

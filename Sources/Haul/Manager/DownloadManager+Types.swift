@@ -71,6 +71,8 @@ extension DownloadManager {
         public var idleClock: any Clock<Duration> = ContinuousClock()
         /// Runner settings.
         public var engine = Engine()
+        /// The hooks and webhooks told of each download's end.
+        public var notices = Notices()
         /// Where log messages go.
         public var logger = Logger(label: "haul")
 

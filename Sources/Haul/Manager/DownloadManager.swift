@@ -84,6 +84,8 @@ public actor DownloadManager {
     var stopWaiters: [Int: StopWaiter] = [:]
     var nextStopWaiter = 0
     var isShutDown = false
+    /// The deliveries of notices under way, by download and sink (`DownloadManager+Notices`).
+    var noticeTasks: [NoticeKey: Task<Void, Never>] = [:]
 
     /// `$HAUL_STATE_DIR`, else `$XDG_STATE_HOME/haul`, else `~/.local/state/haul`.
     public static func defaultStateDirectory() -> String {
@@ -169,6 +171,7 @@ public actor DownloadManager {
 
     /// Starts the downloads the store holds as queued (when `startsStoredDownloads`). Call once after `init`.
     public func start() throws(DownloadError) {
+        deliverStoredNotices()
         try schedule()
     }
 

@@ -80,6 +80,8 @@ public struct DownloadRecord: Codable, Sendable, Equatable, FetchableRecord, Per
     /// The worker of a fleet that holds a live lease of it, as the shared store read it (not a column of its own:
     /// never written, and nil in a store of one machine).
     public var worker: String? = nil
+    /// The notice of the download's end that some hook or webhook has yet to hear (`Notices`), nil when none.
+    public var notice: PendingNotice? = nil
 
     /// Column names for queries.
     public enum Columns {
@@ -182,7 +184,7 @@ extension DownloadRecord {
         "lastModified", "isLastModifiedStrong", "isResumable", "isPartVerified", "mayReplaceDestination", "attempts",
         "lastError", "options", "priority", "queuePosition", "prerequisites", "rateLimit", "segments",
         "activeConnections", "createdAt", "updatedAt", "errorCode", "errorStatus", "origin", "completedAt",
-        "folderDevice", "folderInode", "partDevice", "partInode",
+        "folderDevice", "folderInode", "partDevice", "partInode", "notice",
     ]
 
     /// Every column's value, in the order of `columnNames`. Arrays are stored as JSON text, as the `Codable`
@@ -233,6 +235,7 @@ extension DownloadRecord {
         visit(30, folderInode.databaseValue)
         visit(31, partDevice.databaseValue)
         visit(32, partInode.databaseValue)
+        visit(33, try PendingNotice.column(notice))
     }
 
     /// Writes the columns directly (GRDB's `Codable` path is several times slower, and a batch of a thousand small

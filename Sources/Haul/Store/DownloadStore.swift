@@ -180,6 +180,10 @@ public struct DownloadStore: DownloadStoring {
                 table.add(column: "partInode", .integer)
             }
         }
+        migrator.registerMigration("v9: notices") { db in
+            // The notice of a download's end that a hook or webhook has yet to hear, as JSON (`PendingNotice`).
+            try db.alter(table: "download") { table in table.add(column: "notice", .text) }
+        }
         return migrator
     }
 
@@ -401,7 +405,7 @@ public struct DownloadStore: DownloadStoring {
 
         private static let completionStatement = statement([
             "destination", "state", "totalLength", "durableOffset", "attempts", "lastError", "errorCode",
-            "errorStatus", "completedAt", "mayReplaceDestination", "segments", "activeConnections",
+            "errorStatus", "completedAt", "mayReplaceDestination", "segments", "activeConnections", "notice",
         ])
 
         /// A finished download: its place, state and counters, with what `transfer` writes.
@@ -414,8 +418,15 @@ public struct DownloadStore: DownloadStoring {
                     record.attempts.databaseValue, record.lastError.databaseValue, record.errorCode.databaseValue,
                     record.errorStatus.databaseValue, record.completedAt?.timeIntervalSince1970.databaseValue ?? .null,
                     record.mayReplaceDestination.databaseValue, try DownloadStore.json(record.segments).databaseValue,
-                    record.activeConnections.databaseValue,
+                    record.activeConnections.databaseValue, try PendingNotice.column(record.notice),
                 ])
+        }
+
+        private static let noticeStatement = statement(["notice"])
+
+        /// Only the notice still to deliver (nil once every hook and webhook had it).
+        public static func notice(_ record: DownloadRecord) throws(DownloadError) -> RowUpdate {
+            RowUpdate(record.id, noticeStatement, [try PendingNotice.column(record.notice)])
         }
 
         private static let attemptsStatement = statement(["attempts", "lastError", "errorCode", "errorStatus"])
