@@ -46,6 +46,10 @@ public struct DaemonOptions: Sendable {
     public var tlsKey: String?
     /// Where log messages go.
     public var logger = Logger(label: "haul")
+    /// The hooks and webhooks told of each download's end.
+    public var notices = Notices()
+    /// Settings read again while the daemon runs (SIGHUP re-reads the config file): each is applied as it comes.
+    public var reloads: AsyncStream<DaemonReload>?
     /// Changes to the manager's configuration (tests inject clocks).
     public var configureManager: @Sendable (inout DownloadManager.Configuration) -> Void = { _ in }
 
@@ -93,6 +97,7 @@ public enum Daemon {
         managerConfiguration.origin = .api
         managerConfiguration.engine.progressInterval = .milliseconds(250)
         managerConfiguration.logger = logger
+        managerConfiguration.notices = options.notices
         options.configureManager(&managerConfiguration)
         let manager: DownloadManager
         do { manager = try DownloadManager(configuration: managerConfiguration) } catch {
@@ -105,12 +110,22 @@ public enum Daemon {
                 the allowed ones one component at a time with O_NOFOLLOW
                 """)
         }
-        var settings = await manager.currentSettings()
-        if let jobs = options.maxConcurrentDownloads { settings.maxConcurrentDownloads = jobs }
-        if let rate = options.rateLimit { settings.rateLimit = rate }
-        if let connections = options.connections { settings.connectionsPerDownload = connections }
-        if let perHost = options.maxConnectionsPerHost { settings.maxConnectionsPerHost = perHost == 0 ? nil : perHost }
-        do { try await manager.update(settings) } catch { throw DaemonError(description: error.message) }
+        do { try await DaemonReload(options).apply(to: manager) } catch {
+            throw DaemonError(description: error.message)
+        }
+        let reloading = options.reloads.map { reloads in
+            Task {
+                for await reload in reloads {
+                    do throws(DownloadError) {
+                        try await reload.apply(to: manager)
+                        logger.notice("the config file was read again: its settings, hooks and webhooks apply now")
+                    } catch {
+                        logger.error("the config file's settings cannot be applied: \(error.message)")
+                    }
+                }
+            }
+        }
+        defer { reloading?.cancel() }
 
         let usesTLS = options.tlsCertificate != nil
         let configuration = DaemonConfiguration(
@@ -290,5 +305,36 @@ struct ManagerService: Service {
         await cancelWhenGracefulShutdown { await manager.run() }
         events.cancel()
         await observed
+    }
+}
+
+/// The settings of a running daemon that its config file changes when read again (SIGHUP): the four stored settings
+/// (nil leaves one as stored) and the hooks and webhooks. The listener, the state folder, the store and TLS need a
+/// restart.
+public struct DaemonReload: Sendable {
+    public var maxConcurrentDownloads: Int?
+    public var rateLimit: Int64?
+    public var connections: Int?
+    /// 0 removes the limit.
+    public var maxConnectionsPerHost: Int?
+    public var notices: Notices
+
+    public init(_ options: DaemonOptions) {
+        maxConcurrentDownloads = options.maxConcurrentDownloads
+        rateLimit = options.rateLimit
+        connections = options.connections
+        maxConnectionsPerHost = options.maxConnectionsPerHost
+        notices = options.notices
+    }
+
+    func apply(to manager: DownloadManager) async throws(DownloadError) {
+        // The hooks first: once the settings show the change, the hooks have it too.
+        await manager.setNotices(notices)
+        var settings = await manager.currentSettings()
+        if let maxConcurrentDownloads { settings.maxConcurrentDownloads = maxConcurrentDownloads }
+        if let rateLimit { settings.rateLimit = rateLimit }
+        if let connections { settings.connectionsPerDownload = connections }
+        if let perHost = maxConnectionsPerHost { settings.maxConnectionsPerHost = perHost == 0 ? nil : perHost }
+        try await manager.update(settings)
     }
 }

@@ -66,6 +66,14 @@ extension HaulCommand {
 
         @OptionGroup var state: StateOptions
 
+        @OptionGroup var notices: NoticeOptions
+
+        @Option(
+            help: ArgumentHelp(
+                "The config file whose hooks and webhooks apply (default: $XDG_CONFIG_HOME/haul/config.toml if it "
+                    + "exists).", valueName: "FILE"))
+        var config: String?
+
         func validate() throws {
             try checkTargets(
                 urls: urls, inputFile: inputFile, output: output, directory: directory, continue: `continue`)
@@ -92,10 +100,15 @@ extension HaulCommand {
                 throw ExitCode(2)
             }
             let output = Output(quiet: quiet, json: json)
+            var hooks = notices
+            do { try hooks.merge(ConfigFile.load(config)) } catch let error as ValidationError {
+                FileHandle.standardError.write(Data("Error: \(error.message)\n".utf8))
+                throw ExitCode(2)
+            }
             switch try state.connect() {
             case .standalone:
                 if let directory { try createFolder(directory) }
-                try await runHere(list, output: output)
+                try await runHere(list, output: output, notices: try hooks.notices())
             case .fleet:
                 FileHandle.standardError.write(
                     Data(
@@ -104,13 +117,21 @@ extension HaulCommand {
                 throw ExitCode(2)
             case .daemon(let client):
                 defer { Task { await client.shutdown() } }
+                guard notices.isEmpty else {
+                    FileHandle.standardError.write(
+                        Data(
+                            ("Error: a daemon runs these downloads, and hooks and webhooks are never given to it over "
+                                + "its API: set them with haul serve --on-complete, --on-error and --webhook, or in "
+                                + "its config file\n").utf8))
+                    throw ExitCode(2)
+                }
                 if let directory, client.isLocal { try createFolder(directory) }
                 try await runThroughDaemon(client, list: list, output: output)
             }
         }
 
         /// Without a daemon: a manager of this process's own on the store.
-        private func runHere(_ list: [String], output: Output) async throws {
+        private func runHere(_ list: [String], output: Output, notices: Notices) async throws {
             let options = try transfer.downloadOptionsWithTLS(continuePartial: `continue`, computesSHA256: json)
             var configuration = DownloadManager.Configuration(stateDirectory: state.directory)
             configuration.startsStoredDownloads = false
@@ -118,6 +139,7 @@ extension HaulCommand {
             configuration.maxConnectionsPerHost = maxConnectionsPerHost
             configuration.rateLimit = transfer.rate
             configuration.origin = .commandLine
+            configuration.notices = notices
             let manager: DownloadManager
             do {
                 manager = try DownloadManager(configuration: configuration)
@@ -125,6 +147,8 @@ extension HaulCommand {
                 output.error(error)
                 throw ExitCode(1)
             }
+            // Notices an earlier run stored and did not deliver go out now (nothing stored is started).
+            try? await manager.start()
             let signals = SignalWatcher { await manager.shutdown(pausing: true) }
             let destination: DownloadManager.Destination =
                 self.output.map { .file($0) } ?? .directory(directory ?? FileManager.default.currentDirectoryPath)

@@ -21,8 +21,14 @@ extension HaulCommand {
                 """
         )
 
-        @Option(help: "HOST:PORT to listen on (port 0 picks a free one).")
-        var listen = "127.0.0.1:7165"
+        @Option(
+            help:
+                "A TOML file of these settings, each under its flag's long name (default: $XDG_CONFIG_HOME/haul/config.toml if it exists; SIGHUP reads it again)."
+        )
+        var config: String?
+
+        @Option(help: "HOST:PORT to listen on (port 0 picks a free one; default 127.0.0.1:7165).")
+        var listen: String?
 
         @Option(help: "Where downloads go by default (default: $XDG_DOWNLOAD_DIR, else ~/Downloads, else here).")
         var downloadDir: String?
@@ -90,11 +96,13 @@ extension HaulCommand {
         @Option(help: "The PEM private key of --tls-cert.")
         var tlsKey: String?
 
-        @Option(help: "trace, debug, info, notice, warning, error or critical.")
-        var logLevel = "notice"
+        @Option(help: "trace, debug, info, notice, warning, error or critical (default notice).")
+        var logLevel: String?
+
+        @OptionGroup var notices: NoticeOptions
 
         func validate() throws {
-            guard Self.split(listen) != nil else {
+            if let listen, Self.split(listen) == nil {
                 throw ValidationError("--listen '\(listen)' is not HOST:PORT (e.g. 127.0.0.1:7165, [::1]:0)")
             }
             if let jobs {
@@ -136,7 +144,7 @@ extension HaulCommand {
                 }
             }
             if (tlsCert == nil) != (tlsKey == nil) { throw ValidationError("give --tls-cert and --tls-key together") }
-            if Logger.Level(rawValue: logLevel) == nil {
+            if let logLevel, Logger.Level(rawValue: logLevel) == nil {
                 throw ValidationError(
                     "--log-level '\(logLevel)' is not one of trace, debug, info, notice, warning, error, critical")
             }
@@ -179,10 +187,20 @@ extension HaulCommand {
         }
 
         func run() async throws {
-            let level = Logger.Level(rawValue: logLevel) ?? .notice
+            let serve: Serve
+            do { serve = try withConfig() } catch let error as ValidationError {
+                FileHandle.standardError.write(Data("haul: error: \(error.message)\n".utf8))
+                throw ExitCode(2)
+            }
+            try await serve.serve(flags: self)
+        }
+
+        /// Runs the daemon with these settings (the config file's merged into `flags`, the command line's).
+        private func serve(flags: Serve) async throws {
+            let level = Logger.Level(rawValue: logLevel ?? "notice") ?? .notice
             LoggingSystem.bootstrap { label in StandardErrorLogHandler(label: label, level: level) }
             var options = DaemonOptions(stateDirectory: stateDir ?? DownloadManager.defaultStateDirectory())
-            let (host, port) = Self.split(listen)!
+            let (host, port) = Self.split(listen ?? "127.0.0.1:7165")!
             options.listenHost = host
             options.listenPort = port
             if let downloadDir { options.downloadDirectory = (downloadDir as NSString).standardizingPath }
@@ -195,6 +213,8 @@ extension HaulCommand {
             options.tlsCertificate = tlsCert
             options.tlsKey = tlsKey
             options.logger = Logger(label: "haul")
+            options.notices = try notices.notices()
+            options.reloads = flags.reloads(logger: options.logger)
             if let tokenFile {
                 guard let data = FileManager.default.contents(atPath: tokenFile) else {
                     FileHandle.standardError.write(Data("haul: error: cannot read the token file \(tokenFile)\n".utf8))

@@ -49,7 +49,7 @@ struct Workspace {
 final class HaulProcess: @unchecked Sendable {
     let process = Process()
     private let outPath: String
-    private let errPath: String
+    let errPath: String
 
     /// With a `launcher` (a program and its arguments), that program runs and is handed the `haul` binary and its
     /// arguments to run in its place (a seccomp filter installed first, say).

@@ -1,6 +1,7 @@
 #ifndef CHAUL_SYSTEM_H
 #define CHAUL_SYSTEM_H
 
+#include <spawn.h>
 #include <stdint.h>
 
 /// openat2(2): opens `path` relative to the folder `directory` with `flags` and `mode`, resolved as `resolve`
@@ -17,5 +18,9 @@ int64_t haul_copy_file_range(int source, int64_t source_offset, int target, int6
 /// pipe2(2) with O_CLOEXEC: both ends close on exec, from the start (a child spawned meanwhile by another thread
 /// never inherits them). Swift's Glibc module does not import pipe2 (it needs `_GNU_SOURCE`).
 int haul_pipe_cloexec(int fds[2]);
+
+/// posix_spawn_file_actions_addclosefrom_np (glibc 2.34): the child closes every descriptor from `lowest` up before it
+/// runs, whatever it inherited without close-on-exec (a parent's sockets, its lock). Needs `_GNU_SOURCE` too.
+int haul_spawn_close_from(posix_spawn_file_actions_t *actions, int lowest);
 
 #endif

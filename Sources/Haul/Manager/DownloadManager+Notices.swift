@@ -11,9 +11,16 @@ struct NoticeKey: Hashable {
 extension DownloadManager {
     /// Gives `record` a notice of its end when a hook or webhook listens for `event`; it is stored with the end.
     func attachNotice(to record: inout DownloadRecord, _ event: PendingNotice.Event) {
-        let sinks = configuration.notices.sinks(for: event)
+        let sinks = notices.sinks(for: event)
         guard !sinks.isEmpty else { return }
         record.notice = PendingNotice(id: UUID().uuidString.lowercased(), event: event, at: Date(), pending: sinks)
+    }
+
+    /// Replaces the hooks and webhooks (the daemon's config file, read again): ends from now on are told to these, and
+    /// so are the stored notices still pending for a hook or webhook these have.
+    public func setNotices(_ notices: Notices) {
+        self.notices = notices
+        deliverStoredNotices()
     }
 
     /// Delivers the notices an earlier process stored and did not deliver everywhere.
@@ -26,7 +33,7 @@ extension DownloadManager {
     /// or webhook for stay pending, for a manager that has.
     func deliverNotice(of record: DownloadRecord, after commit: StoreCommit?) {
         guard let notice = record.notice, !isShutDown else { return }
-        let configured = Set(configuration.notices.sinks(for: notice.event))
+        let configured = Set(notices.sinks(for: notice.event))
         for sink in notice.pending where configured.contains(sink) {
             let key = NoticeKey(download: record.id, sink: sink)
             guard noticeTasks[key] == nil else { continue }
@@ -48,7 +55,7 @@ extension DownloadManager {
     /// Delivers notice `noticeID` of download `id` to `sink` until it is heard, given up, or the manager shuts down
     /// (it stays pending in the store then).
     private func deliver(_ noticeID: String, of id: String, to sink: String) async {
-        let notices = configuration.notices
+        let notices = self.notices
         let logger = configuration.logger
         while true {
             guard let record = try? current(id), let notice = record.notice, notice.id == noticeID,

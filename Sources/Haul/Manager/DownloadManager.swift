@@ -86,6 +86,8 @@ public actor DownloadManager {
     var isShutDown = false
     /// The deliveries of notices under way, by download and sink (`DownloadManager+Notices`).
     var noticeTasks: [NoticeKey: Task<Void, Never>] = [:]
+    /// The hooks and webhooks told of each end: `Configuration.notices` until `setNotices(_:)` replaces them.
+    var notices: Notices
 
     /// `$HAUL_STATE_DIR`, else `$XDG_STATE_HOME/haul`, else `~/.local/state/haul`.
     public static func defaultStateDirectory() -> String {
@@ -103,6 +105,7 @@ public actor DownloadManager {
         throws(DownloadError)
     {
         self.configuration = configuration
+        notices = configuration.notices
         allowedFolders = try AllowedFolders(configuration.allowedFolders)
         if let shared = configuration.store {
             store = shared

@@ -10,7 +10,7 @@ import Logging
 /// A hook's process, started with posix_spawn: in a process group of its own (a timeout stops the hook's children
 /// too), with every signal at its default and none blocked (a daemon ignores or blocks SIGTERM and SIGINT to handle
 /// them itself, and a child would inherit that), and its standard input and output on pipes whose other ends are
-/// close-on-exec (a hook started meanwhile does not inherit them).
+/// close-on-exec (a hook started meanwhile does not inherit them), and no other descriptor of this process.
 final class HookChild: Sendable {
     let pid: pid_t
     private let input: Int32
@@ -31,6 +31,9 @@ final class HookChild: Sendable {
         posix_spawn_file_actions_adddup2(&actions, toChild[0], 0)
         posix_spawn_file_actions_adddup2(&actions, fromChild[1], 1)
         posix_spawn_file_actions_adddup2(&actions, fromChild[1], 2)
+        // Nothing else of this process's: a descriptor it inherited without close-on-exec (the socket by which its
+        // own parent watches it, the state folder's lock) would otherwise outlive it in a hook that outlives it.
+        haul_spawn_close_from(&actions, 3)
         var attributes = posix_spawnattr_t()
         posix_spawnattr_init(&attributes)
         defer { posix_spawnattr_destroy(&attributes) }
