@@ -16,8 +16,9 @@ extension PostgresStore {
         (
             1, "downloads, runs, settings",
             [
+                // The record's columns but those later migrations add (as they add them, to stores made before).
                 "CREATE TABLE download ("
-                    + DownloadRecord.columnNames.map { name in
+                    + DownloadRecord.columnNames.filter { $0 != "notice" }.map { name in
                         "\"\(name)\" \(columnKinds[name]!.sqlType)" + (name == "id" ? " PRIMARY KEY" : "")
                     }.joined(separator: ", ") + ")",
                 "CREATE INDEX download_queue ON download (priority DESC, \"queuePosition\") WHERE state = 'queued'",

@@ -158,6 +158,7 @@ struct Aria2RPCTests {
             (["header": "no colon"], "option 'header': 'no colon' is not NAME: VALUE"),
             (["gid": "0123456789abcdef"], "Haul chooses the gid"),
             (["select-file": "1"], "option 'select-file' is not one Haul takes"),
+            (["on-download-complete": "/bin/sh"], "option 'on-download-complete': programs to run are set only"),
             (["dir": ["a"]], "option 'dir' must be a string, not an array"),
         ]
         for (options, message) in bad {
@@ -167,6 +168,14 @@ struct Aria2RPCTests {
             do { _ = try Aria2Options.addDownload(uri: "http://h/f", options: options) } catch {
                 #expect(error.message.contains(message), "\(error.message)")
             }
+        }
+        #expect(
+            throws: Aria2Options.Failure(
+                message:
+                    "option 'on-download-error': programs to run are set only with haul serve --on-complete and --on-error or in its config file, never over RPC"
+            )
+        ) {
+            try Aria2Options.globalChange(["on-download-error": "/tmp/x"])
         }
         #expect(
             try Aria2Options.change(["max-download-limit": "0", "split": "2"])

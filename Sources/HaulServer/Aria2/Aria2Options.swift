@@ -7,6 +7,15 @@ import HaulWire
 /// aria2's option names and values (every value a string; `header` a list) read into Haul's: the options of
 /// `aria2.addUri`, `changeOption` and `changeGlobalOption`. Each bad value is an error naming the option.
 enum Aria2Options {
+    /// aria2's options that run a program at an event (`on-download-complete`, …): refused by name. Haul's hooks are
+    /// set only on `haul serve`'s command line or in its config file, never over RPC.
+    static func refuseHook(_ name: String) throws(Failure) {
+        guard name.hasPrefix("on-download-") || name.hasPrefix("on-bt-") else { return }
+        throw Failure(
+            message: "option '\(name)': programs to run are set only with haul serve --on-complete and --on-error "
+                + "or in its config file, never over RPC")
+    }
+
     /// An option aria2 has that is about what Haul does its own way (file allocation, renaming, resuming, BitTorrent,
     /// retries' timing): taken and ignored, so clients that always send them work.
     static let ignored: Set<String> = [
@@ -111,6 +120,7 @@ enum Aria2Options {
             case "gid":
                 throw Failure(message: "option 'gid': Haul chooses the gid of a download")
             default:
+                try refuseHook(name)
                 guard ignored.contains(name) || name.hasPrefix("bt-") else {
                     throw Failure(message: "option '\(name)' is not one Haul takes")
                 }
@@ -138,6 +148,7 @@ enum Aria2Options {
             case "split", "max-connection-per-server":
                 limits.append(try count(name, value, in: DownloadRules.connections))
             default:
+                try refuseHook(name)
                 guard ignored.contains(name) || name.hasPrefix("bt-") else {
                     throw Failure(message: "option '\(name)' cannot be changed on a download in Haul")
                 }
@@ -161,6 +172,7 @@ enum Aria2Options {
             case "split", "max-connection-per-server":
                 limits.append(try count(name, value, in: DownloadRules.connections))
             default:
+                try refuseHook(name)
                 guard ignored.contains(name) || name.hasPrefix("bt-") || name.hasPrefix("log") else {
                     throw Failure(message: "option '\(name)' cannot be changed in Haul (start haul serve with it)")
                 }
