@@ -173,7 +173,8 @@ extension PostgresStore {
             9, "notices",
             [
                 // The notice of a download's end that a hook or webhook has yet to hear, as JSON (`PendingNotice`).
-                "ALTER TABLE download ADD COLUMN notice TEXT"
+                "ALTER TABLE download ADD COLUMN notice TEXT",
+                "CREATE INDEX download_notice ON download (id) WHERE notice IS NOT NULL",
             ]
         ),
     ]

@@ -162,6 +162,16 @@ extension PostgresStore {
                     """, binds: bindings))
     }
 
+    /// The downloads whose end this worker stored a notice of that is still pending (`PendingNotice.worker`).
+    public func pendingNotices() throws(DownloadError) -> [DownloadRecord] {
+        try records(
+            PostgresQuery(
+                unsafeSQL: "SELECT \(Self.readColumns) FROM download WHERE notice IS NOT NULL",
+                binds: PostgresBindings())
+        )
+        .filter { $0.notice?.worker == worker }
+    }
+
     /// The records a query's rows hold.
     func records(_ query: PostgresQuery) throws(DownloadError) -> [DownloadRecord] {
         try queue.perform { [logger] connection in

@@ -112,6 +112,20 @@ struct PostgresStoreTests {
         read.updatedAt = record.updatedAt
         #expect(read == record)
 
+        // A pending notice reads back, is this worker's to deliver, and is forgotten by a notice update.
+        record.notice = PendingNotice(
+            id: "n1", event: .completed, at: Date(timeIntervalSince1970: 1_790_000_001), pending: ["hook"],
+            worker: store.worker)
+        try await store.committed(store.submit(.notice(record), awaited: true))
+        #expect(try store.record(id: record.id)?.notice == record.notice)
+        #expect(try store.pendingNotices().map(\.id) == [record.id])
+        record.notice?.worker = "another"
+        try await store.committed(store.submit(.notice(record), awaited: true))
+        #expect(try store.pendingNotices().isEmpty)
+        record.notice = nil
+        try await store.committed(store.submit(.notice(record), awaited: true))
+        #expect(try store.record(id: record.id)?.notice == nil)
+
         record.durableOffset = 99999
         record.isPartVerified = false
         try await store.committed(store.submit(.transfer(record), awaited: true))

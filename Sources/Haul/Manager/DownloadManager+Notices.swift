@@ -13,7 +13,8 @@ extension DownloadManager {
     func attachNotice(to record: inout DownloadRecord, _ event: PendingNotice.Event) {
         let sinks = notices.sinks(for: event)
         guard !sinks.isEmpty else { return }
-        record.notice = PendingNotice(id: UUID().uuidString.lowercased(), event: event, at: Date(), pending: sinks)
+        record.notice = PendingNotice(
+            id: UUID().uuidString.lowercased(), event: event, at: Date(), pending: sinks, worker: workerName)
     }
 
     /// Replaces the hooks and webhooks (the daemon's config file, read again): ends from now on are told to these, and
@@ -25,6 +26,15 @@ extension DownloadManager {
 
     /// Delivers the notices an earlier process stored and did not deliver everywhere.
     func deliverStoredNotices() {
+        if let leasing {
+            // A fleet's worker holds only what it runs: the store has its pending notices.
+            do {
+                for record in try leasing.pendingNotices() { deliverNotice(of: record, after: nil) }
+            } catch {
+                configuration.logger.error("cannot read the notices pending in the store: \(error.message)")
+            }
+            return
+        }
         for record in catalog.all where record.notice != nil { deliverNotice(of: record, after: nil) }
     }
 

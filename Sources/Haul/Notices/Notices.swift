@@ -156,6 +156,19 @@ public struct PendingNotice: Codable, Sendable, Equatable {
     public var pending: [String]
     /// Failed webhook attempts so far, by sink.
     public var attempts: [String: Int] = [:]
+    /// The worker that ended the download and delivers the notice (in a fleet; the host's name otherwise).
+    public var worker: String?
+
+    public init(
+        id: String, event: Event, at: Date, pending: [String], attempts: [String: Int] = [:], worker: String? = nil
+    ) {
+        self.id = id
+        self.event = event
+        self.at = at
+        self.pending = pending
+        self.attempts = attempts
+        self.worker = worker
+    }
 
     static let hookSink = "hook"
     static func webhookSink(_ url: String) -> String { "webhook " + url }
@@ -165,7 +178,10 @@ extension PendingNotice {
     /// The `notice` column's value: JSON text, or NULL.
     static func column(_ notice: PendingNotice?) throws(DownloadError) -> DatabaseValue {
         guard let notice else { return .null }
-        do { return String(decoding: try JSONEncoder().encode(notice), as: UTF8.self).databaseValue } catch {
+        // Dates as GRDB's decoder of JSON columns reads them.
+        let encoder = JSONEncoder()
+        encoder.dateEncodingStrategy = .millisecondsSince1970
+        do { return String(decoding: try encoder.encode(notice), as: UTF8.self).databaseValue } catch {
             throw DownloadError(.store, "cannot encode a notice: \(error)", underlying: error)
         }
     }

@@ -69,6 +69,9 @@ public protocol LeasingStore: DownloadStoring {
     func lease(of id: String) -> Int64?
     /// Whether this worker's lease of `id` follows earlier ones, which may have left part files of their own.
     func followsEarlierLeases(_ id: String) -> Bool
+    /// The downloads whose end this worker stored a notice of that some hook or webhook has yet to hear: a worker
+    /// delivers what it left pending when it starts again.
+    func pendingNotices() throws(DownloadError) -> [DownloadRecord]
     /// Has `handler` told of each download whose lease this worker lost, once.
     func onLostLease(_ handler: @escaping @Sendable (String) -> Void)
     /// The worker that holds a live lease of `id`, if any.
