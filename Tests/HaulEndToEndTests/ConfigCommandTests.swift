@@ -135,6 +135,11 @@ struct ConfigCommandTests {
         #expect(Self.lines(second).first?[1] == b)
         #expect(Self.lines(first).count == 1)
 
+        // haul get hands its downloads to the daemon, and never its hooks.
+        let handed = try await HaulProcess.run(
+            ["get", server.url("/b.bin").absoluteString, "--on-complete", "true"], in: workspace)
+        #expect(handed.status == 2 && handed.stderr.contains("never given to it over its API"), "\(handed.stderr)")
+
         // A file that no longer reads is logged, and the daemon goes on as it was.
         try Self.write("jobs = \n", to: config)
         daemon.haul.signal(SIGHUP)
