@@ -27,12 +27,8 @@ struct ConfigCommandTests {
 
     @Test("haul get --on-complete and --on-error run their hooks once per download, here, without a daemon")
     func getRunsHooks() async throws {
-        let workspace = try Workspace()
-        let server = try await FaultServer.start()
-        defer {
-            workspace.remove()
-            Task { await server.stop() }
-        }
+        let (workspace, server) = try await DaemonTests.setUp()
+        defer { DaemonTests.tearDown(workspace, server) }
         server.serve("/a.bin", .init(body: body))
         server.serve("/gone.bin", .init(body: body) { _, _ in .status(404, headers: [:]) })
         let log = workspace.root + "/hooks.log"
@@ -94,12 +90,8 @@ struct ConfigCommandTests {
 
     @Test("haul serve takes hooks from its config file, a flag overrides a key, and SIGHUP reads the file again")
     func serveConfigAndReload() async throws {
-        let workspace = try Workspace()
-        let server = try await FaultServer.start()
-        defer {
-            workspace.remove()
-            Task { await server.stop() }
-        }
+        let (workspace, server) = try await DaemonTests.setUp()
+        defer { DaemonTests.tearDown(workspace, server) }
         server.serve("/a.bin", .init(body: body))
         server.serve("/b.bin", .init(body: body))
         let config = workspace.root + "/config.toml"
@@ -158,12 +150,8 @@ struct ConfigCommandTests {
 
     @Test("a daemon killed after a download completed but before its hook ended runs the hook again at its restart")
     func hookAcrossDaemonRestart() async throws {
-        let workspace = try Workspace()
-        let server = try await FaultServer.start()
-        defer {
-            workspace.remove()
-            Task { await server.stop() }
-        }
+        let (workspace, server) = try await DaemonTests.setUp()
+        defer { DaemonTests.tearDown(workspace, server) }
         server.serve("/a.bin", .init(body: body))
         let config = workspace.root + "/config.toml"
         let (started, log, fifo) = (workspace.root + "/started", workspace.root + "/hooks.log", workspace.root + "/go")
