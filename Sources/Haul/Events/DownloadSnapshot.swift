@@ -134,17 +134,48 @@ public struct ManagerSettings: Sendable, Equatable, Codable {
     /// The most connections to one host across all downloads (a fleet's workers together); nil for no limit.
     /// Counted as servers count them (nginx's `limit_conn`): connections with a request or its body in flight.
     public var maxConnectionsPerHost: Int?
+    /// Rules that change `maxConcurrentDownloads` and `rateLimit` by the local time (`Schedule`), in order.
+    public var schedule: [String]
 
     /// Makes settings.
     public init(
         maxConcurrentDownloads: Int = 3, rateLimit: Int64? = nil,
-        connectionsPerDownload: Int = DownloadOptions.defaultMaxConnections, maxConnectionsPerHost: Int? = nil
+        connectionsPerDownload: Int = DownloadOptions.defaultMaxConnections, maxConnectionsPerHost: Int? = nil,
+        schedule: [String] = []
     ) {
         self.maxConcurrentDownloads = maxConcurrentDownloads
         self.rateLimit = rateLimit
         self.connectionsPerDownload = connectionsPerDownload
         self.maxConnectionsPerHost = maxConnectionsPerHost
+        self.schedule = schedule
     }
+
+    private enum CodingKeys: String, CodingKey {
+        case maxConcurrentDownloads, rateLimit, connectionsPerDownload, maxConnectionsPerHost, schedule
+    }
+
+    /// Settings stored before schedules existed have none.
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        maxConcurrentDownloads = try container.decode(Int.self, forKey: .maxConcurrentDownloads)
+        rateLimit = try container.decodeIfPresent(Int64.self, forKey: .rateLimit)
+        connectionsPerDownload = try container.decode(Int.self, forKey: .connectionsPerDownload)
+        maxConnectionsPerHost = try container.decodeIfPresent(Int.self, forKey: .maxConnectionsPerHost)
+        schedule = try container.decodeIfPresent([String].self, forKey: .schedule) ?? []
+    }
+}
+
+/// The wall time and the time zone a schedule is read in: the system's, or a test's.
+public protocol CalendarClock: Sendable {
+    /// Now, and the time zone of the wall clock.
+    var now: (date: Date, timeZone: TimeZone) { get }
+}
+
+/// The system's clock and its time zone (`TZ`, else `/etc/localtime`), read anew each time.
+public struct SystemCalendar: CalendarClock {
+    public init() {}
+
+    public var now: (date: Date, timeZone: TimeZone) { (Date(), TimeZone.current) }
 }
 
 /// Everything a subscriber needs to start from: every download, the totals and the settings.

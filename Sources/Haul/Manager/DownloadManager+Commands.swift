@@ -177,10 +177,14 @@ extension DownloadManager {
         } catch {
             throw DownloadError(error, subject: Self.subject(of: error.rule))
         }
+        let timetable = try Schedule(parsing: new.schedule)
         guard new != settings else { return }
         if configuration.persistsSettings { try store.saveSettings(new) }
         settings = new
-        globalLimiter.setRate(rateShare(of: new.rateLimit))
+        self.timetable = timetable
+        let now = configuration.calendar.now
+        scheduleEffect = timetable.effect(at: now.date, in: now.timeZone)
+        globalLimiter.setRate(rateShare(of: rateInForce))
         hostConnections.setLimit(new.maxConnectionsPerHost)
         hub.emit(.settings(new))
         try schedule()

@@ -13,7 +13,7 @@ extension DownloadManager {
     func claimDownloads() {
         // A manager that leaves stored downloads alone (the command line's, beside the workers) claims nothing.
         guard let leasing, configuration.startsStoredDownloads, !isShutDown, !isClaiming else { return }
-        let free = settings.maxConcurrentDownloads - transferring
+        let free = jobLimit - transferring
         guard free > 0 else { return }
         isClaiming = true
         let logger = configuration.logger
@@ -32,7 +32,7 @@ extension DownloadManager {
         isClaiming = false
         guard let leasing else { return }
         for var record in records {
-            guard !isShutDown, tasks[record.id] == nil, transferring < settings.maxConcurrentDownloads else {
+            guard !isShutDown, tasks[record.id] == nil, transferring < jobLimit else {
                 // The limit fell or the manager stops meanwhile: back to the queue for any worker.
                 leasing.release(record.id)
                 continue
@@ -100,7 +100,7 @@ extension DownloadManager {
             hostConnections.setLimit(stored.maxConnectionsPerHost)
             hub.emit(.settings(settings))
         }
-        globalLimiter.setRate(rateShare(of: settings.rateLimit))
+        globalLimiter.setRate(rateShare(of: rateInForce))
     }
 
     /// Asks the store for this worker's slots of connections to each host (off the actor; one request at a time, and

@@ -11,13 +11,13 @@ extension DownloadManager {
     /// with a reason that names it.
     func schedule() throws(DownloadError) {
         guard !isShutDown else { return }
-        guard transferring < settings.maxConcurrentDownloads else { return }
+        guard transferring < jobLimit else { return }
         // A worker of a fleet starts what it claims.
         guard leasing == nil else { return claimDownloads() }
         // The queue is kept in order: the first ones that may start are all this looks at (with thousands queued,
         // sorting them each time a download finished made a batch quadratic).
         var queued: [String] = []
-        var free = settings.maxConcurrentDownloads - transferring
+        var free = jobLimit - transferring
         for key in catalog.queue where free > 0 {
             guard tasks[key.id] == nil, configuration.startsStoredDownloads || sessionIDs.contains(key.id),
                 let record = catalog[key.id]
@@ -27,7 +27,7 @@ extension DownloadManager {
         }
         var failedAny = false
         for id in queued {
-            guard transferring < settings.maxConcurrentDownloads else { break }
+            guard transferring < jobLimit else { break }
             guard let record = catalog[id] else { continue }
             switch prerequisiteStatus(of: record) {
             case .ready: try start(record)

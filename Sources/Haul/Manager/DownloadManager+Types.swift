@@ -73,6 +73,8 @@ extension DownloadManager {
         public var engine = Engine()
         /// The hooks and webhooks told of each download's end.
         public var notices = Notices()
+        /// The wall time and time zone the settings' schedule is read in.
+        public var calendar: any CalendarClock = SystemCalendar()
         /// Where log messages go.
         public var logger = Logger(label: "haul")
 

@@ -86,6 +86,9 @@ public actor DownloadManager {
     var isShutDown = false
     /// The deliveries of notices under way, by download and sink (`DownloadManager+Notices`).
     var noticeTasks: [NoticeKey: Task<Void, Never>] = [:]
+    /// The settings' schedule, and what it changes now (`DownloadManager+Schedule`).
+    var timetable = Schedule()
+    var scheduleEffect: Schedule.Effect?
     /// The hooks and webhooks told of each end: `Configuration.notices` until `setNotices(_:)` replaces them.
     var notices: Notices
 
@@ -138,7 +141,10 @@ public actor DownloadManager {
         if configuration.persistsSettings, let stored = try store.settings() { settings = stored }
         self.settings = settings
         settingsMirror = Mutex(settings)
-        globalLimiter = RateLimiter(bytesPerSecond: settings.rateLimit)
+        timetable = (try? Schedule(parsing: settings.schedule)) ?? Schedule()
+        let now = configuration.calendar.now
+        scheduleEffect = timetable.effect(at: now.date, in: now.timeZone)
+        globalLimiter = RateLimiter(bytesPerSecond: scheduleEffect?.rate ?? settings.rateLimit)
         hostConnections = HostConnections(limit: settings.maxConnectionsPerHost, granted: leasing != nil)
         if let leasing {
             // A worker of a fleet reads no downloads at start: it claims what it will run, and asks the store the
@@ -192,6 +198,7 @@ public actor DownloadManager {
             seconds += 1
             await followFleet()
             recordSpeeds()
+            checkSchedule()
             if !tasks.isEmpty { hub.emit(.stats(stats())) }
             if seconds % max(1, heartbeatInterval) == 0 { hub.heartbeat() }
         }

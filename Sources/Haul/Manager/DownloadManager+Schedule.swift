@@ -1,0 +1,39 @@
+import Foundation
+import HaulCore
+import Logging
+
+extension DownloadManager {
+    /// Downloads transferring at once now: the settings', or the schedule's rule in force (0 while it pauses).
+    var jobLimit: Int {
+        guard let scheduleEffect else { return settings.maxConcurrentDownloads }
+        return scheduleEffect.pauses ? 0 : scheduleEffect.jobs ?? settings.maxConcurrentDownloads
+    }
+
+    /// The limit on all downloads together now: the settings', or the schedule's rule in force.
+    var rateInForce: Int64? { scheduleEffect?.rate ?? settings.rateLimit }
+
+    /// The schedule's rules that hold now, as written (nil when none does).
+    public func scheduleInForce() -> String? { scheduleEffect?.rule }
+
+    /// Reads the schedule at the calendar's time now and applies what changed: the rate at once, more downloads
+    /// started when the rule allows more, and the running ones stopped (queued again, at their exact offsets) when it
+    /// pauses. A rule that lowers `jobs` lets the running downloads finish, as lowering `-j` does. `run()` calls it
+    /// every second.
+    public func checkSchedule() {
+        let now = configuration.calendar.now
+        let effect = timetable.effect(at: now.date, in: now.timeZone)
+        guard effect != scheduleEffect else { return }
+        scheduleEffect = effect
+        configuration.logger.notice(
+            "\(effect.map { "the schedule's rule in force: \($0.rule)" } ?? "no schedule rule in force")")
+        globalLimiter.setRate(rateShare(of: rateInForce))
+        hub.emit(.settings(settings))
+        if effect?.pauses == true {
+            for (id, task) in tasks where !finishing.contains(id) {
+                stopReasons[id] = .exit
+                task.cancel()
+            }
+        }
+        try? schedule()
+    }
+}
