@@ -46,6 +46,8 @@ public struct DaemonOptions: Sendable {
     public var tlsKey: String?
     /// Where log messages go.
     public var logger = Logger(label: "haul")
+    /// The schedule given on the command line or in the config file (nil leaves the stored one).
+    public var schedule: [String]?
     /// The hooks and webhooks told of each download's end.
     public var notices = Notices()
     /// Settings read again while the daemon runs (SIGHUP re-reads the config file): each is applied as it comes.
@@ -317,6 +319,8 @@ public struct DaemonReload: Sendable {
     public var connections: Int?
     /// 0 removes the limit.
     public var maxConnectionsPerHost: Int?
+    /// Replaces the stored schedule.
+    public var schedule: [String]?
     public var notices: Notices
 
     public init(_ options: DaemonOptions) {
@@ -324,6 +328,7 @@ public struct DaemonReload: Sendable {
         rateLimit = options.rateLimit
         connections = options.connections
         maxConnectionsPerHost = options.maxConnectionsPerHost
+        schedule = options.schedule
         notices = options.notices
     }
 
@@ -335,6 +340,7 @@ public struct DaemonReload: Sendable {
         if let rateLimit { settings.rateLimit = rateLimit }
         if let connections { settings.connectionsPerDownload = connections }
         if let perHost = maxConnectionsPerHost { settings.maxConnectionsPerHost = perHost == 0 ? nil : perHost }
+        if let schedule { settings.schedule = schedule }
         try await manager.update(settings)
     }
 }

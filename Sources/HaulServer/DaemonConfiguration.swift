@@ -161,6 +161,7 @@ extension Components.Schemas.Settings {
             maxConcurrentDownloads: settings.maxConcurrentDownloads, limitRate: settings.rateLimit,
             connections: settings.connectionsPerDownload, maxConnectionsPerHost: settings.maxConnectionsPerHost,
             downloadDir: configuration.downloadDirectory,
-            allowedDirs: configuration.allowedDirectories)
+            allowedDirs: configuration.allowedDirectories, schedule: settings.schedule,
+            scheduleInForce: settings.scheduleInForce)
     }
 }

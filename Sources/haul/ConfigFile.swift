@@ -8,6 +8,7 @@ import TOMLKit
 ///     listen = "127.0.0.1:7165"
 ///     jobs = 4
 ///     limit-rate = "2M"
+///     schedule = ["mon-fri 09:00-18:00 rate=512K", "sat,sun pause"]
 ///     allow-dir = ["/srv/media", "/srv/iso"]
 ///     on-complete = "notify-send 'Haul' \"$HAUL_PATH\""
 ///     webhook = "https://example.com/hooks/haul"
@@ -34,7 +35,7 @@ struct ConfigFile {
         "store": false, "worker": false, "lease": false, "fleet-jobs": false, "jobs": false, "limit-rate": false,
         "max-connections-per-host": false, "connections": false, "token-file": false, "tls-cert": false,
         "tls-key": false, "log-level": false, "on-complete": true, "on-error": true, "webhook": true,
-        "webhook-secret-file": false, "hook-timeout": false,
+        "webhook-secret-file": false, "hook-timeout": false, "schedule": true,
     ]
 
     /// The default place: `$XDG_CONFIG_HOME/haul/config.toml`, else `~/.config/haul/config.toml`.

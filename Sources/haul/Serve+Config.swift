@@ -44,6 +44,7 @@ extension HaulCommand.Serve {
             case "tls-cert": serve.tlsCert = serve.tlsCert ?? path
             case "tls-key": serve.tlsKey = serve.tlsKey ?? path
             case "log-level": serve.logLevel = serve.logLevel ?? value
+            case "schedule": if serve.schedule.isEmpty { serve.schedule = entry.values }
             default: continue  // the hooks' and webhooks' keys, merged below
             }
             do { try serve.validate() } catch let error as ValidationError {
@@ -70,6 +71,7 @@ extension HaulCommand.Serve {
                 options.rateLimit = serve.limitRate.flatMap(TokenBucket.parseRate)
                 options.connections = serve.connections
                 options.maxConnectionsPerHost = serve.maxConnectionsPerHost
+                options.schedule = serve.schedule.isEmpty ? nil : serve.schedule
                 options.notices = try serve.notices.notices()
                 continuation.yield(DaemonReload(options))
             } catch let error as ValidationError {

@@ -99,6 +99,13 @@ extension HaulCommand {
         @Option(help: "trace, debug, info, notice, warning, error or critical (default notice).")
         var logLevel: String?
 
+        @Option(
+            help: ArgumentHelp(
+                "A rule that changes -j and --limit-rate by the local time (repeatable, in order), e.g. "
+                    + "'mon-fri 09:00-18:00 rate=512K', '00:00-06:00 jobs=8 rate=0', 'sat,sun pause'; replaces the "
+                    + "stored schedule.", valueName: "RULE"))
+        var schedule: [String] = []
+
         @OptionGroup var notices: NoticeOptions
 
         func validate() throws {
@@ -144,6 +151,7 @@ extension HaulCommand {
                 }
             }
             if (tlsCert == nil) != (tlsKey == nil) { throw ValidationError("give --tls-cert and --tls-key together") }
+            do { _ = try Schedule(parsing: schedule) } catch { throw ValidationError("--schedule: \(error.message)") }
             if let logLevel, Logger.Level(rawValue: logLevel) == nil {
                 throw ValidationError(
                     "--log-level '\(logLevel)' is not one of trace, debug, info, notice, warning, error, critical")
@@ -210,6 +218,7 @@ extension HaulCommand {
             options.rateLimit = limitRate.flatMap(TokenBucket.parseRate)
             options.connections = connections
             options.maxConnectionsPerHost = maxConnectionsPerHost
+            options.schedule = schedule.isEmpty ? nil : schedule
             options.tlsCertificate = tlsCert
             options.tlsKey = tlsKey
             options.logger = Logger(label: "haul")

@@ -96,11 +96,14 @@ struct ConfigCommandTests {
         server.serve("/b.bin", .init(body: body))
         let config = workspace.root + "/config.toml"
         let (first, second) = (workspace.root + "/first.log", workspace.root + "/second.log")
-        try Self.write("jobs = 2\nconnections = 3\non-complete = ['''\(Self.hook(first))''']\n", to: config)
+        try Self.write(
+            "jobs = 2\nconnections = 3\non-complete = ['''\(Self.hook(first))''']\nschedule = [\"00:00-24:00 rate=1G\"]\n",
+            to: config)
         let daemon = try await DaemonProcess(workspace, extra: ["--config", config, "-x", "5"])
         let settings = try await daemon.call(.GET, "/api/v1/settings").body as? [String: Any]
         #expect(settings?["maxConcurrentDownloads"] as? Int == 2, "\(settings ?? [:])")
         #expect(settings?["connections"] as? Int == 5, "the flag wins: \(settings ?? [:])")
+        #expect(settings?["scheduleInForce"] as? String == "00:00-24:00 rate=1G", "\(settings ?? [:])")
         let a = try await daemon.add(server.url("/a.bin"))
         #expect(try await daemon.waitUntilStopped(a)["state"] as? String == "completed")
         #expect(await waitUntil { Self.lines(first).count == 1 })

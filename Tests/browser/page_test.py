@@ -246,6 +246,14 @@ def main():
         limit.send_keys(Keys.TAB)
         until(lambda: "limitRate" not in api(info, "/settings"), "no limit again")
 
+        step("the schedule's rule in force shows beside the settings, live, and goes when the schedule is removed")
+        rule = driver.find_element(By.ID, "schedule-in-force")
+        until(lambda: not rule.is_displayed(), "no rule shows without a schedule")
+        api_post(info, "/settings", {"schedule": ["00:00-24:00 rate=64M"]}, method="PATCH")
+        until(lambda: rule.is_displayed() and rule.text == "Schedule: 00:00-24:00 rate=64M", "the rule shows")
+        api_post(info, "/settings", {"schedule": []}, method="PATCH")
+        until(lambda: not rule.is_displayed(), "the rule is gone")
+
         step("remove a completed one (keeping its file)")
         row("small.bin").find_element(By.CSS_SELECTOR, "button[data-action=remove]").click()
         wait.until(expected_conditions.alert_is_present()).accept()  # remove it

@@ -136,6 +136,9 @@ public struct ManagerSettings: Sendable, Equatable, Codable {
     public var maxConnectionsPerHost: Int?
     /// Rules that change `maxConcurrentDownloads` and `rateLimit` by the local time (`Schedule`), in order.
     public var schedule: [String]
+    /// The schedule's rules that hold now, as written (`Schedule.Effect.rule`): what the manager reports, never
+    /// stored.
+    public var scheduleInForce: String?
 
     /// Makes settings.
     public init(

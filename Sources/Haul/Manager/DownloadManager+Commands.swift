@@ -161,7 +161,7 @@ extension DownloadManager {
     }
 
     /// The settings now.
-    public func currentSettings() -> ManagerSettings { settings }
+    public func currentSettings() -> ManagerSettings { reported(settings) }
 
     /// The settings now, read without waiting for the actor (a request that only needs the defaults does not queue
     /// behind the manager's work).
@@ -169,6 +169,8 @@ extension DownloadManager {
 
     /// Changes the settings at once (and stores them when `persistsSettings`); subscribers get a `settings` event.
     public func update(_ new: ManagerSettings) throws(DownloadError) {
+        var new = new
+        new.scheduleInForce = nil
         do {
             try DownloadRules.checkConcurrentDownloads(new.maxConcurrentDownloads)
             try DownloadRules.checkRate(new.rateLimit)
@@ -186,7 +188,7 @@ extension DownloadManager {
         scheduleEffect = timetable.effect(at: now.date, in: now.timeZone)
         globalLimiter.setRate(rateShare(of: rateInForce))
         hostConnections.setLimit(new.maxConnectionsPerHost)
-        hub.emit(.settings(new))
+        hub.emit(.settings(reported(new)))
         try schedule()
     }
 

@@ -98,7 +98,7 @@ extension DownloadManager {
             settings.rateLimit = stored.rateLimit
             settings.maxConnectionsPerHost = stored.maxConnectionsPerHost
             hostConnections.setLimit(stored.maxConnectionsPerHost)
-            hub.emit(.settings(settings))
+            hub.emit(.settings(reported(settings)))
         }
         globalLimiter.setRate(rateShare(of: rateInForce))
     }

@@ -46,7 +46,7 @@ extension DownloadManager {
             let limit = leasing == nil ? nil : Self.fleetSnapshotLimit
             downloads = ((try? queuePage(in: nil, after: nil, limit: limit)) ?? []).map { snapshot(of: $0) }
         }
-        return ManagerSnapshot(downloads: downloads, stats: stats(), settings: settings)
+        return ManagerSnapshot(downloads: downloads, stats: stats(), settings: reported(settings))
     }
 
     /// The id of the newest event.

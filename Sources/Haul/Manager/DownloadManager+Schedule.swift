@@ -15,6 +15,13 @@ extension DownloadManager {
     /// The schedule's rules that hold now, as written (nil when none does).
     public func scheduleInForce() -> String? { scheduleEffect?.rule }
 
+    /// `settings` as the manager reports them: with the schedule's rules in force.
+    func reported(_ settings: ManagerSettings) -> ManagerSettings {
+        var settings = settings
+        settings.scheduleInForce = scheduleEffect?.rule
+        return settings
+    }
+
     /// Reads the schedule at the calendar's time now and applies what changed: the rate at once, more downloads
     /// started when the rule allows more, and the running ones stopped (queued again, at their exact offsets) when it
     /// pauses. A rule that lowers `jobs` lets the running downloads finish, as lowering `-j` does. `run()` calls it
@@ -27,7 +34,7 @@ extension DownloadManager {
         configuration.logger.notice(
             "\(effect.map { "the schedule's rule in force: \($0.rule)" } ?? "no schedule rule in force")")
         globalLimiter.setRate(rateShare(of: rateInForce))
-        hub.emit(.settings(settings))
+        hub.emit(.settings(reported(settings)))
         if effect?.pauses == true {
             for (id, task) in tasks where !finishing.contains(id) {
                 stopReasons[id] = .exit

@@ -407,6 +407,12 @@ public struct APIHandler: APIProtocol {
         } else if nulls.contains(NullField(name: "maxConnectionsPerHost", index: nil)) {
             settings.maxConnectionsPerHost = nil
         }
+        if let rules = update.schedule {
+            do { _ = try Schedule(parsing: rules) } catch {
+                throw APIError.invalidField("schedule", error.message, index: nil)
+            }
+            settings.schedule = rules
+        }
         do { try await manager.update(settings) } catch { throw APIError(error) }
         return .init(await manager.currentSettings(), configuration: configuration)
     }

@@ -252,6 +252,11 @@ function showSettings() {
   const limit = $("setting-limit");
   if (document.activeElement !== concurrent) concurrent.value = settings.maxConcurrentDownloads;
   if (document.activeElement !== limit) limit.value = settings.limitRate ? Math.round(settings.limitRate / 1024) : "";
+  // The schedule's rule in force changes the limits above while it holds.
+  const rule = $("schedule-in-force");
+  rule.hidden = !settings.scheduleInForce;
+  rule.textContent = settings.scheduleInForce ? "Schedule: " + settings.scheduleInForce : "";
+  rule.title = settings.scheduleInForce ? "In force now; the limits it sets replace these" : "";
 }
 
 async function changeSetting(field, value) {
