@@ -13,7 +13,7 @@ struct ConfigCommandTests {
 
     /// A hook (as a config file or flag writes it) appending the event id, the download id and the state to `log`.
     static func hook(_ log: String) -> String {
-        #"sh -c 'echo "$HAUL_EVENT_ID $HAUL_ID $HAUL_STATE" >> \#(log)'"#
+        #"sh -c 'echo "$HAUL_EVENT_ID $HAUL_ID $HAUL_STATE${HAUL_TOKEN:+ token}${PGPASSWORD:+ password}" >> \#(log)'"#
     }
 
     static func lines(_ path: String) -> [[String]] {
@@ -44,10 +44,12 @@ struct ConfigCommandTests {
             [
                 "get", server.url("/a.bin").absoluteString, server.url("/gone.bin").absoluteString, "-q",
                 "--on-complete", Self.hook(log), "--on-error", Self.hook(log),
-            ], in: workspace, environment: ["XDG_CONFIG_HOME": workspace.root])
+            ], in: workspace,
+            environment: ["XDG_CONFIG_HOME": workspace.root, "HAUL_TOKEN": "secret", "PGPASSWORD": "secret"])
         #expect(ran.status == 1, "\(ran.stderr)")
         let lines = Self.lines(log)
         #expect(lines.count == 2, "\(lines)")
+        // The state is the last word: neither the token nor the store's password reached the hooks.
         #expect(Set(lines.map { $0.last ?? "" }) == ["completed", "failed"])
         #expect(workspace.holds("a.bin", body))
     }

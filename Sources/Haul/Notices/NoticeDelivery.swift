@@ -31,6 +31,8 @@ enum NoticeDelivery {
             throw DownloadError(.invalidArgument, "the hook program '\(hook.arguments[0])' is not found in PATH")
         }
         var environment = ProcessInfo.processInfo.environment
+        // Haul's own secrets stay Haul's: the daemon's token and the shared store's password.
+        for secret in hiddenVariables { environment[secret] = nil }
         environment["HAUL_EVENT_ID"] = context.eventID
         environment["HAUL_EVENT"] = context.event.type
         environment["HAUL_ID"] = context.download.id.rawValue
@@ -59,6 +61,9 @@ enum NoticeDelivery {
         watchdog.cancel()
         return status
     }
+
+    /// The variables of Haul's environment a hook does not get: they hold the daemon's token or a store's password.
+    static let hiddenVariables = ["HAUL_TOKEN", "HAUL_STORE", "PGPASSWORD"]
 
     /// The path of `program`: itself when it has a slash, else the first executable of that name in `PATH`.
     static func executable(_ program: String) -> String? {
