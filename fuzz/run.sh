@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Fuzzes the parsers of what a server or a user sends (HaulCore's Content-Range, Content-Disposition, ETag, HTTP dates,
 # Retry-After, input files, sizes and rates, --header values, checksums, proxy URLs and no_proxy lists, .netrc files,
-# cookie files and --cookie data, WWW-Authenticate challenges, FTP replies and the FTP session, schedule rules) with
-# libFuzzer.
+# cookie files and --cookie data, WWW-Authenticate challenges, FTP replies and the FTP session, schedule rules and
+# Metalink documents) with libFuzzer.
 #
 #   fuzz/run.sh [SECONDS] [TARGET…]      run each target SECONDS (default 20) from its seed corpus in fuzz/corpus
 #   fuzz/run.sh --merge [TARGET…]        fold what the last runs found into the committed seed corpora (minimised)
