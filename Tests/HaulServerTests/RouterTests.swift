@@ -561,25 +561,6 @@ struct RouterTests {
                 body: json(#"{"limitRate": null, "maxConnectionsPerHost": null}"#))
             let after = try body(Components.Schemas.Settings.self, cleared)
             #expect(after.limitRate == nil && after.maxConnectionsPerHost == nil)
-            // A schedule whose one rule holds every minute of every day: in force at once, whatever the time.
-            let scheduled = try body(
-                Components.Schemas.Settings.self,
-                try await client.execute(
-                    uri: "/api/v1/settings", method: .patch, headers: authorized,
-                    body: json(#"{"schedule": ["mon-sun 00:00-24:00 jobs=2"]}"#)))
-            #expect(scheduled.schedule == ["mon-sun 00:00-24:00 jobs=2"])
-            #expect(scheduled.scheduleInForce == "mon-sun 00:00-24:00 jobs=2")
-            #expect(scheduled.maxConcurrentDownloads == 5)
-            let unscheduled = try body(
-                Components.Schemas.Settings.self,
-                try await client.execute(
-                    uri: "/api/v1/settings", method: .patch, headers: authorized, body: json(#"{"schedule": []}"#)))
-            #expect(unscheduled.schedule == [] && unscheduled.scheduleInForce == nil)
-            let refused = try await client.execute(
-                uri: "/api/v1/settings", method: .patch, headers: authorized,
-                body: json(#"{"schedule": ["weekdays rate=1M"]}"#))
-            #expect(refused.status == .badRequest)
-            #expect(String(buffer: refused.body).contains("'weekdays' is not days"), "\(String(buffer: refused.body))")
             for bad in [
                 #"{"maxConcurrentDownloads": 0}"#, #"{"connections": 17}"#, #"{"downloadDir": "/"}"#,
                 #"{"maxConnectionsPerHost": 0}"#,
