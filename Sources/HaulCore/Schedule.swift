@@ -78,7 +78,7 @@ public struct Schedule: Sendable, Equatable {
         public static func == (lhs: Rule, rhs: Rule) -> Bool { lhs.text == rhs.text }
 
         public init(_ text: String) throws(DownloadError) {
-            let words = text.split(whereSeparator: { $0 == " " || $0 == "\t" }).map(String.init)
+            let words = text.split(whereSeparator: \.isWhitespace).map(String.init)
             func refuse(_ problem: String) -> DownloadError {
                 DownloadError(.invalidArgument, "the schedule rule '\(text)': \(problem)")
             }
