@@ -32,9 +32,6 @@ public struct Notices: Sendable {
 
     public init() {}
 
-    /// Whether anything listens for `event`.
-    func listens(to event: PendingNotice.Event) -> Bool { !sinks(for: event).isEmpty }
-
     /// The names of what hears `event`: `hook` for the hooks together, `webhook URL` for each webhook.
     func sinks(for event: PendingNotice.Event) -> [String] {
         let hooks = event == .completed ? onComplete : onError
