@@ -24,6 +24,7 @@ public struct DownloadOptions: Codable, Sendable, Equatable {
         var minimumSplitSize: Int64
         var tls = TLSOptions()
         var network = NetworkOptions()
+        var mirrors: [String] = []
     }
 
     /// Written only while uniquely referenced (`change`), so sharing it between threads is safe.
@@ -100,6 +101,18 @@ public struct DownloadOptions: Codable, Sendable, Equatable {
         get { storage.values.network }
         set { change { $0.network = newValue } }
     }
+    /// Other URLs of the same file, fetched from at once beside the download's own URL. A mirror's bytes count only
+    /// once it agrees with the first answer on the size and sends the same last 64 KiB (`TransferMachine`); each
+    /// opens at most `maxConnectionsPerDownload` connections.
+    public var mirrors: [String] {
+        get { storage.values.mirrors }
+        set { change { $0.mirrors = newValue } }
+    }
+
+    /// The URL of server `index` of a download whose own URL is `own`: 0 is `own`, then the mirrors in order.
+    func server(_ index: Int, own: String) -> String {
+        index > 0 && index <= mirrors.count ? mirrors[index - 1] : own
+    }
 
     /// The default of `maxConnectionsPerDownload`.
     public static let defaultMaxConnections = 4
@@ -144,6 +157,7 @@ public struct DownloadOptions: Codable, Sendable, Equatable {
     private enum CodingKeys: String, CodingKey {
         case headers, userAgent, checksum, overwrite, continuePartial, idleTimeoutSeconds
         case maximumAttemptsWithoutProgress, computesSHA256, maxConnectionsPerDownload, minimumSplitSize, tls, network
+        case mirrors
     }
 
     /// Decodes stored options; fields added after a record was written take their defaults.
@@ -166,6 +180,7 @@ public struct DownloadOptions: Codable, Sendable, Equatable {
         )
         tls = try container.decodeIfPresent(TLSOptions.self, forKey: .tls) ?? TLSOptions()
         network = try container.decodeIfPresent(NetworkOptions.self, forKey: .network) ?? NetworkOptions()
+        mirrors = try container.decodeIfPresent([String].self, forKey: .mirrors) ?? []
     }
 
     /// Encodes every field, as the synthesised encoding of the former stored properties did.
@@ -184,6 +199,7 @@ public struct DownloadOptions: Codable, Sendable, Equatable {
         try container.encode(values.minimumSplitSize, forKey: .minimumSplitSize)
         try container.encode(values.tls, forKey: .tls)
         try container.encode(values.network, forKey: .network)
+        if !values.mirrors.isEmpty { try container.encode(values.mirrors, forKey: .mirrors) }
     }
 }
 

@@ -50,13 +50,16 @@ public struct DownloadProgress: Sendable, Equatable, Codable {
     public var secondsRemaining: Double?
     /// Connections open for this download right now.
     public var connections: Int = 1
+    /// Each server's state and speed, the download's own URL first, then its mirrors; nil without mirrors.
+    public var mirrors: [MirrorStatus]?
 
     /// Makes progress.
     public init(
         id: DownloadID, receivedBytes: Int64, totalBytes: Int64?, bytesPerSecond: Double,
         secondsRemaining: Double? = nil,
-        connections: Int = 1
+        connections: Int = 1, mirrors: [MirrorStatus]? = nil
     ) {
+        self.mirrors = mirrors
         self.id = id
         self.receivedBytes = receivedBytes
         self.totalBytes = totalBytes

@@ -47,6 +47,8 @@ public struct DownloadSnapshot: Sendable, Equatable, Codable {
     public var connections: Int
     /// The segments of a download fetched over several connections, nil for one connection.
     public var segments: [Segment]?
+    /// While it runs with mirrors: each server's state and speed, `url` first, then `options.mirrors` in order.
+    public var mirrors: [MirrorStatus]?
     /// The downloads it waits for.
     public var after: [DownloadID]
     /// The last error: why it failed, or what it is retrying after.

@@ -274,7 +274,7 @@ extension DownloadManager {
     func snapshot(of record: DownloadRecord) -> Snapshot {
         let isRunning = tasks[record.id] != nil
         let progress = isRunning ? hub.progress(of: DownloadID(record.id)) : nil
-        return Snapshot(
+        var snapshot = Snapshot(
             id: DownloadID(record.id), url: record.url, path: record.destination, directory: record.directory,
             state: record.state, priority: DownloadPriority(rawValue: record.priority) ?? .normal,
             position: record.queuePosition,
@@ -287,6 +287,8 @@ extension DownloadManager {
             options: record.options, rateLimit: record.rateLimit, origin: record.origin,
             sha256: results[record.id]?.sha256, worker: isRunning ? workerName : record.worker
         )
+        snapshot.mirrors = progress?.mirrors
+        return snapshot
     }
 }
 

@@ -25,7 +25,7 @@ struct Connector: Sendable {
         let slot: HostConnections.Slot
         do {
             slot = try await environment.hostConnections.acquire(
-                (try? url().host?.lowercased()) ?? source, clock: environment.idleClock
+                (try? url(request.source).host?.lowercased()) ?? source, clock: environment.idleClock
             ) { events.yield(.throttled(id, generation)) }
         } catch {
             return
@@ -35,7 +35,8 @@ struct Connector: Sendable {
         do {
             response = try await environment.transport.send(
                 TransportRequest(
-                    url: try url(), headers: headers(for: request), tls: options.tls, network: options.network))
+                    url: try url(request.source), headers: headers(for: request), tls: options.tls,
+                    network: options.network))
         } catch {
             events.yield(.failed(id, generation, connectionError(error)))
             return
@@ -80,11 +81,13 @@ struct Connector: Sendable {
 
     // MARK: Requests
 
-    func url() throws -> URL {
+    /// The URL of server `index`: 0 the download's own, then its mirrors.
+    func url(_ index: Int = 0) throws -> URL {
         // Always the URL the user gave: redirect targets are often short-lived signed URLs. Haul follows redirects
         // itself, so the Range still reaches the final target.
-        guard let url = URL(string: source) else {
-            throw DownloadError(.invalidURL, "the stored URL '\(source)' cannot be parsed")
+        let given = options.server(index, own: source)
+        guard let url = URL(string: given) else {
+            throw DownloadError(.invalidURL, "the stored URL '\(given)' cannot be parsed")
         }
         return url
     }

@@ -88,6 +88,9 @@ extension DownloadRunner {
             try await tellManager(.networkReturned)
         case .connections(let count):
             try await tellManager(.connections(count))
+        case .mirrorDropped(let index, let reason):
+            let url = options.server(index, own: source)
+            environment.logger.notice("\(source): not using \(url) any more: \(reason)")
         }
     }
 }

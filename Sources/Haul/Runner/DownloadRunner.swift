@@ -137,6 +137,8 @@ final class DownloadRunner {
         /// The flow control of the body it reads; stopped once the loop reads no further of it.
         var credit: BodyCredit?
         var writeback: WritebackStarter?
+        /// The server it talks to (`RangeRequest.source`).
+        var source = 0
     }
 
     /// Something that happened, for the loop. The continuations are the loop's word to the task that waits.
@@ -176,9 +178,13 @@ final class DownloadRunner {
         options = record.options
         var retry = environment.settings.retryPolicy
         retry.maximumAttemptsWithoutProgress = options.maximumAttemptsWithoutProgress
+        // With mirrors, each server opens up to the download's connections, and the download up to the limit.
+        let servers = 1 + options.mirrors.count
         machine = TransferMachine(
             settings: TransferMachine.Settings(
-                maxConnections: options.maxConnectionsPerDownload,
+                maxConnections: min(
+                    options.maxConnectionsPerDownload * servers,
+                    max(options.maxConnectionsPerDownload, DownloadOptions.connectionLimit)),
                 minimumSplitSize: options.minimumSplitSize,
                 retryPolicy: retry,
                 idleTimeout: .milliseconds(Int64(options.idleTimeoutSeconds * 1000)),
@@ -186,7 +192,8 @@ final class DownloadRunner {
                 checkpointInterval: environment.settings.checkpointInterval,
                 progressInterval: environment.settings.progressInterval,
                 rampWindow: environment.settings.connectionRampWindow,
-                verifiesChecksum: options.checksum != nil))
+                verifiesChecksum: options.checksum != nil, sources: servers,
+                connectionsPerSource: options.maxConnectionsPerDownload))
         startedAt = environment.idleClock.now()
         (events, continuation) = AsyncStream<Event>.makeStream()
         connector = Connector(environment: environment, source: record.url, options: record.options)
@@ -379,6 +386,7 @@ final class DownloadRunner {
         case .send(let id, let request):
             try Task.checkCancellation()
             let generation = renew(id)
+            connections[id]?.source = request.source
             connections[id]?.task = Task { [connector, continuation] in
                 await connector.connect(id, generation, request: request, events: continuation)
             }
@@ -386,7 +394,7 @@ final class DownloadRunner {
             guard let answer = connections[id]?.answer else { return [] }
             connections[id]?.answer = nil
             do {
-                try await prepareBody(answer.response)
+                try await prepareBody(answer.response, source: connections[id]?.source ?? 0)
             } catch {
                 answer.take.resume(returning: nil)
                 throw error
@@ -415,7 +423,7 @@ final class DownloadRunner {
                     DownloadProgress(
                         id: id, receivedBytes: progress.receivedBytes, totalBytes: progress.totalBytes,
                         bytesPerSecond: progress.bytesPerSecond, secondsRemaining: progress.secondsRemaining,
-                        connections: progress.connections)))
+                        connections: progress.connections, mirrors: progress.mirrors.isEmpty ? nil : progress.mirrors)))
         case .finalize(let total):
             // A checkpoint in flight ends first: its mark must not land after the finished length.
             await checkpoint?.value
@@ -435,9 +443,10 @@ final class DownloadRunner {
 
     /// Before the first byte of a body: the name a folder download takes, then one write for what the answer
     /// told (the name, the final URL, the remote file's facts).
-    func prepareBody(_ response: TransportResponse) async throws {
+    func prepareBody(_ response: TransportResponse, source: Int = 0) async throws {
         if part == nil { try await resolveDestination(response: response) }
-        record.finalURL = response.finalURL.absoluteString
+        // The final URL is the download's own URL's, never a mirror's.
+        if source == 0 { record.finalURL = response.finalURL.absoluteString }
         // A name just chosen, and the identity of a part file just made, are in the store before any byte is
         // written: after a crash the part file is found as this download's own, not left behind while another name
         // is chosen. The part file's name is made durable first (a sync of its folder, shared with the downloads

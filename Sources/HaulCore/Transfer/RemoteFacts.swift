@@ -26,13 +26,16 @@ public struct RangeRequest: Hashable, Sendable {
     public var ifRange: String?
     /// One past the last byte asked for (a segment: `Range: bytes=offset-(end-1)`); nil for the rest of the file.
     public var end: Int64?
+    /// Where it is sent: 0 for the URL the user gave, `n` for the download's n-th mirror.
+    public var source: Int
 
     /// Makes a request description.
-    public init(offset: Int64, overlap: Int64 = 0, ifRange: String? = nil, end: Int64? = nil) {
+    public init(offset: Int64, overlap: Int64 = 0, ifRange: String? = nil, end: Int64? = nil, source: Int = 0) {
         self.offset = offset
         self.overlap = overlap
         self.ifRange = ifRange
         self.end = end
+        self.source = source
     }
 
     /// A request for the whole file with no `Range` header.

@@ -87,12 +87,41 @@ public struct SegmentMap: Hashable, Sendable {
     public var fetchedBytes: Int64 { segments.reduce(0) { $0 + ($1.offset - $1.start) } }
     /// Gives a connection work and marks it held: the free unfinished segment with the most bytes left, else a new
     /// segment split off the largest held one. Nil when there is nothing to take.
-    public mutating func take() -> Int? {
+    public mutating func take() -> Int? { take(first: nil, speeds: nil) }
+
+    /// How fast the connections of a map fetched from several servers are, for `take(first:speeds:)`.
+    public struct Speeds {
+        /// The speed of the connection holding segment `i` (bytes a second; 0 when not yet measured).
+        public var holder: (Int) -> Double
+        /// The speed the taking connection is expected to have (0 when not yet measured).
+        public var taker: Double
+        /// The fewest bytes a steal takes.
+        public var minimumSteal: Int64
+
+        /// Makes the speeds.
+        public init(holder: @escaping (Int) -> Double, taker: Double, minimumSteal: Int64) {
+            self.holder = holder
+            self.taker = taker
+            self.minimumSteal = minimumSteal
+        }
+    }
+
+    /// `take()` for connections of unequal speed (several servers): a free segment that holds byte `first` goes
+    /// before any other; when no segment is free, the held segment that would finish last is split where its holder
+    /// and the taker would finish together, so a slow server's last segment goes mostly to the fast one. Without
+    /// both speeds measured the split halves what is left, as `take()` does; a steal takes at least `minimumSteal`
+    /// bytes and leaves the holder `keptAtLeast(minimumSteal)` bytes.
+    public mutating func take(first: Int64?, speeds: Speeds?) -> Int? {
         let free = segments.indices.filter { !isHeld[$0] && !segments[$0].isComplete }
+        if let first, let index = free.first(where: { segments[$0].offset <= first && first < segments[$0].end }) {
+            isHeld[index] = true
+            return index
+        }
         if let index = free.max(by: { segments[$0].remaining < segments[$1].remaining }) {
             isHeld[index] = true
             return index
         }
+        if let speeds, plannedSplit() == nil { return steal(speeds) }
         guard let victim = splitCandidate() else { return nil }
         let segment = segments[victim]
         if let cuts = plannedCuts(victim) {
@@ -110,6 +139,50 @@ public struct SegmentMap: Hashable, Sendable {
         segments.append(Segment(start: middle, end: segment.end, offset: middle))
         isHeld.append(true)
         return segments.count - 1
+    }
+
+    /// The segment a planned first split would cut, when one would.
+    private func plannedSplit() -> Int? {
+        guard let victim = splitCandidate(), plannedCuts(victim) != nil else { return nil }
+        return victim
+    }
+
+    /// Splits the held segment that would finish last where its holder and a taker of `speeds.taker` finish
+    /// together; returns the new segment, held.
+    private mutating func steal(_ speeds: Speeds) -> Int? {
+        let floor = Self.keptAtLeast(speeds.minimumSteal)
+        func secondsLeft(_ index: Int) -> Double {
+            Double(segments[index].remaining) / max(speeds.holder(index), 1)
+        }
+        let held = segments.indices.filter {
+            isHeld[$0] && segments[$0].remaining >= speeds.minimumSteal + floor
+        }
+        guard let victim = held.max(by: { secondsLeft($0) < secondsLeft($1) }) else { return nil }
+        let segment = segments[victim]
+        let holder = speeds.holder(victim)
+        let share = holder > 0 && speeds.taker > 0 ? holder / (holder + speeds.taker) : 0.5
+        var keep = Int64((Double(segment.remaining) * share).rounded())
+        keep = min(max(keep, floor), segment.remaining - speeds.minimumSteal)
+        let cut = segment.offset + keep
+        segments[victim].end = cut
+        segments.append(Segment(start: cut, end: segment.end, offset: cut))
+        isHeld.append(true)
+        return segments.count - 1
+    }
+
+    /// Ends the segment holding byte `position` there, so that the bytes from `position` on become a free segment of
+    /// their own (the sample range several servers are compared on). Nothing changes when those bytes are already
+    /// being fetched or fetched.
+    public mutating func separate(from position: Int64) {
+        guard
+            let index = segments.indices.first(where: {
+                segments[$0].start < position && position < segments[$0].end && segments[$0].offset <= position
+            })
+        else { return }
+        let end = segments[index].end
+        segments[index].end = position
+        segments.append(Segment(start: position, end: end, offset: position))
+        isHeld.append(false)
     }
 
     /// Where the first split cuts segment `victim` into equal parts: nil unless it is the only unfinished segment,
@@ -130,6 +203,18 @@ public struct SegmentMap: Hashable, Sendable {
     public var hasWorkToTake: Bool {
         segments.indices.contains { !isHeld[$0] && !segments[$0].isComplete } || splitCandidate() != nil
     }
+
+    /// Whether `take(first:speeds:)` would find work: a free segment, a planned split, or a steal of at least
+    /// `minimumSteal` bytes.
+    public func hasWorkToTake(minimumSteal: Int64) -> Bool {
+        hasWorkToTake
+            || segments.indices.contains {
+                isHeld[$0] && segments[$0].remaining >= minimumSteal + Self.keptAtLeast(minimumSteal)
+            }
+    }
+
+    /// What a steal leaves the holder at least: its bytes already on their way (64 KiB, less for small steals).
+    static func keptAtLeast(_ minimumSteal: Int64) -> Int64 { min(64 << 10, minimumSteal) }
 
     /// The held segment with the most bytes left, when it can be halved with both halves at least `minimumSize`.
     private func splitCandidate() -> Int? {

@@ -13,19 +13,21 @@ extension TransferMachine {
             return segment
         }
         guard
-            let map = SegmentMap(
+            var map = SegmentMap(
                 restoring: clamped, total: total, minimumSize: settings.minimumSplitSize,
                 pieces: settings.maxConnections)
         else { return nil }
-        mode = .segmented(map)
-        segmentWritten = map.segments.map(\.offset)
         resumedFrom = map.fetchedBytes
         wasResumed = map.fetchedBytes > 0
         lastCheckpoint.bytes = map.fetchedBytes
+        if isMirrored { map.separate(from: max(0, total - settings.overlapLength)) }
+        mode = .segmented(map)
+        segmentWritten = map.segments.map(\.offset)
         if isComplete {
             phase = .finalizing
             return [.finalize(total: total)]
         }
+        if isMirrored { return addConnection(now: now) }
         return takeWork(newConnection(now: now), now: now)
     }
 
@@ -37,7 +39,13 @@ extension TransferMachine {
 
     /// Gives `id` a segment to fetch and sends its request; closes `id` when there is none.
     mutating func takeWork(_ id: ConnectionID, now: Duration) -> [Action] {
-        guard case .segmented(var map) = mode, let index = map.take() else {
+        if isMirrored, let connection = connections[id], !isTrusted(connection.source) {
+            return sendSample(id, now: now)
+        }
+        guard case .segmented(var map) = mode,
+            let index = isMirrored
+                ? map.take(first: isSampleHeld ? nil : sampleStart, speeds: speeds(taking: id)) : map.take()
+        else {
             connections[id] = nil
             return [.close(id)]
         }
@@ -64,7 +72,10 @@ extension TransferMachine {
             connections[id]?.segment = nil
             return takeWork(id, now: now)
         }
-        let request = RangeRequest(offset: segment.offset, ifRange: facts?.validators.ifRangeValue, end: segment.end)
+        let source = connection.source
+        let validators = source == 0 ? facts?.validators : sources[source].validators
+        let request = RangeRequest(
+            offset: segment.offset, ifRange: validators?.ifRangeValue, end: segment.end, source: source)
         return send(id, request, now: now)
     }
 
@@ -76,6 +87,23 @@ extension TransferMachine {
             return [.discard(id)]
         }
         let from = connection.request.offset
+        let source = connection.source
+        if source != 0 {
+            // A mirror's answer is checked against its own version, learned from its sample.
+            let own = RemoteFacts(
+                totalLength: known.totalLength, validators: sources[source].validators ?? Validators(),
+                isResumable: true)
+            switch SegmentValidator().decide(start: from, end: end, head: head, known: own) {
+            case .write(let length):
+                return [.stream(id, acceptSegment(id, from: from, length: length))]
+            case .versionChanged(let reason):
+                return [.discard(id)] + drop(source, reason: "its file changed (\(reason))", now: now)
+            case .oneConnection(let reason):
+                return [.discard(id)] + drop(source, reason: reason, now: now)
+            case .fail(let error):
+                return [.discard(id)] + segmentFailed(id, segment: segment, error: error, now: now, jitter: 1)
+            }
+        }
         switch SegmentValidator().decide(start: from, end: end, head: head, known: known) {
         case .write(let length):
             return [.stream(id, acceptSegment(id, from: from, length: length))]
@@ -153,6 +181,9 @@ extension TransferMachine {
         _ id: ConnectionID, segment: Int, error: DownloadError, now: Duration, jitter: Double
     ) -> [Action] {
         guard var connection = connections[id], case .segmented(var map) = mode else { return [] }
+        if isMirrored, hasOtherTrustedSource(than: connection.source) {
+            return mirrorFailed(id, error, now: now, jitter: jitter)
+        }
         guard error.isRetryable else { return fail(error) }
         let others = connections.keys.filter { $0 != id }.count
         connection.isFlowing = false
@@ -176,17 +207,19 @@ extension TransferMachine {
     /// The ramp's look at the connections: add one, drop some, or hold.
     mutating func rampStep(now: Duration) -> [Action] {
         guard case .segmented(let map) = mode else { return [] }
-        if connections.isEmpty, phase == .transferring, map.hasWorkToTake {
+        let hasWork = isMirrored ? map.hasWorkToTake(minimumSteal: minimumSteal) : map.hasWorkToTake
+        if connections.isEmpty, phase == .transferring, hasWork {
             // Work left and no connection at all (the last ones ended or were refused): one opens, whatever the ramp
             // would say.
-            return takeWork(newConnection(now: now), now: now)
+            return isMirrored ? addConnection(now: now) : takeWork(newConnection(now: now), now: now)
         }
         let flowing = connections.values.filter { $0.phase == .streaming && $0.isFlowing }.count
+        let canAdd = hasWork && (!isMirrored || pickSource() != nil)
         switch ramp.decide(
-            now: now, bytes: heldBytes, connections: connections.count, flowing: flowing, canAdd: map.hasWorkToTake)
+            now: now, bytes: heldBytes, connections: connections.count, flowing: flowing, canAdd: canAdd)
         {
         case .add:
-            return takeWork(newConnection(now: now), now: now)
+            return isMirrored ? addConnection(now: now) : takeWork(newConnection(now: now), now: now)
         case .drop(let count):
             // The newest streaming connections close when their segment ends (or their answer does): closing one
             // mid-segment would throw away the bytes already on their way to it.

@@ -63,6 +63,7 @@ extension TransferMachine {
             var map = SegmentMap(
                 total: end, minimumSize: settings.minimumSplitSize, fetched: body.start,
                 pieces: settings.maxConnections)
+            if isMirrored { map.separate(from: max(body.start, end - settings.overlapLength)) }
             if let index = map.take() {
                 connection.segment = index
                 mode = .segmented(map)

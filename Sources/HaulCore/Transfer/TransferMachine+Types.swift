@@ -21,6 +21,10 @@ extension TransferMachine {
         public var rampWindow: Duration
         /// A checksum is checked at the end: a mismatch after a resumed download fetches it whole once.
         public var verifiesChecksum: Bool
+        /// The servers the file is fetched from: the URL the user gave, then its mirrors (1: no mirror).
+        public var sources: Int
+        /// The most connections to one of them.
+        public var connectionsPerSource: Int
 
         /// Settings with DESIGN.md's defaults where not given.
         public init(
@@ -33,8 +37,12 @@ extension TransferMachine {
             checkpointInterval: Duration = .seconds(1),
             progressInterval: Duration = .milliseconds(100),
             rampWindow: Duration = .milliseconds(100),
-            verifiesChecksum: Bool = false
+            verifiesChecksum: Bool = false,
+            sources: Int = 1,
+            connectionsPerSource: Int? = nil
         ) {
+            self.sources = max(1, sources)
+            self.connectionsPerSource = max(1, connectionsPerSource ?? maxConnections)
             self.maxConnections = max(1, maxConnections)
             self.minimumSplitSize = max(1, minimumSplitSize)
             self.overlapLength = overlapLength
@@ -113,6 +121,8 @@ extension TransferMachine {
         case networkReturned
         /// Connections open now.
         case connections(Int)
+        /// A mirror (`source`, counted as `RangeRequest.source`) is left out of this run, for `reason`.
+        case mirrorDropped(source: Int, reason: String)
     }
 
     /// Progress, as the machine counts it.
@@ -127,6 +137,8 @@ extension TransferMachine {
         public var secondsRemaining: Double?
         /// Connections open.
         public var connections: Int
+        /// Each server's state and speed, the URL the user gave first (empty without mirrors).
+        public var mirrors: [MirrorStatus] = []
     }
 
     /// What the runner does.

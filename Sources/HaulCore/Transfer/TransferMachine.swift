@@ -56,6 +56,10 @@ public struct TransferMachine: Sendable {
         var retiring = false
         /// The first connection of a segmented transfer carries the probe's answer.
         var isFlowing = false
+        /// The server it talks to (`RangeRequest.source`).
+        var source = 0
+        /// It fetches the sample range of a mirror not trusted yet: its bytes are compared, never written.
+        var isSample = false
     }
 
     enum Mode: Sendable, Equatable {
@@ -100,11 +104,16 @@ public struct TransferMachine: Sendable {
     public internal(set) var wasResumed = false
     /// Where this run started from: the bytes it did not fetch.
     public internal(set) var resumedFrom: Int64?
+    /// The servers: the URL the user gave (the reference), then the mirrors.
+    var sources: [Source]
 
     /// A machine for one run of a download.
     public init(settings: Settings) {
         self.settings = settings
         ramp = ConnectionRamp(maximum: settings.maxConnections, window: settings.rampWindow)
+        sources = (0..<settings.sources).map { index in
+            Source(status: MirrorStatus(state: index == 0 ? .active : .waiting), cap: settings.connectionsPerSource)
+        }
     }
 
     /// The bytes held now, over all connections.
@@ -199,6 +208,7 @@ public struct TransferMachine: Sendable {
             networkWaits = 0
             actions.append(.report(.networkReturned))
         }
+        if connection.isSample { return actions + sampleAnswer(id, head: head, now: now) }
         if let segment = connection.segment, case .segmented(let map) = mode {
             return actions + segmentAnswer(id, segment: segment, head: head, map: map, now: now)
         }
@@ -252,8 +262,14 @@ public struct TransferMachine: Sendable {
     /// Counts the bytes `connection` has written, up to its position.
     private mutating func count(writtenBy connection: Connection) {
         let position = connection.position
+        if connection.isSample { return }
         if let segment = connection.segment, case .segmented = mode {
-            segmentWritten[segment] = max(segmentWritten[segment], position)
+            let before = segmentWritten[segment]
+            segmentWritten[segment] = max(before, position)
+            if position > before {
+                sources[connection.source].status.receivedBytes += position - before
+                sources[connection.source].failures = 0
+            }
         } else if position > connection.compareUntil || position > written {
             written = max(written, position)
             if !isPartVerified, position >= connection.compareUntil, connection.compareUntil > 0 {
@@ -269,7 +285,12 @@ public struct TransferMachine: Sendable {
 
     /// The bytes held before the resume point differ from the server's: the download starts again.
     public mutating func overlapDiffered(_ id: ConnectionID, now: Duration) -> [Action] {
-        guard connections[id] != nil, phase == .transferring else { return [] }
+        guard let connection = connections[id], phase == .transferring else { return [] }
+        if connection.isSample {
+            return drop(
+                connection.source, reason: "its last \(settings.overlapLength) bytes differ from the first server's",
+                now: now)
+        }
         return restart(
             "the bytes held differ from the server's", closing: Array(connections.keys), now: now)
     }
@@ -279,6 +300,7 @@ public struct TransferMachine: Sendable {
         guard let connection = connections[id], connection.phase == .streaming, phase == .transferring else {
             return []
         }
+        if connection.isSample { return sampleEnded(id, connection: connection, now: now) }
         if let segment = connection.segment, case .segmented = mode {
             return segmentBodyEnded(id, segment: segment, connection: connection, now: now)
         }
@@ -312,6 +334,7 @@ public struct TransferMachine: Sendable {
         _ id: ConnectionID, _ error: DownloadError, now: Duration, jitter: Double = 1
     ) -> [Action] {
         guard let connection = connections[id], phase == .transferring else { return [] }
+        if connection.isSample { return mirrorFailed(id, error, now: now, jitter: jitter) }
         if let segment = connection.segment, case .segmented = mode {
             return segmentFailed(id, segment: segment, error: error, now: now, jitter: jitter)
         }
@@ -408,7 +431,8 @@ public struct TransferMachine: Sendable {
             .progress(
                 Progress(
                     receivedBytes: held, totalBytes: totalBytes, bytesPerSecond: meter.bytesPerSecond,
-                    secondsRemaining: meter.secondsRemaining(total: totalBytes), connections: max(1, open)))
+                    secondsRemaining: meter.secondsRemaining(total: totalBytes), connections: max(1, open),
+                    mirrors: measureMirrors(now: now)))
         ]
     }
 
@@ -450,10 +474,10 @@ public struct TransferMachine: Sendable {
 
     // MARK: Shared steps
 
-    mutating func newConnection(now: Duration) -> ConnectionID {
+    mutating func newConnection(now: Duration, source: Int = 0) -> ConnectionID {
         let id = nextID
         nextID += 1
-        connections[id] = Connection(phase: .requesting, request: .whole, quietSince: now)
+        connections[id] = Connection(phase: .requesting, request: .whole, quietSince: now, source: source)
         return id
     }
 
@@ -542,6 +566,7 @@ public struct TransferMachine: Sendable {
         }
         mode = .single
         segmentWritten = []
+        forgetMirrors()
         facts = nil
         isPartVerified = true
         durable = 0
