@@ -30,7 +30,7 @@ public enum DownloadRules {
         /// Which rule.
         public enum Rule: String, Sendable {
             case url, connections, minimumSplitSize, concurrentDownloads, connectionsPerHost, rate, timeout, retries,
-                pageSize, nameLength
+                pageSize, nameLength, mirrors
         }
 
         /// The rule broken.
@@ -117,6 +117,27 @@ public enum DownloadRules {
         guard seconds <= longestTimeout else {
             throw RuleViolation(rule: .timeout, problem: "must be at most \(Int(longestTimeout)) (a week)")
         }
+    }
+
+    /// The most mirrors one download has.
+    public static let mirrors = 16
+
+    /// A download's mirrors: at most `mirrors`, each a URL `checkURL` takes.
+    public static func checkMirrors(_ urls: [String]) throws(RuleViolation) {
+        guard urls.count <= mirrors else {
+            throw RuleViolation(rule: .mirrors, problem: "must be at most \(mirrors), not \(urls.count)")
+        }
+        for url in urls {
+            do { try checkURL(url) } catch {
+                throw RuleViolation(rule: .mirrors, problem: "'\(url)' \(error.problem)")
+            }
+        }
+    }
+
+    /// `mirrors` as a download of `url` uses them: each once, in the order given, without `url` itself.
+    public static func distinctMirrors(_ mirrors: [String], of url: String) -> [String] {
+        var seen: Set<String> = [url]
+        return mirrors.filter { seen.insert($0).inserted }
     }
 
     /// Attempts without progress.

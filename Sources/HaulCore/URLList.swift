@@ -3,19 +3,41 @@ import Foundation
 /// The URLs of an input file (`haul get -i FILE`, `haul add -i FILE`): one a line; blank lines and lines starting with
 /// `#` skipped, spaces, tabs and a carriage return around a URL trimmed; each URL kept once, in first-seen order. A line
 /// that is not an http, https or ftp URL with a host is an error that names its line, so nothing of a file with a typo is
-/// added.
+/// added. As in aria2's input files, several URLs on one line separated by tabs are one file: the first is its URL, the
+/// others its mirrors.
 public enum URLList {
-    /// The URLs of `text`, the contents of an input file.
+    /// One file of a list: its URL and its mirrors.
+    public struct Entry: Sendable, Hashable {
+        /// The URL.
+        public var url: String
+        /// Other URLs of the same file.
+        public var mirrors: [String]
+
+        /// Makes an entry.
+        public init(url: String, mirrors: [String] = []) {
+            self.url = url
+            self.mirrors = mirrors
+        }
+    }
+
+    /// The URLs of `text`, the contents of an input file (a line's mirrors left out).
     public static func parse(_ text: String) throws(DownloadError) -> [String] {
-        var urls: [String] = []
+        try entries(text).map(\.url)
+    }
+
+    /// The files of `text`, the contents of an input file, each with its mirrors.
+    public static func entries(_ text: String) throws(DownloadError) -> [Entry] {
+        var entries: [Entry] = []
         var seen = Set<String>()
         for (number, raw) in lines(of: text).enumerated() {
-            let line = String(trim(raw))
+            let line = trim(raw)
             if line.isEmpty || line.hasPrefix("#") { continue }
-            try check(line, line: number + 1)
-            if seen.insert(line).inserted { urls.append(line) }
+            let urls = line.split(separator: "\t").map { String(trim($0)) }.filter { !$0.isEmpty }
+            for url in urls { try check(url, line: number + 1) }
+            guard let url = urls.first, seen.insert(url).inserted else { continue }
+            entries.append(Entry(url: url, mirrors: DownloadRules.distinctMirrors(Array(urls.dropFirst()), of: url)))
         }
-        return urls
+        return entries
     }
 
     /// The lines of `text`, ended by a line feed or a carriage return and line feed (a file written on Windows): Swift

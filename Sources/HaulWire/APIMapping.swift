@@ -28,6 +28,7 @@ extension Components.Schemas.Download {
             etaSeconds: download.secondsRemaining.flatMap { $0.isFinite ? $0 : nil },
             connections: download.connections,
             segments: download.segments?.map { .init(start: $0.start, end: $0.end, offset: $0.offset) },
+            mirrors: download.mirrors.map { Self.mirrors($0, of: download) },
             after: download.after.map(\.rawValue),
             error: download.error.map(Components.Schemas.DownloadError.init),
             resumable: download.isResumable,
@@ -44,11 +45,24 @@ extension Components.Schemas.Download {
                 timeoutSeconds: options.idleTimeoutSeconds,
                 retries: options.maximumAttemptsWithoutProgress,
                 overwrite: options.overwrite,
-                continuePartial: options.continuePartial
+                continuePartial: options.continuePartial,
+                mirrors: options.mirrors.isEmpty ? nil : options.mirrors
             ),
             sha256: download.sha256,
             worker: download.worker
         )
+    }
+
+    /// Each server's status with its URL: the download's own, then its mirrors in order.
+    package static func mirrors(_ statuses: [MirrorStatus], of download: DownloadSnapshot) -> [Components.Schemas
+        .Mirror]
+    {
+        zip([download.url] + download.options.mirrors, statuses).map { url, status in
+            Components.Schemas.Mirror(
+                url: url, state: .init(rawValue: status.state.rawValue) ?? .waiting, reason: status.reason,
+                connections: status.connections, receivedBytes: status.receivedBytes,
+                bytesPerSecond: status.bytesPerSecond.isFinite ? status.bytesPerSecond : 0)
+        }
     }
 }
 
@@ -133,9 +147,17 @@ extension DownloadSnapshot {
                 userAgent: options.userAgent,
                 overwrite: options.overwrite, continuePartial: options.continuePartial,
                 idleTimeoutSeconds: options.timeoutSeconds, maximumAttemptsWithoutProgress: options.retries,
-                maxConnectionsPerDownload: options.connections, minimumSplitSize: options.minSplitSize),
+                maxConnectionsPerDownload: options.connections, minimumSplitSize: options.minSplitSize
+            ),
             rateLimit: download.limitRate,
             origin: DownloadOrigin(rawValue: download.origin.rawValue) ?? .api,
             sha256: download.sha256, worker: download.worker)
+        self.options.mirrors = options.mirrors ?? []
+        mirrors = download.mirrors?.map { mirror in
+            MirrorStatus(
+                state: MirrorStatus.State(rawValue: mirror.state.rawValue) ?? .waiting, reason: mirror.reason,
+                connections: mirror.connections, receivedBytes: mirror.receivedBytes,
+                bytesPerSecond: mirror.bytesPerSecond)
+        }
     }
 }

@@ -38,6 +38,22 @@ package enum DownloadJSON {
             }
             out.append(UInt8(ascii: "]"))
         }
+        if let mirrors = download.mirrors {
+            object.key("mirrors", &out)
+            out.append(UInt8(ascii: "["))
+            for (index, mirror) in mirrors.enumerated() {
+                if index > 0 { out.append(UInt8(ascii: ",")) }
+                var inner = ObjectWriter(&out)
+                inner.string("url", mirror.url, &out)
+                inner.string("state", mirror.state.rawValue, &out)
+                inner.string("reason", mirror.reason, &out)
+                inner.integer("connections", Int64(mirror.connections), &out)
+                inner.integer("receivedBytes", mirror.receivedBytes, &out)
+                inner.number("bytesPerSecond", mirror.bytesPerSecond, &out)
+                inner.close(&out)
+            }
+            out.append(UInt8(ascii: "]"))
+        }
         object.key("after", &out)
         out.append(UInt8(ascii: "["))
         for (index, id) in download.after.enumerated() {
@@ -75,6 +91,15 @@ package enum DownloadJSON {
         inner.integer("retries", Int64(options.retries), &out)
         inner.bool("overwrite", options.overwrite, &out)
         inner.bool("continuePartial", options.continuePartial, &out)
+        if let mirrors = options.mirrors {
+            inner.key("mirrors", &out)
+            out.append(UInt8(ascii: "["))
+            for (index, url) in mirrors.enumerated() {
+                if index > 0 { out.append(UInt8(ascii: ",")) }
+                JSONText.appendString(url, to: &out)
+            }
+            out.append(UInt8(ascii: "]"))
+        }
         inner.close(&out)
         object.string("sha256", download.sha256, &out)
         // Always there: null while no worker runs it.

@@ -46,8 +46,10 @@ extension HaulCommand {
         }
 
         func run() async throws {
-            let list: [String]
-            do { list = try collectURLs(urls, inputFile: inputFile) } catch let error as ValidationError {
+            let list: [URLList.Entry]
+            do { list = try collectURLs(urls, inputFile: inputFile, mirrors: transfer.mirrors) } catch let error
+                as ValidationError
+            {
                 FileHandle.standardError.write(Data("Error: \(error.message)\n".utf8))
                 throw ExitCode(2)
             }
@@ -55,9 +57,10 @@ extension HaulCommand {
             defer { Task { await client.shutdown() } }
             if let directory, client.isLocal { try createFolder(directory) }
             let network = try transfer.networkForDaemon()
-            let items = try list.map { url in
+            let items = try list.map { entry in
                 try transfer.item(
-                    url: url, output: output, directory: directory, continuePartial: `continue`, computesSHA256: false,
+                    url: entry.url, mirrors: entry.mirrors, output: output, directory: directory,
+                    continuePartial: `continue`, computesSHA256: false,
                     network: network, paused: paused, priority: Components.Schemas.Priority(rawValue: priority))
             }
             let ids = try await runOrExit { try await client.addReturningIDs(items) }

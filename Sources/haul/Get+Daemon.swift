@@ -8,11 +8,13 @@ import HaulWire
 extension HaulCommand.Get {
     /// With a daemon: hand the downloads to it and show their progress from its event stream, with the same output,
     /// summary and exit status as without one. SIGINT or SIGTERM pause the downloads this command added.
-    func runThroughDaemon(_ client: DaemonClient, list: [String], output: Output) async throws {
+    func runThroughDaemon(_ client: DaemonClient, list entries: [URLList.Entry], output: Output) async throws {
         let network = try transfer.networkForDaemon()
-        let items = try list.map { url in
+        let list = entries.map(\.url)
+        let items = try entries.map { entry in
             try transfer.item(
-                url: url, output: self.output, directory: directory, continuePartial: `continue`,
+                url: entry.url, mirrors: entry.mirrors, output: self.output, directory: directory,
+                continuePartial: `continue`,
                 computesSHA256: json, network: network)
         }
         let batch = RemoteBatch()

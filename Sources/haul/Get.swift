@@ -90,8 +90,10 @@ extension HaulCommand {
         func run() async throws {
             LoggingSystem.bootstrap { label in StandardErrorLogHandler(label: label, level: verbose ? .info : .warning)
             }
-            let list: [String]
-            do { list = try collectURLs(urls, inputFile: inputFile) } catch let error as ValidationError {
+            let list: [URLList.Entry]
+            do { list = try collectURLs(urls, inputFile: inputFile, mirrors: transfer.mirrors) } catch let error
+                as ValidationError
+            {
                 FileHandle.standardError.write(Data("Error: \(error.message)\n".utf8))
                 throw ExitCode(2)
             }
@@ -131,7 +133,7 @@ extension HaulCommand {
         }
 
         /// Without a daemon: a manager of this process's own on the store.
-        private func runHere(_ list: [String], output: Output, notices: Notices) async throws {
+        private func runHere(_ list: [URLList.Entry], output: Output, notices: Notices) async throws {
             let options = try transfer.downloadOptionsWithTLS(continuePartial: `continue`, computesSHA256: json)
             var configuration = DownloadManager.Configuration(stateDirectory: state.directory)
             configuration.startsStoredDownloads = false
@@ -160,11 +162,14 @@ extension HaulCommand {
             var ids: [(String, DownloadID)] = []
             // The whole list in one transaction (a thousand single adds committed a thousand times while the first
             // downloads ran); an item that cannot be added is told and left out, and the rest added again.
-            var pending = list.map { url in
-                (
-                    url: url,
+            var pending = list.map { entry in
+                var options = options
+                options.mirrors = entry.mirrors
+                return (
+                    url: entry.url,
                     request: DownloadRequest(
-                        url: URL(string: url)!, destination: destination, options: options, origin: .commandLine)
+                        url: URL(string: entry.url)!, destination: destination, options: options,
+                        origin: .commandLine)
                 )
             }
             while !pending.isEmpty {

@@ -18,6 +18,13 @@ struct TransferOptions: ParsableArguments {
         help: "The most connections per download, 1 to 16 (Haul adds them one at a time while they make it faster).")
     var connections: Int?
 
+    @Option(
+        name: .customLong("mirror"),
+        help: ArgumentHelp(
+            "Another URL of the same file, fetched from at once (repeatable; one URL only: in an -i file, put a "
+                + "file's mirrors on its line, separated by tabs).", valueName: "URL"))
+    var mirrors: [String] = []
+
     @Option(help: "Start no segment smaller than SIZE when splitting a file over connections (e.g. 4M; at least 1M).")
     var minSplitSize: String = "4M"
 
@@ -133,6 +140,9 @@ struct TransferOptions: ParsableArguments {
             do { _ = try CookieFile.pairs(cookie) } catch { throw ValidationError(error.message) }
         }
         if let user, user.isEmpty || user.hasPrefix(":") { throw ValidationError("--user needs a NAME") }
+        try checkRule("--mirror") { () throws(DownloadRules.RuleViolation) in
+            try DownloadRules.checkMirrors(mirrors)
+        }
         if let connections {
             try checkRule("-x/--connections") { () throws(DownloadRules.RuleViolation) in
                 try DownloadRules.checkConnections(connections)
@@ -244,7 +254,8 @@ struct TransferOptions: ParsableArguments {
     /// One download as the daemon's API takes it: to `output` (a file) or into `directory`, both made absolute here
     /// (the daemon does not share this process's current folder).
     func item(
-        url: String, output: String?, directory: String?, continuePartial: Bool, computesSHA256: Bool,
+        url: String, mirrors: [String] = [], output: String?, directory: String?, continuePartial: Bool,
+        computesSHA256: Bool,
         network: NetworkOptions, paused: Bool = false, priority: Components.Schemas.Priority? = nil
     ) throws -> Components.Schemas.AddDownload {
         var folder = Self.absolute(directory ?? FileManager.default.currentDirectoryPath)
@@ -260,7 +271,8 @@ struct TransferOptions: ParsableArguments {
         }
         return Components.Schemas.AddDownload(
             url: url, directory: folder, filename: filename, priority: priority, connections: connections,
-            minSplitSize: TokenBucket.parseRate(minSplitSize), checksum: checksum,
+            minSplitSize: TokenBucket.parseRate(minSplitSize), mirrors: mirrors.isEmpty ? nil : mirrors,
+            checksum: checksum,
             headers: headerFields.isEmpty ? nil : .init(additionalProperties: headerFields), limitRate: rate,
             paused: paused ? true : nil, overwrite: overwrite ? true : nil,
             continuePartial: continuePartial ? true : nil, userAgent: userAgent, timeoutSeconds: timeout,
@@ -286,8 +298,13 @@ struct TransferOptions: ParsableArguments {
 
 /// The URLs of a command: its arguments, then an input file read by `URLList` (`-` is standard input); each once, in
 /// first-seen order. A line that is not an http or https URL is a usage error that names its line.
-func collectURLs(_ arguments: [String], inputFile: String?) throws -> [String] {
-    var list = arguments
+func collectURLs(_ arguments: [String], inputFile: String?, mirrors: [String] = []) throws -> [URLList.Entry] {
+    if !mirrors.isEmpty, arguments.count != 1 || inputFile != nil {
+        throw ValidationError(
+            "--mirror names mirrors of one URL; for several files, put each file's mirrors on its line of an -i file, "
+                + "separated by tabs")
+    }
+    var list = arguments.map { URLList.Entry(url: $0, mirrors: DownloadRules.distinctMirrors(mirrors, of: $0)) }
     if let inputFile {
         let text: String
         if inputFile == "-" {
@@ -298,10 +315,10 @@ func collectURLs(_ arguments: [String], inputFile: String?) throws -> [String] {
             }
             text = String(decoding: data, as: UTF8.self)
         }
-        do { list += try URLList.parse(text) } catch { throw ValidationError(error.message) }
+        do { list += try URLList.entries(text) } catch { throw ValidationError(error.message) }
     }
     var seen = Set<String>()
-    return list.filter { seen.insert($0).inserted }
+    return list.filter { seen.insert($0.url).inserted }
 }
 
 /// The usage errors of the URLs and destination of `haul get` and `haul add`.

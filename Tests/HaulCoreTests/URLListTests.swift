@@ -30,6 +30,12 @@ struct URLListTests {
                 "http://h/a", "http://h/b", "http://h/d",
             ])
         #expect(URLList.lines(of: "a\r\nb\nc\r\n").count == 4)
+        // Tabs between URLs: one file and its mirrors, each checked, the file's own URL never its own mirror.
+        #expect(
+            try URLList.entries("http://h/a\thttp://m/a \t http://h/a\thttp://n/a\r\nhttp://h/b\n") == [
+                .init(url: "http://h/a", mirrors: ["http://m/a", "http://n/a"]), .init(url: "http://h/b"),
+            ])
+        #expect(throws: DownloadError.self) { try URLList.entries("http://h/a\tnot a url\n") }
         #expect(throws: DownloadError.self) { try URLList.parse("http://h/a\nnot a url\n") }
         do {
             _ = try URLList.parse("http://h/a\n\nmailto:x@h\n")

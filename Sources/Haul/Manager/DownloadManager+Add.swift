@@ -167,11 +167,13 @@ extension DownloadManager {
         }
         try Self.checkRate(request.rateLimit)
         let urlText = request.url.absoluteString
+        var options = request.options
+        if !options.mirrors.isEmpty { options.mirrors = DownloadRules.distinctMirrors(options.mirrors, of: urlText) }
         var record = DownloadRecord(
             id: ids.make().rawValue, url: urlText, finalURL: nil, directory: nil, destination: nil,
             state: request.isPaused ? .paused : .queued, totalLength: nil, durableOffset: 0, etag: nil,
             lastModified: nil, isLastModifiedStrong: false, isResumable: nil, isPartVerified: true,
-            mayReplaceDestination: request.options.overwrite, attempts: 0, lastError: nil, options: request.options,
+            mayReplaceDestination: request.options.overwrite, attempts: 0, lastError: nil, options: options,
             priority: request.priority.rawValue, queuePosition: 0, prerequisites: request.after.map(\.rawValue),
             rateLimit: request.rateLimit, segments: nil, activeConnections: 0, createdAt: Date(), updatedAt: Date(),
             errorCode: nil, errorStatus: nil, origin: request.origin, completedAt: nil

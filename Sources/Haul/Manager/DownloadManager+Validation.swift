@@ -123,6 +123,7 @@ extension DownloadManager {
             try DownloadRules.checkMinimumSplitSize(options.minimumSplitSize)
             try DownloadRules.checkTimeout(options.idleTimeoutSeconds)
             try DownloadRules.checkRetries(options.maximumAttemptsWithoutProgress)
+            try DownloadRules.checkMirrors(options.mirrors)
         } catch {
             throw DownloadError(error, subject: subject(of: error.rule))
         }
@@ -141,6 +142,7 @@ extension DownloadManager {
         case .retries: "the attempts without progress"
         case .pageSize: "a page"
         case .nameLength: "a name"
+        case .mirrors: "the mirrors"
         }
     }
 

@@ -67,12 +67,13 @@ extension Aria2RPC {
     private func addURI(_ params: Parameters) async throws(Fault) -> JSONValue {
         let uris = try params.strings(0)
         guard let uri = uris.first else { throw Fault("URI is not provided.") }
-        guard Set(uris).count == 1 else {
-            throw Fault("Haul downloads each file from one URI: add the mirrors as downloads of their own")
-        }
         let options = try params.object(1)
-        let item: Components.Schemas.AddDownload
+        var item: Components.Schemas.AddDownload
         do { item = try Aria2Options.addDownload(uri: uri, options: options) } catch { throw Fault(error.message) }
+        // As in aria2, the URIs are one file's: the first is its URL, the others its mirrors (a URI repeated adds
+        // nothing: each server's connections are its own `max-connection-per-server`).
+        let mirrors = DownloadRules.distinctMirrors(Array(uris.dropFirst()), of: uri)
+        if !mirrors.isEmpty { item.mirrors = mirrors }
         let position = try params.optionalInteger(2)
         let defaults = await manager.currentSettings()
         let request: DownloadRequest
@@ -137,12 +138,27 @@ extension Aria2RPC {
     private func servers(_ gid: String) async throws(Fault) -> JSONValue {
         let snapshot = try await snapshot(gid)
         guard snapshot.state == .running else { throw Fault("No active download for GID#\(gid)") }
-        let count = max(1, snapshot.connections)
-        let speed = Int64(snapshot.bytesPerSecond.rounded()) / Int64(count)
-        let server: JSONValue = [
-            "uri": .string(snapshot.url), "currentUri": .string(snapshot.url), "downloadSpeed": .string(String(speed)),
-        ]
-        return [["index": "1", "servers": .array(Array(repeating: server, count: count))]]
+        // One entry a connection, as aria2 lists them, each with its server's speed shared among its connections.
+        var entries: [JSONValue] = []
+        if let mirrors = snapshot.mirrors {
+            for (url, mirror) in zip([snapshot.url] + snapshot.options.mirrors, mirrors) where mirror.connections > 0 {
+                let speed = Int64(mirror.bytesPerSecond.rounded()) / Int64(mirror.connections)
+                let server: JSONValue = [
+                    "uri": .string(url), "currentUri": .string(url), "downloadSpeed": .string(String(speed)),
+                ]
+                entries += Array(repeating: server, count: mirror.connections)
+            }
+        }
+        if entries.isEmpty {
+            let count = max(1, snapshot.connections)
+            let speed = Int64(snapshot.bytesPerSecond.rounded()) / Int64(count)
+            let server: JSONValue = [
+                "uri": .string(snapshot.url), "currentUri": .string(snapshot.url),
+                "downloadSpeed": .string(String(speed)),
+            ]
+            entries = Array(repeating: server, count: count)
+        }
+        return [["index": "1", "servers": .array(entries)]]
     }
 
     /// The downloads in `states`, in queue order (stopped ones in the order they stopped), cut as aria2 cuts them.

@@ -87,10 +87,18 @@ enum Aria2Status {
         ]
     }
 
-    /// The URI of a download, as `aria2.getUris` lists it: `used` once a request went out, `waiting` before.
+    /// The URIs of a download (its URL, then its mirrors), as `aria2.getUris` lists them: `used` once a request
+    /// went out to it, `waiting` before.
     static func uris(of snapshot: DownloadSnapshot) -> JSONValue {
-        let used = snapshot.state != .queued && snapshot.state != .paused || snapshot.receivedBytes > 0
-        return [["uri": .string(snapshot.url), "status": .string(used ? "used" : "waiting")]]
+        let started = snapshot.state != .queued && snapshot.state != .paused || snapshot.receivedBytes > 0
+        let urls = [snapshot.url] + snapshot.options.mirrors
+        return .array(
+            urls.enumerated().map { index, url in
+                let mirrors = snapshot.mirrors ?? []
+                let state = index < mirrors.count ? mirrors[index].state : nil
+                let used = index == 0 ? started : state != nil && state != .waiting
+                return ["uri": .string(url), "status": .string(used ? "used" : "waiting")]
+            })
     }
 
     /// The struct of `aria2.tellStatus`: every value a string, as aria2 sends them; `keys` keeps only those named

@@ -42,6 +42,15 @@ extension APIHandler {
                 try DownloadRules.checkRetries(retries)
             }
         }
+        let mirrors = item.mirrors ?? []
+        try APIError.checking("mirrors", index: index) { () throws(DownloadRules.RuleViolation) in
+            try DownloadRules.checkMirrors(mirrors)
+        }
+        if let bad = mirrors.first(where: { !Self.isAcceptedURL($0) }) {
+            throw .invalidField(
+                "mirrors", "'\(bad)' is not an http, https or ftp URL (ASCII host; percent-encode the rest)",
+                index: index)
+        }
         if let userAgent = item.userAgent, !DownloadOptions.Header.isValidValue(userAgent) {
             throw .invalidField("userAgent", "has a line break or another control character", index: index)
         }
@@ -80,6 +89,7 @@ extension APIHandler {
             maxConnectionsPerDownload: connections,
             minimumSplitSize: minSplitSize
         )
+        options.mirrors = mirrors
         options.tls = try Self.tls(item.tls, index: index)
         options.network = try Self.network(item, index: index)
         return DownloadRequest(
