@@ -87,14 +87,11 @@ struct MirrorTests {
         #expect(workspace.holds("file.bin", body))
         #expect(seen.count == 3, "every server active with a connection at one moment")
         #expect(snapshot.mirrors?.count == 3)
+        // Each served a real share, more than the 64 KiB sample. (What nginx sent on connections whose segment's end
+        // moved, beyond what was read, is bench/mirrors.sh's figure.)
         let sent: [Int64] = try servers.map { try $0.bytesSent() }
-        // Each served a real share (more than the 64 KiB sample), and few bytes were fetched twice: the samples, and
-        // what connections had on their way when their segment's end moved.
         let share: Int64 = 1 << 20
         #expect(sent.allSatisfy { $0 > share }, "\(sent)")
-        let total: Int64 = sent.reduce(0, +)
-        let bound = Int64(body.count) + 2 * 65_536 + (4 << 20)
-        #expect(total <= bound, "\(sent)")
     }
 
     @Test(

@@ -16,6 +16,13 @@ struct DownloadJSONTests {
         position: 2.3e-7, receivedBytes: 9_007_199_254_740_993, totalBytes: Int64.max, bytesPerSecond: 1_048_576.5,
         etaSeconds: 12, connections: 16,
         segments: [.init(start: 0, end: 10, offset: 5), .init(start: 10, end: 20, offset: 10)],
+        mirrors: [
+            .init(
+                url: "http://h/a", state: .active, reason: "", connections: 2, receivedBytes: 7, bytesPerSecond: 0.25),
+            .init(
+                url: "http://m/\"a\"", state: .dropped, reason: "its file is 9 bytes, the first server's 10",
+                connections: 0, receivedBytes: 0, bytesPerSecond: 0),
+        ],
         after: ["x", "y\"z"],
         error: .init(code: "httpStatus", message: "server answered HTTP 503 \"busy\"", httpStatus: 503),
         resumable: false, limitRate: 1, createdAt: Date(timeIntervalSince1970: 1_795_396_085.75),
@@ -24,7 +31,7 @@ struct DownloadJSONTests {
             connections: 4, minSplitSize: 4_194_304, checksum: "sha256=" + String(repeating: "a", count: 64),
             headers: .init(additionalProperties: ["X-A": "1", "Authorization": "***", "X-\u{E9}": "\u{7F}"]),
             userAgent: "haul/0.1.0 (\"test\")", timeoutSeconds: 0.5, retries: 1_000_000, overwrite: true,
-            continuePartial: true),
+            continuePartial: true, mirrors: ["http://m/\"a\""]),
         sha256: String(repeating: "0", count: 64), worker: "worker \"b\"")
 
     static let bare = Components.Schemas.Download(

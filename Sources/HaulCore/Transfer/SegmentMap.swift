@@ -109,8 +109,9 @@ public struct SegmentMap: Hashable, Sendable {
     /// `take()` for connections of unequal speed (several servers): a free segment that holds byte `first` goes
     /// before any other; when no segment is free, the held segment that would finish last is split where its holder
     /// and the taker would finish together, so a slow server's last segment goes mostly to the fast one. Without
-    /// both speeds measured the split halves what is left, as `take()` does; a steal takes at least `minimumSteal`
-    /// bytes and leaves the holder `keptAtLeast(minimumSteal)` bytes.
+    /// both speeds measured the split halves what is left, as `take()` does. A steal takes at least `minimumSteal`
+    /// bytes, and leaves the holder `keptAtLeast(minimumSteal)` bytes and a second of its own speed: those are on
+    /// their way to it already, and a cut before them would throw them away.
     public mutating func take(first: Int64?, speeds: Speeds?) -> Int? {
         let free = segments.indices.filter { !isHeld[$0] && !segments[$0].isComplete }
         if let first, let index = free.first(where: { segments[$0].offset <= first && first < segments[$0].end }) {
@@ -161,8 +162,10 @@ public struct SegmentMap: Hashable, Sendable {
         let segment = segments[victim]
         let holder = speeds.holder(victim)
         let share = holder > 0 && speeds.taker > 0 ? holder / (holder + speeds.taker) : 0.5
+        let inFlight = max(floor, Int64(min(holder, Double(Int64.max / 2))))
+        guard segment.remaining - inFlight >= speeds.minimumSteal else { return nil }
         var keep = Int64((Double(segment.remaining) * share).rounded())
-        keep = min(max(keep, floor), segment.remaining - speeds.minimumSteal)
+        keep = min(max(keep, inFlight), segment.remaining - speeds.minimumSteal)
         let cut = segment.offset + keep
         segments[victim].end = cut
         segments.append(Segment(start: cut, end: segment.end, offset: cut))
