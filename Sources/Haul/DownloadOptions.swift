@@ -25,6 +25,7 @@ public struct DownloadOptions: Codable, Sendable, Equatable {
         var tls = TLSOptions()
         var network = NetworkOptions()
         var mirrors: [String] = []
+        var pieces: Metalink.Pieces?
     }
 
     /// Written only while uniquely referenced (`change`), so sharing it between threads is safe.
@@ -109,6 +110,13 @@ public struct DownloadOptions: Codable, Sendable, Equatable {
         set { change { $0.mirrors = newValue } }
     }
 
+    /// The hashes of the file's pieces (from a Metalink): each piece is checked as it completes, and one that does not
+    /// match is fetched again, from another server when there is one.
+    public var pieces: Metalink.Pieces? {
+        get { storage.values.pieces }
+        set { change { $0.pieces = newValue } }
+    }
+
     /// The URL of server `index` of a download whose own URL is `own`: 0 is `own`, then the mirrors in order.
     func server(_ index: Int, own: String) -> String {
         index > 0 && index <= mirrors.count ? mirrors[index - 1] : own
@@ -157,7 +165,7 @@ public struct DownloadOptions: Codable, Sendable, Equatable {
     private enum CodingKeys: String, CodingKey {
         case headers, userAgent, checksum, overwrite, continuePartial, idleTimeoutSeconds
         case maximumAttemptsWithoutProgress, computesSHA256, maxConnectionsPerDownload, minimumSplitSize, tls, network
-        case mirrors
+        case mirrors, pieces
     }
 
     /// Decodes stored options; fields added after a record was written take their defaults.
@@ -181,6 +189,7 @@ public struct DownloadOptions: Codable, Sendable, Equatable {
         tls = try container.decodeIfPresent(TLSOptions.self, forKey: .tls) ?? TLSOptions()
         network = try container.decodeIfPresent(NetworkOptions.self, forKey: .network) ?? NetworkOptions()
         mirrors = try container.decodeIfPresent([String].self, forKey: .mirrors) ?? []
+        pieces = try container.decodeIfPresent(Metalink.Pieces.self, forKey: .pieces)
     }
 
     /// Encodes every field, as the synthesised encoding of the former stored properties did.
@@ -200,6 +209,7 @@ public struct DownloadOptions: Codable, Sendable, Equatable {
         try container.encode(values.tls, forKey: .tls)
         try container.encode(values.network, forKey: .network)
         if !values.mirrors.isEmpty { try container.encode(values.mirrors, forKey: .mirrors) }
+        try container.encodeIfPresent(values.pieces, forKey: .pieces)
     }
 }
 

@@ -14,6 +14,8 @@ struct MirrorSimulation {
         var otherBytes = false
         /// Answers every request with this status instead, and breaks the bodies it was sending.
         var status: Int?
+        /// Its bytes here are not the file's (a piece check catches them).
+        var wrongBytes: Range<Int64>?
     }
 
     var driver: Driver
@@ -26,14 +28,29 @@ struct MirrorSimulation {
     var sent: [RangeRequest] = []
     var reports: [TransferMachine.Report] = []
     var ending: TransferMachine.Ending?
+    /// Which server wrote each byte of the part file (-1: none).
+    var origin: [Int]
+    /// Called after a piece check failed (a flaky server mends).
+    var onBadPiece: (inout MirrorSimulation) -> Void = { _ in }
 
-    init(servers: [Server], connectionsPerSource: Int = 2, minimumSplitSize: Int64 = 4_000) {
+    init(
+        servers: [Server], connectionsPerSource: Int = 2, minimumSplitSize: Int64 = 4_000, pieceLength: Int64? = nil
+    ) {
         self.servers = servers
+        origin = Array(repeating: -1, count: Int(servers[0].total))
         driver = Driver(
             TransferMachine.Settings(
                 maxConnections: connectionsPerSource * servers.count, minimumSplitSize: minimumSplitSize,
                 overlapLength: 1_000, idleTimeout: .seconds(30), rampWindow: .milliseconds(100),
-                sources: servers.count, connectionsPerSource: connectionsPerSource))
+                sources: servers.count, connectionsPerSource: connectionsPerSource, pieceLength: pieceLength))
+    }
+
+    /// Whether every byte of `range` holds the file's byte.
+    func isRight(_ range: Range<Int64>) -> Bool {
+        range.allSatisfy { byte in
+            let writer = origin[Int(byte)]
+            return writer >= 0 && servers[writer].wrongBytes?.contains(byte) != true
+        }
     }
 
     func head(for request: RangeRequest) -> ResponseHead {
@@ -64,9 +81,15 @@ struct MirrorSimulation {
                 waits[id] = driver.now + delay
             case .checkpoint(let mark): pending += driver.machine.checkpointed(mark)
             case .finalize: pending += driver.machine.finalized(.completed, now: driver.now)
+            case .checkPiece(let index, let range, let ticket):
+                let matches = isRight(range)
+                if !matches { onBadPiece(&self) }
+                pending += driver.machine.pieceChecked(index, ticket: ticket, matches: matches, now: driver.now)
             case .report(let report): reports.append(report)
             case .end(let end): ending = end
-            case .truncate, .progress: break
+            case .truncate(let length):
+                for byte in Int(length)..<origin.count { origin[byte] = -1 }
+            case .progress: break
             }
         }
     }
@@ -98,6 +121,8 @@ struct MirrorSimulation {
                     continue
                 }
                 served[request.source, default: 0] += Int64(grant.write)
+                let from = Int(grant.offset) + grant.compare
+                for byte in from..<from + grant.write { origin[byte] = request.source }
                 perform(driver.machine.wrote(id, now: driver.now))
                 if grant.stop || grant.write + grant.compare < server.speed {
                     streaming.remove(id)
@@ -201,5 +226,45 @@ struct TransferMachineMirrorTests {
         #expect(sim.ending == .completed)
         #expect(sim.dropped[0]?.contains("404") == true)
         #expect(sim.served.values.reduce(0, +) == 200_000)
+    }
+
+    @Test(
+        "a mirror that sends a piece with another hash is dropped, the piece comes again from another, the file is right"
+    )
+    func badPiece() {
+        var sim = MirrorSimulation(
+            servers: [
+                .init(speed: 300, etag: "\"a\""),
+                // Right at the end (it passes the sample check), wrong elsewhere.
+                .init(speed: 300, etag: "\"b\"", wrongBytes: 0..<99_000),
+            ],
+            pieceLength: 10_000)
+        sim.run()
+        #expect(sim.ending == .completed)
+        #expect(sim.isRight(0..<100_000))
+        #expect(sim.served[1, default: 0] > 0)
+        #expect(sim.dropped[1]?.contains("does not match its hash") == true, "\(sim.dropped)")
+    }
+
+    @Test("one server: a piece that does not match is fetched again from it; a third failure fails the download")
+    func onePieceAgain() {
+        var flaky = MirrorSimulation(
+            servers: [.init(speed: 300, etag: "\"a\"", wrongBytes: 70_000..<70_001)], pieceLength: 10_000)
+        flaky.onBadPiece = { $0.servers[0].wrongBytes = nil }
+        flaky.run()
+        #expect(flaky.ending == .completed)
+        #expect(flaky.isRight(0..<100_000))
+        #expect(
+            flaky.reports.contains { if case .restarted(let reason) = $0 { reason.contains("piece 7") } else { false } }
+        )
+
+        var broken = MirrorSimulation(
+            servers: [.init(speed: 300, etag: "\"a\"", wrongBytes: 70_000..<70_001)], pieceLength: 10_000)
+        broken.run()
+        guard case .failed(let error, _)? = broken.ending else {
+            Issue.record("expected a failure, got \(String(describing: broken.ending))")
+            return
+        }
+        #expect(error.code == .checksumMismatch && error.message.contains("fetched 3 times"), "\(error.message)")
     }
 }

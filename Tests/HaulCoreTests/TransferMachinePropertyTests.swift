@@ -124,6 +124,8 @@ struct World {
             finished = true
             let next = machine.finalized(.completed, now: now)
             perform(next)
+        case .checkPiece:
+            violated("a piece check without piece hashes")
         case .end(let ending):
             links.removeAll()
             switch ending {

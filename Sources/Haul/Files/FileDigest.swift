@@ -12,7 +12,9 @@ import HaulCore
 enum FileDigest {
     /// Hex digests of the open file `descriptor` (from its first byte, whatever its offset) for each algorithm
     /// asked for; `path` names it in errors.
-    static func hexDigests(of descriptor: Int32, named path: String, algorithms: Set<Checksum.Algorithm>)
+    static func hexDigests(
+        of descriptor: Int32, named path: String, algorithms: Set<Checksum.Algorithm>, range: Range<Int64>? = nil
+    )
         throws(DownloadError) -> [Checksum.Algorithm: String]
     {
         var sha256 = algorithms.contains(.sha256) ? SHA256() : nil
@@ -20,9 +22,11 @@ enum FileDigest {
         var sha1 = algorithms.contains(.sha1) ? Insecure.SHA1() : nil
         var md5 = algorithms.contains(.md5) ? Insecure.MD5() : nil
         var block = [UInt8](repeating: 0, count: 1 << 20)
-        var offset: off_t = 0
-        while true {
-            let count = block.withUnsafeMutableBytes { pread(descriptor, $0.baseAddress!, $0.count, offset) }
+        var offset = off_t(range?.lowerBound ?? 0)
+        let end = range.map { off_t($0.upperBound) } ?? off_t.max
+        while offset < end {
+            let want = Int(min(off_t(block.count), end - offset))
+            let count = block.withUnsafeMutableBytes { pread(descriptor, $0.baseAddress!, want, offset) }
             if count < 0 {
                 if errno == EINTR { continue }
                 throw PartFile.fileError(errno, "cannot read \(path) to compute its checksum")

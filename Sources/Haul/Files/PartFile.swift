@@ -184,8 +184,10 @@ public final class PartFile: @unchecked Sendable {
     }
 
     /// Hex digests of the file, read through its descriptor.
-    func hexDigests(algorithms: Set<Checksum.Algorithm>) throws(DownloadError) -> [Checksum.Algorithm: String] {
-        try FileDigest.hexDigests(of: descriptor, named: path, algorithms: algorithms)
+    func hexDigests(algorithms: Set<Checksum.Algorithm>, range: Range<Int64>? = nil) throws(DownloadError)
+        -> [Checksum.Algorithm: String]
+    {
+        try FileDigest.hexDigests(of: descriptor, named: path, algorithms: algorithms, range: range)
     }
 
     /// Where the intact bytes of `start..<end` end, nil when every one is there: the file's end when someone cut it

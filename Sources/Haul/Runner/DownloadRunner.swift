@@ -118,6 +118,8 @@ final class DownloadRunner {
     var nextGeneration: UInt64 = 0
     /// The checkpoint in flight: its sync and store run off the loop.
     var checkpoint: Task<Void, Never>?
+    /// The checks of pieces, one after the other, off the loop.
+    var pieceChecks: Task<Void, Never>?
     /// Ticks every millisecond while the machine measures its connections (`wantsFastTicks`).
     var fastTicker: Task<Void, Never>?
     /// Tasks of closed connections, awaited when the run ends.
@@ -159,6 +161,8 @@ final class DownloadRunner {
         case fastTick
         case checkpointed(TransferMachine.Checkpoint)
         case checkpointFailed(DownloadError)
+        /// Piece `index`, checked for the machine's ticket: whether it matched its hash.
+        case pieceChecked(Int, UInt64, Bool)
 
         /// Answers a task that waits for the loop's word with "no": the event is dropped.
         func decline() {
@@ -193,7 +197,7 @@ final class DownloadRunner {
                 progressInterval: environment.settings.progressInterval,
                 rampWindow: environment.settings.connectionRampWindow,
                 verifiesChecksum: options.checksum != nil, sources: servers,
-                connectionsPerSource: options.maxConnectionsPerDownload))
+                connectionsPerSource: options.maxConnectionsPerDownload, pieceLength: options.pieces?.length))
         startedAt = environment.idleClock.now()
         (events, continuation) = AsyncStream<Event>.makeStream()
         connector = Connector(environment: environment, source: record.url, options: record.options)
@@ -332,6 +336,8 @@ final class DownloadRunner {
         case .checkpointFailed(let error):
             checkpoint = nil
             return machine.checkpointFailed(error)
+        case .pieceChecked(let index, let ticket, let matches):
+            return machine.pieceChecked(index, ticket: ticket, matches: matches, now: time)
         }
     }
 
@@ -435,10 +441,26 @@ final class DownloadRunner {
                 try await tellManager(.transferring)
                 return machine.finalized(.checksumMismatch(error), now: now())
             }
+        case .checkPiece(let index, let range, let ticket):
+            checkPiece(index, range: range, ticket: ticket)
         case .end:
             break
         }
         return []
+    }
+
+    /// Hashes piece `index` of the part file after the checks before it, and tells the loop whether it matched.
+    func checkPiece(_ index: Int, range: Range<Int64>, ticket: UInt64) {
+        guard let part, let pieces = options.pieces else { return }
+        let previous = pieceChecks
+        pieceChecks = Task { [continuation] in
+            await previous?.value
+            let expected = index < pieces.hashes.count ? pieces.hashes[index].lowercased() : ""
+            let digest = try? await Blocking.run {
+                try part.hexDigests(algorithms: [pieces.algorithm], range: range)[pieces.algorithm]
+            }
+            continuation.yield(.pieceChecked(index, ticket, digest?.lowercased() == expected))
+        }
     }
 
     /// Before the first byte of a body: the name a folder download takes, then one write for what the answer
@@ -490,7 +512,7 @@ final class DownloadRunner {
         // A task's yield after the finish is refused (and the task then ends by itself); what was queued before it
         // is drained here, so no task waits for the loop's word for ever.
         while let event = await iterator.next() { event.decline() }
-        for task in retired + [fastTicker, checkpoint].compactMap({ $0 }) { await task.value }
+        for task in retired + [fastTicker, checkpoint, pieceChecks].compactMap({ $0 }) { await task.value }
         retired = []
         defer { part?.unlock() }
         switch ending {

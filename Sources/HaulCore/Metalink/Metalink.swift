@@ -23,11 +23,18 @@ public struct Metalink: Sendable, Equatable {
     }
 
     /// Hashes of consecutive pieces of one length (the last may be shorter).
-    public struct Pieces: Sendable, Equatable {
+    public struct Pieces: Sendable, Hashable, Codable {
         public var length: Int64
         public var algorithm: Checksum.Algorithm
         /// Lowercase hex, one a piece, in order.
         public var hashes: [String]
+
+        /// Makes a list of piece hashes.
+        public init(length: Int64, algorithm: Checksum.Algorithm, hashes: [String]) {
+            self.length = length
+            self.algorithm = algorithm
+            self.hashes = hashes
+        }
     }
 
     public struct Source: Sendable, Equatable {

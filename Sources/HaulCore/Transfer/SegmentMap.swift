@@ -188,6 +188,27 @@ public struct SegmentMap: Hashable, Sendable {
         isHeld.append(false)
     }
 
+    /// Hands the bytes of `range` out again (a piece that failed its hash): a segment that fetched some of them is cut
+    /// where they begin, or rewound to its start when they begin there, and released; the bytes it fetched past
+    /// `range` are fetched again too.
+    public mutating func refetch(_ range: Range<Int64>) {
+        for index in segments.indices {
+            let segment = segments[index]
+            guard segment.start < range.upperBound, segment.end > range.lowerBound,
+                segment.offset > max(segment.start, range.lowerBound)
+            else { continue }
+            isHeld[index] = false
+            if segment.start < range.lowerBound {
+                segments[index].end = range.lowerBound
+                segments[index].offset = range.lowerBound
+                segments.append(Segment(start: range.lowerBound, end: segment.end, offset: range.lowerBound))
+                isHeld.append(false)
+            } else {
+                segments[index].offset = segment.start
+            }
+        }
+    }
+
     /// Where the first split cuts segment `victim` into equal parts: nil unless it is the only unfinished segment,
     /// more than one part fits, and its holder has at least `minimumSize` bytes left before the first cut.
     private func plannedCuts(_ victim: Int) -> [Int64]? {

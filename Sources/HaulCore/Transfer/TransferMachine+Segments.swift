@@ -23,10 +23,7 @@ extension TransferMachine {
         if isMirrored { map.separate(from: max(0, total - settings.overlapLength)) }
         mode = .segmented(map)
         segmentWritten = map.segments.map(\.offset)
-        if isComplete {
-            phase = .finalizing
-            return [.finalize(total: total)]
-        }
+        if isComplete { return finishing(total: total) }
         if isMirrored { return addConnection(now: now) }
         return takeWork(newConnection(now: now), now: now)
     }
@@ -153,8 +150,7 @@ extension TransferMachine {
             // Every byte is written: whatever else is open has nothing left to do.
             let others = connections.keys.filter { $0 != id }.sorted()
             connections.removeAll()
-            phase = .finalizing
-            return others.map { .close($0) } + [.close(id), .finalize(total: map.total)]
+            return others.map { .close($0) } + [.close(id)] + finishing(total: map.total)
         }
         if connection.retiring, connections.count == 1 {
             // The others ended since the ramp chose this one to go: the last connection stays.

@@ -16,8 +16,7 @@ extension TransferMachine {
             facts = known
             written = held
             connections[id] = nil
-            phase = .finalizing
-            return [.discard(id), .report(.factsLearned(known)), .finalize(total: held)]
+            return [.discard(id), .report(.factsLearned(known))] + finishing(total: held)
         case .rewrite(let length, let known):
             // A 200: the whole file from 0, kept as the body (the range was ignored, or the file changed).
             var actions: [Action] = []
@@ -106,8 +105,7 @@ extension TransferMachine {
         let total = facts?.totalLength ?? position
         if written >= total {
             connections[id] = nil
-            phase = .finalizing
-            return actions + [.finalize(total: total)]
+            return actions + finishing(total: total)
         }
         // The answer ended before the file did (a server may send less than asked): ask for the rest.
         return actions + resendSingle(id, now: now)

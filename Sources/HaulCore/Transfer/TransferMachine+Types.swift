@@ -25,6 +25,8 @@ extension TransferMachine {
         public var sources: Int
         /// The most connections to one of them.
         public var connectionsPerSource: Int
+        /// The length of the pieces whose hashes are known (each checked as it completes); nil without them.
+        public var pieceLength: Int64?
 
         /// Settings with DESIGN.md's defaults where not given.
         public init(
@@ -39,8 +41,10 @@ extension TransferMachine {
             rampWindow: Duration = .milliseconds(100),
             verifiesChecksum: Bool = false,
             sources: Int = 1,
-            connectionsPerSource: Int? = nil
+            connectionsPerSource: Int? = nil,
+            pieceLength: Int64? = nil
         ) {
+            self.pieceLength = pieceLength.map { max(1, $0) }
             self.sources = max(1, sources)
             self.connectionsPerSource = max(1, connectionsPerSource ?? maxConnections)
             self.maxConnections = max(1, maxConnections)
@@ -164,6 +168,8 @@ extension TransferMachine {
         case progress(Progress)
         /// Every byte is held: verify the `total` bytes and move them into place; tell `finalized`.
         case finalize(total: Int64)
+        /// Hash the bytes of piece `index` (`range`) in the part file and tell `pieceChecked` with `ticket`.
+        case checkPiece(index: Int, range: Range<Int64>, ticket: UInt64)
         /// The run ends: the one way out, whatever ended it. The runner stops every connection, then does what
         /// `Ending` says with the part file.
         case end(Ending)

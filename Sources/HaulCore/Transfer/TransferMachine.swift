@@ -106,6 +106,11 @@ public struct TransferMachine: Sendable {
     public internal(set) var resumedFrom: Int64?
     /// The servers: the URL the user gave (the reference), then the mirrors.
     var sources: [Source]
+    /// With piece hashes: each piece's check (empty until the length is known).
+    var pieces: [Piece] = []
+    var pieceTicket: UInt64 = 0
+    /// Every byte is written and the file of this length waits for its pieces' checks.
+    var awaitingPieces: Int64?
 
     /// A machine for one run of a download.
     public init(settings: Settings) {
@@ -147,8 +152,15 @@ public struct TransferMachine: Sendable {
 
     // MARK: Starting
 
-    /// The first actions of a run, from what the runner found.
+    /// The first actions of a run, from what the runner found; with piece hashes, the pieces held from before are
+    /// checked too.
     public mutating func start(_ start: Start, now: Duration) -> [Action] {
+        let actions = begin(start, now: now)
+        guard hasPieces, phase == .transferring, awaitingPieces == nil else { return actions }
+        return actions + checkHeldPieces()
+    }
+
+    mutating func begin(_ start: Start, now: Duration) -> [Action] {
         phase = .transferring
         facts = start.facts
         isPartVerified = start.isPartVerified
@@ -179,8 +191,7 @@ public struct TransferMachine: Sendable {
             resumedFrom = written
             wasResumed = written > 0
             lastCheckpoint.bytes = written
-            phase = .finalizing
-            return actions + [.finalize(total: written)]
+            return actions + finishing(total: written)
         case .request(let request, let truncateTo):
             if let truncateTo {
                 actions.append(.truncate(to: truncateTo))
@@ -254,28 +265,33 @@ public struct TransferMachine: Sendable {
         guard var connection = connections[id], phase == .transferring else { return [] }
         if connection.position > connection.compareUntil { connection.progressed = true }
         connections[id] = connection
-        count(writtenBy: connection)
+        let bytes = count(writtenBy: connection)
         restartsWithoutProgress = 0
-        return checkpointIfDue(now: now)
+        let checks = hasPieces && !bytes.isEmpty ? piecesWritten(bytes, by: connection.source) : []
+        return checks + checkpointIfDue(now: now)
     }
 
-    /// Counts the bytes `connection` has written, up to its position.
-    private mutating func count(writtenBy connection: Connection) {
+    /// Counts the bytes `connection` has written, up to its position; returns those new to the file.
+    private mutating func count(writtenBy connection: Connection) -> Range<Int64> {
         let position = connection.position
-        if connection.isSample { return }
+        if connection.isSample { return 0..<0 }
         if let segment = connection.segment, case .segmented = mode {
             let before = segmentWritten[segment]
             segmentWritten[segment] = max(before, position)
             if position > before {
                 sources[connection.source].status.receivedBytes += position - before
                 sources[connection.source].failures = 0
+                return before..<position
             }
         } else if position > connection.compareUntil || position > written {
+            let before = written
             written = max(written, position)
             if !isPartVerified, position >= connection.compareUntil, connection.compareUntil > 0 {
                 isPartVerified = true
             }
+            return before..<written
         }
+        return 0..<0
     }
 
     /// `connection` is busy though no byte arrived (it waits for a rate limit): not idle.
@@ -567,6 +583,8 @@ public struct TransferMachine: Sendable {
         mode = .single
         segmentWritten = []
         forgetMirrors()
+        pieces = []
+        awaitingPieces = nil
         facts = nil
         isPartVerified = true
         durable = 0
