@@ -232,4 +232,35 @@ struct SegmentMapTests {
         #expect(claimedAt.allSatisfy { $0 == 1 }, "every byte claimed exactly once")
         #expect(map.fetchedBytes == total)
     }
+
+    @Test(
+        "with an alignment, every cut falls on a multiple of it: planned parts, halves, steals and the separated tail")
+    func aligned() {
+        var map = SegmentMap(total: 1000, minimumSize: 50, pieces: 4)
+        map.alignment = 64
+        map.separate(from: 990)
+        #expect(map.segments.map(\.start) == [0, 960])
+        _ = map.take()
+        _ = map.take()
+        _ = map.take()
+        let speeds = SegmentMap.Speeds(holder: { _ in 10 }, taker: 30, minimumSteal: 50)
+        while map.take(first: nil, speeds: speeds) != nil {}
+        Self.expectTiling(map)
+        #expect(map.segments.count > 3)
+        #expect(map.segments.allSatisfy { $0.start % 64 == 0 }, "\(map.segments)")
+        // Bytes handed out again (a piece that failed) start at the piece; a segment that starts there is rewound.
+        var one = SegmentMap(total: 1000, minimumSize: 50)
+        _ = one.take()
+        _ = one.claim(0, at: 0, count: 500)
+        one.refetch(128..<192)
+        Self.expectTiling(one)
+        #expect(
+            one.segments == [Segment(start: 0, end: 128, offset: 128), Segment(start: 128, end: 1000, offset: 128)])
+        #expect(one.isHeld == [false, false])
+        one.refetch(128..<192)
+        #expect(one.segments.count == 2, "nothing fetched there: nothing changes")
+        _ = one.claim(1, at: 128, count: 100)
+        one.refetch(128..<192)
+        #expect(one.segments[1] == Segment(start: 128, end: 1000, offset: 128))
+    }
 }

@@ -47,6 +47,8 @@ public struct SegmentMap: Hashable, Sendable {
     public let minimumSize: Int64
     /// The parts the first split cuts the work into (the most connections the download may use); 1 halves.
     public let pieces: Int
+    /// Every cut falls on a multiple of this (the length of the pieces whose hashes are checked; 1 for none).
+    public var alignment: Int64 = 1
 
     /// A map of one free segment covering the file, whose first `fetched` bytes are already held; its first split
     /// cuts the work into `pieces` parts.
@@ -135,7 +137,8 @@ public struct SegmentMap: Hashable, Sendable {
             isHeld[taken] = true
             return taken
         }
-        let middle = segment.offset + segment.remaining / 2
+        let middle = aligned(segment.offset + segment.remaining / 2)
+        guard middle > segment.offset, middle < segment.end else { return nil }
         segments[victim].end = middle
         segments.append(Segment(start: middle, end: segment.end, offset: middle))
         isHeld.append(true)
@@ -166,7 +169,8 @@ public struct SegmentMap: Hashable, Sendable {
         guard segment.remaining - inFlight >= speeds.minimumSteal else { return nil }
         var keep = Int64((Double(segment.remaining) * share).rounded())
         keep = min(max(keep, inFlight), segment.remaining - speeds.minimumSteal)
-        let cut = segment.offset + keep
+        let cut = aligned(segment.offset + keep)
+        guard cut > segment.offset, segment.end - cut >= speeds.minimumSteal else { return nil }
         segments[victim].end = cut
         segments.append(Segment(start: cut, end: segment.end, offset: cut))
         isHeld.append(true)
@@ -176,7 +180,8 @@ public struct SegmentMap: Hashable, Sendable {
     /// Ends the segment holding byte `position` there, so that the bytes from `position` on become a free segment of
     /// their own (the sample range several servers are compared on). Nothing changes when those bytes are already
     /// being fetched or fetched.
-    public mutating func separate(from position: Int64) {
+    public mutating func separate(from unaligned: Int64) {
+        let position = aligned(unaligned)
         guard
             let index = segments.indices.first(where: {
                 segments[$0].start < position && position < segments[$0].end && segments[$0].offset <= position
@@ -209,6 +214,9 @@ public struct SegmentMap: Hashable, Sendable {
         }
     }
 
+    /// `position` moved back to a multiple of `alignment`.
+    func aligned(_ position: Int64) -> Int64 { alignment > 1 ? position - position % alignment : position }
+
     /// Where the first split cuts segment `victim` into equal parts: nil unless it is the only unfinished segment,
     /// more than one part fits, and its holder has at least `minimumSize` bytes left before the first cut.
     private func plannedCuts(_ victim: Int) -> [Int64]? {
@@ -218,8 +226,12 @@ public struct SegmentMap: Hashable, Sendable {
         let parts = Int64(min(pieces, Int(min(span / minimumSize, Int64(Int.max)))))
         guard parts > 1 else { return nil }
         // start + span * i / parts, without overflow.
-        let cuts = (1..<parts).map { i in segment.start + span / parts * i + span % parts * i / parts }
-        guard cuts[0] - segment.offset >= minimumSize else { return nil }
+        var cuts: [Int64] = []
+        for i in 1..<parts {
+            let cut = aligned(segment.start + span / parts * i + span % parts * i / parts)
+            if cut > (cuts.last ?? segment.start), cut < segment.end { cuts.append(cut) }
+        }
+        guard let first = cuts.first, first - segment.offset >= minimumSize else { return nil }
         return cuts
     }
 

@@ -17,6 +17,7 @@ extension TransferMachine {
                 restoring: clamped, total: total, minimumSize: settings.minimumSplitSize,
                 pieces: settings.maxConnections)
         else { return nil }
+        map.alignment = settings.pieceLength ?? 1
         resumedFrom = map.fetchedBytes
         wasResumed = map.fetchedBytes > 0
         lastCheckpoint.bytes = map.fetchedBytes

@@ -62,6 +62,7 @@ extension TransferMachine {
             var map = SegmentMap(
                 total: end, minimumSize: settings.minimumSplitSize, fetched: body.start,
                 pieces: settings.maxConnections)
+            map.alignment = settings.pieceLength ?? 1
             if isMirrored { map.separate(from: max(body.start, end - settings.overlapLength)) }
             if let index = map.take() {
                 connection.segment = index
