@@ -30,7 +30,7 @@ public enum DownloadRules {
         /// Which rule.
         public enum Rule: String, Sendable {
             case url, connections, minimumSplitSize, concurrentDownloads, connectionsPerHost, rate, timeout, retries,
-                pageSize, nameLength, mirrors
+                pageSize, nameLength, mirrors, pieces
         }
 
         /// The rule broken.
@@ -131,6 +131,19 @@ public enum DownloadRules {
             do { try checkURL(url) } catch {
                 throw RuleViolation(rule: .mirrors, problem: "'\(url)' \(error.problem)")
             }
+        }
+    }
+
+    /// Piece hashes: a length of at least one byte, and each hash the hex of its algorithm's digest.
+    public static func checkPieces(_ pieces: Metalink.Pieces) throws(RuleViolation) {
+        guard pieces.length >= 1, !pieces.hashes.isEmpty else {
+            throw RuleViolation(rule: .pieces, problem: "need a length of at least 1 byte and at least one hash")
+        }
+        let digits = pieces.algorithm.byteCount * 2
+        if let bad = pieces.hashes.firstIndex(where: { $0.count != digits || !$0.allSatisfy(\.isHexDigit) }) {
+            throw RuleViolation(
+                rule: .pieces,
+                problem: "hash \(bad) is not \(digits) hex digits, as \(pieces.algorithm.rawValue) is")
         }
     }
 

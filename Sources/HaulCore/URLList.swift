@@ -12,11 +12,29 @@ public enum URLList {
         public var url: String
         /// Other URLs of the same file.
         public var mirrors: [String]
+        /// The checksum the file must match (a Metalink's).
+        public var checksum: Checksum?
+        /// The hashes of its pieces (a Metalink's).
+        public var pieces: Metalink.Pieces?
+        /// Its name in the folder (a Metalink's), instead of the server's.
+        public var name: String?
 
         /// Makes an entry.
-        public init(url: String, mirrors: [String] = []) {
+        public init(
+            url: String, mirrors: [String] = [], checksum: Checksum? = nil, pieces: Metalink.Pieces? = nil,
+            name: String? = nil
+        ) {
             self.url = url
             self.mirrors = mirrors
+            self.checksum = checksum
+            self.pieces = pieces
+            self.name = name
+        }
+
+        /// The download of one file of a Metalink.
+        public init(_ plan: Metalink.File.Plan) {
+            self.init(
+                url: plan.url, mirrors: plan.mirrors, checksum: plan.checksum, pieces: plan.pieces, name: plan.name)
         }
     }
 

@@ -161,3 +161,27 @@ extension DownloadSnapshot {
         }
     }
 }
+
+extension Components.Schemas.PieceHashes {
+    /// The API's form of piece hashes.
+    package init(_ pieces: Metalink.Pieces) {
+        switch pieces.algorithm {
+        case .sha256: self = .case1(.init(length: pieces.length, algorithm: .sha256, hashes: pieces.hashes))
+        case .sha512: self = .case2(.init(length: pieces.length, algorithm: .sha512, hashes: pieces.hashes))
+        case .sha1: self = .case3(.init(length: pieces.length, algorithm: .sha1, hashes: pieces.hashes))
+        case .md5: self = .case4(.init(length: pieces.length, algorithm: .md5, hashes: pieces.hashes))
+        }
+    }
+
+    /// The engine's form, hashes in lowercase.
+    package var engine: Metalink.Pieces {
+        let (length, algorithm, hashes): (Int64, Checksum.Algorithm, [String]) =
+            switch self {
+            case .case1(let given): (given.length, .sha256, given.hashes)
+            case .case2(let given): (given.length, .sha512, given.hashes)
+            case .case3(let given): (given.length, .sha1, given.hashes)
+            case .case4(let given): (given.length, .md5, given.hashes)
+            }
+        return Metalink.Pieces(length: length, algorithm: algorithm, hashes: hashes.map { $0.lowercased() })
+    }
+}

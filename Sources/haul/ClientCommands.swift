@@ -47,7 +47,11 @@ extension HaulCommand {
 
         func run() async throws {
             let list: [URLList.Entry]
-            do { list = try collectURLs(urls, inputFile: inputFile, mirrors: transfer.mirrors) } catch let error
+            do {
+                list = try collectURLs(
+                    urls, inputFile: inputFile, mirrors: transfer.mirrors, checksum: transfer.checksum,
+                    output: output != nil)
+            } catch let error
                 as ValidationError
             {
                 FileHandle.standardError.write(Data("Error: \(error.message)\n".utf8))
@@ -59,7 +63,7 @@ extension HaulCommand {
             let network = try transfer.networkForDaemon()
             let items = try list.map { entry in
                 try transfer.item(
-                    url: entry.url, mirrors: entry.mirrors, output: output, directory: directory,
+                    entry, output: output, directory: directory,
                     continuePartial: `continue`, computesSHA256: false,
                     network: network, paused: paused, priority: Components.Schemas.Priority(rawValue: priority))
             }

@@ -13,7 +13,7 @@ extension HaulCommand.Get {
         let list = entries.map(\.url)
         let items = try entries.map { entry in
             try transfer.item(
-                url: entry.url, mirrors: entry.mirrors, output: self.output, directory: directory,
+                entry, output: self.output, directory: directory,
                 continuePartial: `continue`,
                 computesSHA256: json, network: network)
         }

@@ -91,7 +91,11 @@ extension HaulCommand {
             LoggingSystem.bootstrap { label in StandardErrorLogHandler(label: label, level: verbose ? .info : .warning)
             }
             let list: [URLList.Entry]
-            do { list = try collectURLs(urls, inputFile: inputFile, mirrors: transfer.mirrors) } catch let error
+            do {
+                list = try collectURLs(
+                    urls, inputFile: inputFile, mirrors: transfer.mirrors, checksum: transfer.checksum,
+                    output: output != nil)
+            } catch let error
                 as ValidationError
             {
                 FileHandle.standardError.write(Data("Error: \(error.message)\n".utf8))
@@ -152,8 +156,8 @@ extension HaulCommand {
             // Notices an earlier run stored and did not deliver go out now (nothing stored is started).
             try? await manager.start()
             let signals = SignalWatcher { await manager.shutdown(pausing: true) }
-            let destination: DownloadManager.Destination =
-                self.output.map { .file($0) } ?? .directory(directory ?? FileManager.default.currentDirectoryPath)
+            let folderPath = directory ?? FileManager.default.currentDirectoryPath
+            let destination: DownloadManager.Destination = self.output.map { .file($0) } ?? .directory(folderPath)
             // Subscribe before adding, so no event is missed; the board is the only writer while downloads run.
             let board = Task { [events = manager.events()] in
                 await output.render(events, single: list.count == 1) { id in try? await manager.result(of: id) }
@@ -165,11 +169,16 @@ extension HaulCommand {
             var pending = list.map { entry in
                 var options = options
                 options.mirrors = entry.mirrors
+                options.pieces = entry.pieces
+                if let checksum = entry.checksum { options.checksum = checksum }
+                // A Metalink names its files: each goes into the folder under that name (-o names the one file).
+                let named = entry.name.map { DownloadManager.Destination.file(folderPath + "/" + $0) }
                 return (
                     url: entry.url,
                     request: DownloadRequest(
-                        url: URL(string: entry.url)!, destination: destination, options: options,
-                        origin: .commandLine)
+                        url: URL(string: entry.url)!,
+                        destination: self.output == nil ? named ?? destination : destination,
+                        options: options, origin: .commandLine)
                 )
             }
             while !pending.isEmpty {

@@ -254,12 +254,15 @@ struct TransferOptions: ParsableArguments {
     /// One download as the daemon's API takes it: to `output` (a file) or into `directory`, both made absolute here
     /// (the daemon does not share this process's current folder).
     func item(
-        url: String, mirrors: [String] = [], output: String?, directory: String?, continuePartial: Bool,
+        _ entry: URLList.Entry, output: String?, directory: String?, continuePartial: Bool,
         computesSHA256: Bool,
         network: NetworkOptions, paused: Bool = false, priority: Components.Schemas.Priority? = nil
     ) throws -> Components.Schemas.AddDownload {
+        let url = entry.url
+        let mirrors = entry.mirrors
+        let checksum = entry.checksum?.description ?? checksum
         var folder = Self.absolute(directory ?? FileManager.default.currentDirectoryPath)
-        var filename: String?
+        var filename = entry.name
         if let output {
             let path = Self.absolute(output)
             folder = (path as NSString).deletingLastPathComponent
@@ -272,7 +275,7 @@ struct TransferOptions: ParsableArguments {
         return Components.Schemas.AddDownload(
             url: url, directory: folder, filename: filename, priority: priority, connections: connections,
             minSplitSize: TokenBucket.parseRate(minSplitSize), mirrors: mirrors.isEmpty ? nil : mirrors,
-            checksum: checksum,
+            pieces: entry.pieces.map(Components.Schemas.PieceHashes.init), checksum: checksum,
             headers: headerFields.isEmpty ? nil : .init(additionalProperties: headerFields), limitRate: rate,
             paused: paused ? true : nil, overwrite: overwrite ? true : nil,
             continuePartial: continuePartial ? true : nil, userAgent: userAgent, timeoutSeconds: timeout,
@@ -298,13 +301,22 @@ struct TransferOptions: ParsableArguments {
 
 /// The URLs of a command: its arguments, then an input file read by `URLList` (`-` is standard input); each once, in
 /// first-seen order. A line that is not an http or https URL is a usage error that names its line.
-func collectURLs(_ arguments: [String], inputFile: String?, mirrors: [String] = []) throws -> [URLList.Entry] {
-    if !mirrors.isEmpty, arguments.count != 1 || inputFile != nil {
+func collectURLs(
+    _ arguments: [String], inputFile: String?, mirrors: [String] = [], checksum: String? = nil, output: Bool = false
+) throws -> [URLList.Entry] {
+    if !mirrors.isEmpty, arguments.count != 1 || inputFile != nil || isMetalinkFile(arguments[0]) {
         throw ValidationError(
             "--mirror names mirrors of one URL; for several files, put each file's mirrors on its line of an -i file, "
                 + "separated by tabs")
     }
-    var list = arguments.map { URLList.Entry(url: $0, mirrors: DownloadRules.distinctMirrors(mirrors, of: $0)) }
+    var list: [URLList.Entry] = []
+    for argument in arguments {
+        guard isMetalinkFile(argument) else {
+            list.append(URLList.Entry(url: argument, mirrors: DownloadRules.distinctMirrors(mirrors, of: argument)))
+            continue
+        }
+        list += try metalinkEntries(argument, checksum: checksum)
+    }
     if let inputFile {
         let text: String
         if inputFile == "-" {
@@ -318,7 +330,11 @@ func collectURLs(_ arguments: [String], inputFile: String?, mirrors: [String] = 
         do { list += try URLList.entries(text) } catch { throw ValidationError(error.message) }
     }
     var seen = Set<String>()
-    return list.filter { seen.insert($0.url).inserted }
+    let entries = list.filter { seen.insert($0.url).inserted }
+    if output, entries.count > 1 {
+        throw ValidationError("-o PATH takes one file, and there are \(entries.count): use -d DIR for several")
+    }
+    return entries
 }
 
 /// The usage errors of the URLs and destination of `haul get` and `haul add`.
@@ -331,10 +347,32 @@ func checkTargets(urls: [String], inputFile: String?, output: String?, directory
     if `continue`, output == nil {
         throw ValidationError("-c/--continue needs -o PATH: it adopts the file at that path")
     }
-    for url in urls { try checkURL(url) }
+    for url in urls where !isMetalinkFile(url) { try checkURL(url) }
 }
 
 /// Throws a usage error when `url` is not an http or https URL with a host.
+/// Whether a `haul get` or `haul add` argument names a Metalink file (`.meta4`, `.metalink`) on this machine.
+func isMetalinkFile(_ argument: String) -> Bool {
+    let lowered = argument.lowercased()
+    return (lowered.hasSuffix(".meta4") || lowered.hasSuffix(".metalink")) && !lowered.contains("://")
+        && FileManager.default.fileExists(atPath: argument)
+}
+
+/// The downloads of the files a Metalink file describes, each with its mirrors, hashes and name; `checksum` is the
+/// user's `--checksum`, which must agree with the Metalink's.
+func metalinkEntries(_ path: String, checksum: String?) throws -> [URLList.Entry] {
+    guard let data = FileManager.default.contents(atPath: path) else {
+        throw ValidationError("cannot read the Metalink file \(path)")
+    }
+    do {
+        let given = try checksum.map { text throws(DownloadError) in try Checksum(parsing: text) }
+        let metalink = try Metalink.parse(String(decoding: data, as: UTF8.self))
+        return try metalink.files.map { file throws(DownloadError) in URLList.Entry(try file.plan(checksum: given)) }
+    } catch {
+        throw ValidationError("\(path): \(error.message)")
+    }
+}
+
 func checkURL(_ url: String) throws {
     do { try URLList.check(url) } catch { throw ValidationError(error.message) }
 }

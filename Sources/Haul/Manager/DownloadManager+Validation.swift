@@ -124,6 +124,7 @@ extension DownloadManager {
             try DownloadRules.checkTimeout(options.idleTimeoutSeconds)
             try DownloadRules.checkRetries(options.maximumAttemptsWithoutProgress)
             try DownloadRules.checkMirrors(options.mirrors)
+            if let pieces = options.pieces { try DownloadRules.checkPieces(pieces) }
         } catch {
             throw DownloadError(error, subject: subject(of: error.rule))
         }
@@ -143,6 +144,7 @@ extension DownloadManager {
         case .pageSize: "a page"
         case .nameLength: "a name"
         case .mirrors: "the mirrors"
+        case .pieces: "the piece hashes"
         }
     }
 

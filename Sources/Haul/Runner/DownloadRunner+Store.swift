@@ -71,10 +71,18 @@ extension DownloadRunner {
 
     func tell(_ report: TransferMachine.Report) async throws {
         switch report {
-        case .factsLearned:
+        case .factsLearned(let facts):
             // The machine keeps them; they go to the store with the next report of the transfer (when its body
             // starts, or before the rename).
-            break
+            if let pieces = options.pieces, let total = facts.totalLength {
+                let count = (total + pieces.length - 1) / pieces.length
+                guard count == Int64(pieces.hashes.count) else {
+                    throw DownloadError(
+                        .invalidResponse,
+                        "the server's file is \(total) bytes, \(count) pieces of \(pieces.length), but "
+                            + "\(pieces.hashes.count) piece hashes were given: it is not the file they describe")
+                }
+            }
         case .restarted(let reason):
             environment.logger.notice("\(source): \(reason)")
             try await tellManager(.restarted(reason))

@@ -90,6 +90,12 @@ extension APIHandler {
             minimumSplitSize: minSplitSize
         )
         options.mirrors = mirrors
+        if let pieces = item.pieces?.engine {
+            try APIError.checking("pieces", index: index) { () throws(DownloadRules.RuleViolation) in
+                try DownloadRules.checkPieces(pieces)
+            }
+            options.pieces = pieces
+        }
         options.tls = try Self.tls(item.tls, index: index)
         options.network = try Self.network(item, index: index)
         return DownloadRequest(

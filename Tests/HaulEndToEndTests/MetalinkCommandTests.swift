@@ -1,0 +1,76 @@
+import Crypto
+import Foundation
+import HaulCore
+import HaulTesting
+import Testing
+
+/// `haul get FILE.meta4` against nginx mirrors: the Metalink's URLs become the download's mirrors, its hash its
+/// checksum, its pieces are checked as they complete.
+@Suite("Metalink files on the command line", .timeLimit(.minutes(2)))
+struct MetalinkCommandTests {
+    static func hex<D: Sequence>(_ digest: D) -> String where D.Element == UInt8 {
+        digest.map { String(format: "%02x", $0) }.joined()
+    }
+
+    /// A Metalink 4 document for `body` named `name`, fetched from `urls` in that order of priority.
+    static func metalink(_ body: [UInt8], name: String, urls: [String], pieceLength: Int) -> String {
+        let pieces = stride(from: 0, to: body.count, by: pieceLength).map { start in
+            "<hash>\(hex(SHA256.hash(data: body[start..<min(start + pieceLength, body.count)])))</hash>"
+        }
+        let sources = urls.enumerated().map { index, url in
+            "<url priority=\"\(index + 1)\" location=\"de\">\(url)</url>"
+        }
+        return """
+            <?xml version="1.0" encoding="UTF-8"?>
+            <metalink xmlns="urn:ietf:params:xml:ns:metalink">
+              <file name="\(name)">
+                <size>\(body.count)</size>
+                <hash type="sha-256">\(hex(SHA256.hash(data: body)))</hash>
+                <pieces length="\(pieceLength)" type="sha-256">\(pieces.joined())</pieces>
+                \(sources.reversed().joined(separator: "\n"))
+              </file>
+            </metalink>
+            """
+    }
+
+    @Test(
+        "a mirror whose middle differs passes the sample check, is caught by a piece hash and dropped; the file is right"
+    )
+    func pieceCaught() async throws {
+        let workspace = try Workspace()
+        defer { workspace.remove() }
+        let body = testBytes(16 << 20, seed: 21)
+        var other = body
+        for index in stride(from: 0, to: 15 << 20, by: 4096) { other[index] ^= 0xA5 }
+        let (nginx, servers) = try await MirrorTests.serve([body, other], in: workspace)
+        defer { nginx.stop() }
+        let file = workspace.root + "/release.meta4"
+        try Self.metalink(body, name: "release.iso", urls: [servers[0].url, servers[1].url], pieceLength: 1 << 20)
+            .write(toFile: file, atomically: true, encoding: .utf8)
+        let run = try await HaulProcess.run(
+            ["get", file, "-d", workspace.files, "-x", "2", "--min-split-size", "1M", "-v"], in: workspace)
+        #expect(run.status == 0, "\(run.stderr)")
+        #expect(workspace.holds("release.iso", body))
+        #expect(run.stderr.contains("does not match its hash"), "\(run.stderr)")
+        // The mirror passed its sample (its last bytes are right) and served bytes before a piece caught it.
+        #expect(try servers[1].requests().count > 1)
+    }
+
+    @Test("--checksum that disagrees with the Metalink's hash: an error before any byte is fetched")
+    func checksumDisagrees() async throws {
+        let workspace = try Workspace()
+        defer { workspace.remove() }
+        let body = testBytes(1 << 20, seed: 22)
+        let (nginx, servers) = try await MirrorTests.serve([body], in: workspace)
+        defer { nginx.stop() }
+        let file = workspace.root + "/one.meta4"
+        try Self.metalink(body, name: "one.bin", urls: [servers[0].url], pieceLength: 256 << 10)
+            .write(toFile: file, atomically: true, encoding: .utf8)
+        let wrong = "sha256=" + String(repeating: "ab", count: 32)
+        let run = try await HaulProcess.run(["get", file, "-d", workspace.files, "--checksum", wrong], in: workspace)
+        #expect(run.status == 2)
+        #expect(run.stderr.contains("disagrees with the Metalink's sha256 for one.bin"), "\(run.stderr)")
+        #expect(try servers[0].requests().isEmpty)
+        #expect(workspace.contents("one.bin") == nil)
+    }
+}
