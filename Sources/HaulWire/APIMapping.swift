@@ -58,10 +58,7 @@ extension Components.Schemas.Download {
         .Mirror]
     {
         zip([download.url] + download.options.mirrors, statuses).map { url, status in
-            Components.Schemas.Mirror(
-                url: url, state: .init(rawValue: status.state.rawValue) ?? .waiting, reason: status.reason,
-                connections: status.connections, receivedBytes: status.receivedBytes,
-                bytesPerSecond: status.bytesPerSecond.isFinite ? status.bytesPerSecond : 0)
+            Components.Schemas.Mirror(status, url: url)
         }
     }
 }
@@ -117,7 +114,8 @@ extension Components.Schemas.Progress {
             id: progress.id.rawValue, receivedBytes: progress.receivedBytes, totalBytes: progress.totalBytes,
             bytesPerSecond: progress.bytesPerSecond.isFinite ? progress.bytesPerSecond : 0,
             etaSeconds: progress.secondsRemaining.flatMap { $0.isFinite ? $0 : nil },
-            connections: progress.connections)
+            connections: progress.connections,
+            mirrors: progress.mirrors?.map { Components.Schemas.Mirror($0, url: nil) })
     }
 }
 
@@ -183,5 +181,15 @@ extension Components.Schemas.PieceHashes {
             case .case4(let given): (given.length, .md5, given.hashes)
             }
         return Metalink.Pieces(length: length, algorithm: algorithm, hashes: hashes.map { $0.lowercased() })
+    }
+}
+
+extension Components.Schemas.Mirror {
+    /// One server's status; `url` nil in a progress event.
+    package init(_ status: MirrorStatus, url: String?) {
+        self.init(
+            url: url, state: .init(rawValue: status.state.rawValue) ?? .waiting, reason: status.reason,
+            connections: status.connections, receivedBytes: status.receivedBytes,
+            bytesPerSecond: status.bytesPerSecond.isFinite ? status.bytesPerSecond : 0)
     }
 }

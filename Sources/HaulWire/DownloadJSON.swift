@@ -40,19 +40,7 @@ package enum DownloadJSON {
         }
         if let mirrors = download.mirrors {
             object.key("mirrors", &out)
-            out.append(UInt8(ascii: "["))
-            for (index, mirror) in mirrors.enumerated() {
-                if index > 0 { out.append(UInt8(ascii: ",")) }
-                var inner = ObjectWriter(&out)
-                inner.string("url", mirror.url, &out)
-                inner.string("state", mirror.state.rawValue, &out)
-                inner.string("reason", mirror.reason, &out)
-                inner.integer("connections", Int64(mirror.connections), &out)
-                inner.integer("receivedBytes", mirror.receivedBytes, &out)
-                inner.number("bytesPerSecond", mirror.bytesPerSecond, &out)
-                inner.close(&out)
-            }
-            out.append(UInt8(ascii: "]"))
+            append(mirrors, to: &out)
         }
         object.key("after", &out)
         out.append(UInt8(ascii: "["))
@@ -136,7 +124,28 @@ package enum DownloadJSON {
         object.number("bytesPerSecond", progress.bytesPerSecond, &out)
         object.number("etaSeconds", progress.etaSeconds, &out)
         object.integer("connections", Int64(progress.connections), &out)
+        if let mirrors = progress.mirrors {
+            object.key("mirrors", &out)
+            append(mirrors, to: &out)
+        }
         object.close(&out)
+    }
+
+    /// A list of servers' states.
+    static func append(_ mirrors: [Components.Schemas.Mirror], to out: inout [UInt8]) {
+        out.append(UInt8(ascii: "["))
+        for (index, mirror) in mirrors.enumerated() {
+            if index > 0 { out.append(UInt8(ascii: ",")) }
+            var inner = ObjectWriter(&out)
+            inner.string("url", mirror.url, &out)
+            inner.string("state", mirror.state.rawValue, &out)
+            inner.string("reason", mirror.reason, &out)
+            inner.integer("connections", Int64(mirror.connections), &out)
+            inner.integer("receivedBytes", mirror.receivedBytes, &out)
+            inner.number("bytesPerSecond", mirror.bytesPerSecond, &out)
+            inner.close(&out)
+        }
+        out.append(UInt8(ascii: "]"))
     }
 
     /// `{"downloads":[…],"nextCursor":…}` for the downloads of `ids`, fetched `batch` at a time with `fetch` and

@@ -171,6 +171,21 @@ struct BriefDownloadTests {
         }
     }
 
+    @Test("a progress event with each server's state is left to the generated decoder, which reads what was written")
+    func progressWithMirrors() throws {
+        let progress = Components.Schemas.Progress(
+            id: "m", receivedBytes: 5, bytesPerSecond: 2, connections: 3,
+            mirrors: [
+                .init(state: .active, connections: 2, receivedBytes: 5, bytesPerSecond: 2.5),
+                .init(
+                    state: .dropped, reason: "its file is 9 bytes", connections: 0, receivedBytes: 0, bytesPerSecond: 0),
+            ])
+        var bytes: [UInt8] = []
+        DownloadJSON.append(progress, to: &bytes)
+        #expect(Self.fastProgress(bytes) == nil)
+        #expect(try JSONDecoder().decode(Components.Schemas.Progress.self, from: Data(bytes)) == progress)
+    }
+
     @Test("over 20,000 mutated progress events, whatever the scanner reads, the generated decoder reads the same way")
     func progressNeverDisagrees() {
         var generator = SplitMix(seed: 0x5052_4F47)

@@ -206,6 +206,25 @@ def main():
         webdriver.ActionChains(driver).send_keys(Keys.ESCAPE).perform()
         until(lambda: not driver.find_element(By.ID, "detail").is_displayed(), "Escape closes the panel")
 
+        step("a download from two servers: the detail panel lists each with its state and speed, live")
+        mirrored = api_post(info, "/downloads", {
+            "url": f"http://127.0.0.1:{nginx_port}/slow/big.bin", "filename": "mirrored.bin",
+            "mirrors": [f"http://127.0.0.1:{nginx_port}/slow/big.bin?mirror=2"], "connections": 2,
+            "minSplitSize": 1048576})["id"]
+        until(lambda: row("mirrored.bin") is not None, "the mirrored download's row appears")
+        row("mirrored.bin").find_element(By.CSS_SELECTOR, ".name").click()
+        until(lambda: driver.find_element(By.ID, "detail-servers").is_displayed(), "the Servers list shows")
+        servers = lambda: [e.text for e in driver.find_elements(By.CSS_SELECTOR, "#detail-mirrors li")]
+        until(lambda: len(servers()) == 2 and all(": active, " in text and "/s" in text for text in servers()),
+              "both servers show active, with their connections and speed", timeout=60)
+        expect(servers()[1].startswith(f"http://127.0.0.1:{nginx_port}/slow/big.bin?mirror=2"),
+               f"the mirror is listed second: {servers()}")
+        webdriver.ActionChains(driver).send_keys(Keys.ESCAPE).perform()
+        until(lambda: api(info, "/downloads/" + mirrored)["state"] == "completed", "the mirrored download completes",
+              timeout=60)
+        expect(sha256(os.path.join(work, "downloads", "mirrored.bin")) ==
+               sha256(os.path.join(work, "www", "slow", "big.bin")), "mirrored.bin is byte-identical")
+
         step("select two rows with a click and a shift-click: the bulk bar counts them")
         row("big.bin").find_element(By.CSS_SELECTOR, ".select").click()
         webdriver.ActionChains(driver).key_down(Keys.SHIFT).click(

@@ -219,6 +219,8 @@ function connect() {
     d.bytesPerSecond = p.bytesPerSecond;
     d.etaSeconds = p.etaSeconds;
     d.connections = p.connections;
+    // Each server's state: the download's own URL first, then its mirrors (a progress event names none).
+    if (p.mirrors) d.mirrors = p.mirrors;
   });
   on("retrying", (r) => {
     const d = state.downloads.get(r.id);
@@ -612,8 +614,33 @@ function renderDetail() {
     items.push(dt, dd);
   }
   list.replaceChildren(...items);
+  drawServers(d);
   drawSegments(d);
   drawLine($("detail-speed"), state.detailSpeeds);
+}
+
+/// A download fetched from several servers: each one's URL, state, connections and speed, and why it was dropped.
+function drawServers(d) {
+  const urls = [d.url].concat((d.options && d.options.mirrors) || []);
+  const running = d.state === "running" && d.mirrors && d.mirrors.length;
+  $("detail-servers").hidden = urls.length < 2;
+  const items = urls.map((url, index) => {
+    const li = document.createElement("li");
+    const mirror = running ? d.mirrors[index] : null;
+    li.dataset.state = mirror ? mirror.state : "idle";
+    let text = url;
+    if (mirror) {
+      text += ": " + mirror.state;
+      if (mirror.state === "active" || mirror.connections) {
+        text += ", " + mirror.connections + (mirror.connections === 1 ? " connection, " : " connections, ") +
+          bytes(mirror.bytesPerSecond) + "/s, " + bytes(mirror.receivedBytes) + " received";
+      }
+      if (mirror.reason) text += " (" + mirror.reason + ")";
+    }
+    li.textContent = text;
+    return li;
+  });
+  $("detail-mirrors").replaceChildren(...items);
 }
 
 /// The file as a bar: each segment's fetched part filled; one segment (a single connection) is the received bytes.
