@@ -26,6 +26,8 @@ public struct DownloadOptions: Codable, Sendable, Equatable {
         var network = NetworkOptions()
         var mirrors: [String] = []
         var pieces: Metalink.Pieces?
+        var preferredName: String?
+        var followedMetalink = false
     }
 
     /// Written only while uniquely referenced (`change`), so sharing it between threads is safe.
@@ -117,6 +119,20 @@ public struct DownloadOptions: Codable, Sendable, Equatable {
         set { change { $0.pieces = newValue } }
     }
 
+    /// For a download into a folder: the name its file takes there instead of the server's (a Metalink's name for
+    /// it), made safe the same way, and `name (1)` … when taken.
+    public var preferredName: String? {
+        get { storage.values.preferredName }
+        set { change { $0.preferredName = newValue } }
+    }
+
+    /// Whether the download's URL answered a Metalink that it now follows: a Metalink that answers with a Metalink
+    /// again is not followed twice.
+    public var followedMetalink: Bool {
+        get { storage.values.followedMetalink }
+        set { change { $0.followedMetalink = newValue } }
+    }
+
     /// The URL of server `index` of a download whose own URL is `own`: 0 is `own`, then the mirrors in order.
     func server(_ index: Int, own: String) -> String {
         index > 0 && index <= mirrors.count ? mirrors[index - 1] : own
@@ -165,7 +181,7 @@ public struct DownloadOptions: Codable, Sendable, Equatable {
     private enum CodingKeys: String, CodingKey {
         case headers, userAgent, checksum, overwrite, continuePartial, idleTimeoutSeconds
         case maximumAttemptsWithoutProgress, computesSHA256, maxConnectionsPerDownload, minimumSplitSize, tls, network
-        case mirrors, pieces
+        case mirrors, pieces, preferredName, followedMetalink
     }
 
     /// Decodes stored options; fields added after a record was written take their defaults.
@@ -190,6 +206,8 @@ public struct DownloadOptions: Codable, Sendable, Equatable {
         network = try container.decodeIfPresent(NetworkOptions.self, forKey: .network) ?? NetworkOptions()
         mirrors = try container.decodeIfPresent([String].self, forKey: .mirrors) ?? []
         pieces = try container.decodeIfPresent(Metalink.Pieces.self, forKey: .pieces)
+        preferredName = try container.decodeIfPresent(String.self, forKey: .preferredName)
+        followedMetalink = try container.decodeIfPresent(Bool.self, forKey: .followedMetalink) ?? false
     }
 
     /// Encodes every field, as the synthesised encoding of the former stored properties did.
@@ -210,6 +228,8 @@ public struct DownloadOptions: Codable, Sendable, Equatable {
         try container.encode(values.network, forKey: .network)
         if !values.mirrors.isEmpty { try container.encode(values.mirrors, forKey: .mirrors) }
         try container.encodeIfPresent(values.pieces, forKey: .pieces)
+        try container.encodeIfPresent(values.preferredName, forKey: .preferredName)
+        if values.followedMetalink { try container.encode(true, forKey: .followedMetalink) }
     }
 }
 

@@ -193,7 +193,18 @@ extension HaulCommand {
                 }
             }
             // One wait for the whole batch (a shutdown by a signal ends it too).
-            let results = await manager.results(of: ids.map(\.1))
+            var results = await manager.results(of: ids.map(\.1))
+            // A URL that answered a Metalink of several files: the others were added as downloads of their own.
+            var followed: [(String, DownloadID)] = []
+            for (_, id) in ids {
+                for file in await manager.filesFollowed(from: id) {
+                    followed.append(((try? await manager.snapshot(file))?.url ?? file.rawValue, file))
+                }
+            }
+            if !followed.isEmpty, signals.received == nil {
+                ids += followed
+                results += await manager.results(of: followed.map(\.1))
+            }
             for ((url, _), result) in zip(ids, results) {
                 if case .failure = result, signals.received != nil { break }
                 outcomes.append((url, result))

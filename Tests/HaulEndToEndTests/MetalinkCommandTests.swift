@@ -73,4 +73,40 @@ struct MetalinkCommandTests {
         #expect(try servers[0].requests().isEmpty)
         #expect(workspace.contents("one.bin") == nil)
     }
+
+    @Test("a URL answering a Metalink is followed: each file it describes lands under its name, from its mirrors")
+    func followsURL() async throws {
+        let workspace = try Workspace()
+        defer { workspace.remove() }
+        let body = testBytes(12 << 20, seed: 23)
+        let notes = Array("release notes\n".utf8)
+        let (nginx, servers) = try await MirrorTests.serve(
+            [body, body], in: workspace, rate: "4m",
+            http: "types { application/metalink4+xml meta4; application/octet-stream bin; }")
+        defer { nginx.stop() }
+        _ = FileManager.default.createFile(atPath: servers[0].root + "/notes.txt", contents: Data(notes))
+        var document = Self.metalink(
+            body, name: "release.iso", urls: [servers[0].url, servers[1].url], pieceLength: 1 << 20)
+        let second = """
+              <file name="NOTES.txt">
+                <size>\(notes.count)</size>
+                <hash type="sha-256">\(Self.hex(SHA256.hash(data: notes)))</hash>
+                <url>http://127.0.0.1:\(servers[0].port)/notes.txt</url>
+              </file>
+            </metalink>
+            """
+        document = document.replacingOccurrences(of: "</metalink>", with: second)
+        try document.write(toFile: servers[0].root + "/release.meta4", atomically: true, encoding: .utf8)
+        let run = try await HaulProcess.run(
+            [
+                "get", "http://127.0.0.1:\(servers[0].port)/release.meta4", "-d", workspace.files, "-x", "2",
+                "--min-split-size", "1M",
+            ], in: workspace)
+        #expect(run.status == 0, "\(run.stderr)")
+        #expect(workspace.holds("release.iso", body))
+        #expect(workspace.holds("NOTES.txt", notes))
+        #expect(workspace.contents("release.meta4") == nil, "the Metalink itself is not saved")
+        // Both servers served a share of the file the Metalink names.
+        #expect(try servers[1].bytesSent() > 1 << 20)
+    }
 }

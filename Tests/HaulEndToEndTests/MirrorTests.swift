@@ -28,11 +28,11 @@ struct MirrorTests {
     }
 
     /// Starts one nginx with a server for each of `files`, serving it as `file.bin` at `rate` a connection.
-    static func serve(_ files: [[UInt8]], in workspace: Workspace, rate: String = "2m") async throws -> (
-        ServerProcess, [Server]
-    ) {
+    static func serve(_ files: [[UInt8]], in workspace: Workspace, rate: String = "2m", http: String = "") async throws
+        -> (ServerProcess, [Server])
+    {
         var servers: [Server] = []
-        var blocks = "log_format sent '$status \"$http_range\" $body_bytes_sent';\n"
+        var blocks = http + "\nlog_format sent '$status \"$http_range\" $body_bytes_sent';\n"
         for (index, bytes) in files.enumerated() {
             let root = workspace.root + "/www\(index)"
             try FileManager.default.createDirectory(atPath: root, withIntermediateDirectories: true)

@@ -230,7 +230,7 @@ extension DownloadManager {
             switch outcome {
             case .completed(let result): finish(id, with: .success(result))
             case .failed(let error): finish(id, with: .failure(error))
-            case .stopped: break
+            case .stopped, .metalink: break
             }
             return
         }
@@ -257,7 +257,21 @@ extension DownloadManager {
             try? persist(record)
             if record.notice != nil { deliverNotice(of: record, after: nil) }
             finish(id, with: .failure(error))
-        case .stopped, .failed:
+        case .metalink(let metalink) where reason == nil:
+            do {
+                let others = try follow(metalink, record: &record)
+                settle(&record, on: .interruptedByExit)
+                try? persist(record)
+                if !others.isEmpty {
+                    followUps[id] = Task { (try? await self.add(others))?.map(\.id) ?? [] }
+                }
+            } catch {
+                settle(&record, on: .failedPermanently)
+                record.error = error
+                try? persist(record)
+                finish(id, with: .failure(error))
+            }
+        case .stopped, .failed, .metalink:
             switch reason {
             case .cancel:
                 keep(record)

@@ -71,6 +71,8 @@ public actor DownloadManager {
     var downloadLimiters: [String: RateLimiter] = [:]
     var stopReasons: [String: StopReason] = [:]
     var sessionIDs: Set<String> = []
+    /// The downloads added for the other files of a Metalink a download's URL answered, by that download.
+    var followUps: [String: Task<[DownloadID], Never>] = [:]
     var results: [String: DownloadResult] = [:]
     var errors: [String: DownloadError] = [:]
     /// A fleet's worker: the downloads whose ends it took in, oldest first; `results` and `errors` keep those of the

@@ -84,10 +84,12 @@ extension DownloadRunner {
         guard let folder else {
             throw DownloadError(.fileSystem, "download \(id) has no folder open")
         }
-        let name = FileNameSanitizer.name(
-            contentDisposition: response.head.value("Content-Disposition"),
-            finalURLPath: response.finalURL.path
-        )
+        let name =
+            options.preferredName.map(FileNameSanitizer.sanitize)
+            ?? FileNameSanitizer.name(
+                contentDisposition: response.head.value("Content-Disposition"),
+                finalURLPath: response.finalURL.path
+            )
         try await claimName(name, in: folder, from: 0)
     }
 
@@ -230,5 +232,34 @@ extension DownloadRunner {
             }
         }
         throw DownloadError(.destinationExists, "no free name for \(name) in \(folder.path)")
+    }
+}
+
+extension DownloadRunner {
+    /// The largest Metalink document read from an answer.
+    static let largestMetalink = 8 << 20
+
+    /// Whether an answer is a Metalink document (RFC 5854's type, or Metalink 3's), which the download follows as
+    /// aria2 does by default (`--follow-metalink`).
+    static func isMetalink(_ head: ResponseHead) -> Bool {
+        guard head.status == 200, let type = head.value("Content-Type") else { return false }
+        let media = type.split(separator: ";").first.map { $0.trimmingCharacters(in: .whitespaces).lowercased() }
+        return media == "application/metalink4+xml" || media == "application/metalink+xml"
+    }
+
+    /// Reads the Metalink of an answer's body, at most `largestMetalink` bytes, and parses it.
+    func readMetalink(_ response: TransportResponse) async throws -> Metalink {
+        var bytes: [UInt8] = []
+        for try await chunk in response.body {
+            bytes += chunk.readableBytesView
+            guard bytes.count <= Self.largestMetalink else {
+                throw DownloadError(
+                    .invalidResponse,
+                    "\(source) answered a Metalink larger than \(Self.largestMetalink >> 20) MiB; it is not followed")
+            }
+        }
+        do { return try Metalink.parse(String(decoding: bytes, as: UTF8.self)) } catch {
+            throw DownloadError(.invalidResponse, "\(source) answered a Metalink that cannot be read: \(error.message)")
+        }
     }
 }

@@ -81,6 +81,8 @@ enum RunOutcome: Sendable {
     case failed(DownloadError)
     /// Stopped by cancellation (pause, cancel, shutdown) after flushing the exact offset.
     case stopped
+    /// The URL answered this Metalink: nothing was written, and the download is to follow it.
+    case metalink(Metalink)
 }
 
 /// Runs one download from the manager's record to a completed file, a failure, or a clean stop, by performing the
@@ -118,6 +120,8 @@ final class DownloadRunner {
     var nextGeneration: UInt64 = 0
     /// The checkpoint in flight: its sync and store run off the loop.
     var checkpoint: Task<Void, Never>?
+    /// The Metalink the URL answered, once read.
+    var metalink: Metalink?
     /// The checks of pieces, one after the other, off the loop.
     var pieceChecks: Task<Void, Never>?
     /// Ticks every millisecond while the machine measures its connections (`wantsFastTicks`).
@@ -229,7 +233,9 @@ final class DownloadRunner {
                 actions.lazy.compactMap { if case .end(let ending) = $0 { ending } else { nil } }.first
                 ?? .stopped(.leave)
         }
-        return await end(ending, &iterator)
+        let outcome = await end(ending, &iterator)
+        if let metalink, case .stopped = outcome { return .metalink(metalink) }
+        return outcome
     }
 
     static func isCancellation(_ error: any Error) -> Bool {
@@ -399,6 +405,14 @@ final class DownloadRunner {
         case .stream(let id, let body):
             guard let answer = connections[id]?.answer else { return [] }
             connections[id]?.answer = nil
+            if part == nil, Self.isMetalink(answer.response.head), !options.followedMetalink,
+                connections[id]?.source == 0
+            {
+                // The URL answers a Metalink: read it (it is small), and the run ends for the download to follow it.
+                defer { answer.take.resume(returning: nil) }
+                metalink = try await readMetalink(answer.response)
+                return machine.stop()
+            }
             do {
                 try await prepareBody(answer.response, source: connections[id]?.source ?? 0)
             } catch {
