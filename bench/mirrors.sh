@@ -3,7 +3,8 @@
 # limit_rate 2m, as public mirrors often cap), a 64 MiB file. Interleaved rounds; medians of wall time, CPU time and
 # peak memory, every round's wall time, and the ratios:
 #   haul -x 4 from one server; haul -x 4 --mirror … from three (each server up to 4 connections);
-#   aria2c -x4 -s4 -k1M from one; aria2c -x4 -s12 -k1M from the same three URIs.
+#   aria2c -x4 -s4 -k1M from one; aria2c -x12 -s12 -k1M from the same three URIs (aria2 counts -x per host, and the
+#   three servers share 127.0.0.1: -x4 would hold it to four connections in all).
 # Also what the three servers sent in all for haul's runs, against the file's size: bytes a connection had on its
 # way when its segment's end moved, and the 64 KiB samples, are sent but not kept.
 #
@@ -95,7 +96,7 @@ for round in $(seq 1 "$rounds"); do
     sent >> "$work/waste.txt"
     timed aria2c -x4 -s4 -k1M -q --allow-overwrite=true --auto-file-renaming=false -d "$work/out" -o 64m.bin \
         "${urls[0]}" >> "$work/aria1.txt"
-    timed aria2c -x4 -s12 -k1M -q --allow-overwrite=true --auto-file-renaming=false -d "$work/out" -o 64m.bin \
+    timed aria2c -x12 -s12 -k1M -q --allow-overwrite=true --auto-file-renaming=false -d "$work/out" -o 64m.bin \
         "${urls[@]}" >> "$work/aria3.txt"
 done
 echo "haul $("$haul" --version), aria2c $(aria2c --version | head -1 | cut -d' ' -f3), $(nproc) cores, $rounds rounds, 64 MiB at 2 MB/s a connection"

@@ -25,16 +25,16 @@ extension PostgresStore {
     ///
     /// With `folders` (the worker's allowed folders), a download confined to allowed folders (added over the
     /// network) is claimed only when it lies in one of them: a worker never takes what it may not write.
-    public func claim(worker: String, limit: Int, for duration: Duration, within folders: [String] = [])
-        throws(DownloadError) -> [Claim]
-    {
+    public func claim(
+        worker: String, limit: Int, for duration: Duration, within folders: [String] = [], fleetTotal: Int? = nil
+    ) throws(DownloadError) -> [Claim] {
         guard limit > 0 else { return [] }
         // How many it may take (the fleet's total counts every live lease), asked first: the claim's LIMIT is then a
         // value the planner sees, and it walks the queue-order index for that many rows. With the LIMIT a subquery,
         // it planned for an unknown share of the queue and sorted the whole queue at every claim.
         let roomQuery: PostgresQuery = """
             SELECT LEAST(\(limit), GREATEST(0, COALESCE(
-                (SELECT value::bigint FROM setting WHERE name = 'fleetJobs')
+                \(fleetTotal)::bigint, (SELECT value::bigint FROM setting WHERE name = 'fleetJobs')
                     - (SELECT count(*) FROM download WHERE lease IS NOT NULL AND "leaseExpires" >= now()),
                 \(limit))))::bigint
             """
@@ -159,8 +159,11 @@ extension PostgresStore {
 
     // MARK: This worker's leases
 
-    public func claim(limit: Int, within folders: [String]) throws(DownloadError) -> [DownloadRecord] {
-        let claims = try claim(worker: worker, limit: limit, for: leaseDuration, within: folders)
+    public func claim(limit: Int, within folders: [String], fleetTotal: Int?) throws(DownloadError)
+        -> [DownloadRecord]
+    {
+        let claims = try claim(
+            worker: worker, limit: limit, for: leaseDuration, within: folders, fleetTotal: fleetTotal)
         held.withLock { held in
             for claim in claims { held[claim.record.id] = claim.lease }
         }

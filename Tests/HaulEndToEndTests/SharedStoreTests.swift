@@ -291,6 +291,30 @@ struct SharedStoreTests {
         for worker in workers { _ = await worker.stop(SIGTERM) }
     }
 
+    @Test("a schedule's jobs=3 in a fleet is the fleet's total: three workers of -j 4, never more than 3 at once")
+    func scheduleFleetTotal() async throws {
+        let fleet = try await Fleet()
+        let (web, shared) = (fleet.web, fleet.shared)
+        let bodies = (0..<15).map { testBytes(256 << 10, seed: UInt64(400 + $0)) }
+        for (index, body) in bodies.enumerated() {
+            web.serve("/\(index).bin", .init(body: body, bytesPerSecond: 512 << 10))
+        }
+        var workers: [DaemonProcess] = []
+        for name in ["a", "b", "c"] {
+            // A rule of no days and no hours holds always.
+            workers.append(try await fleet.worker(name, ["-j", "4", "-x", "1", "--schedule", "jobs=3"]))
+        }
+        let ids = try await workers[0].add(bodies.indices.map { web.url("/\($0).bin") }, into: shared.files)
+        for id in ids {
+            let finished = try await workers[2].waitUntilStopped(id)
+            #expect(finished["state"] as? String == "completed", "\(finished)")
+        }
+        for (index, body) in bodies.enumerated() { #expect(shared.holds("\(index).bin", body), "file \(index)") }
+        #expect(web.peakConnections <= 3, "\(web.peakConnections) at once")
+        #expect(web.peakConnections >= 2, "more than one worker's downloads ran: \(web.peakConnections) at most")
+        for worker in workers { _ = await worker.stop(SIGTERM) }
+    }
+
     @Test(
         "--max-connections-per-host 4 with three workers of -j 4 and -x 4: the server never sees more than 4 connections at once, and all complete"
     )

@@ -18,9 +18,12 @@ extension DownloadManager {
         isClaiming = true
         let logger = configuration.logger
         let folders = allowedFolders.roots.flatMap(\.names)
+        let total = fleetJobsInForce
         Task {
             let claimed: [DownloadRecord]
-            do { claimed = try await Blocking.run { try leasing.claim(limit: free, within: folders) } } catch {
+            do {
+                claimed = try await Blocking.run { try leasing.claim(limit: free, within: folders, fleetTotal: total) }
+            } catch {
                 logger.error("cannot claim downloads: \((error as? DownloadError)?.message ?? "\(error)")")
                 claimed = []
             }

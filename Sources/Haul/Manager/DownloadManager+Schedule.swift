@@ -6,8 +6,15 @@ extension DownloadManager {
     /// Downloads transferring at once now: the settings', or the schedule's rule in force (0 while it pauses).
     var jobLimit: Int {
         guard let scheduleEffect else { return settings.maxConcurrentDownloads }
-        return scheduleEffect.pauses ? 0 : scheduleEffect.jobs ?? settings.maxConcurrentDownloads
+        if scheduleEffect.pauses { return 0 }
+        // In a fleet, `jobs=` is the fleet's total (`fleetJobsInForce`); each worker keeps its own `-j`.
+        if leasing != nil { return settings.maxConcurrentDownloads }
+        return scheduleEffect.jobs ?? settings.maxConcurrentDownloads
     }
+
+    /// In a fleet, the schedule's `jobs=` in force: the downloads the whole fleet runs at once (nil: the stored
+    /// `--fleet-jobs`, if any).
+    var fleetJobsInForce: Int? { leasing != nil ? scheduleEffect?.jobs : nil }
 
     /// The limit on all downloads together now: the settings', or the schedule's rule in force.
     var rateInForce: Int64? { scheduleEffect?.rate ?? settings.rateLimit }

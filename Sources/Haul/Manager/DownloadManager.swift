@@ -180,9 +180,11 @@ public actor DownloadManager {
         }
     }
 
-    /// Starts the downloads the store holds as queued (when `startsStoredDownloads`). Call once after `init`.
+    /// Starts the downloads the store holds as queued (when `startsStoredDownloads`), under the schedule's rules in
+    /// force now. Call once after `init`.
     public func start() throws(DownloadError) {
         deliverStoredNotices()
+        checkSchedule()
         try schedule()
     }
 

@@ -46,8 +46,9 @@ public protocol LeasingStore: DownloadStoring {
     var leaseDuration: Duration { get }
     /// Claims up to `limit` downloads for this worker, in queue order: queued ones, and those whose holder's lease
     /// expired, whose prerequisites completed, and (for those confined to allowed folders) that lie in one of
-    /// `folders`, this worker's allowed folders. Their later writes are fenced by their leases.
-    func claim(limit: Int, within folders: [String]) throws(DownloadError) -> [DownloadRecord]
+    /// `folders`, this worker's allowed folders. Their later writes are fenced by their leases. The fleet's leases
+    /// together stay within `fleetTotal` (a schedule's `jobs=` in force), else within the stored fleet limit.
+    func claim(limit: Int, within folders: [String], fleetTotal: Int?) throws(DownloadError) -> [DownloadRecord]
     /// Renews every lease this worker holds; returns the downloads whose lease it no longer holds.
     func renewLeases() throws(DownloadError) -> Set<String>
     /// Gives up the lease of `id` once the writes queued before it are committed (queued, in order; a download

@@ -210,6 +210,18 @@ extension TransferMachine {
             // would say.
             return isMirrored ? addConnection(now: now) : takeWork(newConnection(now: now), now: now)
         }
+        if isMirrored, hasWork, isSampleHeld, sources.contains(where: { $0.status.state == .waiting }) {
+            // Each mirror not asked yet is asked at once, whatever the ramp would say: it is another server, whose
+            // connection the others' measure says nothing about.
+            var actions: [Action] = []
+            for _ in sources.indices where sources.contains(where: { $0.status.state == .waiting }) {
+                guard phase == .transferring else { break }
+                let before = connections.count
+                actions += addConnection(now: now)
+                if connections.count == before { break }
+            }
+            return actions
+        }
         let flowing = connections.values.filter { $0.phase == .streaming && $0.isFlowing }.count
         let canAdd = hasWork && (!isMirrored || pickSource() != nil)
         switch ramp.decide(
