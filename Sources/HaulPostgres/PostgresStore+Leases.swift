@@ -34,7 +34,7 @@ extension PostgresStore {
         // it planned for an unknown share of the queue and sorted the whole queue at every claim.
         let roomQuery: PostgresQuery = """
             SELECT LEAST(\(limit), GREATEST(0, COALESCE(
-                \(fleetTotal)::bigint, (SELECT value::bigint FROM setting WHERE name = 'fleetJobs')
+                COALESCE(\(fleetTotal)::bigint, (SELECT value::bigint FROM setting WHERE name = 'fleetJobs'))
                     - (SELECT count(*) FROM download WHERE lease IS NOT NULL AND "leaseExpires" >= now()),
                 \(limit))))::bigint
             """

@@ -408,7 +408,9 @@ struct PostgresStoreTests {
 
         #expect(try b.claim(limit: 1, within: [], fleetTotal: nil).map(\.id) == ["q1"])
         #expect(b.holds("q1"))
-        #expect(try a.claim(limit: 5, within: [], fleetTotal: nil).map(\.id) == ["q1", "q2"], "b's lapsed lease is taken over")
+        #expect(
+            try a.claim(limit: 5, within: [], fleetTotal: nil).map(\.id) == ["q1", "q2"],
+            "b's lapsed lease is taken over")
         #expect(a.holds("q1") && a.holds("q2"))
 
         // b still believes it holds q1: its write is refused, and told as lost once.
