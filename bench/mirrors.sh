@@ -30,33 +30,12 @@ trap cleanup EXIT
 mkdir -p "$work/www" "$work/out" "$work/state"
 head -c $((64 * 1024 * 1024)) /dev/urandom > "$work/www/64m.bin"
 ports=("$(free_port)" "$(free_port)" "$(free_port)")
-servers=""
-for index in 0 1 2; do
-    servers+="server { listen 127.0.0.1:${ports[$index]}; root $work/www; limit_rate 2m; access_log $work/access$index.log sent; }
-"
+# One nginx, three servers: the first is start_nginx's own, the other two beside it in the http block.
+others="log_format sent '\$body_bytes_sent';"
+for index in 1 2; do
+    others+=" server { listen 127.0.0.1:${ports[$index]}; root $work/www; limit_rate 2m; access_log $work/access$index.log sent; }"
 done
-cat > "$work/nginx.conf" <<CONF
-daemon off;
-master_process off;
-worker_processes 1;
-pid $work/nginx.pid;
-error_log $work/nginx-error.log;
-events { worker_connections 256; }
-http {
-    log_format sent '\$body_bytes_sent';
-    sendfile on;
-    client_body_temp_path $work/tmp-body;
-    proxy_temp_path $work/tmp-proxy;
-    fastcgi_temp_path $work/tmp-fastcgi;
-    uwsgi_temp_path $work/tmp-uwsgi;
-    scgi_temp_path $work/tmp-scgi;
-    $servers
-}
-CONF
-nginx -c "$work/nginx.conf" -p "$work" &
-nginx_pid=$!
-disown "$nginx_pid"
-for _ in $(seq 100); do curl -s -o /dev/null "http://127.0.0.1:${ports[2]}/" && break; sleep 0.05; done
+start_nginx "$work" "${ports[0]}" "limit_rate 2m; access_log $work/access0.log sent;" "$others"
 urls=()
 for port in "${ports[@]}"; do urls+=("http://127.0.0.1:$port/64m.bin"); done
 sync
