@@ -28,6 +28,7 @@ public struct DownloadOptions: Codable, Sendable, Equatable {
         var pieces: Metalink.Pieces?
         var preferredName: String?
         var followedMetalink = false
+        var expectedLength: Int64?
     }
 
     /// Written only while uniquely referenced (`change`), so sharing it between threads is safe.
@@ -126,6 +127,13 @@ public struct DownloadOptions: Codable, Sendable, Equatable {
         set { change { $0.preferredName = newValue } }
     }
 
+    /// The file's length when it is known before the first answer (a Metalink's `<size>`): an answer with another
+    /// length ends the run before any byte of it is written.
+    public var expectedLength: Int64? {
+        get { storage.values.expectedLength }
+        set { change { $0.expectedLength = newValue } }
+    }
+
     /// Whether the download's URL answered a Metalink that it now follows: a Metalink that answers with a Metalink
     /// again is not followed twice.
     public var followedMetalink: Bool {
@@ -181,7 +189,7 @@ public struct DownloadOptions: Codable, Sendable, Equatable {
     private enum CodingKeys: String, CodingKey {
         case headers, userAgent, checksum, overwrite, continuePartial, idleTimeoutSeconds
         case maximumAttemptsWithoutProgress, computesSHA256, maxConnectionsPerDownload, minimumSplitSize, tls, network
-        case mirrors, pieces, preferredName, followedMetalink
+        case mirrors, pieces, preferredName, followedMetalink, expectedLength
     }
 
     /// Decodes stored options; fields added after a record was written take their defaults.
@@ -208,6 +216,7 @@ public struct DownloadOptions: Codable, Sendable, Equatable {
         pieces = try container.decodeIfPresent(Metalink.Pieces.self, forKey: .pieces)
         preferredName = try container.decodeIfPresent(String.self, forKey: .preferredName)
         followedMetalink = try container.decodeIfPresent(Bool.self, forKey: .followedMetalink) ?? false
+        expectedLength = try container.decodeIfPresent(Int64.self, forKey: .expectedLength)
     }
 
     /// Encodes every field, as the synthesised encoding of the former stored properties did.
@@ -230,6 +239,7 @@ public struct DownloadOptions: Codable, Sendable, Equatable {
         try container.encodeIfPresent(values.pieces, forKey: .pieces)
         try container.encodeIfPresent(values.preferredName, forKey: .preferredName)
         if values.followedMetalink { try container.encode(true, forKey: .followedMetalink) }
+        try container.encodeIfPresent(values.expectedLength, forKey: .expectedLength)
     }
 }
 

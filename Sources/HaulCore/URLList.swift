@@ -18,6 +18,8 @@ public enum URLList {
         public var pieces: Metalink.Pieces?
         /// Its name in the folder (a Metalink's), instead of the server's.
         public var name: String?
+        /// Its length (a Metalink's).
+        public var size: Int64?
 
         /// Makes an entry.
         public init(
@@ -35,6 +37,7 @@ public enum URLList {
         public init(_ plan: Metalink.File.Plan) {
             self.init(
                 url: plan.url, mirrors: plan.mirrors, checksum: plan.checksum, pieces: plan.pieces, name: plan.name)
+            size = plan.size
         }
     }
 

@@ -170,6 +170,7 @@ extension HaulCommand {
                 var options = options
                 options.mirrors = entry.mirrors
                 options.pieces = entry.pieces
+                options.expectedLength = entry.size
                 if let checksum = entry.checksum { options.checksum = checksum }
                 // A Metalink names its files: each goes into the folder under that name (-o names the one file).
                 let named = entry.name.map { DownloadManager.Destination.file(folderPath + "/" + $0) }

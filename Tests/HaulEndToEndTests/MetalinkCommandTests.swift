@@ -109,4 +109,27 @@ struct MetalinkCommandTests {
         // Both servers served a share of the file the Metalink names.
         #expect(try servers[1].bytesSent() > 1 << 20)
     }
+
+    @Test("a server whose file has another length than the Metalink's size: the run ends at its first answer")
+    func sizeDisagrees() async throws {
+        let workspace = try Workspace()
+        defer { workspace.remove() }
+        let body = testBytes(1 << 20, seed: 24)
+        let (nginx, servers) = try await MirrorTests.serve([body], in: workspace)
+        defer { nginx.stop() }
+        let file = workspace.root + "/sized.meta4"
+        let document = """
+            <?xml version="1.0" encoding="UTF-8"?>
+            <metalink xmlns="urn:ietf:params:xml:ns:metalink">
+              <file name="sized.bin"><size>\(body.count + 1)</size><url>\(servers[0].url)</url></file>
+            </metalink>
+            """
+        try document.write(toFile: file, atomically: true, encoding: .utf8)
+        let run = try await HaulProcess.run(["get", file, "-d", workspace.files], in: workspace)
+        #expect(run.status == 1)
+        #expect(
+            run.stderr.contains("the server's file is 1048576 bytes, and the Metalink says 1048577"), "\(run.stderr)")
+        #expect(workspace.contents("sized.bin") == nil)
+        #expect(try servers[0].requests().count == 1, "one answer, and no retry")
+    }
 }

@@ -26,6 +26,7 @@ extension DownloadManager {
             own.checksum = plan.checksum
             own.pieces = plan.pieces
             own.preferredName = plan.name
+            own.expectedLength = plan.size
             return own
         }
         let reason =

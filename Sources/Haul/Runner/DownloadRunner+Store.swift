@@ -74,6 +74,12 @@ extension DownloadRunner {
         case .factsLearned(let facts):
             // The machine keeps them; they go to the store with the next report of the transfer (when its body
             // starts, or before the rename).
+            if let expected = options.expectedLength, let total = facts.totalLength, total != expected {
+                throw DownloadError(
+                    .invalidResponse,
+                    "the server's file is \(total) bytes, and the Metalink says \(expected): it is not the file it "
+                        + "describes")
+            }
             if let pieces = options.pieces, let total = facts.totalLength {
                 let count = (total + pieces.length - 1) / pieces.length
                 guard count == Int64(pieces.hashes.count) else {

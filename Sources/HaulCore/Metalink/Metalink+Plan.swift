@@ -12,6 +12,8 @@ extension Metalink.File {
         public var pieces: Metalink.Pieces?
         /// The file's name, made safe for one folder.
         public var name: String
+        /// Its length, when the Metalink gives it.
+        public var size: Int64?
     }
 
     /// The plan for this file, with the checksum the user gave (`--checksum`), if any. One rule for both: a hash of
@@ -35,6 +37,6 @@ extension Metalink.File {
         let mirrors = DownloadRules.distinctMirrors(Array(usable.dropFirst()), of: url).prefix(DownloadRules.mirrors)
         return Plan(
             url: url, mirrors: Array(mirrors), checksum: given ?? strongest, pieces: pieces,
-            name: FileNameSanitizer.sanitize(name))
+            name: FileNameSanitizer.sanitize(name), size: size)
     }
 }
