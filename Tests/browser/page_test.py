@@ -214,7 +214,9 @@ def main():
         until(lambda: row("mirrored.bin") is not None, "the mirrored download's row appears")
         row("mirrored.bin").find_element(By.CSS_SELECTOR, ".name").click()
         until(lambda: driver.find_element(By.ID, "detail-servers").is_displayed(), "the Servers list shows")
-        servers = lambda: [e.text for e in driver.find_elements(By.CSS_SELECTOR, "#detail-mirrors li")]
+        # Read in one script: the list is redrawn as progress arrives, so elements found first may be gone.
+        servers = lambda: driver.execute_script(
+            "return [...document.querySelectorAll('#detail-mirrors li')].map((e) => e.textContent);")
         until(lambda: len(servers()) == 2 and all(": active, " in text and "/s" in text for text in servers()),
               "both servers show active, with their connections and speed", timeout=60)
         expect(servers()[1].startswith(f"http://127.0.0.1:{nginx_port}/slow/big.bin?mirror=2"),
