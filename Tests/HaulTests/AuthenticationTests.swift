@@ -144,6 +144,30 @@ struct AuthenticationTests {
         #expect(after.allSatisfy { $0.headers["authorization"] == nil }, "credentials dropped on another host")
     }
 
+    @Test("a mirror on another host gets none of the download's Authorization, Cookie header or --cookie data")
+    func mirrorGetsNoSecrets() async throws {
+        let h = try await Harness.make()
+        h.server.serve("/m", .init(body: body, bytesPerSecond: 1 << 20))
+        var options = DownloadOptions(maxConnectionsPerDownload: 2, minimumSplitSize: 1 << 20)
+        options.headers = [
+            RequestHeader(name: "Authorization", value: "Bearer secret"),
+            RequestHeader(name: "Cookie", value: "mine=1"),
+        ]
+        options.network.cookies = "lang=en"
+        options.network.usesNetrc = false
+        // The same server under another host name: a mirror on another host.
+        options.mirrors = [h.server.url("/m").absoluteString.replacingOccurrences(of: "127.0.0.1", with: "localhost")]
+        _ = try await h.fetch("/m", options: options)
+        #expect(h.holds("file.bin", body))
+        let requests = h.server.requests(to: "/m")
+        let mirrored = requests.filter { $0.headers["host"]?.hasPrefix("localhost") == true }
+        let own = requests.filter { $0.headers["host"]?.hasPrefix("127.0.0.1") == true }
+        #expect(!mirrored.isEmpty, "the mirror was asked")
+        #expect(mirrored.allSatisfy { $0.headers["authorization"] == nil && $0.headers["cookie"] == nil })
+        #expect(!own.isEmpty && own.allSatisfy { $0.headers["authorization"] == "Bearer secret" })
+        #expect(own.allSatisfy { $0.headers["cookie"] == "mine=1; lang=en" })
+    }
+
     @Test("cookies: --cookie pairs and a cookie file's matching cookies are sent; others are not")
     func cookies() async throws {
         let h = try await Harness.make()
