@@ -46,17 +46,7 @@ extension HaulCommand {
         }
 
         func run() async throws {
-            let list: [URLList.Entry]
-            do {
-                list = try collectURLs(
-                    urls, inputFile: inputFile, mirrors: transfer.mirrors, checksum: transfer.checksum,
-                    output: output != nil)
-            } catch let error
-                as ValidationError
-            {
-                FileHandle.standardError.write(Data("Error: \(error.message)\n".utf8))
-                throw ExitCode(2)
-            }
+            let list = try transfer.entries(urls, inputFile: inputFile, output: output)
             let client = try state.requireDaemon()
             defer { Task { await client.shutdown() } }
             if let directory, client.isLocal { try createFolder(directory) }

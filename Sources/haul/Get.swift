@@ -90,17 +90,7 @@ extension HaulCommand {
         func run() async throws {
             LoggingSystem.bootstrap { label in StandardErrorLogHandler(label: label, level: verbose ? .info : .warning)
             }
-            let list: [URLList.Entry]
-            do {
-                list = try collectURLs(
-                    urls, inputFile: inputFile, mirrors: transfer.mirrors, checksum: transfer.checksum,
-                    output: output != nil)
-            } catch let error
-                as ValidationError
-            {
-                FileHandle.standardError.write(Data("Error: \(error.message)\n".utf8))
-                throw ExitCode(2)
-            }
+            let list = try transfer.entries(urls, inputFile: inputFile, output: output)
             if list.isEmpty {
                 FileHandle.standardError.write(Data("Error: no URL to download\n".utf8))
                 throw ExitCode(2)

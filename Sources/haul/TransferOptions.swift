@@ -299,6 +299,20 @@ struct TransferOptions: ParsableArguments {
     }
 }
 
+extension TransferOptions {
+    /// The files of `haul get` and `haul add`: `collectURLs` with these options' mirrors and checksum; a usage error
+    /// is told and the command exits 2.
+    func entries(_ urls: [String], inputFile: String?, output: String?) throws -> [URLList.Entry] {
+        do {
+            return try collectURLs(
+                urls, inputFile: inputFile, mirrors: mirrors, checksum: checksum, output: output != nil)
+        } catch let error as ValidationError {
+            FileHandle.standardError.write(Data("Error: \(error.message)\n".utf8))
+            throw ExitCode(2)
+        }
+    }
+}
+
 /// The URLs of a command: its arguments, then an input file read by `URLList` (`-` is standard input); each once, in
 /// first-seen order. A line that is not an http or https URL is a usage error that names its line.
 func collectURLs(

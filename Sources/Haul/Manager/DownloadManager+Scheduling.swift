@@ -263,7 +263,13 @@ extension DownloadManager {
                 settle(&record, on: .interruptedByExit)
                 try? persist(record)
                 if !others.isEmpty {
-                    followUps[id] = Task { (try? await self.add(others))?.map(\.id) ?? [] }
+                    followUps[id] = Task {
+                        do throws(BatchError) { return try await self.add(others).map(\.id) } catch {
+                            self.configuration.logger.error(
+                                "\(record.url): cannot add the other files of its Metalink: \(error.error.message)")
+                            return []
+                        }
+                    }
                 }
             } catch {
                 settle(&record, on: .failedPermanently)

@@ -79,18 +79,12 @@ struct Connector: Sendable {
     // MARK: Requests
 
     /// The request for `request`'s server. The download's credentials, its cookies (`--cookie`) and the user's
-    /// `Authorization` and `Cookie` headers are its own host's: a mirror on another host gets none of them (its
-    /// `.netrc` entry and the cookie file's cookies for its domain still apply).
+    /// `Authorization` and `Cookie` headers are its own URL's host's (`TransportRequest.ownHost`): a mirror on another
+    /// host gets none of them (its `.netrc` entry and the cookie file's cookies for its domain still apply).
     func transportRequest(_ request: RangeRequest) throws -> TransportRequest {
-        let target = try url(request.source)
-        var network = options.network
-        var headers = headers(for: request)
-        if request.source != 0, target.host?.lowercased() != (try? url())?.host?.lowercased() {
-            network.credentials = nil
-            network.cookies = nil
-            headers.removeAll { ["authorization", "cookie"].contains($0.name.lowercased()) }
-        }
-        return TransportRequest(url: target, headers: headers, tls: options.tls, network: network)
+        TransportRequest(
+            url: try url(request.source), headers: headers(for: request), tls: options.tls, network: options.network,
+            ownHost: try url().host)
     }
 
     /// The URL of server `index`: 0 the download's own, then its mirrors.

@@ -39,7 +39,8 @@ enum FTPClient {
                         + "(--noproxy \(host), or --proxy \"\")")
             }
         }
-        let credentials = try LiveTransport.credentials(for: url, network: request.network, isOwnHost: true)
+        let credentials = try LiveTransport.credentials(
+            for: url, network: request.network, isOwnHost: url.host?.lowercased() == request.credentialsHost)
         let ftpRequest = try FTPSession.Request(
             url: url, range: request.value("Range"), ifRange: request.value("If-Range"), user: credentials?.user,
             password: credentials?.password)

@@ -12,17 +12,24 @@ public struct TransportRequest: Sendable {
     public var tls: TLSOptions
     /// Proxies, credentials and cookies.
     public var network: NetworkOptions
+    /// The host the download's credentials, `--cookie` data and `Authorization` and `Cookie` headers belong to; nil:
+    /// `url`'s. A request to another host (a mirror's, or a redirect's target) gets none of them.
+    public var ownHost: String?
 
     /// Makes a request.
     public init(
         url: URL, headers: [(name: String, value: String)], tls: TLSOptions = TLSOptions(),
-        network: NetworkOptions = NetworkOptions()
+        network: NetworkOptions = NetworkOptions(), ownHost: String? = nil
     ) {
         self.url = url
         self.headers = headers
         self.tls = tls
         self.network = network
+        self.ownHost = ownHost
     }
+
+    /// `ownHost`, lowercased.
+    var credentialsHost: String? { (ownHost ?? url.host)?.lowercased() }
 
     /// The first value of a header, case-insensitively.
     public func value(_ name: String) -> String? {

@@ -83,8 +83,12 @@ public final class LiveTransport: HTTPTransport {
         if FTPSession.Request.security(scheme: url.scheme ?? "") != nil {
             return try await FTPClient.send(request, environment: environment)
         }
-        let ownHost = request.url.host?.lowercased()
+        let ownHost = request.credentialsHost
         for _ in 0...maximumRedirects {
+            if url.host?.lowercased() != ownHost {
+                // Credentials are for the host they were given for, never for a mirror or a redirect's target.
+                headers.removeAll { ["authorization", "cookie"].contains($0.name.lowercased()) }
+            }
             let response = try await exchange(
                 url: url, headers: headers, tls: request.tls, network: request.network,
                 isOwnHost: url.host?.lowercased() == ownHost, environment: environment)
@@ -101,10 +105,6 @@ public final class LiveTransport: HTTPTransport {
                 let scheme = next.scheme?.lowercased(), scheme == "http" || scheme == "https"
             else {
                 throw DownloadError(.tooManyRedirects, "redirect to an unusable Location '\(location)'")
-            }
-            if next.host?.lowercased() != url.host?.lowercased() {
-                // Credentials are for the host they were given for, never for the one it redirects to.
-                headers.removeAll { ["authorization", "cookie"].contains($0.name.lowercased()) }
             }
             // The redirect's own body is not wanted; dropping the response closes or drains it.
             url = next
