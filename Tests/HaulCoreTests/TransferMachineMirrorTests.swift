@@ -34,14 +34,15 @@ struct MirrorSimulation {
     var onBadPiece: (inout MirrorSimulation) -> Void = { _ in }
 
     init(
-        servers: [Server], connectionsPerSource: Int = 2, minimumSplitSize: Int64 = 4_000, pieceLength: Int64? = nil
+        servers: [Server], connectionsPerSource: Int = 2, minimumSplitSize: Int64 = 4_000, pieceLength: Int64? = nil,
+        rampWindow: Duration = .milliseconds(100)
     ) {
         self.servers = servers
         origin = Array(repeating: -1, count: Int(servers[0].total))
         driver = Driver(
             TransferMachine.Settings(
                 maxConnections: connectionsPerSource * servers.count, minimumSplitSize: minimumSplitSize,
-                overlapLength: 1_000, idleTimeout: .seconds(30), rampWindow: .milliseconds(100),
+                overlapLength: 1_000, idleTimeout: .seconds(30), rampWindow: rampWindow,
                 sources: servers.count, connectionsPerSource: connectionsPerSource, pieceLength: pieceLength))
     }
 
@@ -172,6 +173,18 @@ struct TransferMachineMirrorTests {
         // The sample is compared, never written, and carries no validator: the mirror's own is learned from it.
         #expect(sim.sent[mirror!] == RangeRequest(offset: 99_000, end: 100_000, source: 1))
         #expect(sim.sent.contains { $0.source == 1 && $0.ifRange == "\"b\"" })
+    }
+
+    @Test("the mirrors are asked even when the ramp never adds a second connection to the first server")
+    func mirrorsWithoutRamp() {
+        var sim = MirrorSimulation(
+            servers: [.init(speed: 100, etag: "\"a\""), .init(speed: 100, etag: "\"b\"")], rampWindow: .seconds(3_600))
+        sim.run()
+        #expect(sim.ending == .completed)
+        #expect(sim.served[1, default: 0] > 20_000, "the mirror serves a share")
+        // The sample connection was opened right after the first answer, well before the first server alone would end.
+        let sample = sim.sent.firstIndex { $0.source == 0 && $0.offset == 99_000 }
+        #expect(sample != nil && sample! <= 2)
     }
 
     @Test("a mirror whose file has another size is dropped, saying so; the download goes on without it")

@@ -78,10 +78,11 @@ struct MetalinkCommandTests {
     func followsURL() async throws {
         let workspace = try Workspace()
         defer { workspace.remove() }
-        let body = testBytes(12 << 20, seed: 23)
+        let body = testBytes(8 << 20, seed: 23)
         let notes = Array("release notes\n".utf8)
+        // Slow enough that the mirror, asked once the first server's sample is held, finds work left.
         let (nginx, servers) = try await MirrorTests.serve(
-            [body, body], in: workspace, rate: "4m",
+            [body, body], in: workspace, rate: "1m",
             http: "types { application/metalink4+xml meta4; application/octet-stream bin; }")
         defer { nginx.stop() }
         _ = FileManager.default.createFile(atPath: servers[0].root + "/notes.txt", contents: Data(notes))

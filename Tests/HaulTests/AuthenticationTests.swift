@@ -147,7 +147,8 @@ struct AuthenticationTests {
     @Test("a mirror on another host gets none of the download's Authorization, Cookie header or --cookie data")
     func mirrorGetsNoSecrets() async throws {
         let h = try await Harness.make()
-        h.server.serve("/m", .init(body: body, bytesPerSecond: 1 << 20))
+        // Slow enough that work is left to split when the mirror may be asked, even on a loaded machine.
+        h.server.serve("/m", .init(body: body, bytesPerSecond: 1 << 19))
         var options = DownloadOptions(maxConnectionsPerDownload: 2, minimumSplitSize: 1 << 20)
         options.headers = [
             RequestHeader(name: "Authorization", value: "Bearer secret"),

@@ -210,6 +210,13 @@ extension TransferMachine {
             // would say.
             return isMirrored ? addConnection(now: now) : takeWork(newConnection(now: now), now: now)
         }
+        if isMirrored, hasWork, !isSampleHeld, connections.count == 1, phase == .transferring,
+            sources.contains(where: { $0.status.state == .waiting })
+        {
+            // The user named other servers: the sample they are checked on is fetched at once, not when the ramp
+            // would add a second connection to the first server (it may never, and then no mirror is ever asked).
+            return addConnection(now: now)
+        }
         if isMirrored, hasWork, isSampleHeld, sources.contains(where: { $0.status.state == .waiting }) {
             // Each mirror not asked yet is asked at once, whatever the ramp would say: it is another server, whose
             // connection the others' measure says nothing about.
