@@ -29,6 +29,7 @@ public struct DownloadOptions: Codable, Sendable, Equatable {
         var preferredName: String?
         var followedMetalink = false
         var expectedLength: Int64?
+        var linkReplaced = false
     }
 
     /// Written only while uniquely referenced (`change`), so sharing it between threads is safe.
@@ -141,6 +142,14 @@ public struct DownloadOptions: Codable, Sendable, Equatable {
         set { change { $0.followedMetalink = newValue } }
     }
 
+    /// Whether the download's URL was replaced (`DownloadManager.replaceURL`) while it held bytes: the new link's first
+    /// answer must show the same strong validator, or the held bytes before each offset are compared, before anything
+    /// is appended; a 200 or other validators lead to that comparison instead of a restart.
+    public var linkReplaced: Bool {
+        get { storage.values.linkReplaced }
+        set { change { $0.linkReplaced = newValue } }
+    }
+
     /// The URL of server `index` of a download whose own URL is `own`: 0 is `own`, then the mirrors in order.
     func server(_ index: Int, own: String) -> String {
         index > 0 && index <= mirrors.count ? mirrors[index - 1] : own
@@ -189,7 +198,7 @@ public struct DownloadOptions: Codable, Sendable, Equatable {
     private enum CodingKeys: String, CodingKey {
         case headers, userAgent, checksum, overwrite, continuePartial, idleTimeoutSeconds
         case maximumAttemptsWithoutProgress, computesSHA256, maxConnectionsPerDownload, minimumSplitSize, tls, network
-        case mirrors, pieces, preferredName, followedMetalink, expectedLength
+        case mirrors, pieces, preferredName, followedMetalink, expectedLength, linkReplaced
     }
 
     /// Decodes stored options; fields added after a record was written take their defaults.
@@ -217,6 +226,7 @@ public struct DownloadOptions: Codable, Sendable, Equatable {
         preferredName = try container.decodeIfPresent(String.self, forKey: .preferredName)
         followedMetalink = try container.decodeIfPresent(Bool.self, forKey: .followedMetalink) ?? false
         expectedLength = try container.decodeIfPresent(Int64.self, forKey: .expectedLength)
+        linkReplaced = try container.decodeIfPresent(Bool.self, forKey: .linkReplaced) ?? false
     }
 
     /// Encodes every field, as the synthesised encoding of the former stored properties did.
@@ -240,6 +250,7 @@ public struct DownloadOptions: Codable, Sendable, Equatable {
         try container.encodeIfPresent(values.preferredName, forKey: .preferredName)
         if values.followedMetalink { try container.encode(true, forKey: .followedMetalink) }
         try container.encodeIfPresent(values.expectedLength, forKey: .expectedLength)
+        if values.linkReplaced { try container.encode(true, forKey: .linkReplaced) }
     }
 }
 

@@ -16,6 +16,8 @@ struct MirrorSimulation {
         var status: Int?
         /// Its bytes here are not the file's (a piece check catches them).
         var wrongBytes: Range<Int64>?
+        /// Answers a request whose `If-Range` is not its ETag with the whole file (200), as RFC 9110 says.
+        var honoursIfRange = false
     }
 
     var driver: Driver
@@ -58,6 +60,9 @@ struct MirrorSimulation {
         let server = servers[request.source]
         if let status = server.status { return Heads.status(status) }
         guard let start = request.rangeStart else { return Heads.ok(server.total, etag: server.etag) }
+        if server.honoursIfRange, let ifRange = request.ifRange, ifRange != server.etag {
+            return Heads.ok(server.total, etag: server.etag)
+        }
         if start >= server.total { return Heads.status(416, [("Content-Range", "bytes */\(server.total)")]) }
         let last = min((request.end ?? server.total) - 1, server.total - 1)
         return Heads.partial(start, last, of: server.total, etag: server.etag)

@@ -264,7 +264,8 @@ final class DownloadRunner {
         var pending = machine.start(
             TransferMachine.Start(
                 partLength: try part?.length(), durableOffset: record.durableOffset, segments: record.segments,
-                isPartVerified: record.isPartVerified, facts: record.remoteFacts),
+                isPartVerified: record.isPartVerified, facts: record.remoteFacts,
+                linkReplaced: record.options.linkReplaced),
             now: now())
         while true {
             while !pending.isEmpty {

@@ -2,10 +2,11 @@
 /// `ConnectionRamp` adds connections while they make the download faster.
 extension TransferMachine {
     /// A stored map, restored: each segment continues at its stored offset (bytes past it, or past the part file's
-    /// end, are fetched again). Nil when it cannot be used.
+    /// end, are fetched again); without a strong validator the held bytes are compared first
+    /// (`TransferMachine+Checks`). Nil when it cannot be used.
     mutating func restoreSegments(_ stored: [Segment], start: Start, now: Duration) -> [Action]? {
         guard let partLength = start.partLength, start.isPartVerified, let facts = start.facts,
-            facts.validators.isStrong, facts.isResumable, let total = facts.totalLength
+            facts.isResumable, let total = facts.totalLength
         else { return nil }
         let clamped = stored.map { segment in
             var segment = segment
@@ -25,8 +26,10 @@ extension TransferMachine {
         mode = .segmented(map)
         segmentWritten = map.segments.map(\.offset)
         if isComplete { return finishing(total: total) }
-        if isMirrored { return addConnection(now: now) }
-        return takeWork(newConnection(now: now), now: now)
+        if !facts.validators.isStrong { planHeldChecks(map) }
+        let check = tailUnchecked ? checkTail(now: now) : []
+        if isMirrored { return check + addConnection(now: now) }
+        return check + takeWork(newConnection(now: now), now: now)
     }
 
     /// Whether every segment has every byte written.
@@ -72,8 +75,7 @@ extension TransferMachine {
         }
         let source = connection.source
         let validators = source == 0 ? facts?.validators : sources[source].validators
-        let request = RangeRequest(
-            offset: segment.offset, ifRange: validators?.ifRangeValue, end: segment.end, source: source)
+        let request = segmentRequest(index, map: map, source: source, validators: validators)
         return send(id, request, now: now)
     }
 
@@ -84,8 +86,20 @@ extension TransferMachine {
         guard let connection = connections[id], let known = facts, let end = connection.request.end else {
             return [.discard(id)]
         }
-        let from = connection.request.offset
+        let from = connection.request.rangeStart ?? connection.request.offset
+        let compareUntil = connection.request.offset
         let source = connection.source
+        if source == 0, let sent = connection.request.ifRange, sent != known.validators.ifRangeValue {
+            // Sent with validators forgotten since (a replaced link's): asked again as the rules are now.
+            return [.discard(id)] + resendSegment(id, now: now)
+        }
+        if source == 0 {
+            switch judgeReplacedLink(head) {
+            case .usual: break
+            case .compare: return compareSegments(id, now: now)
+            case .otherFile(let reason): return restart(reason, closing: Array(connections.keys), now: now)
+            }
+        }
         if source != 0 {
             // A mirror's answer is checked against its own version, learned from its sample.
             let own = RemoteFacts(
@@ -93,7 +107,7 @@ extension TransferMachine {
                 isResumable: true)
             switch SegmentValidator().decide(start: from, end: end, head: head, known: own) {
             case .write(let length):
-                return [.stream(id, acceptSegment(id, from: from, length: length))]
+                return [.stream(id, acceptSegment(id, from: from, compareUntil: compareUntil, length: length))]
             case .versionChanged(let reason):
                 return [.discard(id)] + drop(source, reason: "its file changed (\(reason))", now: now)
             case .oneConnection(let reason):
@@ -104,7 +118,7 @@ extension TransferMachine {
         }
         switch SegmentValidator().decide(start: from, end: end, head: head, known: known) {
         case .write(let length):
-            return [.stream(id, acceptSegment(id, from: from, length: length))]
+            return [.stream(id, acceptSegment(id, from: from, compareUntil: compareUntil, length: length))]
         case .versionChanged(let reason):
             // Every segment goes; a 200 carrying the new version is kept as the whole file.
             return restart(
@@ -120,12 +134,12 @@ extension TransferMachine {
         }
     }
 
-    private mutating func acceptSegment(_ id: ConnectionID, from: Int64, length: Int64) -> Body {
-        let body = Body(start: from, compareUntil: from, end: from + length)
+    private mutating func acceptSegment(_ id: ConnectionID, from: Int64, compareUntil: Int64, length: Int64) -> Body {
+        let body = Body(start: from, compareUntil: compareUntil, end: from + length)
         connections[id]?.phase = .streaming
         connections[id]?.bodyStart = from
         connections[id]?.position = from
-        connections[id]?.compareUntil = from
+        connections[id]?.compareUntil = compareUntil
         connections[id]?.end = body.end
         connections[id]?.wasActive = true
         connections[id]?.isFlowing = false
@@ -146,6 +160,13 @@ extension TransferMachine {
                 "connection closed after \(position - connection.bodyStart) of \(end - connection.bodyStart) bytes",
                 isRetryable: true)
             return segmentFailed(id, segment: segment, error: error, now: now, jitter: 1)
+        }
+        if isComplete, tailUnchecked {
+            // Every byte is written, but the held bytes at the end are not compared yet: only that check goes on.
+            let others = connections.keys.filter { connections[$0]?.checksTail != true }.sorted()
+            for other in others { connections[other] = nil }
+            let check = connections.isEmpty ? checkTail(now: now) : []
+            return others.map { .close($0) } + check
         }
         if isComplete {
             // Every byte is written: whatever else is open has nothing left to do.

@@ -3,6 +3,13 @@ extension TransferMachine {
     /// The answer to a request of the one connection.
     mutating func singleAnswer(_ id: ConnectionID, head: ResponseHead, now: Duration) -> [Action] {
         guard let connection = connections[id] else { return [.discard(id)] }
+        switch judgeReplacedLink(head) {
+        case .usual: break
+        case .compare: return compareSingle(id, now: now)
+        case .otherFile(let reason):
+            connections[id] = nil
+            return [.discard(id)] + restart(reason, closing: [], now: now)
+        }
         let request = connection.request
         let held = request.offset
         switch ResponseValidator().decide(request: request, head: head, known: facts, partLength: held) {

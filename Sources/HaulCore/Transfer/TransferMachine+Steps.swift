@@ -93,6 +93,8 @@ extension TransferMachine {
         }
         mode = .single
         segmentWritten = []
+        uncheckedBefore = []
+        tailUnchecked = false
         forgetMirrors()
         pieces = []
         awaitingPieces = nil

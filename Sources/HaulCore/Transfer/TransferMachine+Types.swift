@@ -72,17 +72,20 @@ extension TransferMachine {
         public var isPartVerified: Bool
         /// What is known of the remote file.
         public var facts: RemoteFacts?
+        /// The URL was replaced since `facts` were learned (`TransferMachine+Checks`).
+        public var linkReplaced: Bool
 
         /// Makes a start.
         public init(
             partLength: Int64?, durableOffset: Int64, segments: [Segment]? = nil, isPartVerified: Bool,
-            facts: RemoteFacts?
+            facts: RemoteFacts?, linkReplaced: Bool = false
         ) {
             self.partLength = partLength
             self.durableOffset = durableOffset
             self.segments = segments
             self.isPartVerified = isPartVerified
             self.facts = facts
+            self.linkReplaced = linkReplaced
         }
     }
 

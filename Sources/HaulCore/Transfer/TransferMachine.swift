@@ -62,6 +62,8 @@ public struct TransferMachine: Sendable {
         var source = 0
         /// It fetches the sample range of a mirror not trusted yet: its bytes are compared, never written.
         var isSample = false
+        /// It compares the held bytes at the end of the file (`TransferMachine+Checks`): nothing is written.
+        var checksTail = false
     }
 
     enum Mode: Sendable, Equatable {
@@ -113,6 +115,12 @@ public struct TransferMachine: Sendable {
     var pieceTicket: UInt64 = 0
     /// Every byte is written and the file of this length waits for its pieces' checks.
     var awaitingPieces: Int64?
+    /// Segments whose next request compares the held bytes before their offset (resumed without a strong validator).
+    var uncheckedBefore: Set<Int> = []
+    /// The held bytes at the end of the file are still to be compared.
+    var tailUnchecked = false
+    /// The link was replaced and the new one's first answer has not shown the stored strong validator yet.
+    var linkUnconfirmed = false
 
     /// A machine for one run of a download.
     public init(settings: Settings) {
@@ -162,7 +170,8 @@ public struct TransferMachine: Sendable {
         return actions + checkHeldPieces()
     }
 
-    mutating func begin(_ start: Start, now: Duration) -> [Action] {
+    mutating func begin(_ given: Start, now: Duration) -> [Action] {
+        let start = beginChecks(given)
         phase = .transferring
         facts = start.facts
         isPartVerified = start.isPartVerified
@@ -222,6 +231,7 @@ public struct TransferMachine: Sendable {
             actions.append(.report(.networkReturned))
         }
         if connection.isSample { return actions + sampleAnswer(id, head: head, now: now) }
+        if connection.checksTail { return actions + tailAnswer(id, head: head, now: now) }
         if let segment = connection.segment, case .segmented(let map) = mode {
             return actions + segmentAnswer(id, segment: segment, head: head, map: map, now: now)
         }
@@ -276,8 +286,9 @@ public struct TransferMachine: Sendable {
     /// Counts the bytes `connection` has written, up to its position; returns those new to the file.
     private mutating func count(writtenBy connection: Connection) -> Range<Int64> {
         let position = connection.position
-        if connection.isSample { return 0..<0 }
+        if connection.isSample || connection.checksTail { return 0..<0 }
         if let segment = connection.segment, case .segmented = mode {
+            if position >= connection.compareUntil { uncheckedBefore.remove(segment) }
             let before = segmentWritten[segment]
             segmentWritten[segment] = max(before, position)
             if position > before {
@@ -319,6 +330,7 @@ public struct TransferMachine: Sendable {
             return []
         }
         if connection.isSample { return sampleEnded(id, connection: connection, now: now) }
+        if connection.checksTail { return tailEnded(id, connection: connection, now: now) }
         if let segment = connection.segment, case .segmented = mode {
             return segmentBodyEnded(id, segment: segment, connection: connection, now: now)
         }
@@ -353,6 +365,7 @@ public struct TransferMachine: Sendable {
     ) -> [Action] {
         guard let connection = connections[id], phase == .transferring else { return [] }
         if connection.isSample { return mirrorFailed(id, error, now: now, jitter: jitter) }
+        if connection.checksTail { return tailFailed(id, error, now: now, jitter: jitter) }
         if let segment = connection.segment, case .segmented = mode {
             return segmentFailed(id, segment: segment, error: error, now: now, jitter: jitter)
         }
@@ -364,7 +377,7 @@ public struct TransferMachine: Sendable {
         guard let connection = connections[id], connection.phase == .waiting, phase == .transferring else {
             return []
         }
-        _ = connection
+        if connection.checksTail { return resendTail(id, now: now) }
         if case .segmented = mode {
             return resendSegment(id, now: now)
         }
