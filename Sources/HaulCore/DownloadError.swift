@@ -7,6 +7,7 @@ public struct DownloadError: Error, Sendable, Equatable, CustomStringConvertible
             case connectionFailed, connectionLost, idleTimeout, bodyTooShort, bodyTooLong, tls
             case checksumMismatch, diskFull, fileSystem, destinationExists, destinationNotWritable
             case locked, store, cancelled, retriesExhausted, illegalTransition, notFound, untrustedFile
+            case linkExpired
         }
         private let base: Base
         private init(_ base: Base) { self.base = base }
@@ -61,6 +62,9 @@ public struct DownloadError: Error, Sendable, Equatable, CustomStringConvertible
         public static let illegalTransition = Code(.illegalTransition)
         /// No download with that id.
         public static let notFound = Code(.notFound)
+        /// The URL stopped working for good after bytes came from it, or its server says it expired (a signed,
+        /// temporary link): a new link is needed (`LinkExpiry`).
+        public static let linkExpired = Code(.linkExpired)
 
         public var description: String { base.rawValue }
 

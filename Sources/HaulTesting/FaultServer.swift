@@ -73,6 +73,8 @@ public final class FaultServer: Sendable {
         case partialWithoutRange
         /// Answer this status with these headers and a short text body.
         case status(Int, headers: [String: String])
+        /// Answer this status with this XML body (a presigned URL host's error document).
+        case statusXML(Int, body: String)
         /// Answer 416 with this Content-Range (nil: none).
         case rangeNotSatisfiable(contentRange: String?)
         /// Send the head and this many body bytes, then close (Content-Length framing).
@@ -362,6 +364,12 @@ public final class FaultServer: Sendable {
             return raw(
                 status: status, reason: "Fault",
                 headers: extra.map { ($0.key, $0.value) } + [("Content-Length", "\(body.count)")], body: body)
+        case .statusXML(let status, let text):
+            sent.status = status
+            let body = Array(text.utf8)
+            return raw(
+                status: status, reason: "Fault",
+                headers: [("Content-Type", "application/xml"), ("Content-Length", "\(body.count)")], body: body)
         case .rangeNotSatisfiable(let contentRange):
             sent.status = 416
             var extra = headers

@@ -95,10 +95,11 @@ public final class LiveTransport: HTTPTransport {
             let status = Int(response.status.code)
             guard [301, 302, 303, 307, 308].contains(status), let location = response.headers.first(name: "Location")
             else {
-                let head = ResponseHead(
+                var head = ResponseHead(
                     status: status,
                     headers: response.headers.map { (name: $0.name, value: $0.value) }
                 )
+                if LinkExpiry.readsBody(status: status) { head.errorText = await Self.errorText(of: response) }
                 return TransportResponse(head: head, finalURL: url, body: response.body)
             }
             guard let next = URL(string: location, relativeTo: url)?.absoluteURL,
@@ -110,6 +111,30 @@ public final class LiveTransport: HTTPTransport {
             url = next
         }
         throw DownloadError(.tooManyRedirects, "more than \(maximumRedirects) redirects from \(request.url)")
+    }
+
+    /// The start of an error answer's body, for `LinkExpiry`: at most `LinkExpiry.bodyPrefix` bytes, and nothing from
+    /// a body that does not arrive within five seconds (the download fails on its status then).
+    static func errorText(of response: HTTPClientResponse) async -> String? {
+        await withTaskGroup(of: String?.self) { group in
+            group.addTask {
+                var bytes: [UInt8] = []
+                do {
+                    for try await chunk in response.body {
+                        bytes += chunk.readableBytesView.prefix(LinkExpiry.bodyPrefix - bytes.count)
+                        if bytes.count >= LinkExpiry.bodyPrefix { break }
+                    }
+                } catch {}
+                return String(decoding: bytes, as: UTF8.self)
+            }
+            group.addTask {
+                try? await Task.sleep(for: .seconds(5))
+                return nil
+            }
+            let first = await group.next() ?? nil
+            group.cancelAll()
+            return first
+        }
     }
 
     /// One request to `url` (no redirect followed): through the proxy the rules choose, with the cookies that match,

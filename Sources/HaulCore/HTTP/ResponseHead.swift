@@ -7,6 +7,9 @@ public struct ResponseHead: Sendable, Equatable {
     public var status: Int
     /// Header fields in the order received, names as sent.
     public var headers: [(name: String, value: String)]
+    /// The start of an error answer's body (a 4xx), when the transport read it: a presigned URL's host says there
+    /// that the link expired (`LinkExpiry`).
+    public var errorText: String?
 
     /// Makes a head from its parts.
     public init(status: Int, headers: [(name: String, value: String)] = []) {

@@ -68,7 +68,7 @@ public struct SegmentValidator: Sendable {
         case 300...399:
             return .fail(DownloadError(.tooManyRedirects, "server answered \(head.status) without a usable Location"))
         default:
-            return .fail(.httpStatus(head.status, retryAfter: head.retryAfter))
+            return .fail(LinkExpiry.error(for: head) ?? .httpStatus(head.status, retryAfter: head.retryAfter))
         }
     }
 }

@@ -202,8 +202,20 @@ extension TransferMachine {
         if isMirrored, hasOtherTrustedSource(than: connection.source) {
             return mirrorFailed(id, error, now: now, jitter: jitter)
         }
-        guard error.isRetryable else { return fail(error) }
         let others = connections.keys.filter { $0 != id }.count
+        let streaming = connections.contains { $0.key != id && $0.value.phase == .streaming }
+        if !error.isRetryable, streaming, error.code == .linkExpired || LinkExpiry.statuses.contains(error.status ?? 0)
+        {
+            // The link expired for new requests, but a signed link is checked when asked: the answers streaming go
+            // on and their bytes are kept. The download fails once the last of them ends and its next request meets
+            // the same answer.
+            ramp.serverOverloaded(connections: others)
+            map.release(segment, keepingUpTo: segmentWritten[segment])
+            mode = .segmented(map)
+            connections[id] = nil
+            return [.close(id)]
+        }
+        guard error.isRetryable else { return fail(error) }
         connection.isFlowing = false
         // A 429 or 503 while others run, or a refused connection beside others (an FTP server's 421 "too many
         // connections" is one): the server limits connections. This one closes, and the ramp adds none beyond those

@@ -69,7 +69,7 @@ extension TransferMachine {
         connections.removeAll()
         let fate = partFate
         phase = .done
-        return ids.map { .close($0) } + [.end(.failed(error, fate))]
+        return ids.map { .close($0) } + [.end(.failed(LinkExpiry.afterProgress(error, held: heldBytes), fate))]
     }
 
     /// Starts the download again from 0 on one connection: closes `closing`, empties the part file, forgets what

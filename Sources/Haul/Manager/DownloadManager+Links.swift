@@ -1,0 +1,47 @@
+import Foundation
+import HaulCore
+import Logging
+
+extension DownloadManager {
+    /// Replaces the URL of `id`, keeping the bytes it holds when the new link serves the same file: an expired signed
+    /// link given again, a file that moved. The new link's first answer must show the same length and the stored
+    /// strong validator, or the held bytes before each offset are compared first (`TransferMachine+Checks`); another
+    /// file starts again from 0, and the event says so. Two files are never mixed.
+    ///
+    /// A running download goes on at once from the new link; a failed or cancelled one is queued again (the failure
+    /// was the link's); a paused or queued one keeps its state. A completed download has nothing left to fetch and is
+    /// refused. The mirrors stay.
+    public func replaceURL(_ url: URL, for id: DownloadID) async throws(DownloadError) {
+        try Self.validate(url)
+        var record = try require(id)
+        guard record.state != .completed else {
+            throw DownloadError(.illegalTransition, "\(id.rawValue) is completed: it has no bytes left to fetch")
+        }
+        var resumes = false
+        if let holder = heldElsewhere(id.rawValue) {
+            // Another worker runs it: paused there first, then queued again with the new link.
+            try await forward(.pause, for: id.rawValue, to: holder) { !Self.holdsWork($0.state) }
+            record = try require(id)
+            resumes = record.state == .paused
+        }
+        let held = record.durableOffset
+        record.url = url.absoluteString
+        record.finalURL = nil
+        record.options.linkReplaced = true
+        record.error = nil
+        let kept = held > 0 ? "; the \(held) bytes held are kept if the new link serves the same file" : ""
+        configuration.logger.notice("\(id.rawValue): link replaced\(kept)")
+        if tasks[id.rawValue] != nil {
+            // The catalog's record is what the run's end stores: it ends as queued, and starts again on the new link.
+            try persist(record)
+            _ = await stopRunning(id, because: .exit)
+            return
+        }
+        if resumes || record.state == .failed || record.state == .cancelled {
+            try record.apply(resumes ? .resumeRequested : .retryRequested)
+            return try requeue(&record)
+        }
+        try persist(record)
+        hub.emit(.changed(snapshot(of: record)))
+    }
+}

@@ -1,0 +1,169 @@
+import Foundation
+import Haul
+import HaulCore
+import HaulTesting
+import Synchronization
+import Testing
+
+/// Expired links and their replacement through the manager, against the fault server acting as a host of signed
+/// URLs: each link serves the file until its deadline (a byte count here, so the test needs no clock), then answers
+/// 403 with S3's "Request has expired" document.
+@Suite("Expired links and their replacement", .teardowns)
+struct LinkReplacementTests {
+    let body = testBytes(3_000_000, seed: 36)
+    static let expired = """
+        <?xml version="1.0" encoding="UTF-8"?>
+        <Error><Code>AccessDenied</Code><Message>Request has expired</Message><Expires>2026-11-27T10:00:00Z</Expires>\
+        <ServerTime>2026-11-27T11:00:00Z</ServerTime></Error>
+        """
+
+    /// A signed link to `body`: its first answer breaks after `deadline` bytes; every later request gets 403.
+    static func signed(_ body: [UInt8], etag: String = "\"v1\"", deadline: Int) -> FaultServer.Resource {
+        var resource = FaultServer.Resource(body: body) { index, _ in
+            index == 0 ? .cut(afterBytes: deadline) : .statusXML(403, body: expired)
+        }
+        resource.etag = etag
+        return resource
+    }
+
+    /// Adds `path` on one connection and waits until it fails; returns the manager, the id and the failure.
+    func expire(_ h: Harness, _ path: String, name: String = "file.bin", connections: Int = 1) async throws
+        -> (DownloadManager, DownloadID, DownloadError?)
+    {
+        let manager = try h.manager()
+        var options = DownloadOptions(maxConnectionsPerDownload: connections)
+        options.maximumAttemptsWithoutProgress = 5
+        let id = try await manager.add(h.server.url(path), to: .file(h.path(name)), options: options)
+        var failure: DownloadError?
+        do { _ = try await manager.result(of: id) } catch { failure = error as? DownloadError }
+        return (manager, id, failure)
+    }
+
+    @Test("a 403 after progress ends the download as linkExpired at once, keeping its bytes; S3's body says so too")
+    func expiry() async throws {
+        let h = try await Harness.make()
+        h.server.serve("/old", Self.signed(body, deadline: 1_000_000))
+        let (manager, id, failure) = try await expire(h, "/old")
+        #expect(failure?.code == .linkExpired)
+        #expect(
+            failure?.message.hasPrefix("the link expired: give a new one") == true, "\(String(describing: failure))")
+        // One 403, not a retry loop.
+        #expect(h.server.requests(to: "/old").count == 2)
+        let snapshot = try await manager.snapshot(id)
+        #expect(snapshot.state == .failed && snapshot.receivedBytes == 1_000_000)
+        await manager.shutdown()
+
+        // Expired before a byte came: only the body tells.
+        h.server.serve("/gone", .init(body: body) { _, _ in .statusXML(403, body: Self.expired) })
+        let fresh = try await h.fetchError("/gone", to: "other.bin")
+        #expect(fresh?.code == .linkExpired && fresh?.message.contains("Request has expired") == true)
+        // A plain 403 before any byte stays a 403.
+        h.server.serve("/forbidden", .init(body: body) { _, _ in .status(403, headers: [:]) })
+        #expect(await h.fetchError("/forbidden", to: "third.bin")?.code == .httpStatus)
+    }
+
+    @Test("replaced halfway by a link to the same file: no byte is fetched twice, and the file is identical")
+    func sameFile() async throws {
+        let h = try await Harness.make()
+        h.server.serve("/old", Self.signed(body, deadline: 1_200_000))
+        let (manager, id, failure) = try await expire(h, "/old")
+        #expect(failure?.code == .linkExpired)
+        var fresh = FaultServer.Resource(body: body)
+        fresh.etag = "\"v1\""
+        h.server.serve("/new", fresh)
+        try await manager.replaceURL(h.server.url("/new"), for: id)
+        _ = try await manager.result(of: id)
+        #expect(h.holds("file.bin", body))
+        let sent = h.server.bodyBytesSent(for: "/old") + h.server.bodyBytesSent(for: "/new")
+        #expect(sent == body.count, "every byte sent once: \(sent)")
+        #expect(h.server.requests(to: "/new").first?.range == "bytes=1200000-")
+        #expect(try await manager.snapshot(id).url == h.server.url("/new").absoluteString)
+        await manager.shutdown()
+    }
+
+    @Test("split over several connections and replaced: each segment goes on where it stopped, no byte twice")
+    func segmentedSameFile() async throws {
+        let h = try await Harness.make()
+        let large = testBytes(8_000_000, seed: 37)
+        var old = FaultServer.Resource(body: large, bytesPerSecond: 4_000_000) { index, _ in
+            index < 3 ? .cut(afterBytes: 1_500_000) : .statusXML(403, body: Self.expired)
+        }
+        old.etag = "\"v1\""
+        h.server.serve("/old", old)
+        let manager = try h.manager()
+        let id = try await manager.add(
+            h.server.url("/old"), to: .file(h.path("file.bin")),
+            options: DownloadOptions(maxConnectionsPerDownload: 4, minimumSplitSize: 1 << 20))
+        await #expect(throws: DownloadError.self) { _ = try await manager.result(of: id) }
+        let held = try await manager.snapshot(id)
+        #expect(held.error?.code == .linkExpired && held.receivedBytes > 1_500_000)
+        var fresh = FaultServer.Resource(body: large)
+        fresh.etag = "\"v1\""
+        h.server.serve("/new", fresh)
+        try await manager.replaceURL(h.server.url("/new"), for: id)
+        _ = try await manager.result(of: id)
+        #expect(h.holds("file.bin", large))
+        let sent = h.server.bodyBytesSent(for: "/old") + h.server.bodyBytesSent(for: "/new")
+        #expect(sent == large.count, "every byte sent once: \(sent)")
+        await manager.shutdown()
+    }
+
+    @Test("a new link with another ETag: the bytes before the offset are compared, then kept")
+    func otherValidator() async throws {
+        let h = try await Harness.make()
+        h.server.serve("/old", Self.signed(body, deadline: 1_200_000))
+        let (manager, id, _) = try await expire(h, "/old")
+        var fresh = FaultServer.Resource(body: body)
+        fresh.etag = "\"other-host\""
+        h.server.serve("/new", fresh)
+        try await manager.replaceURL(h.server.url("/new"), for: id)
+        _ = try await manager.result(of: id)
+        #expect(h.holds("file.bin", body))
+        let ranges = h.server.requests(to: "/new").compactMap(\.range)
+        #expect(ranges.contains("bytes=\(1_200_000 - 65_536)-"), "\(ranges)")
+        await manager.shutdown()
+    }
+
+    @Test("a new link to a different file of the same size: the download starts again and says why")
+    func differentFile() async throws {
+        let h = try await Harness.make()
+        h.server.serve("/old", Self.signed(body, deadline: 1_200_000))
+        let (manager, id, _) = try await expire(h, "/old")
+        let other = testBytes(body.count, seed: 99)
+        var fresh = FaultServer.Resource(body: other)
+        fresh.etag = "\"v2\""
+        h.server.serve("/new", fresh)
+        // Every download's events: the stream of a failed one alone would end at once.
+        let events = manager.events()
+        // The restarts told until the download completes.
+        let watcher = Task { () -> [String] in
+            var reasons: [String] = []
+            for await event in events {
+                switch event {
+                case .restarted(id, let reason): reasons.append(reason)
+                case .changed(let snapshot) where snapshot.id == id && snapshot.state == .completed: return reasons
+                default: break
+                }
+            }
+            return reasons
+        }
+        try await manager.replaceURL(h.server.url("/new"), for: id)
+        _ = try await manager.result(of: id)
+        #expect(h.holds("file.bin", other))
+        let reasons = await watcher.value
+        #expect(reasons == ["the bytes held differ from the server's"], "\(reasons)")
+
+        // Another length: said at the first answer.
+        h.server.serve("/old2", Self.signed(body, deadline: 1_200_000))
+        let (second, id2, _) = try await expire(h, "/old2", name: "short.bin")
+        let shorter = Array(body.prefix(2_000_000))
+        var short = FaultServer.Resource(body: shorter)
+        short.etag = "\"v1\""
+        h.server.serve("/short", short)
+        try await second.replaceURL(h.server.url("/short"), for: id2)
+        _ = try await second.result(of: id2)
+        #expect(h.holds("short.bin", shorter))
+        await manager.shutdown()
+        await second.shutdown()
+    }
+}
