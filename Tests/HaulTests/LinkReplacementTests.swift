@@ -81,6 +81,25 @@ struct LinkReplacementTests {
         await manager.shutdown()
     }
 
+    @Test("adding the new link to the same path is the same download with its link replaced")
+    func addedAgain() async throws {
+        let h = try await Harness.make()
+        h.server.serve("/old", Self.signed(body, deadline: 1_000_000))
+        let (manager, id, _) = try await expire(h, "/old")
+        var fresh = FaultServer.Resource(body: body)
+        fresh.etag = "\"v1\""
+        h.server.serve("/new", fresh)
+        let again = try await manager.add(h.server.url("/new"), to: .file(h.path("file.bin")))
+        #expect(again == id)
+        _ = try await manager.result(of: id)
+        #expect(h.holds("file.bin", body))
+        #expect(h.server.bodyBytesSent(for: "/new") == body.count - 1_000_000)
+        // And once more: the same URL and path find it again, completed.
+        #expect(try await manager.add(h.server.url("/new"), to: .file(h.path("file.bin"))) == id)
+        #expect(try await manager.snapshots().count == 1)
+        await manager.shutdown()
+    }
+
     @Test("split over several connections and replaced: each segment goes on where it stopped, no byte twice")
     func segmentedSameFile() async throws {
         let h = try await Harness.make()

@@ -106,6 +106,12 @@ struct Catalog {
         // One lookup of the id, for a new record (an add) as for a known one.
         if let old = boxes.updateValue(Box(record), forKey: record.id)?.record {
             unclaim(old)
+            if old.url != record.url {
+                // A replaced link: an add of the new URL to the same place finds the download.
+                let (before, after) = (Self.target(of: old), Self.target(of: record))
+                if byTarget[before] == record.id { byTarget[before] = nil }
+                byTarget[after] = record.id
+            }
             counts[old.state, default: 0] -= 1
             if old.state == .queued { dequeue(DownloadManager.QueueCursor(old)) }
         } else {
@@ -125,6 +131,9 @@ struct Catalog {
         lastPosition = max(lastPosition, record.queuePosition)
         return record
     }
+
+    /// The downloads that are not cancelled and have `destination`.
+    func claimants(of destination: String) -> Set<String> { destinations[destination] ?? [] }
 
     /// Whether a download other than `id` that is not cancelled has `destination`.
     func isClaimed(_ destination: String, excluding id: String) -> Bool {

@@ -114,6 +114,14 @@ extension DownloadManager {
                     reused[record.id] = record
                     inBatch[key] = record.id
                     added.append(Added(id: DownloadID(record.id), isNew: false))
+                } else if let stale = replaceable(by: key) {
+                    found[stale.id] = stale
+                    var record = stale
+                    try reuse(&record, options: request.options, staysPaused: request.isPaused)
+                    replaceLink(of: &record, with: key.url)
+                    reused[record.id] = record
+                    inBatch[key] = record.id
+                    added.append(Added(id: DownloadID(record.id), isNew: false))
                 } else {
                     var record = record
                     record.queuePosition = lastPosition + Double(fresh.count + 1)

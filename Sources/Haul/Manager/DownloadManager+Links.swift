@@ -24,13 +24,7 @@ extension DownloadManager {
             record = try require(id)
             resumes = record.state == .paused
         }
-        let held = record.durableOffset
-        record.url = url.absoluteString
-        record.finalURL = nil
-        record.options.linkReplaced = true
-        record.error = nil
-        let kept = held > 0 ? "; the \(held) bytes held are kept if the new link serves the same file" : ""
-        configuration.logger.notice("\(id.rawValue): link replaced\(kept)")
+        replaceLink(of: &record, with: url.absoluteString)
         if tasks[id.rawValue] != nil {
             // The catalog's record is what the run's end stores: it ends as queued, and starts again on the new link.
             try persist(record)
@@ -43,5 +37,30 @@ extension DownloadManager {
         }
         try persist(record)
         hub.emit(.changed(snapshot(of: record)))
+    }
+
+    /// Gives `record` the link `url`, whose first answer is checked against the bytes held.
+    func replaceLink(of record: inout DownloadRecord, with url: String) {
+        record.url = url
+        record.finalURL = nil
+        record.options.linkReplaced = true
+        record.error = nil
+        let held = record.durableOffset
+        let kept = held > 0 ? "; the \(held) bytes held are kept if the new link serves the same file" : ""
+        configuration.logger.notice("\(record.id): link replaced\(kept)")
+    }
+
+    /// The unfinished download at the file `key` names under another URL, on one machine: an add of the new URL to
+    /// the same path (`haul get NEW -o PATH`) is that download with its link replaced, not a second download of the
+    /// same file. A running one is not taken over (its run holds the part file).
+    func replaceable(by key: Catalog.Target) -> DownloadRecord? {
+        guard leasing == nil, !key.isFolder, !key.place.isEmpty else { return nil }
+        for id in catalog.claimants(of: key.place).sorted() {
+            guard let record = catalog[id], record.url != key.url, tasks[id] == nil,
+                [.queued, .paused, .failed].contains(record.state)
+            else { continue }
+            return record
+        }
+        return nil
     }
 }
