@@ -11,20 +11,6 @@ import Testing
 @Suite("Expired links and their replacement", .teardowns)
 struct LinkReplacementTests {
     let body = testBytes(3_000_000, seed: 36)
-    static let expired = """
-        <?xml version="1.0" encoding="UTF-8"?>
-        <Error><Code>AccessDenied</Code><Message>Request has expired</Message><Expires>2026-11-27T10:00:00Z</Expires>\
-        <ServerTime>2026-11-27T11:00:00Z</ServerTime></Error>
-        """
-
-    /// A signed link to `body`: its first answer breaks after `deadline` bytes; every later request gets 403.
-    static func signed(_ body: [UInt8], etag: String = "\"v1\"", deadline: Int) -> FaultServer.Resource {
-        var resource = FaultServer.Resource(body: body) { index, _ in
-            index == 0 ? .cut(afterBytes: deadline) : .statusXML(403, body: expired)
-        }
-        resource.etag = etag
-        return resource
-    }
 
     /// Adds `path` on one connection and waits until it fails; returns the manager, the id and the failure.
     func expire(_ h: Harness, _ path: String, name: String = "file.bin", connections: Int = 1) async throws
@@ -42,7 +28,7 @@ struct LinkReplacementTests {
     @Test("a 403 after progress ends the download as linkExpired at once, keeping its bytes; S3's body says so too")
     func expiry() async throws {
         let h = try await Harness.make()
-        h.server.serve("/old", Self.signed(body, deadline: 1_000_000))
+        h.server.serve("/old", FaultServer.Resource.signed(body, deadline: 1_000_000))
         let (manager, id, failure) = try await expire(h, "/old")
         #expect(failure?.code == .linkExpired)
         #expect(
@@ -54,7 +40,8 @@ struct LinkReplacementTests {
         await manager.shutdown()
 
         // Expired before a byte came: only the body tells.
-        h.server.serve("/gone", .init(body: body) { _, _ in .statusXML(403, body: Self.expired) })
+        h.server.serve(
+            "/gone", .init(body: body) { _, _ in .statusXML(403, body: FaultServer.Resource.expiredDocument) })
         let fresh = try await h.fetchError("/gone", to: "other.bin")
         #expect(fresh?.code == .linkExpired && fresh?.message.contains("Request has expired") == true)
         // A plain 403 before any byte stays a 403.
@@ -65,7 +52,7 @@ struct LinkReplacementTests {
     @Test("replaced halfway by a link to the same file: no byte is fetched twice, and the file is identical")
     func sameFile() async throws {
         let h = try await Harness.make()
-        h.server.serve("/old", Self.signed(body, deadline: 1_200_000))
+        h.server.serve("/old", FaultServer.Resource.signed(body, deadline: 1_200_000))
         let (manager, id, failure) = try await expire(h, "/old")
         #expect(failure?.code == .linkExpired)
         var fresh = FaultServer.Resource(body: body)
@@ -84,7 +71,7 @@ struct LinkReplacementTests {
     @Test("adding the new link to the same path is the same download with its link replaced")
     func addedAgain() async throws {
         let h = try await Harness.make()
-        h.server.serve("/old", Self.signed(body, deadline: 1_000_000))
+        h.server.serve("/old", FaultServer.Resource.signed(body, deadline: 1_000_000))
         let (manager, id, _) = try await expire(h, "/old")
         var fresh = FaultServer.Resource(body: body)
         fresh.etag = "\"v1\""
@@ -104,10 +91,8 @@ struct LinkReplacementTests {
     func segmentedSameFile() async throws {
         let h = try await Harness.make()
         let large = testBytes(8_000_000, seed: 37)
-        var old = FaultServer.Resource(body: large, bytesPerSecond: 4_000_000) { index, _ in
-            index < 3 ? .cut(afterBytes: 1_500_000) : .statusXML(403, body: Self.expired)
-        }
-        old.etag = "\"v1\""
+        var old = FaultServer.Resource.signed(large, deadline: 1_500_000, requests: 3)
+        old.bytesPerSecond = 4_000_000
         h.server.serve("/old", old)
         let manager = try h.manager()
         let id = try await manager.add(
@@ -130,7 +115,7 @@ struct LinkReplacementTests {
     @Test("a new link with another ETag: the bytes before the offset are compared, then kept")
     func otherValidator() async throws {
         let h = try await Harness.make()
-        h.server.serve("/old", Self.signed(body, deadline: 1_200_000))
+        h.server.serve("/old", FaultServer.Resource.signed(body, deadline: 1_200_000))
         let (manager, id, _) = try await expire(h, "/old")
         var fresh = FaultServer.Resource(body: body)
         fresh.etag = "\"other-host\""
@@ -146,7 +131,7 @@ struct LinkReplacementTests {
     @Test("a new link to a different file of the same size: the download starts again and says why")
     func differentFile() async throws {
         let h = try await Harness.make()
-        h.server.serve("/old", Self.signed(body, deadline: 1_200_000))
+        h.server.serve("/old", FaultServer.Resource.signed(body, deadline: 1_200_000))
         let (manager, id, _) = try await expire(h, "/old")
         let other = testBytes(body.count, seed: 99)
         var fresh = FaultServer.Resource(body: other)
@@ -173,7 +158,7 @@ struct LinkReplacementTests {
         #expect(reasons == ["the bytes held differ from the server's"], "\(reasons)")
 
         // Another length: said at the first answer.
-        h.server.serve("/old2", Self.signed(body, deadline: 1_200_000))
+        h.server.serve("/old2", FaultServer.Resource.signed(body, deadline: 1_200_000))
         let (second, id2, _) = try await expire(h, "/old2", name: "short.bin")
         let shorter = Array(body.prefix(2_000_000))
         var short = FaultServer.Resource(body: shorter)

@@ -10,9 +10,12 @@ extension DownloadManager {
     ///
     /// A running download goes on at once from the new link; a failed or cancelled one is queued again (the failure
     /// was the link's); a paused or queued one keeps its state. A completed download has nothing left to fetch and is
-    /// refused. The mirrors stay.
-    public func replaceURL(_ url: URL, for id: DownloadID) async throws(DownloadError) {
+    /// refused. The mirrors stay, unless `mirrors` replaces them too.
+    public func replaceURL(_ url: URL, mirrors: [String]? = nil, for id: DownloadID) async throws(DownloadError) {
         try Self.validate(url)
+        if let mirrors {
+            do { try DownloadRules.checkMirrors(mirrors) } catch { throw DownloadError(error, subject: "mirrors") }
+        }
         var record = try require(id)
         guard record.state != .completed else {
             throw DownloadError(.illegalTransition, "\(id.rawValue) is completed: it has no bytes left to fetch")
@@ -25,6 +28,7 @@ extension DownloadManager {
             resumes = record.state == .paused
         }
         replaceLink(of: &record, with: url.absoluteString)
+        if let mirrors { record.options.mirrors = mirrors }
         if tasks[id.rawValue] != nil {
             // The catalog's record is what the run's end stores: it ends as queued, and starts again on the new link.
             try persist(record)
@@ -35,6 +39,15 @@ extension DownloadManager {
             try record.apply(resumes ? .resumeRequested : .retryRequested)
             return try requeue(&record)
         }
+        try persist(record)
+        hub.emit(.changed(snapshot(of: record)))
+    }
+
+    /// Changes the mirrors of `id`, from its next run on (a running download keeps the servers it has).
+    public func setMirrors(_ mirrors: [String], for id: DownloadID) throws(DownloadError) {
+        do { try DownloadRules.checkMirrors(mirrors) } catch { throw DownloadError(error, subject: "mirrors") }
+        var record = try require(id)
+        record.options.mirrors = mirrors
         try persist(record)
         hub.emit(.changed(snapshot(of: record)))
     }

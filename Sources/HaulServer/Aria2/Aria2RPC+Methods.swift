@@ -12,7 +12,9 @@ extension Aria2RPC {
         case "aria2.addTorrent", "aria2.addMetalink", "aria2.getPeers":
             throw Fault("\(method) is not supported: Haul downloads over HTTP(S) and FTP, not BitTorrent or Metalink")
         case "aria2.changeUri":
-            throw Fault("aria2.changeUri is not supported: a Haul download has one URI; add the other one instead")
+            return try await changeURI(
+                params.string(0), file: params.integer(1), deleting: params.strings(2), adding: params.strings(3),
+                at: params.optionalInteger(4))
         case "aria2.remove", "aria2.forceRemove": return try await remove(params.string(0))
         case "aria2.pause", "aria2.forcePause": return try await pause(params.string(0))
         case "aria2.pauseAll", "aria2.forcePauseAll":
@@ -109,6 +111,43 @@ extension Aria2RPC {
         guard !snapshot.state.isTerminal else { throw Fault("Active Download not found for GID#\(gid)") }
         do { try await manager.cancel(snapshot.id) } catch { throw Fault(error.message) }
         return .string(gid)
+    }
+
+    /// `aria2.changeUri`: the download's URIs are its URL and then its mirrors. The deletions come first (each URI
+    /// of `deleting` removes one equal URI), then `adding` goes in at `at` (the end when absent). The first URI
+    /// left is the download's URL: when it changed, the link is replaced and the bytes held are kept if it serves
+    /// the same file (`DownloadManager.replaceURL`). Answers the counts deleted and added, as aria2 does.
+    private func changeURI(_ gid: String, file: Int, deleting: [String], adding: [String], at position: Int?)
+        async throws(Fault) -> JSONValue
+    {
+        let snapshot = try await snapshot(gid)
+        guard file == 1 else { throw Fault("fileIndex is out of range: a Haul download has one file, index 1") }
+        guard snapshot.state != .completed else { throw Fault("GID#\(gid) is complete: it has nothing left to fetch") }
+        var uris = [snapshot.url] + snapshot.options.mirrors
+        var deleted = 0
+        for uri in deleting {
+            guard let index = uris.firstIndex(of: uri) else { continue }
+            uris.remove(at: index)
+            deleted += 1
+        }
+        for uri in adding where (try? DownloadRules.checkURL(uri)) == nil {
+            throw Fault("'\(uri)' is not an http, https or ftp URI")
+        }
+        let place = min(max(position ?? uris.count, 0), uris.count)
+        uris.insert(contentsOf: adding, at: place)
+        guard let first = uris.first, let url = URL(string: first) else {
+            throw Fault("GID#\(gid) would have no URI left")
+        }
+        do {
+            if first != snapshot.url {
+                try await manager.replaceURL(url, mirrors: Array(uris.dropFirst()), for: snapshot.id)
+            } else if Array(uris.dropFirst()) != snapshot.options.mirrors {
+                try await manager.setMirrors(Array(uris.dropFirst()), for: snapshot.id)
+            }
+        } catch {
+            throw Fault(error.message)
+        }
+        return [.integer(Int64(deleted)), .integer(Int64(adding.count))]
     }
 
     private func pause(_ gid: String) async throws(Fault) -> JSONValue {

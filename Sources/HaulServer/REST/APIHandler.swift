@@ -165,7 +165,7 @@ public struct APIHandler: APIProtocol {
         return .ok(.init(body: .json(try await self.update(input.path.id, update, nulls: []))))
     }
 
-    /// Changing a download's priority, connections or rate limit: the operation's one implementation, served by
+    /// Changing a download's priority, connections, rate limit or link: the operation's one implementation, served by
     /// `APIWire` (which sees the fields sent as `null`: `limitRate: null` removes the limit); `updateDownload` is
     /// its generated-type form.
     func update(_ idText: String, _ update: Components.Schemas.DownloadUpdate, nulls: [NullField])
@@ -182,7 +182,19 @@ public struct APIHandler: APIProtocol {
         try APIError.checking("limitRate") { () throws(DownloadRules.RuleViolation) in
             try DownloadRules.checkRate(update.limitRate)
         }
+        var link: URL?
+        if let text = update.url {
+            guard Self.isAcceptedURL(text), let url = URL(string: text), (try? DownloadRules.checkURL(url)) != nil
+            else {
+                throw .invalidField(
+                    "url", "'\(text)' is not an http, https or ftp URL (ASCII host; percent-encode the rest)",
+                    index: nil)
+            }
+            link = url
+        }
         do {
+            // The link first: refused for a completed download, before anything else changed.
+            if let link { try await manager.replaceURL(link, for: id) }
             if let priority = update.priority { try await manager.setPriority(priority.engine, for: id) }
             if let connections = update.connections { try await manager.setConnections(connections, for: id) }
             if let limit = update.limitRate {
@@ -190,6 +202,7 @@ public struct APIHandler: APIProtocol {
             } else if nulls.contains(NullField(name: "limitRate", index: nil)) {
                 try await manager.setRateLimit(nil, for: id)
             }
+
         } catch {
             throw APIError(error)
         }
