@@ -86,14 +86,6 @@ extension HaulCommand {
         func run() async throws { try await target.apply("cancel", done: "cancelled") }
     }
 
-    struct Retry: AsyncParsableCommand {
-        static let configuration = CommandConfiguration(
-            commandName: "retry",
-            abstract: "Queue failed or cancelled downloads of haul serve again.")
-        @OptionGroup var target: Targets
-        func run() async throws { try await target.apply("retry", done: "queued again") }
-    }
-
     /// `haul workers`: the fleet that shares the daemon's store.
     struct Workers: AsyncParsableCommand {
         static let configuration = CommandConfiguration(

@@ -153,6 +153,15 @@ struct DaemonClient: Sendable {
         return download
     }
 
+    /// Gives download `id` the new link `url` (`PATCH` with `url`) and returns it after.
+    func replaceURL(of id: String, with url: String) async throws -> Components.Schemas.Download {
+        let output = try await call {
+            try await api.updateDownload(path: .init(id: id), body: .json(.init(url: url)))
+        }
+        guard let download = try? output.ok.body.json else { throw Self.failure(output) }
+        return download
+    }
+
     func delete(_ id: String, deletingFile: Bool) async throws {
         let output = try await call {
             try await api.deleteDownload(path: .init(id: id), query: .init(deleteFile: deletingFile))

@@ -41,6 +41,11 @@ extension DownloadManager {
         }
         try persist(record)
         hub.emit(.changed(snapshot(of: record)))
+        if record.state == .queued {
+            // A manager that runs only what its process added (`haul retry --url` without a daemon) runs this too.
+            sessionIDs.insert(record.id)
+            try schedule()
+        }
     }
 
     /// Changes the mirrors of `id`, from its next run on (a running download keeps the servers it has).
