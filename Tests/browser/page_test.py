@@ -55,7 +55,10 @@ def start_nginx():
         f.write(os.urandom(6 * 1024 * 1024))
     with open(os.path.join(www, "files", "<img src=x onerror=alert(1)>.bin"), "wb") as f:
         f.write(b"not a picture\n")
-    return testnginx.start_nginx(work, processes, "files/small.bin")
+    # /expired/ answers as an S3 presigned URL past its expiry does.
+    expired = ("location /expired/ { default_type application/xml; return 403 '<?xml version=\"1.0\"?><Error>"
+               "<Code>AccessDenied</Code><Message>Request has expired</Message></Error>'; }")
+    return testnginx.start_nginx(work, processes, "files/small.bin", locations=expired)
 
 
 def start_haul(port):
@@ -226,6 +229,23 @@ def main():
               timeout=60)
         expect(sha256(os.path.join(work, "downloads", "mirrored.bin")) ==
                sha256(os.path.join(work, "www", "slow", "big.bin")), "mirrored.bin is byte-identical")
+
+        step("a link that expired: the panel says so, and Replace link finishes it from a new link")
+        expired = api_post(info, "/downloads", {
+            "url": f"http://127.0.0.1:{nginx_port}/expired/big.bin", "filename": "renewed.bin"})["id"]
+        until(lambda: api(info, "/downloads/" + expired)["state"] == "failed", "the expired link fails")
+        until(lambda: row("renewed.bin") is not None, "its row appears")
+        row("renewed.bin").find_element(By.CSS_SELECTOR, ".name").click()
+        until(lambda: driver.find_element(By.ID, "detail-expired").is_displayed(), "the panel says the link expired")
+        field = driver.find_element(By.ID, "detail-url")
+        field.send_keys(f"http://127.0.0.1:{nginx_port}/files/small.bin?signature=fresh")
+        field.send_keys(Keys.ENTER)
+        until(lambda: api(info, "/downloads/" + expired)["state"] == "completed", "it completes from the new link")
+        expect(api(info, "/downloads/" + expired)["url"].endswith("/files/small.bin?signature=fresh"),
+               "the download has the new link")
+        until(lambda: not driver.find_element(By.ID, "detail-link").is_displayed(),
+              "a completed download has no link to replace")
+        webdriver.ActionChains(driver).send_keys(Keys.ESCAPE).perform()
 
         step("select two rows with a click and a shift-click: the bulk bar counts them")
         row("big.bin").find_element(By.CSS_SELECTOR, ".select").click()

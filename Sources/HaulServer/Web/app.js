@@ -602,6 +602,9 @@ function renderDetail() {
   if (document.activeElement !== $("detail-limit")) {
     $("detail-limit").value = d.limitRate ? Math.round(d.limitRate / 1024) : "";
   }
+  // A new link for a download that is not complete; the panel says so when the old one expired.
+  $("detail-expired").hidden = !(d.error && d.error.code === "linkExpired");
+  $("detail-link").hidden = d.state === "completed";
   const list = $("detail-fields");
   const items = [];
   for (const [key, label] of fieldNames) {
@@ -706,13 +709,16 @@ async function moveBefore(id, targetID, after) {
   }
 }
 
+/// Changes one field of the download in the panel; whether the daemon took it.
 async function update(field, value) {
   const id = state.detailID;
-  if (!id) return;
+  if (!id) return false;
   try {
     await call("PATCH", "/downloads/" + encodeURIComponent(id), { [field]: value });
+    return true;
   } catch (error) {
     report(error);
+    return false;
   }
 }
 
@@ -911,6 +917,11 @@ function wire() {
   }
   $("detail-priority").addEventListener("change", (event) => update("priority", event.target.value));
   $("detail-limit").addEventListener("change", (event) => update("limitRate", limitFromKiB(event.target.value)));
+  $("detail-link").addEventListener("submit", async (event) => {
+    event.preventDefault();
+    const field = $("detail-url");
+    if (await update("url", field.value.trim())) field.value = "";
+  });
   document.addEventListener("keydown", (event) => {
     if (event.key === "Escape" && state.detailID) closeDetail();
     const inField = event.target.closest && event.target.closest("input, textarea, select, dialog");
