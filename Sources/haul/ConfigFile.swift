@@ -35,7 +35,7 @@ struct ConfigFile {
         "store": false, "worker": false, "lease": false, "fleet-jobs": false, "jobs": false, "limit-rate": false,
         "max-connections-per-host": false, "connections": false, "token-file": false, "tls-cert": false,
         "tls-key": false, "log-level": false, "on-complete": true, "on-error": true, "webhook": true,
-        "webhook-secret-file": false, "hook-timeout": false, "schedule": true,
+        "webhook-secret-file": false, "hook-timeout": false, "schedule": true, "refresh-command": false,
     ]
 
     /// The default place: `$XDG_CONFIG_HOME/haul/config.toml`, else `~/.config/haul/config.toml`.

@@ -35,7 +35,15 @@ struct NoticeOptions: ParsableArguments {
     @Option(help: ArgumentHelp("How long a hook may run before it is stopped (default 60s).", valueName: "DURATION"))
     var hookTimeout: String?
 
-    var isEmpty: Bool { onComplete.isEmpty && onError.isEmpty && webhooks.isEmpty }
+    @Option(
+        name: .customLong("refresh-command"),
+        help: ArgumentHelp(
+            "When a download's link expires, run CMD and go on from the URL it prints (its last line that is one), "
+                + "keeping the bytes held: a cloud CLI signing the object again. As --on-complete for its input and "
+                + "environment; once per expiry.", valueName: "CMD"))
+    var refreshCommand: String?
+
+    var isEmpty: Bool { onComplete.isEmpty && onError.isEmpty && webhooks.isEmpty && refreshCommand == nil }
 
     /// Fills what the command line left unset from `config`'s keys.
     mutating func merge(_ config: ConfigFile?) throws {
@@ -47,7 +55,8 @@ struct NoticeOptions: ParsableArguments {
             webhookSecretFile = entry.values.first
         }
         if hookTimeout == nil, let entry = config.entry("hook-timeout") { hookTimeout = entry.values.first }
-        for key in ["on-complete", "on-error", "webhook", "webhook-secret-file", "hook-timeout"] {
+        if refreshCommand == nil, let entry = config.entry("refresh-command") { refreshCommand = entry.values.first }
+        for key in ["on-complete", "on-error", "webhook", "webhook-secret-file", "hook-timeout", "refresh-command"] {
             guard let entry = config.entry(key) else { continue }
             do { _ = try notices() } catch let error as ValidationError {
                 throw config.refusal(entry, error.message)
@@ -63,6 +72,7 @@ struct NoticeOptions: ParsableArguments {
         do {
             notices.onComplete = try onComplete.map { text throws(DownloadError) in try Hook(commandLine: text) }
             notices.onError = try onError.map { text throws(DownloadError) in try Hook(commandLine: text) }
+            notices.refreshLink = try refreshCommand.map { text throws(DownloadError) in try Hook(commandLine: text) }
         } catch { throw ValidationError(error.message) }
         if let hookTimeout {
             guard let timeout = HaulCommand.Serve.parseDuration(hookTimeout) else {

@@ -45,6 +45,22 @@ struct LinkCommandTests {
         #expect(server.bodyBytesSent(for: "/old") + server.bodyBytesSent(for: "/new") == body.count)
     }
 
+    @Test("haul get --refresh-command: the command's URL replaces the expired link, and haul get finishes")
+    func refresh() async throws {
+        let workspace = try Workspace()
+        defer { workspace.remove() }
+        let server = try await Self.serve(body)
+        defer { Task { await server.stop() } }
+        let command = "sh -c 'echo \(server.url("/new").absoluteString)'"
+        let get = try await HaulProcess.run(
+            ["get", server.url("/old").absoluteString, "-o", "file.bin", "-x", "1", "--refresh-command", command],
+            in: workspace)
+        #expect(get.status == 0, "\(get.stderr)")
+        let same = workspace.holds("file.bin", body)
+        #expect(same)
+        #expect(server.bodyBytesSent(for: "/old") + server.bodyBytesSent(for: "/new") == body.count)
+    }
+
     @Test("haul get NEW -o the same path is the same download: it goes on from the bytes held")
     func getAgain() async throws {
         let workspace = try Workspace()

@@ -87,6 +87,50 @@ struct LinkReplacementTests {
         await manager.shutdown()
     }
 
+    @Test("--refresh-command runs once per expiry and the download goes on from each link it prints, no byte twice")
+    func refreshCommand() async throws {
+        let h = try await Harness.make()
+        h.server.serve("/old", FaultServer.Resource.signed(body, deadline: 1_000_000))
+        h.server.serve("/mid", FaultServer.Resource.signed(body, deadline: 500_000))
+        var fresh = FaultServer.Resource(body: body)
+        fresh.etag = "\"v1\""
+        h.server.serve("/new", fresh)
+        let runs = h.folder + "/../refreshes.txt"
+        let (mid, new) = (h.server.url("/mid").absoluteString, h.server.url("/new").absoluteString)
+        // As a cloud CLI would: a line of chatter, then the URL signed again (the next one for each link).
+        let script = """
+            echo "$HAUL_ID $HAUL_URL" >> '\(runs)'; echo "signing again"
+            case "$HAUL_URL" in */old) echo '\(mid)';; */mid) echo '\(new)';; esac
+            """
+        var notices = Notices()
+        notices.refreshLink = try Hook(arguments: ["/bin/sh", "-c", script])
+        let manager = try h.manager()
+        await manager.setNotices(notices)
+        let id = try await manager.add(
+            h.server.url("/old"), to: .file(h.path("file.bin")), options: DownloadOptions(maxConnectionsPerDownload: 1))
+        _ = try await manager.result(of: id)
+        #expect(h.holds("file.bin", body))
+        let lines = try String(contentsOfFile: runs, encoding: .utf8).split(separator: "\n")
+        #expect(lines == ["\(id.rawValue) \(h.server.url("/old"))", "\(id.rawValue) \(mid)"])
+        let sent = ["/old", "/mid", "/new"].reduce(0) { $0 + h.server.bodyBytesSent(for: $1) }
+        #expect(sent == body.count)
+
+        // A command whose link has expired already: it runs once, and the download fails with the expiry.
+        h.server.serve(
+            "/stale", .init(body: body) { _, _ in .statusXML(403, body: FaultServer.Resource.expiredDocument) })
+        h.server.serve("/old2", FaultServer.Resource.signed(body, deadline: 1_000_000))
+        let staleScript = "echo run >> '\(runs)'; echo '\(h.server.url("/stale"))'"
+        notices.refreshLink = try Hook(arguments: ["/bin/sh", "-c", staleScript])
+        await manager.setNotices(notices)
+        let other = try await manager.add(
+            h.server.url("/old2"), to: .file(h.path("other.bin")),
+            options: DownloadOptions(maxConnectionsPerDownload: 1))
+        await #expect(throws: DownloadError.self) { _ = try await manager.result(of: other) }
+        #expect(try await manager.snapshot(other).error?.code == .linkExpired)
+        #expect(try String(contentsOfFile: runs, encoding: .utf8).split(separator: "\n").count == 3)
+        await manager.shutdown()
+    }
+
     @Test("split over several connections and replaced: each segment goes on where it stopped, no byte twice")
     func segmentedSameFile() async throws {
         let h = try await Harness.make()

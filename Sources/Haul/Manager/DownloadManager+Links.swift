@@ -68,6 +68,65 @@ extension DownloadManager {
         configuration.logger.notice("\(record.id): link replaced\(kept)")
     }
 
+    /// Whether `record`, whose run just failed, gets a new link from the refresh command: its link expired, a command
+    /// is set, and the link it gave last time brought bytes (one that expired before any byte came would only loop).
+    func refreshesLink(of record: DownloadRecord) -> Bool {
+        guard notices.refreshLink != nil, record.error?.code == .linkExpired, !isShutDown else { return false }
+        if let before = refreshedAt[record.id], record.durableOffset <= before {
+            configuration.logger.error(
+                "\(record.id): the link the refresh command gave expired before any byte came from it; not again")
+            return false
+        }
+        return true
+    }
+
+    /// Runs the refresh command for `record`'s expired link, once: the last line of its output that is a URL
+    /// replaces the link, and the download goes on keeping its bytes. When the command fails or prints no URL, the
+    /// download is told as failed, as it would have been without one.
+    func refreshLink(of record: DownloadRecord) {
+        guard let hook = notices.refreshLink else { return }
+        refreshedAt[record.id] = record.durableOffset
+        let download = snapshot(of: record)
+        let body = notices.downloadJSON(download)
+        let (timeout, logger, id) = (notices.hookTimeout, configuration.logger, record.id)
+        let context = NoticeDelivery.HookContext(
+            eventID: UUID().uuidString.lowercased(), download: download, event: .failed)
+        refreshTasks[id] = Task { [weak self] in
+            do {
+                let (status, lines) = try await NoticeDelivery.execute(
+                    hook, body: body, context: context, timeout: timeout, logger: logger)
+                guard status == 0 else {
+                    throw DownloadError(.invalidArgument, "the refresh command '\(hook)' exited with \(status)")
+                }
+                let urls = lines.compactMap { line -> URL? in
+                    let text = line.trimmingCharacters(in: .whitespaces)
+                    guard (try? DownloadRules.checkURL(text)) != nil else { return nil }
+                    return URL(string: text)
+                }
+                guard let url = urls.last else {
+                    throw DownloadError(.invalidArgument, "the refresh command '\(hook)' printed no URL")
+                }
+                logger.notice("\(id): the refresh command gave a new link")
+                try await self?.replaceURL(url, for: DownloadID(id))
+                await self?.refreshEnded(id, failure: nil)
+            } catch {
+                await self?.refreshEnded(id, failure: error as? DownloadError)
+            }
+        }
+    }
+
+    /// A refresh ended: when it gave no new link, the download is told as failed with its expiry.
+    private func refreshEnded(_ id: String, failure: DownloadError?) {
+        refreshTasks[id] = nil
+        guard let failure else { return }
+        configuration.logger.error("\(id): \(failure.message)")
+        guard var record = catalog[id], let error = record.error else { return }
+        attachNotice(to: &record, .failed)
+        try? persist(record)
+        if record.notice != nil { deliverNotice(of: record, after: nil) }
+        finish(id, with: .failure(error))
+    }
+
     /// The unfinished download at the file `key` names under another URL, on one machine: an add of the new URL to
     /// the same path (`haul get NEW -o PATH`) is that download with its link replaced, not a second download of the
     /// same file. A running one is not taken over (its run holds the part file).

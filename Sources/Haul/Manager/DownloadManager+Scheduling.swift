@@ -253,10 +253,16 @@ extension DownloadManager {
         case .failed(let error) where reason == nil:
             settle(&record, on: .failedPermanently)
             record.error = error
-            attachNotice(to: &record, .failed)
-            try? persist(record)
-            if record.notice != nil { deliverNotice(of: record, after: nil) }
-            finish(id, with: .failure(error))
+            if refreshesLink(of: record) {
+                // The refresh command gives a new link; the download is told as failed only if that does not work.
+                try? persist(record)
+                refreshLink(of: record)
+            } else {
+                attachNotice(to: &record, .failed)
+                try? persist(record)
+                if record.notice != nil { deliverNotice(of: record, after: nil) }
+                finish(id, with: .failure(error))
+            }
         case .metalink(let metalink) where reason == nil:
             do {
                 let others = try follow(metalink, record: &record)

@@ -88,6 +88,10 @@ public actor DownloadManager {
     var isShutDown = false
     /// The deliveries of notices under way, by download and sink (`DownloadManager+Notices`).
     var noticeTasks: [NoticeKey: Task<Void, Never>] = [:]
+    /// The refresh commands running for expired links, and the bytes each download held when its link was last
+    /// refreshed (`DownloadManager+Links`).
+    var refreshTasks: [String: Task<Void, Never>] = [:]
+    var refreshedAt: [String: Int64] = [:]
     /// The settings' schedule, and what it changes now (`DownloadManager+Schedule`).
     var timetable = Schedule()
     var scheduleEffect: Schedule.Effect?

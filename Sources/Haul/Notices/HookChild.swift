@@ -87,7 +87,11 @@ final class HookChild: Sendable {
     }
 
     /// Logs the hook's output, a line at a time, until it closes.
-    func log(to logger: Logger, as name: String) {
+    func log(to logger: Logger, as name: String) { _ = lines(loggingTo: logger, as: name) }
+
+    /// Logs the hook's output, a line at a time, until it closes; returns the lines.
+    func lines(loggingTo logger: Logger, as name: String) -> [String] {
+        var lines: [String] = []
         var pending: [UInt8] = []
         var chunk = [UInt8](repeating: 0, count: 4096)
         while true {
@@ -96,12 +100,17 @@ final class HookChild: Sendable {
             if count <= 0 { break }
             pending.append(contentsOf: chunk[..<count])
             while let newline = pending.firstIndex(of: UInt8(ascii: "\n")) {
-                logger.notice("\(name): \(String(decoding: pending[..<newline], as: UTF8.self))")
+                lines.append(String(decoding: pending[..<newline], as: UTF8.self))
+                logger.notice("\(name): \(lines[lines.count - 1])")
                 pending.removeSubrange(...newline)
             }
         }
-        if !pending.isEmpty { logger.notice("\(name): \(String(decoding: pending, as: UTF8.self))") }
+        if !pending.isEmpty {
+            lines.append(String(decoding: pending, as: UTF8.self))
+            logger.notice("\(name): \(lines[lines.count - 1])")
+        }
         close(output)
+        return lines
     }
 
     /// Sends `number` to the hook's process group.

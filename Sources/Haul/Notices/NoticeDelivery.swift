@@ -27,6 +27,13 @@ enum NoticeDelivery {
     static func run(
         _ hook: Hook, body: [UInt8], context: HookContext, timeout: Duration, logger: Logger
     ) async throws(DownloadError) -> Int32 {
+        try await execute(hook, body: body, context: context, timeout: timeout, logger: logger).status
+    }
+
+    /// `run`, returning the hook's output lines too (a link refresh prints the new URL).
+    static func execute(
+        _ hook: Hook, body: [UInt8], context: HookContext, timeout: Duration, logger: Logger
+    ) async throws(DownloadError) -> (status: Int32, lines: [String]) {
         guard let program = executable(hook.arguments[0]) else {
             throw DownloadError(.invalidArgument, "the hook program '\(hook.arguments[0])' is not found in PATH")
         }
@@ -46,7 +53,11 @@ enum NoticeDelivery {
         let name = "hook \(hook.arguments[0]) (\(context.download.id.brief))"
         // Reading and writing on threads of their own: a hook that never reads its input, or writes much, must not
         // stall the other.
-        Thread { child.log(to: logger, as: name) }.start()
+        let output = Task.detached {
+            await withCheckedContinuation { continuation in
+                Thread { continuation.resume(returning: child.lines(loggingTo: logger, as: name)) }.start()
+            }
+        }
         Thread { child.write(body) }.start()
         let watchdog = Task.detached {
             try await Task.sleep(for: timeout)
@@ -59,7 +70,7 @@ enum NoticeDelivery {
             Thread { continuation.resume(returning: child.waitForExit()) }.start()
         }
         watchdog.cancel()
-        return status
+        return (status, await output.value)
     }
 
     /// The variables of Haul's environment a hook does not get: they hold the daemon's token or a store's password.

@@ -18,6 +18,8 @@ public struct Notices: Sendable {
     public var onError: [Hook] = []
     /// URLs told of both ends.
     public var webhooks: [Webhook] = []
+    /// Run when a download's link expires; the URL it prints replaces the link (`DownloadManager+Links`).
+    public var refreshLink: Hook?
     /// How long a hook may run before it is stopped (SIGTERM, then SIGKILL 5 s later).
     public var hookTimeout: Duration = .seconds(60)
     /// The waits between a webhook's failed attempts, the last repeated until `webhookAttempts` ran out.
