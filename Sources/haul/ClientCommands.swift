@@ -46,8 +46,9 @@ extension HaulCommand {
         }
 
         func run() async throws {
-            let list = try transfer.entries(urls, inputFile: inputFile, output: output)
             let client = try state.requireDaemon()
+            let list = try await transfer.withSidecars(
+                transfer.entries(urls, inputFile: inputFile, output: output), quiet: false)
             defer { Task { await client.shutdown() } }
             if let directory, client.isLocal { try createFolder(directory) }
             let network = try transfer.networkForDaemon()

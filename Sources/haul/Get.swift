@@ -90,11 +90,12 @@ extension HaulCommand {
         func run() async throws {
             LoggingSystem.bootstrap { label in StandardErrorLogHandler(label: label, level: verbose ? .info : .warning)
             }
-            let list = try transfer.entries(urls, inputFile: inputFile, output: output)
+            var list = try transfer.entries(urls, inputFile: inputFile, output: output)
             if list.isEmpty {
                 FileHandle.standardError.write(Data("Error: no URL to download\n".utf8))
                 throw ExitCode(2)
             }
+            list = try await transfer.withSidecars(list, quiet: quiet)
             let output = Output(quiet: quiet, json: json)
             var hooks = notices
             do { try hooks.merge(ConfigFile.load(config)) } catch let error as ValidationError {

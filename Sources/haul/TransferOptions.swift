@@ -31,8 +31,18 @@ struct TransferOptions: ParsableArguments {
     @Flag(help: "Replace a file at the destination that Haul did not create.")
     var overwrite = false
 
-    @Option(help: "Expected checksum, ALGO=HEX with ALGO one of sha256, sha512, sha1, md5.")
+    @Option(
+        help: ArgumentHelp(
+            "Expected checksum, ALGO=HEX with ALGO one of sha256, sha512, sha1, md5; or auto: the one published "
+                + "beside the file (URL.sha256, URL.sha512, URL.sha256sum, SHA256SUMS, SHA512SUMS in its folder).",
+            valueName: "ALGO=HEX|auto"))
     var checksum: String?
+
+    @Option(
+        help: ArgumentHelp(
+            "Verify with the checksum file at URL (a SHA256SUMS-style list naming the file, or one digest).",
+            valueName: "URL"))
+    var checksumURL: String?
 
     @Option(name: .customLong("header"), help: "Extra request header 'Name: value' (repeatable).")
     var headers: [String] = []
@@ -154,10 +164,16 @@ struct TransferOptions: ParsableArguments {
         try checkRule("--min-split-size") { () throws(DownloadRules.RuleViolation) in
             try DownloadRules.checkMinimumSplitSize(split)
         }
-        if let checksum,
+        if let checksum = givenChecksum,
             case .failure(let error) = Result(catching: { () throws(DownloadError) in try Checksum(parsing: checksum) })
         {
             throw ValidationError(error.message)
+        }
+        if let checksumURL {
+            if checksum != nil { throw ValidationError("--checksum and --checksum-url name two checksums; give one") }
+            do { try DownloadRules.checkURL(checksumURL) } catch {
+                throw ValidationError("--checksum-url '\(checksumURL)' \(error.problem)")
+            }
         }
         for header in headers {
             if case .failure(let error) = Result(catching: { () throws(DownloadError) in
@@ -183,7 +199,7 @@ struct TransferOptions: ParsableArguments {
         DownloadOptions(
             headers: try headers.map { try DownloadOptions.Header(parsing: $0) },
             userAgent: userAgent,
-            checksum: try checksum.map { try Checksum(parsing: $0) },
+            checksum: try givenChecksum.map { try Checksum(parsing: $0) },
             overwrite: overwrite,
             continuePartial: continuePartial,
             idleTimeoutSeconds: timeout,
@@ -260,7 +276,7 @@ struct TransferOptions: ParsableArguments {
     ) throws -> Components.Schemas.AddDownload {
         let url = entry.url
         let mirrors = entry.mirrors
-        let checksum = entry.checksum?.description ?? checksum
+        let checksum = entry.checksum?.description ?? givenChecksum
         var folder = Self.absolute(directory ?? FileManager.default.currentDirectoryPath)
         var filename = entry.name
         if let output {
@@ -305,11 +321,43 @@ extension TransferOptions {
     func entries(_ urls: [String], inputFile: String?, output: String?) throws -> [URLList.Entry] {
         do {
             return try collectURLs(
-                urls, inputFile: inputFile, mirrors: mirrors, checksum: checksum, output: output != nil)
+                urls, inputFile: inputFile, mirrors: mirrors, checksum: givenChecksum, output: output != nil)
         } catch let error as ValidationError {
             FileHandle.standardError.write(Data("Error: \(error.message)\n".utf8))
             throw ExitCode(2)
         }
+    }
+
+    /// `--checksum ALGO=HEX`: nil for `auto`, which `withSidecars` resolves.
+    var givenChecksum: String? { checksum?.lowercased() == "auto" ? nil : checksum }
+
+    /// `list` with each file's checksum found beside it (`--checksum auto`) or in `--checksum-url`, saying which file
+    /// gave it, or that none did (the file is then not verified, and the download does not fail for it). A file that
+    /// has a checksum already (a Metalink's) keeps it.
+    func withSidecars(_ list: [URLList.Entry], quiet: Bool) async throws -> [URLList.Entry] {
+        guard checksum?.lowercased() == "auto" || checksumURL != nil else { return list }
+        var options = DownloadOptions(
+            headers: try headers.map { try DownloadOptions.Header(parsing: $0) }, userAgent: userAgent)
+        options.tls = tls
+        var resolved = list
+        for index in resolved.indices where resolved[index].checksum == nil {
+            let url = resolved[index].url
+            if let found = await ChecksumSidecar.find(for: url, list: checksumURL, options: options) {
+                resolved[index].checksum = found.checksum
+                if !quiet {
+                    let name = ChecksumSidecar.fileName(of: url)
+                    FileHandle.standardError.write(
+                        Data(
+                            "haul: \(name): verifying with the \(found.checksum.algorithm.rawValue) of \(found.source)\n"
+                                .utf8))
+                }
+            } else {
+                let tried = checksumURL ?? "URL.sha256, URL.sha512, URL.sha256sum, SHA256SUMS and SHA512SUMS"
+                FileHandle.standardError.write(
+                    Data("haul: \(Output.shown(url)): no checksum found (tried \(tried)); not verifying\n".utf8))
+            }
+        }
+        return resolved
     }
 }
 
