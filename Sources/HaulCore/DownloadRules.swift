@@ -14,6 +14,8 @@ public enum DownloadRules {
     public static let concurrentDownloads = 1...1000
     /// Connections to one host across all downloads (`--max-connections-per-host`, `maxConnectionsPerHost`).
     public static let connectionsPerHost = 1...10_000
+    /// Downloads of one host transferring at once (`--max-per-host`, `maxDownloadsPerHost`).
+    public static let downloadsPerHost = 1...1000
     /// The longest idle time of a connection, in seconds (`timeoutSeconds`): a week.
     public static let longestTimeout: Double = 604_800
     /// Attempts without progress before a download fails (`retries`; aria2's `max-tries` 0 is the largest).
@@ -30,7 +32,7 @@ public enum DownloadRules {
         /// Which rule.
         public enum Rule: String, Sendable {
             case url, connections, minimumSplitSize, concurrentDownloads, connectionsPerHost, rate, timeout, retries,
-                pageSize, nameLength, mirrors, pieces
+                pageSize, nameLength, mirrors, pieces, downloadsPerHost
         }
 
         /// The rule broken.
@@ -99,6 +101,14 @@ public enum DownloadRules {
             rule: .connectionsPerHost,
             problem:
                 "must be between \(connectionsPerHost.lowerBound) and \(connectionsPerHost.upperBound), not \(limit)")
+    }
+
+    /// Downloads of one host at once (nil: no limit).
+    public static func checkDownloadsPerHost(_ limit: Int?) throws(RuleViolation) {
+        guard let limit, !downloadsPerHost.contains(limit) else { return }
+        throw RuleViolation(
+            rule: .downloadsPerHost,
+            problem: "must be between \(downloadsPerHost.lowerBound) and \(downloadsPerHost.upperBound), not \(limit)")
     }
 
     /// A rate limit in bytes a second (nil: none).

@@ -36,6 +36,8 @@ public struct DaemonOptions: Sendable {
     /// The most connections to one host across all downloads (the fleet's, on a shared store); 0 removes the limit,
     /// nil leaves it as stored.
     public var maxConnectionsPerHost: Int?
+    /// The most downloads of one host at once; 0 removes the limit, nil leaves it as stored.
+    public var maxDownloadsPerHost: Int?
     /// The connections per download given on the command line.
     public var connections: Int?
     /// The token given with `--token-file` or `HAUL_TOKEN`; nil uses (or makes) `STATE_DIR/token`.
@@ -319,6 +321,8 @@ public struct DaemonReload: Sendable {
     public var connections: Int?
     /// 0 removes the limit.
     public var maxConnectionsPerHost: Int?
+    /// 0 removes the limit.
+    public var maxDownloadsPerHost: Int?
     /// Replaces the stored schedule.
     public var schedule: [String]?
     public var notices: Notices
@@ -328,6 +332,7 @@ public struct DaemonReload: Sendable {
         rateLimit = options.rateLimit
         connections = options.connections
         maxConnectionsPerHost = options.maxConnectionsPerHost
+        maxDownloadsPerHost = options.maxDownloadsPerHost
         schedule = options.schedule
         notices = options.notices
     }
@@ -340,6 +345,7 @@ public struct DaemonReload: Sendable {
         if let rateLimit { settings.rateLimit = rateLimit }
         if let connections { settings.connectionsPerDownload = connections }
         if let perHost = maxConnectionsPerHost { settings.maxConnectionsPerHost = perHost == 0 ? nil : perHost }
+        if let perHost = maxDownloadsPerHost { settings.maxDownloadsPerHost = perHost == 0 ? nil : perHost }
         if let schedule { settings.schedule = schedule }
         try await manager.update(settings)
     }

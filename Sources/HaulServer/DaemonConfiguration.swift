@@ -160,7 +160,7 @@ extension Components.Schemas.Settings {
         self.init(
             maxConcurrentDownloads: settings.maxConcurrentDownloads, limitRate: settings.rateLimit,
             connections: settings.connectionsPerDownload, maxConnectionsPerHost: settings.maxConnectionsPerHost,
-            downloadDir: configuration.downloadDirectory,
+            maxDownloadsPerHost: settings.maxDownloadsPerHost, downloadDir: configuration.downloadDirectory,
             allowedDirs: configuration.allowedDirectories, schedule: settings.schedule,
             scheduleInForce: settings.scheduleInForce)
     }

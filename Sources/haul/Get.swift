@@ -48,6 +48,13 @@ extension HaulCommand {
                     + "own, `haul serve --max-connections-per-host`).", valueName: "N"))
         var maxConnectionsPerHost: Int?
 
+        @Option(
+            name: .customLong("max-per-host"),
+            help: ArgumentHelp(
+                "The most downloads of one host transferring at once (without a daemon; a daemon keeps its own, "
+                    + "`haul serve --max-per-host`).", valueName: "N"))
+        var maxDownloadsPerHost: Int?
+
         @Flag(
             name: .shortAndLong,
             help: "Adopt a file already at -o PATH as a partial download (bytes are compared with the server first).")
@@ -83,6 +90,11 @@ extension HaulCommand {
             if let maxConnectionsPerHost {
                 try checkRule("--max-connections-per-host") { () throws(DownloadRules.RuleViolation) in
                     try DownloadRules.checkConnectionsPerHost(maxConnectionsPerHost)
+                }
+            }
+            if let maxDownloadsPerHost {
+                try checkRule("--max-per-host") { () throws(DownloadRules.RuleViolation) in
+                    try DownloadRules.checkDownloadsPerHost(maxDownloadsPerHost)
                 }
             }
         }
@@ -134,6 +146,7 @@ extension HaulCommand {
             configuration.startsStoredDownloads = false
             configuration.maxConcurrentDownloads = jobs
             configuration.maxConnectionsPerHost = maxConnectionsPerHost
+            configuration.maxDownloadsPerHost = maxDownloadsPerHost
             configuration.rateLimit = transfer.rate
             configuration.origin = .commandLine
             configuration.notices = notices

@@ -39,6 +39,7 @@ extension HaulCommand.Serve {
             case "jobs": serve.jobs = try serve.jobs ?? number()
             case "limit-rate": serve.limitRate = serve.limitRate ?? value
             case "max-connections-per-host": serve.maxConnectionsPerHost = try serve.maxConnectionsPerHost ?? number()
+            case "max-per-host": serve.maxDownloadsPerHost = try serve.maxDownloadsPerHost ?? number()
             case "connections": serve.connections = try serve.connections ?? number()
             case "token-file": serve.tokenFile = serve.tokenFile ?? path
             case "tls-cert": serve.tlsCert = serve.tlsCert ?? path
@@ -71,6 +72,7 @@ extension HaulCommand.Serve {
                 options.rateLimit = serve.limitRate.flatMap(TokenBucket.parseRate)
                 options.connections = serve.connections
                 options.maxConnectionsPerHost = serve.maxConnectionsPerHost
+                options.maxDownloadsPerHost = serve.maxDownloadsPerHost
                 options.schedule = serve.schedule.isEmpty ? nil : serve.schedule
                 options.notices = try serve.notices.notices()
                 continuation.yield(DaemonReload(options))

@@ -80,6 +80,13 @@ extension HaulCommand {
         var maxConnectionsPerHost: Int?
 
         @Option(
+            name: .customLong("max-per-host"),
+            help: ArgumentHelp(
+                "The most downloads of one host transferring at once, kept with the settings (with --store: each "
+                    + "worker's own; 0: no limit).", valueName: "N"))
+        var maxDownloadsPerHost: Int?
+
+        @Option(
             name: [.customShort("x"), .customLong("connections")],
             help: "The most connections of a download that does not say, 1 to 16.")
         var connections: Int?
@@ -128,6 +135,11 @@ extension HaulCommand {
             if let perHost = maxConnectionsPerHost, perHost != 0 {
                 try checkRule("--max-connections-per-host") { () throws(DownloadRules.RuleViolation) in
                     try DownloadRules.checkConnectionsPerHost(perHost)
+                }
+            }
+            if let perHost = maxDownloadsPerHost, perHost != 0 {
+                try checkRule("--max-per-host") { () throws(DownloadRules.RuleViolation) in
+                    try DownloadRules.checkDownloadsPerHost(perHost)
                 }
             }
             if let store = storeURL {
@@ -218,6 +230,7 @@ extension HaulCommand {
             options.rateLimit = limitRate.flatMap(TokenBucket.parseRate)
             options.connections = connections
             options.maxConnectionsPerHost = maxConnectionsPerHost
+            options.maxDownloadsPerHost = maxDownloadsPerHost
             options.schedule = schedule.isEmpty ? nil : schedule
             options.tlsCertificate = tlsCert
             options.tlsKey = tlsKey

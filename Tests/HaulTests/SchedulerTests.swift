@@ -70,6 +70,41 @@ struct SchedulerTests {
         return (ids, log)
     }
 
+    @Test("--max-per-host: a host at its limit waits while another host's download starts; its server never sees more")
+    func perHostLimit() async throws {
+        let h = try await Harness.make()
+        serve(h, count: 4, bytesPerSecond: 400_000)
+        var configuration = DownloadManager.Configuration(stateDirectory: h.stateDirectory)
+        configuration.clock = h.clock
+        configuration.startsStoredDownloads = false
+        configuration.maxConcurrentDownloads = 3
+        configuration.maxDownloadsPerHost = 1
+        let manager = try DownloadManager(configuration: configuration)
+        let log = StateLog(manager.events())
+        let options = DownloadOptions(maxConnectionsPerDownload: 1)
+        var ids: [DownloadID] = []
+        for index in 0..<3 {
+            ids.append(
+                try await manager.add(h.server.url("/\(index)"), to: .file(h.path("\(index).bin")), options: options))
+        }
+        // The same server under another name: another host, which starts at once beside the first.
+        let other = h.server.url("/3").absoluteString.replacingOccurrences(of: "127.0.0.1", with: "localhost")
+        ids.append(try await manager.add(URL(string: other)!, to: .file(h.path("3.bin")), options: options))
+        for id in ids { _ = try await manager.result(of: id) }
+        await manager.shutdown()
+        let local = h.server.requests.filter { $0.headers["host"]?.hasPrefix("127.0.0.1") == true }
+        #expect(local.count == 3)
+        // 127.0.0.1's downloads ran one at a time, in queue order; localhost's ran beside the first.
+        #expect(Array(log.starts.prefix(2)) == [ids[0], ids[3]])
+        #expect(log.starts == [ids[0], ids[3], ids[1], ids[2]])
+        #expect(h.server.peakConnections == 2)
+        await #expect(throws: DownloadError.self) {
+            var settings = await manager.currentSettings()
+            settings.maxDownloadsPerHost = 0
+            try await manager.update(settings)
+        }
+    }
+
     @Test("the concurrency limit holds at every moment, and is reached")
     func concurrencyLimit() async throws {
         let h = try await Harness.make()

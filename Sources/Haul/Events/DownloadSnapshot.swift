@@ -136,6 +136,9 @@ public struct ManagerSettings: Sendable, Equatable, Codable {
     /// The most connections to one host across all downloads (a fleet's workers together); nil for no limit.
     /// Counted as servers count them (nginx's `limit_conn`): connections with a request or its body in flight.
     public var maxConnectionsPerHost: Int?
+    /// The most downloads of one host (the host of a download's URL) transferring at once; nil for no limit. A
+    /// fleet's workers each keep it for themselves.
+    public var maxDownloadsPerHost: Int?
     /// Rules that change `maxConcurrentDownloads` and `rateLimit` by the local time (`Schedule`), in order.
     public var schedule: [String]
     /// The schedule's rules that hold now, as written (`Schedule.Effect.rule`): what the manager reports, never
@@ -146,8 +149,9 @@ public struct ManagerSettings: Sendable, Equatable, Codable {
     public init(
         maxConcurrentDownloads: Int = 3, rateLimit: Int64? = nil,
         connectionsPerDownload: Int = DownloadOptions.defaultMaxConnections, maxConnectionsPerHost: Int? = nil,
-        schedule: [String] = []
+        maxDownloadsPerHost: Int? = nil, schedule: [String] = []
     ) {
+        self.maxDownloadsPerHost = maxDownloadsPerHost
         self.maxConcurrentDownloads = maxConcurrentDownloads
         self.rateLimit = rateLimit
         self.connectionsPerDownload = connectionsPerDownload
@@ -157,6 +161,7 @@ public struct ManagerSettings: Sendable, Equatable, Codable {
 
     private enum CodingKeys: String, CodingKey {
         case maxConcurrentDownloads, rateLimit, connectionsPerDownload, maxConnectionsPerHost, schedule
+        case maxDownloadsPerHost
     }
 
     /// Settings stored before schedules existed have none.
@@ -166,6 +171,7 @@ public struct ManagerSettings: Sendable, Equatable, Codable {
         rateLimit = try container.decodeIfPresent(Int64.self, forKey: .rateLimit)
         connectionsPerDownload = try container.decode(Int.self, forKey: .connectionsPerDownload)
         maxConnectionsPerHost = try container.decodeIfPresent(Int.self, forKey: .maxConnectionsPerHost)
+        maxDownloadsPerHost = try container.decodeIfPresent(Int.self, forKey: .maxDownloadsPerHost)
         schedule = try container.decodeIfPresent([String].self, forKey: .schedule) ?? []
     }
 }

@@ -176,6 +176,7 @@ extension DownloadManager {
             try DownloadRules.checkRate(new.rateLimit)
             try DownloadRules.checkConnections(new.connectionsPerDownload)
             try DownloadRules.checkConnectionsPerHost(new.maxConnectionsPerHost)
+            try DownloadRules.checkDownloadsPerHost(new.maxDownloadsPerHost)
         } catch {
             throw DownloadError(error, subject: Self.subject(of: error.rule))
         }

@@ -18,12 +18,19 @@ extension DownloadManager {
         // sorting them each time a download finished made a batch quadratic).
         var queued: [String] = []
         var free = jobLimit - transferring
+        // With a limit per host, a download of a host at its limit is passed over for the next one.
+        let perHost = settings.maxDownloadsPerHost
+        var hosts = perHost == nil ? [:] : runningPerHost()
         for key in catalog.queue where free > 0 {
             guard tasks[key.id] == nil, configuration.startsStoredDownloads || sessionIDs.contains(key.id),
                 let record = catalog[key.id]
             else { continue }
+            if let perHost, hosts[Self.host(of: record), default: 0] >= perHost { continue }
             queued.append(key.id)
-            if case .ready = prerequisiteStatus(of: record) { free -= 1 }
+            if case .ready = prerequisiteStatus(of: record) {
+                free -= 1
+                if perHost != nil { hosts[Self.host(of: record), default: 0] += 1 }
+            }
         }
         var failedAny = false
         for id in queued {
@@ -39,6 +46,20 @@ extension DownloadManager {
         }
         // A failed dependent may fail its own dependents in turn.
         if failedAny { try schedule() }
+    }
+
+    /// The host a download counts against for `maxDownloadsPerHost`: its URL's, lowercased.
+    static func host(of record: DownloadRecord) -> String {
+        URL(string: record.url)?.host?.lowercased() ?? ""
+    }
+
+    /// How many downloads of each host transfer now.
+    func runningPerHost() -> [String: Int] {
+        var counts: [String: Int] = [:]
+        for id in tasks.keys where !finishing.contains(id) {
+            if let record = catalog[id] { counts[Self.host(of: record), default: 0] += 1 }
+        }
+        return counts
     }
 
     enum PrerequisiteStatus { case ready, waiting, failed(String) }

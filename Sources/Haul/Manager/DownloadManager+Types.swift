@@ -42,6 +42,8 @@ extension DownloadManager {
         public var connectionsPerDownload = DownloadOptions.defaultMaxConnections
         /// The most connections to one host across all downloads (nil: no limit); `update(_:)` changes it later.
         public var maxConnectionsPerHost: Int?
+        /// The most downloads of one host transferring at once (nil: no limit); `update(_:)` changes it later.
+        public var maxDownloadsPerHost: Int?
         /// Whether settings changed while running are stored, and stored settings replace the three above when the
         /// manager opens the store (the daemon's behaviour; `haul get` keeps its flags to itself).
         public var persistsSettings = false

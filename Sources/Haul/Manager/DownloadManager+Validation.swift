@@ -138,6 +138,7 @@ extension DownloadManager {
         case .minimumSplitSize: "the minimum split size"
         case .concurrentDownloads: "the number of downloads at once"
         case .connectionsPerHost: "the connections to one host"
+        case .downloadsPerHost: "the downloads of one host"
         case .rate: "a rate limit"
         case .timeout: "the idle timeout"
         case .retries: "the attempts without progress"

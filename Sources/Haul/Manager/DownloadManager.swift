@@ -143,7 +143,8 @@ public actor DownloadManager {
         var settings = ManagerSettings(
             maxConcurrentDownloads: max(1, configuration.maxConcurrentDownloads), rateLimit: configuration.rateLimit,
             connectionsPerDownload: configuration.connectionsPerDownload,
-            maxConnectionsPerHost: configuration.maxConnectionsPerHost)
+            maxConnectionsPerHost: configuration.maxConnectionsPerHost,
+            maxDownloadsPerHost: configuration.maxDownloadsPerHost)
         if configuration.persistsSettings, let stored = try store.settings() { settings = stored }
         self.settings = settings
         settingsMirror = Mutex(settings)

@@ -390,7 +390,7 @@ public struct APIHandler: APIProtocol {
     func updateSettings(_ update: Components.Schemas.SettingsUpdate, nulls: [NullField]) async throws(APIError)
         -> Components.Schemas.Settings
     {
-        try Self.reject(nulls, allowing: ["limitRate", "maxConnectionsPerHost"])
+        try Self.reject(nulls, allowing: ["limitRate", "maxConnectionsPerHost", "maxDownloadsPerHost"])
         var settings = await manager.currentSettings()
         if let limit = update.maxConcurrentDownloads {
             try APIError.checking("maxConcurrentDownloads") { () throws(DownloadRules.RuleViolation) in
@@ -419,6 +419,14 @@ public struct APIHandler: APIProtocol {
             settings.maxConnectionsPerHost = limit
         } else if nulls.contains(NullField(name: "maxConnectionsPerHost", index: nil)) {
             settings.maxConnectionsPerHost = nil
+        }
+        if let limit = update.maxDownloadsPerHost {
+            try APIError.checking("maxDownloadsPerHost") { () throws(DownloadRules.RuleViolation) in
+                try DownloadRules.checkDownloadsPerHost(limit)
+            }
+            settings.maxDownloadsPerHost = limit
+        } else if nulls.contains(NullField(name: "maxDownloadsPerHost", index: nil)) {
+            settings.maxDownloadsPerHost = nil
         }
         if let rules = update.schedule {
             do { _ = try Schedule(parsing: rules) } catch {
