@@ -50,6 +50,8 @@ public struct DaemonOptions: Sendable {
     public var logger = Logger(label: "haul")
     /// The schedule given on the command line or in the config file (nil leaves the stored one).
     public var schedule: [String]?
+    /// The sort rules given on the command line or in the config file (nil leaves the stored ones).
+    public var sortRules: [String]?
     /// The hooks and webhooks told of each download's end.
     public var notices = Notices()
     /// Settings read again while the daemon runs (SIGHUP re-reads the config file): each is applied as it comes.
@@ -325,6 +327,8 @@ public struct DaemonReload: Sendable {
     public var maxDownloadsPerHost: Int?
     /// Replaces the stored schedule.
     public var schedule: [String]?
+    /// Replaces the stored sort rules.
+    public var sortRules: [String]?
     public var notices: Notices
 
     public init(_ options: DaemonOptions) {
@@ -334,6 +338,7 @@ public struct DaemonReload: Sendable {
         maxConnectionsPerHost = options.maxConnectionsPerHost
         maxDownloadsPerHost = options.maxDownloadsPerHost
         schedule = options.schedule
+        sortRules = options.sortRules
         notices = options.notices
     }
 
@@ -347,6 +352,7 @@ public struct DaemonReload: Sendable {
         if let perHost = maxConnectionsPerHost { settings.maxConnectionsPerHost = perHost == 0 ? nil : perHost }
         if let perHost = maxDownloadsPerHost { settings.maxDownloadsPerHost = perHost == 0 ? nil : perHost }
         if let schedule { settings.schedule = schedule }
+        if let sortRules { settings.sortRules = sortRules }
         try await manager.update(settings)
     }
 }

@@ -162,6 +162,6 @@ extension Components.Schemas.Settings {
             connections: settings.connectionsPerDownload, maxConnectionsPerHost: settings.maxConnectionsPerHost,
             maxDownloadsPerHost: settings.maxDownloadsPerHost, downloadDir: configuration.downloadDirectory,
             allowedDirs: configuration.allowedDirectories, schedule: settings.schedule,
-            scheduleInForce: settings.scheduleInForce)
+            scheduleInForce: settings.scheduleInForce, sortRules: settings.sortRules)
     }
 }

@@ -24,6 +24,8 @@ public final class FaultServer: Sendable {
         public var refusesRangesExplicitly: Bool
         /// The Content-Disposition header (nil: none).
         public var contentDisposition: String?
+        /// The `Content-Type` of its answers (else `application/octet-stream`).
+        public var contentType: String?
         /// Send 206 for a Range request even when If-Range does not match (a broken server).
         public var ignoresIfRange: Bool = false
         /// Limit the body to about this many bytes a second on each connection (nil: as fast as possible).
@@ -328,7 +330,7 @@ public final class FaultServer: Sendable {
         _ resource: Resource, request: RecordedRequest, fault: Fault?, sent: inout RecordedRequest
     ) -> Answer {
         let total = resource.body.count
-        var headers: [(String, String)] = [("Content-Type", "application/octet-stream")]
+        var headers: [(String, String)] = [("Content-Type", resource.contentType ?? "application/octet-stream")]
         if let date = resource.date { headers.append(("Date", date)) }
         if let etag = resource.etag { headers.append(("ETag", etag)) }
         if let lastModified = resource.lastModified { headers.append(("Last-Modified", lastModified)) }

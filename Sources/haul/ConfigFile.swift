@@ -36,7 +36,7 @@ struct ConfigFile {
         "max-connections-per-host": false, "connections": false, "token-file": false, "tls-cert": false,
         "tls-key": false, "log-level": false, "on-complete": true, "on-error": true, "webhook": true,
         "webhook-secret-file": false, "hook-timeout": false, "schedule": true, "refresh-command": false,
-        "max-per-host": false,
+        "max-per-host": false, "sort": true,
     ]
 
     /// The default place: `$XDG_CONFIG_HOME/haul/config.toml`, else `~/.config/haul/config.toml`.

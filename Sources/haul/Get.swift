@@ -55,6 +55,14 @@ extension HaulCommand {
                     + "`haul serve --max-per-host`).", valueName: "N"))
         var maxDownloadsPerHost: Int?
 
+        @Option(
+            name: .customLong("sort"),
+            help: ArgumentHelp(
+                "Sort downloads into folders beneath -d (repeatable; the first that matches): '*.iso=ISO', "
+                    + "'video/*=Videos' (the answer's type), '*://cdn.example.com/*=CDN'. Not with -o.",
+                valueName: "PATTERN=FOLDER"))
+        var sortRules: [String] = []
+
         @Flag(
             name: .shortAndLong,
             help: "Adopt a file already at -o PATH as a partial download (bytes are compared with the server first).")
@@ -92,6 +100,7 @@ extension HaulCommand {
                     try DownloadRules.checkConnectionsPerHost(maxConnectionsPerHost)
                 }
             }
+            do { _ = try SortRules(parsing: sortRules) } catch { throw ValidationError("--sort: \(error.message)") }
             if let maxDownloadsPerHost {
                 try checkRule("--max-per-host") { () throws(DownloadRules.RuleViolation) in
                     try DownloadRules.checkDownloadsPerHost(maxDownloadsPerHost)
@@ -134,6 +143,13 @@ extension HaulCommand {
                                 + "its config file\n").utf8))
                     throw ExitCode(2)
                 }
+                guard sortRules.isEmpty else {
+                    FileHandle.standardError.write(
+                        Data(
+                            ("Error: a daemon runs these downloads and sorts them by its own rules: set them with "
+                                + "haul serve --sort, in its config file, or in its settings\n").utf8))
+                    throw ExitCode(2)
+                }
                 if let directory, client.isLocal { try createFolder(directory) }
                 try await runThroughDaemon(client, list: list, output: output)
             }
@@ -147,6 +163,7 @@ extension HaulCommand {
             configuration.maxConcurrentDownloads = jobs
             configuration.maxConnectionsPerHost = maxConnectionsPerHost
             configuration.maxDownloadsPerHost = maxDownloadsPerHost
+            configuration.sortRules = sortRules
             configuration.rateLimit = transfer.rate
             configuration.origin = .commandLine
             configuration.notices = notices

@@ -46,6 +46,7 @@ extension HaulCommand.Serve {
             case "tls-key": serve.tlsKey = serve.tlsKey ?? path
             case "log-level": serve.logLevel = serve.logLevel ?? value
             case "schedule": if serve.schedule.isEmpty { serve.schedule = entry.values }
+            case "sort": if serve.sortRules.isEmpty { serve.sortRules = entry.values }
             default: continue  // the hooks' and webhooks' keys, merged below
             }
             do { try serve.validate() } catch let error as ValidationError {
@@ -74,6 +75,7 @@ extension HaulCommand.Serve {
                 options.maxConnectionsPerHost = serve.maxConnectionsPerHost
                 options.maxDownloadsPerHost = serve.maxDownloadsPerHost
                 options.schedule = serve.schedule.isEmpty ? nil : serve.schedule
+                options.sortRules = serve.sortRules.isEmpty ? nil : serve.sortRules
                 options.notices = try serve.notices.notices()
                 continuation.yield(DaemonReload(options))
             } catch let error as ValidationError {

@@ -113,6 +113,14 @@ extension HaulCommand {
                     + "stored schedule.", valueName: "RULE"))
         var schedule: [String] = []
 
+        @Option(
+            name: .customLong("sort"),
+            help: ArgumentHelp(
+                "Sort downloads into folders beneath the download folder (repeatable; the first that matches): "
+                    + "'*.iso=ISO', 'video/*=Videos' (the answer's type), '*://cdn.example.com/*=CDN'; replaces the "
+                    + "stored rules.", valueName: "PATTERN=FOLDER"))
+        var sortRules: [String] = []
+
         @OptionGroup var notices: NoticeOptions
 
         func validate() throws {
@@ -164,6 +172,7 @@ extension HaulCommand {
             }
             if (tlsCert == nil) != (tlsKey == nil) { throw ValidationError("give --tls-cert and --tls-key together") }
             do { _ = try Schedule(parsing: schedule) } catch { throw ValidationError("--schedule: \(error.message)") }
+            do { _ = try SortRules(parsing: sortRules) } catch { throw ValidationError("--sort: \(error.message)") }
             if let logLevel, Logger.Level(rawValue: logLevel) == nil {
                 throw ValidationError(
                     "--log-level '\(logLevel)' is not one of trace, debug, info, notice, warning, error, critical")
@@ -232,6 +241,7 @@ extension HaulCommand {
             options.maxConnectionsPerHost = maxConnectionsPerHost
             options.maxDownloadsPerHost = maxDownloadsPerHost
             options.schedule = schedule.isEmpty ? nil : schedule
+            options.sortRules = sortRules.isEmpty ? nil : sortRules
             options.tlsCertificate = tlsCert
             options.tlsKey = tlsKey
             options.logger = Logger(label: "haul")

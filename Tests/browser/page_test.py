@@ -295,6 +295,20 @@ def main():
         api_post(info, "/settings", {"schedule": []}, method="PATCH")
         until(lambda: not rule.is_displayed(), "the rule is gone")
 
+        step("the sort rules show beside the settings; a download they match lands in its folder")
+        sorting = driver.find_element(By.ID, "sort-rules")
+        until(lambda: not sorting.is_displayed(), "no rules show without any")
+        api_post(info, "/settings", {"sortRules": ["small*.bin=Sorted/Small", "video/*=Videos"]}, method="PATCH")
+        until(lambda: sorting.is_displayed() and sorting.text == "Sorting: small*.bin \u2192 Sorted/Small; video/* \u2192 Videos",
+              lambda: f"the rules show: {sorting.text!r}")
+        sorted_id = api_post(info, "/downloads", {"url": f"http://127.0.0.1:{nginx_port}/files/small.bin?sorted"})["id"]
+        until(lambda: api(info, "/downloads/" + sorted_id)["state"] == "completed", "the sorted download completes")
+        expect(os.path.exists(os.path.join(work, "downloads", "Sorted", "Small", "small.bin")),
+               "it is in the rule's folder")
+        api_post(info, "/settings", {"sortRules": []}, method="PATCH")
+        until(lambda: not sorting.is_displayed(), "the rules are gone")
+        api(info, "/downloads/" + sorted_id, method="DELETE")
+
         step("remove a completed one (keeping its file)")
         row("small.bin").find_element(By.CSS_SELECTOR, "button[data-action=remove]").click()
         wait.until(expected_conditions.alert_is_present()).accept()  # remove it

@@ -139,6 +139,8 @@ public struct ManagerSettings: Sendable, Equatable, Codable {
     /// The most downloads of one host (the host of a download's URL) transferring at once; nil for no limit. A
     /// fleet's workers each keep it for themselves.
     public var maxDownloadsPerHost: Int?
+    /// Rules that sort downloads into folders beneath their folder (`SortRules`), in order.
+    public var sortRules: [String] = []
     /// Rules that change `maxConcurrentDownloads` and `rateLimit` by the local time (`Schedule`), in order.
     public var schedule: [String]
     /// The schedule's rules that hold now, as written (`Schedule.Effect.rule`): what the manager reports, never
@@ -161,7 +163,7 @@ public struct ManagerSettings: Sendable, Equatable, Codable {
 
     private enum CodingKeys: String, CodingKey {
         case maxConcurrentDownloads, rateLimit, connectionsPerDownload, maxConnectionsPerHost, schedule
-        case maxDownloadsPerHost
+        case maxDownloadsPerHost, sortRules
     }
 
     /// Settings stored before schedules existed have none.
@@ -172,6 +174,7 @@ public struct ManagerSettings: Sendable, Equatable, Codable {
         connectionsPerDownload = try container.decode(Int.self, forKey: .connectionsPerDownload)
         maxConnectionsPerHost = try container.decodeIfPresent(Int.self, forKey: .maxConnectionsPerHost)
         maxDownloadsPerHost = try container.decodeIfPresent(Int.self, forKey: .maxDownloadsPerHost)
+        sortRules = try container.decodeIfPresent([String].self, forKey: .sortRules) ?? []
         schedule = try container.decodeIfPresent([String].self, forKey: .schedule) ?? []
     }
 }

@@ -181,10 +181,12 @@ extension DownloadManager {
             throw DownloadError(error, subject: Self.subject(of: error.rule))
         }
         let timetable = try Schedule(parsing: new.schedule)
+        let sorting = try SortRules(parsing: new.sortRules)
         guard new != settings else { return }
         if configuration.persistsSettings { try store.saveSettings(new) }
         settings = new
         self.timetable = timetable
+        self.sorting = sorting
         let now = configuration.calendar.now
         scheduleEffect = timetable.effect(at: now.date, in: now.timeZone)
         globalLimiter.setRate(rateShare(of: rateInForce))

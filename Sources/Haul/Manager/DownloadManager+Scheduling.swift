@@ -150,6 +150,7 @@ extension DownloadManager {
             isDestinationClaimed: { [weak self] path in await self?.isDestinationClaimed(path, excluding: id) ?? false
             },
             allowedFolders: allowedFolders,
+            sorting: sorting,
             lease: leasing?.lease(of: id),
             followsEarlierLeases: leasing?.followsEarlierLeases(id) ?? false
         )

@@ -44,6 +44,8 @@ extension DownloadManager {
         public var maxConnectionsPerHost: Int?
         /// The most downloads of one host transferring at once (nil: no limit); `update(_:)` changes it later.
         public var maxDownloadsPerHost: Int?
+        /// Rules that sort folder downloads into folders beneath theirs (`SortRules`); `update(_:)` changes them.
+        public var sortRules: [String] = []
         /// Whether settings changed while running are stored, and stored settings replace the three above when the
         /// manager opens the store (the daemon's behaviour; `haul get` keeps its flags to itself).
         public var persistsSettings = false

@@ -92,6 +92,8 @@ public actor DownloadManager {
     /// refreshed (`DownloadManager+Links`).
     var refreshTasks: [String: Task<Void, Never>] = [:]
     var refreshedAt: [String: Int64] = [:]
+    /// The settings' sort rules, parsed.
+    var sorting = SortRules()
     /// The settings' schedule, and what it changes now (`DownloadManager+Schedule`).
     var timetable = Schedule()
     var scheduleEffect: Schedule.Effect?
@@ -145,9 +147,11 @@ public actor DownloadManager {
             connectionsPerDownload: configuration.connectionsPerDownload,
             maxConnectionsPerHost: configuration.maxConnectionsPerHost,
             maxDownloadsPerHost: configuration.maxDownloadsPerHost)
+        settings.sortRules = configuration.sortRules
         if configuration.persistsSettings, let stored = try store.settings() { settings = stored }
         self.settings = settings
         settingsMirror = Mutex(settings)
+        sorting = try SortRules(parsing: settings.sortRules)
         timetable = (try? Schedule(parsing: settings.schedule)) ?? Schedule()
         let now = configuration.calendar.now
         scheduleEffect = timetable.effect(at: now.date, in: now.timeZone)

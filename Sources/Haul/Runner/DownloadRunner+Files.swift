@@ -79,9 +79,11 @@ extension DownloadRunner {
         isPartIdentityStored = false
     }
 
-    /// Picks the file name for a folder download from the first answer, never over a file Haul did not create.
+    /// Picks the file name for a folder download from the first answer, never over a file Haul did not create. A sort
+    /// rule that matches puts it in a folder beneath the download's (made when missing, opened beneath it: a link
+    /// there that leads out is refused, as in any folder Haul holds).
     func resolveDestination(response: TransportResponse) async throws {
-        guard let folder else {
+        guard var folder else {
             throw DownloadError(.fileSystem, "download \(id) has no folder open")
         }
         let name =
@@ -90,6 +92,14 @@ extension DownloadRunner {
                 contentDisposition: response.head.value("Content-Disposition"),
                 finalURLPath: response.finalURL.path
             )
+        if let sub = environment.sorting.folder(
+            name: name, contentType: response.head.value("Content-Type"), url: record.url)
+        {
+            folder = DownloadFolder(try folder.folder.folder(at: sub, creating: true))
+            self.folder = folder
+            record.folderIdentity = folder.folder.identity
+            environment.logger.info("\(source): sorted into \(folder.path)")
+        }
         try await claimName(name, in: folder, from: 0)
     }
 

@@ -29,6 +29,8 @@ struct RunnerEnvironment: Sendable {
     let isDestinationClaimed: @Sendable (String) async -> Bool
     /// The folders confined downloads are opened beneath.
     let allowedFolders: AllowedFolders
+    /// The rules that sort a folder download into a folder beneath its own when it takes its name.
+    var sorting = SortRules()
     /// The lease a worker of a fleet runs this download under: its part file is the lease's own
     /// (`DownloadFolder.partName`). Nil outside a fleet.
     var lease: Int64? = nil

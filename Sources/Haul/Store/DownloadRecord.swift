@@ -137,7 +137,9 @@ public struct DownloadRecord: Codable, Sendable, Equatable, FetchableRecord, Per
     public var partPath: String? { destination.map { $0 + ".part" } }
 
     /// The download's folder: `directory`, or the folder of `destination`.
-    public var folderPath: String? { directory ?? destination.map(PathName.folder(of:)) }
+    /// The folder of the download's file: its destination's once it has one (a sort rule may have put it in a folder
+    /// beneath `directory`), else `directory`.
+    public var folderPath: String? { destination.map(PathName.folder(of:)) ?? directory }
 
     /// The identity of the download's folder, recorded when it was added; nil in a row written before Haul recorded
     /// it.

@@ -434,6 +434,12 @@ public struct APIHandler: APIProtocol {
             }
             settings.schedule = rules
         }
+        if let rules = update.sortRules {
+            do { _ = try SortRules(parsing: rules) } catch {
+                throw APIError.invalidField("sortRules", error.message, index: nil)
+            }
+            settings.sortRules = rules
+        }
         do { try await manager.update(settings) } catch { throw APIError(error) }
         return .init(await manager.currentSettings(), configuration: configuration)
     }

@@ -259,6 +259,12 @@ function showSettings() {
   rule.hidden = !settings.scheduleInForce;
   rule.textContent = settings.scheduleInForce ? "Schedule: " + settings.scheduleInForce : "";
   rule.title = settings.scheduleInForce ? "In force now; the limits it sets replace these" : "";
+  // The sort rules: which downloads go into which folder beneath the download folder.
+  const rules = settings.sortRules || [];
+  const sorting = $("sort-rules");
+  sorting.hidden = rules.length === 0;
+  sorting.textContent = rules.length ? "Sorting: " + rules.map((r) => r.replace(/=([^=]*)$/, " \u2192 $1")).join("; ") : "";
+  sorting.title = rules.length ? "Downloads into the download folder go into these folders beneath it; the first rule that matches decides" : "";
 }
 
 async function changeSetting(field, value) {
