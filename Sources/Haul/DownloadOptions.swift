@@ -30,6 +30,7 @@ public struct DownloadOptions: Codable, Sendable, Equatable {
         var followedMetalink = false
         var expectedLength: Int64?
         var linkReplaced = false
+        var streamVariant: String?
     }
 
     /// Written only while uniquely referenced (`change`), so sharing it between threads is safe.
@@ -150,6 +151,13 @@ public struct DownloadOptions: Codable, Sendable, Equatable {
         set { change { $0.linkReplaced = newValue } }
     }
 
+    /// Which variant of an HLS master playlist to download (`--variant`): a resolution (`1280x720`), a height
+    /// (`720p`), a bandwidth, or part of its URI; nil: the highest bandwidth.
+    public var streamVariant: String? {
+        get { storage.values.streamVariant }
+        set { change { $0.streamVariant = newValue } }
+    }
+
     /// The URL of server `index` of a download whose own URL is `own`: 0 is `own`, then the mirrors in order.
     func server(_ index: Int, own: String) -> String {
         index > 0 && index <= mirrors.count ? mirrors[index - 1] : own
@@ -198,7 +206,7 @@ public struct DownloadOptions: Codable, Sendable, Equatable {
     private enum CodingKeys: String, CodingKey {
         case headers, userAgent, checksum, overwrite, continuePartial, idleTimeoutSeconds
         case maximumAttemptsWithoutProgress, computesSHA256, maxConnectionsPerDownload, minimumSplitSize, tls, network
-        case mirrors, pieces, preferredName, followedMetalink, expectedLength, linkReplaced
+        case mirrors, pieces, preferredName, followedMetalink, expectedLength, linkReplaced, streamVariant
     }
 
     /// Decodes stored options; fields added after a record was written take their defaults.
@@ -227,6 +235,7 @@ public struct DownloadOptions: Codable, Sendable, Equatable {
         followedMetalink = try container.decodeIfPresent(Bool.self, forKey: .followedMetalink) ?? false
         expectedLength = try container.decodeIfPresent(Int64.self, forKey: .expectedLength)
         linkReplaced = try container.decodeIfPresent(Bool.self, forKey: .linkReplaced) ?? false
+        streamVariant = try container.decodeIfPresent(String.self, forKey: .streamVariant)
     }
 
     /// Encodes every field, as the synthesised encoding of the former stored properties did.
@@ -251,6 +260,7 @@ public struct DownloadOptions: Codable, Sendable, Equatable {
         if values.followedMetalink { try container.encode(true, forKey: .followedMetalink) }
         try container.encodeIfPresent(values.expectedLength, forKey: .expectedLength)
         if values.linkReplaced { try container.encode(true, forKey: .linkReplaced) }
+        try container.encodeIfPresent(values.streamVariant, forKey: .streamVariant)
     }
 }
 

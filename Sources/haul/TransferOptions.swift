@@ -40,6 +40,12 @@ struct TransferOptions: ParsableArguments {
 
     @Option(
         help: ArgumentHelp(
+            "The variant of an HLS stream to download: a resolution (1280x720), a height (720p), a bandwidth or part "
+                + "of its URI (default: the highest bandwidth).", valueName: "NAME"))
+    var variant: String?
+
+    @Option(
+        help: ArgumentHelp(
             "Verify with the checksum file at URL (a SHA256SUMS-style list naming the file, or one digest).",
             valueName: "URL"))
     var checksumURL: String?
@@ -196,7 +202,7 @@ struct TransferOptions: ParsableArguments {
 
     /// The engine's options.
     func downloadOptions(continuePartial: Bool, computesSHA256: Bool) throws -> DownloadOptions {
-        DownloadOptions(
+        var options = DownloadOptions(
             headers: try headers.map { try DownloadOptions.Header(parsing: $0) },
             userAgent: userAgent,
             checksum: try givenChecksum.map { try Checksum(parsing: $0) },
@@ -208,6 +214,8 @@ struct TransferOptions: ParsableArguments {
             maxConnectionsPerDownload: connections ?? DownloadOptions.defaultMaxConnections,
             minimumSplitSize: TokenBucket.parseRate(minSplitSize) ?? DownloadOptions.defaultMinimumSplitSize
         )
+        options.streamVariant = variant
+        return options
     }
 
     /// The network options for downloads handed to a daemon, read once for a whole list (a `--user NAME` without a
@@ -305,7 +313,7 @@ struct TransferOptions: ParsableArguments {
             proxy: network.proxy.proxy, noProxy: network.proxy.noProxy,
             credentials: network.credentials.map { .init(user: $0.user, password: $0.password) },
             netrcFile: network.netrcFile, useNetrc: network.usesNetrc ? nil : false, cookies: network.cookies,
-            cookieFile: network.cookieFile)
+            cookieFile: network.cookieFile, variant: variant)
     }
 
     static func absolute(_ path: String) -> String {

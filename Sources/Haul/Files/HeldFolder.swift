@@ -138,6 +138,11 @@ public final class HeldFolder: Sendable {
         return created >= 0 ? .success(created) : .failure(FileSystemErrno(errno))
     }
 
+    /// Removes the empty folder `name` in this folder; returns errno, 0 when removed.
+    func removeFolder(_ name: String) -> Int32 {
+        changing { unlinkat(descriptor, name, AT_REMOVEDIR) } == 0 ? 0 : errno
+    }
+
     /// Makes the folder `name` in this folder (`mkdirat`); returns errno, 0 when made.
     func makeFolder(_ name: String, mode: mode_t = 0o755) -> Int32 {
         mkdirat(descriptor, name, mode) == 0 ? 0 : errno

@@ -55,6 +55,17 @@ public final class PartFile: @unchecked Sendable {
         flock(descriptor, LOCK_UN)
     }
 
+    /// Takes the lock again after `unlock()` (a run that goes on writing, as a stream's assembly does); throws
+    /// `locked` when another process took it meanwhile.
+    public func relock() throws(DownloadError) {
+        guard flock(descriptor, LOCK_EX | LOCK_NB) == 0 else {
+            throw DownloadError(.locked, "another process is downloading to \(path)")
+        }
+    }
+
+    /// The raw descriptor, for a stream's assembly (positional writes of decrypted segments).
+    var fileDescriptor: Int32 { descriptor }
+
     /// The length of the file on disk.
     public func length() throws(DownloadError) -> Int64 {
         var info = stat()

@@ -124,6 +124,8 @@ final class DownloadRunner {
     var checkpoint: Task<Void, Never>?
     /// The Metalink the URL answered, once read.
     var metalink: Metalink?
+    /// The HLS playlist the URL answered, once read, and the URL that answered it (`DownloadRunner+Stream`).
+    var playlist: (text: [UInt8], url: URL)?
     /// The checks of pieces, one after the other, off the loop.
     var pieceChecks: Task<Void, Never>?
     /// Ticks every millisecond while the machine measures its connections (`wantsFastTicks`).
@@ -237,6 +239,7 @@ final class DownloadRunner {
         }
         let outcome = await end(ending, &iterator)
         if let metalink, case .stopped = outcome { return .metalink(metalink) }
+        if let playlist, case .stopped = outcome { return await runStream(playlist.text, url: playlist.url) }
         return outcome
     }
 
@@ -414,6 +417,14 @@ final class DownloadRunner {
                 // The URL answers a Metalink: read it (it is small), and the run ends for the download to follow it.
                 defer { answer.take.resume(returning: nil) }
                 metalink = try await readMetalink(answer.response)
+                return machine.stop()
+            }
+            if Self.isPlaylist(answer.response.head, url: answer.response.finalURL), connections[id]?.source == 0 {
+                // The URL answers an HLS playlist: read it, and the run downloads its stream instead.
+                defer { answer.take.resume(returning: nil) }
+                let text = try await Self.readSmall(
+                    answer.response, largest: Self.largestPlaylist, what: "the playlist of \(source)")
+                playlist = (text, answer.response.finalURL)
                 return machine.stop()
             }
             do {

@@ -90,6 +90,7 @@ extension APIHandler {
             minimumSplitSize: minSplitSize
         )
         options.mirrors = mirrors
+        options.streamVariant = item.variant
         if let pieces = item.pieces?.engine {
             try APIError.checking("pieces", index: index) { () throws(DownloadRules.RuleViolation) in
                 try DownloadRules.checkPieces(pieces)

@@ -1,0 +1,442 @@
+import Crypto
+import Foundation
+import HaulCore
+import NIOCore
+import _CryptoExtras
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// HLS: a URL that answers a playlist (`application/vnd.apple.mpegurl`, or a `.m3u8` of a text type) is downloaded as
+/// the one playable file its segments make. A master playlist's variant is chosen (`--variant`, else the highest
+/// bandwidth); the media playlist's segments are fetched in parallel, up to the download's connections, each into a
+/// piece file of its own in a folder beside the part file (`NAME.part-segments`), resumed with a Range request after a
+/// break, and kept only once synced and renamed to its number. A stop (pause, kill -9) keeps every finished segment;
+/// the next run fetches only the others. Once every segment is held they are assembled in order into the part file
+/// (init sections of `EXT-X-MAP` before the segments that follow them, AES-128 segments decrypted), which is synced
+/// and moved into place as any download's: the final name appears only then.
+extension DownloadRunner {
+    /// The largest playlist read.
+    static let largestPlaylist = 8 << 20
+
+    /// Whether an answer is an HLS playlist.
+    static func isPlaylist(_ head: ResponseHead, url: URL) -> Bool {
+        guard head.status == 200 else { return false }
+        let media = head.value("Content-Type").flatMap {
+            $0.split(separator: ";").first.map { $0.trimmingCharacters(in: .whitespaces).lowercased() }
+        }
+        let types = ["application/vnd.apple.mpegurl", "application/x-mpegurl", "audio/mpegurl", "audio/x-mpegurl"]
+        if let media, types.contains(media) { return true }
+        let untyped = media == nil || media == "text/plain" || media == "application/octet-stream"
+        return untyped && url.path.lowercased().hasSuffix(".m3u8")
+    }
+
+    /// Reads an answer's body, at most `largest` bytes.
+    static func readSmall(_ response: TransportResponse, largest: Int, what: String) async throws -> [UInt8] {
+        var bytes: [UInt8] = []
+        for try await chunk in response.body {
+            bytes += chunk.readableBytesView
+            guard bytes.count <= largest else {
+                throw DownloadError(.invalidResponse, "\(what) is larger than \(largest >> 20) MiB")
+            }
+        }
+        return bytes
+    }
+
+    /// The media playlist to download, from the playlist the URL answered (a master's chosen variant, fetched).
+    func mediaPlaylist(_ text: [UInt8], url: URL) async throws -> (HLSPlaylist.Media, URL) {
+        switch try HLSPlaylist.parse(String(decoding: text, as: UTF8.self)) {
+        case .media(let media):
+            return (media, url)
+        case .master(let master):
+            guard let variant = master.variant(options.streamVariant) else {
+                let known = master.variants.map { $0.resolution ?? String($0.bandwidth) }.joined(separator: ", ")
+                throw DownloadError(
+                    .invalidArgument, "no variant of \(source) is '\(options.streamVariant ?? "")' (it has \(known))")
+            }
+            let variantURL = try resolve(variant.uri, against: url)
+            environment.logger.info(
+                "\(source): variant \(variant.resolution ?? "") \(variant.bandwidth) b/s: \(variantURL.absoluteString)")
+            let response = try await fetcher.fetch(variantURL, range: nil)
+            guard response.head.status == 200 else {
+                throw DownloadError.httpStatus(response.head.status)
+            }
+            let body = try await Self.readSmall(response, largest: Self.largestPlaylist, what: "the variant's playlist")
+            guard case .media(let media) = try HLSPlaylist.parse(String(decoding: body, as: UTF8.self)) else {
+                throw DownloadError(.invalidResponse, "the variant \(variantURL) is a master playlist again")
+            }
+            return (media, response.finalURL)
+        }
+    }
+
+    /// What the stream's fetching tasks share of this runner.
+    var fetcher: StreamFetcher { StreamFetcher(environment: environment, options: options, source: source, id: id) }
+
+    func resolve(_ reference: String, against base: URL) throws -> URL {
+        guard let url = URL(string: reference, relativeTo: base)?.absoluteURL,
+            let scheme = url.scheme?.lowercased(), scheme == "http" || scheme == "https"
+        else { throw DownloadError(.invalidResponse, "the playlist names '\(reference)', which is not an HTTP URL") }
+        return url
+    }
+
+    /// Downloads the stream the URL answered, to its end.
+    func runStream(_ text: [UInt8], url: URL) async -> RunOutcome {
+        do {
+            let (media, base) = try await mediaPlaylist(text, url: url)
+            guard media.isEnded else {
+                throw DownloadError(
+                    .invalidArgument,
+                    "\(source) is a live playlist (no EXT-X-ENDLIST); recording live streams is not supported yet")
+            }
+            guard !media.segments.isEmpty else { throw DownloadError(.invalidResponse, "\(source) lists no segment") }
+            return try await downloadSegments(media, base: base)
+        } catch {
+            if Self.isCancellation(error) { return .stopped }
+            return .failed((error as? DownloadError) ?? DownloadError(.fileSystem, String(describing: error)))
+        }
+    }
+
+    private func downloadSegments(_ media: HLSPlaylist.Media, base: URL) async throws -> RunOutcome {
+        guard let folder else { throw DownloadError(.fileSystem, "download \(id) has no folder open") }
+        if part == nil {
+            // A folder download: named after the playlist, as the file it becomes (fMP4 with init sections, else TS).
+            let stem = (FileNameSanitizer.name(contentDisposition: nil, finalURLPath: url(of: base).path) as NSString)
+                .deletingPathExtension
+            let isFragmented = media.segments.contains { $0.map != nil }
+            try await claimStreamName(stem + (isFragmented ? ".mp4" : ".ts"), in: folder)
+        }
+        guard let part, let destination = record.destination else {
+            throw DownloadError(.fileSystem, "nothing to write the stream of \(source) to")
+        }
+        try part.relock()
+        defer { part.unlock() }
+        let name = PathName.lastComponent(of: destination)
+        let pieces = try folder.folder.folder(at: name + ".part-segments", creating: true)
+        // The pieces: each init section once, then each segment.
+        var maps: [HLSPlaylist.Map] = []
+        var work: [StreamPiece] = []
+        for segment in media.segments {
+            if let map = segment.map, !maps.contains(map) {
+                maps.append(map)
+                work.append(
+                    StreamPiece(
+                        name: "init-\(maps.count - 1)", url: try resolve(map.uri, against: base),
+                        range: map.byteRange.map { $0.offset..<$0.offset + $0.length }))
+            }
+        }
+        for (index, segment) in media.segments.enumerated() {
+            work.append(
+                StreamPiece(
+                    name: String(format: "%06d", index), url: try resolve(segment.uri, against: base),
+                    range: segment.byteRange.map { $0.offset..<$0.offset + $0.length }))
+        }
+        let missing = work.filter { (try? pieces.entry($0.name)) == nil }
+        let counter = StreamCounter(total: work.count, done: work.count - missing.count)
+        environment.logger.info("\(source): \(work.count) pieces, \(missing.count) to fetch")
+        try await fetcher.fetchStreamPieces(missing, into: pieces, counter: counter)
+        try Task.checkCancellation()
+        // Every piece is held: assembled in order into the part file.
+        let keys = try await fetchKeys(media, base: base)
+        let total = try await Blocking.run { [maps] in
+            try Self.assemble(media, maps: maps, keys: keys, pieces: pieces, into: part)
+        }
+        try await tellManager(.finishing)
+        result = try await finalize(total: total)
+        // The pieces go once the file is in place.
+        for piece in work {
+            if let entry = try? pieces.entry(piece.name) { pieces.removeFile(piece.name, identity: entry.identity) }
+        }
+        _ = folder.folder.removeFolder(name + ".part-segments")
+        guard let result else { throw DownloadError(.fileSystem, "\(source) completed with no file") }
+        return .completed(result)
+    }
+
+    private func url(of base: URL) -> URL { URL(string: source) ?? base }
+
+    /// Claims the first free name of `name` for a folder download's stream.
+    private func claimStreamName(_ name: String, in folder: DownloadFolder) async throws {
+        for number in 0..<1000 {
+            let candidate = number == 0 ? name : FileNameSanitizer.alternative(name, number: number)
+            if folder.has(candidate) || folder.has(candidate + ".part") { continue }
+            let path = PathName.join(folder.path, candidate)
+            if await environment.isDestinationClaimed(path) { continue }
+            guard let made = try folder.makePart(candidate + ".part") else { continue }
+            part = made
+            record.destination = path
+            record.partIdentity = made.identity
+            isPartIdentityStored = false
+            try await save(transferReport(mark: nil), waiting: true)
+            return
+        }
+        throw DownloadError(.destinationExists, "no free name for \(name) in \(folder.path)")
+    }
+
+    /// The AES-128 keys the segments name, fetched once each.
+    private func fetchKeys(_ media: HLSPlaylist.Media, base: URL) async throws -> [String: [UInt8]] {
+        var keys: [String: [UInt8]] = [:]
+        for key in Set(media.segments.compactMap { $0.key?.uri }) {
+            let url = try resolve(key, against: base)
+            let response = try await fetcher.fetch(url, range: nil)
+            guard response.head.status == 200 else {
+                throw LinkExpiry.error(for: response.head) ?? DownloadError.httpStatus(response.head.status)
+            }
+            let bytes = try await Self.readSmall(response, largest: 1 << 20, what: "the key \(url)")
+            guard bytes.count == 16 else {
+                throw DownloadError(.invalidResponse, "the key \(url) is \(bytes.count) bytes, not AES-128's 16")
+            }
+            keys[key] = bytes
+        }
+        return keys
+    }
+
+    /// Writes the stream into `part` from its start: each init section before the first segment that uses it, and
+    /// again when a later segment changes it; each segment decrypted when it has a key. Returns the length.
+    static func assemble(
+        _ media: HLSPlaylist.Media, maps: [HLSPlaylist.Map], keys: [String: [UInt8]], pieces: HeldFolder,
+        into part: PartFile
+    ) throws -> Int64 {
+        try part.truncate(to: 0)
+        var offset: Int64 = 0
+        var currentMap: HLSPlaylist.Map?
+        func append(_ bytes: [UInt8]) throws {
+            var written = 0
+            while written < bytes.count {
+                let count = bytes[written...].withUnsafeBytes { buffer in
+                    pwrite(part.fileDescriptor, buffer.baseAddress, buffer.count, off_t(offset) + off_t(written))
+                }
+                guard count > 0 else { throw PartFile.fileError(errno, "cannot write \(part.path)") }
+                written += count
+            }
+            offset += Int64(bytes.count)
+        }
+        func read(_ name: String) throws -> [UInt8] {
+            guard let entry = try pieces.entry(name), entry.kind == .regular else {
+                throw DownloadError(.fileSystem, "the piece \(pieces.path(of: name)) is gone")
+            }
+            let descriptor = try pieces.open(name, as: entry, writing: false)
+            defer { close(descriptor) }
+            var bytes = [UInt8](repeating: 0, count: Int(entry.size))
+            var done = 0
+            while done < bytes.count {
+                let count = bytes[done...].withUnsafeMutableBytes {
+                    pread(descriptor, $0.baseAddress, $0.count, off_t(done))
+                }
+                guard count > 0 else { throw PartFile.fileError(errno, "cannot read \(pieces.path(of: name))") }
+                done += count
+            }
+            return bytes
+        }
+        for (index, segment) in media.segments.enumerated() {
+            if let map = segment.map, map != currentMap, let number = maps.firstIndex(of: map) {
+                try append(try read("init-\(number)"))
+                currentMap = map
+            }
+            var bytes = try read(String(format: "%06d", index))
+            if let key = segment.key, let secret = keys[key.uri] {
+                let symmetric = SymmetricKey(data: secret)
+                let iv = key.iv ?? Self.sequenceIV(segment.sequence)
+                do {
+                    bytes = Array(try AES._CBC.decrypt(bytes, using: symmetric, iv: try AES._CBC.IV(ivBytes: iv)))
+                } catch {
+                    throw DownloadError(
+                        .invalidResponse, "segment \(segment.sequence) does not decrypt with its key: \(error)")
+                }
+            }
+            try append(bytes)
+        }
+        return offset
+    }
+
+    /// The IV of a segment without one: its media sequence number, big-endian, in 16 bytes.
+    static func sequenceIV(_ sequence: Int) -> [UInt8] {
+        var iv = [UInt8](repeating: 0, count: 16)
+        var value = UInt64(sequence)
+        for index in stride(from: 15, through: 8, by: -1) {
+            iv[index] = UInt8(value & 0xff)
+            value >>= 8
+        }
+        return iv
+    }
+}
+
+/// What one piece file holds: a segment, or an init section.
+struct StreamPiece: Sendable {
+    var name: String
+    var url: URL
+    var range: Range<Int64>?
+}
+
+/// The requests of a stream's pieces, made from its fetching tasks at once: what they need of the runner, shared.
+struct StreamFetcher: Sendable {
+    let environment: RunnerEnvironment
+    let options: DownloadOptions
+    let source: String
+    let id: DownloadID
+
+    /// One GET with the download's headers, TLS and network options.
+    func fetch(_ url: URL, range: Range<Int64>?) async throws -> TransportResponse {
+        var headers: [(name: String, value: String)] = [("Accept-Encoding", "identity")]
+        if let agent = options.userAgent { headers.append(("User-Agent", agent)) }
+        headers += options.headers.map { ($0.name, $0.value) }
+        if let range {
+            headers.append(
+                ("Range", "bytes=\(range.lowerBound)-\(range.upperBound == .max ? "" : String(range.upperBound - 1))"))
+        }
+        return try await environment.transport.send(
+            TransportRequest(
+                url: url, headers: headers, tls: options.tls, network: options.network,
+                ownHost: URL(string: source)?.host))
+    }
+
+    /// Fetches `missing` with up to the download's connections at once.
+    func fetchStreamPieces(_ missing: [StreamPiece], into pieces: HeldFolder, counter: StreamCounter) async throws {
+        let parallel = max(1, options.maxConnectionsPerDownload)
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            var next = missing.makeIterator()
+            for _ in 0..<parallel {
+                guard let piece = next.next() else { break }
+                group.addTask { try await fetchStreamPiece(piece, into: pieces, counter: counter) }
+            }
+            while try await group.next() != nil {
+                guard let piece = next.next() else { continue }
+                group.addTask { try await fetchStreamPiece(piece, into: pieces, counter: counter) }
+            }
+        }
+    }
+
+    /// One piece: resumed from what its unfinished file holds, retried with backoff, kept once synced and renamed.
+    func fetchStreamPiece(_ piece: StreamPiece, into pieces: HeldFolder, counter: StreamCounter) async throws {
+        let partial = piece.name + ".part"
+        var failures = 0
+        while true {
+            try Task.checkCancellation()
+            do {
+                try await fetchOnce(piece, partial: partial, into: pieces, counter: counter)
+                let code = pieces.move(partial, to: piece.name, replacing: false)
+                guard code == 0 || code == EEXIST else {
+                    throw PartFile.fileError(code, "cannot rename \(pieces.path(of: partial))")
+                }
+                counter.finished()
+                emitStreamProgress(counter)
+                return
+            } catch let error as DownloadError where error.isRetryable {
+                failures += 1
+                switch environment.settings.retryPolicy.decide(failures: failures, error: error, jitter: 1) {
+                case .giveUp: throw error
+                case .retry(let delay):
+                    environment.logger.notice("\(piece.url): \(error.message); retrying in \(delay)")
+                    try await environment.clock.sleep(delay)
+                }
+            }
+        }
+    }
+
+    func fetchOnce(_ piece: StreamPiece, partial: String, into pieces: HeldFolder, counter: StreamCounter)
+        async throws
+    {
+        // What an earlier attempt or run left of this piece.
+        var held: Int64 = 0
+        var descriptor: Int32
+        if let entry = try pieces.entry(partial), entry.kind == .regular, entry.links == 1 {
+            descriptor = try pieces.open(partial, as: entry, writing: true)
+            held = entry.size
+        } else {
+            switch pieces.create(partial) {
+            case .success(let made): descriptor = made
+            case .failure(let failure):
+                throw PartFile.fileError(failure.code, "cannot create \(pieces.path(of: partial))")
+            }
+        }
+        defer { close(descriptor) }
+        let start = (piece.range?.lowerBound ?? 0) + held
+        let asked: Range<Int64>? = held > 0 || piece.range != nil ? start..<(piece.range?.upperBound ?? .max) : nil
+        let response = try await fetch(piece.url, range: asked)
+        let head = response.head
+        switch head.status {
+        case 206:
+            guard case .satisfied(let first, _, _) = head.contentRange, first == start else {
+                throw DownloadError(.invalidResponse, "\(piece.url) answered another range than bytes \(start)-")
+            }
+        case 200 where piece.range == nil:
+            // The whole segment again: what was held is replaced.
+            held = 0
+            guard ftruncate(descriptor, 0) == 0 else { throw PartFile.fileError(errno, "cannot truncate \(partial)") }
+        case 200:
+            throw DownloadError(
+                .invalidResponse, "\(piece.url) ignores Range, and the playlist asks for a byte range of it")
+        default:
+            throw LinkExpiry.error(for: head) ?? DownloadError.httpStatus(head.status, retryAfter: head.retryAfter)
+        }
+        let expected: Int64? = {
+            if case .length(let length) = head.contentLength { return held + length }
+            return nil
+        }()
+        var position = held
+        for try await chunk in response.body {
+            try Task.checkCancellation()
+            let written = chunk.withUnsafeReadableBytes { buffer in
+                pwrite(descriptor, buffer.baseAddress, buffer.count, off_t(position))
+            }
+            guard written == chunk.readableBytes else {
+                throw PartFile.fileError(errno, "cannot write \(pieces.path(of: partial))")
+            }
+            position += Int64(written)
+            counter.add(Int64(written))
+            emitStreamProgress(counter)
+        }
+        if let expected, position < expected {
+            throw DownloadError(
+                .bodyTooShort, "\(piece.url): connection closed after \(position - held) bytes", isRetryable: true)
+        }
+        if let range = piece.range, position != range.count {
+            throw DownloadError(.invalidResponse, "\(piece.url) sent \(position) bytes of a \(range.count)-byte range")
+        }
+        guard fsync(descriptor) == 0 else { throw PartFile.fileError(errno, "cannot sync \(partial)") }
+    }
+
+    func emitStreamProgress(_ counter: StreamCounter) {
+        let (bytes, done, total) = counter.now
+        guard counter.shouldReport(at: environment.idleClock.now()) else { return }
+        // The total is not known before every segment is: it is estimated from the segments held so far.
+        let estimate = done > 0 ? bytes * Int64(total) / Int64(done) : nil
+        environment.events.emit(
+            .progress(
+                DownloadProgress(
+                    id: id, receivedBytes: bytes, totalBytes: done == total ? bytes : estimate,
+                    bytesPerSecond: counter.speed, secondsRemaining: nil,
+                    connections: options.maxConnectionsPerDownload,
+                    mirrors: nil)))
+    }
+}
+
+/// The pieces and bytes of a stream so far, shared by its fetching tasks.
+final class StreamCounter: @unchecked Sendable {
+    private let lock = NSLock()
+    private var bytes: Int64 = 0
+    private var done: Int
+    private let total: Int
+    private var lastReport: Duration?
+    private var meter = SpeedMeter()
+    private var lastTime: Duration = .zero
+
+    init(total: Int, done: Int) {
+        self.total = total
+        self.done = done
+    }
+
+    func add(_ count: Int64) { lock.withLock { bytes += count } }
+    func finished() { lock.withLock { done += 1 } }
+    var now: (Int64, Int, Int) { lock.withLock { (bytes, done, total) } }
+    var speed: Double { lock.withLock { meter.bytesPerSecond } }
+
+    /// Whether a progress event is due (at most ten a second).
+    func shouldReport(at time: Duration) -> Bool {
+        lock.withLock {
+            meter.record(bytes: bytes, at: time)
+            if let last = lastReport, time - last < .milliseconds(100), done < total { return false }
+            lastReport = time
+            return true
+        }
+    }
+}

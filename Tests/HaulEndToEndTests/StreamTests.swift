@@ -1,0 +1,164 @@
+import Crypto
+import Foundation
+import HaulCore
+import HaulTesting
+import Testing
+
+/// HLS streams made by Debian's ffmpeg from a test pattern, served by nginx: each becomes one file that decodes, with
+/// the duration and streams of the source; a kill -9 mid-stream costs no finished segment.
+@Suite("HLS streams")
+struct StreamTests {
+    /// Runs `tool` with `arguments`; returns its standard output and error, failing the test on a non-zero exit.
+    static func run(_ tool: String, _ arguments: [String]) async throws -> (out: String, err: String, status: Int32) {
+        let path = try #require(executable(tool), "\(tool) must be installed (.ci/run installs ffmpeg)")
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: path)
+        process.arguments = arguments
+        let out = Pipe()
+        let err = Pipe()
+        process.standardOutput = out
+        process.standardError = err
+        try process.run()
+        let (output, errors) = await onOwnThread {
+            let output = out.fileHandleForReading.readDataToEndOfFile()
+            let errors = err.fileHandleForReading.readDataToEndOfFile()
+            process.waitUntilExit()
+            return (output, errors)
+        }
+        return (
+            String(decoding: output, as: UTF8.self), String(decoding: errors, as: UTF8.self), process.terminationStatus
+        )
+    }
+
+    /// Six seconds of a test pattern with a tone, as ffmpeg's HLS muxer writes it with `extra` flags into `folder`.
+    static func encode(_ folder: String, _ extra: [String]) async throws {
+        try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
+        let made = try await run(
+            "ffmpeg",
+            [
+                "-v", "error", "-f", "lavfi", "-i", "testsrc=duration=6:size=320x240:rate=25", "-f", "lavfi", "-i",
+                "sine=duration=6", "-c:v", "libx264", "-preset", "ultrafast", "-g", "25", "-c:a", "aac", "-f", "hls",
+                "-hls_time", "1", "-hls_playlist_type", "vod",
+            ] + extra + [folder + "/index.m3u8"])
+        #expect(made.status == 0, "\(made.err)")
+    }
+
+    /// The streams of every kind beneath `root`: ts, fmp4, enc (AES-128), noiv (AES-128, IV from the sequence), single
+    /// (byte ranges of one file), and a master playlist of two variants.
+    static func makeStreams(_ root: String) async throws {
+        try await encode(root + "/ts", [])
+        try await encode(root + "/fmp4", ["-hls_segment_type", "fmp4"])
+        try await encode(root + "/single", ["-hls_flags", "single_file"])
+        try FileManager.default.createDirectory(atPath: root + "/enc", withIntermediateDirectories: true)
+        _ = FileManager.default.createFile(atPath: root + "/enc/key.bin", contents: Data(testBytes(16, seed: 42)))
+        try "key.bin\n\(root)/enc/key.bin\n".write(toFile: root + "/keyinfo", atomically: true, encoding: .utf8)
+        try await encode(root + "/enc", ["-hls_key_info_file", root + "/keyinfo"])
+        // The same segments with the IV attribute taken out: the IV is then each segment's sequence number.
+        try FileManager.default.copyItem(atPath: root + "/enc", toPath: root + "/noiv")
+        let playlist = try String(contentsOfFile: root + "/enc/index.m3u8", encoding: .utf8)
+        let withoutIV = playlist.replacingOccurrences(
+            of: ",IV=0x[0-9a-fA-F]+", with: "", options: .regularExpression)
+        #expect(withoutIV != playlist && !withoutIV.contains("IV="))
+        try withoutIV.write(toFile: root + "/noiv/index.m3u8", atomically: true, encoding: .utf8)
+        try """
+        #EXTM3U
+        #EXT-X-STREAM-INF:BANDWIDTH=400000,RESOLUTION=320x240,CODECS="avc1.42c00d,mp4a.40.2"
+        ts/index.m3u8
+        #EXT-X-STREAM-INF:BANDWIDTH=900000,RESOLUTION=640x480,CODECS="avc1.42c00d,mp4a.40.2"
+        fmp4/index.m3u8
+
+        """.write(toFile: root + "/master.m3u8", atomically: true, encoding: .utf8)
+    }
+
+    static let types = """
+        types { application/vnd.apple.mpegurl m3u8; video/mp2t ts; video/mp4 mp4 m4s; application/octet-stream bin; }
+        """
+
+    /// Whether `path` decodes without an error, and its duration and stream count (ffprobe's).
+    static func probe(_ path: String) async throws -> (decodes: Bool, duration: Double, streams: Int) {
+        let decoded = try await run("ffmpeg", ["-v", "error", "-i", path, "-f", "null", "-"])
+        let probed = try await run(
+            "ffprobe", ["-v", "error", "-show_entries", "format=duration,nb_streams", "-of", "json", path])
+        let json = try JSONSerialization.jsonObject(with: Data(probed.out.utf8)) as? [String: Any]
+        let format = json?["format"] as? [String: Any]
+        let duration = Double(format?["duration"] as? String ?? "") ?? 0
+        return (decoded.status == 0 && decoded.err.isEmpty, duration, format?["nb_streams"] as? Int ?? 0)
+    }
+
+    @Test("TS, fMP4, AES-128 with and without an IV, and byte ranges: one file each, decoding, 6 s, 2 streams")
+    func kinds() async throws {
+        let workspace = try Workspace()
+        defer { workspace.remove() }
+        let (nginx, servers) = try await MirrorTests.serve([[0]], in: workspace, rate: "0", http: Self.types)
+        defer { nginx.stop() }
+        try await Self.makeStreams(servers[0].root)
+        for (kind, output) in [
+            ("ts", "ts.ts"), ("fmp4", "fmp4.mp4"), ("enc", "enc.ts"), ("noiv", "noiv.ts"), ("single", "single.ts"),
+        ] {
+            let get = try await HaulProcess.run(
+                ["get", "http://127.0.0.1:\(servers[0].port)/\(kind)/index.m3u8", "-o", output], in: workspace)
+            #expect(get.status == 0, "\(kind): \(get.stderr)")
+            let probe = try await Self.probe(workspace.path(output))
+            #expect(probe.decodes, "\(kind) decodes")
+            #expect(abs(probe.duration - 6) < 0.5 && probe.streams == 2, "\(kind): \(probe)")
+            #expect(!FileManager.default.fileExists(atPath: workspace.path(output + ".part-segments")))
+        }
+    }
+
+    @Test("a master playlist: the highest bandwidth by default, --variant by resolution or bandwidth")
+    func variants() async throws {
+        let workspace = try Workspace()
+        defer { workspace.remove() }
+        let (nginx, servers) = try await MirrorTests.serve([[0]], in: workspace, rate: "0", http: Self.types)
+        defer { nginx.stop() }
+        try await Self.makeStreams(servers[0].root)
+        let best = try await HaulProcess.run(
+            ["get", "http://127.0.0.1:\(servers[0].port)/master.m3u8", "-d", workspace.files], in: workspace)
+        #expect(best.status == 0, "\(best.stderr)")
+        // The fMP4 variant (900 kb/s), named after the playlist with its kind's extension.
+        #expect(try await Self.probe(workspace.path("master.mp4")).decodes)
+        let chosen = try await HaulProcess.run(
+            ["get", "http://127.0.0.1:\(servers[0].port)/master.m3u8", "-o", "small.ts", "--variant", "400000"],
+            in: workspace)
+        #expect(chosen.status == 0, "\(chosen.stderr)")
+        #expect(try await Self.probe(workspace.path("small.ts")).streams == 2)
+        let missing = try await HaulProcess.run(
+            ["get", "http://127.0.0.1:\(servers[0].port)/master.m3u8", "-o", "none.ts", "--variant", "1080p"],
+            in: workspace)
+        #expect(missing.status == 1 && missing.stderr.contains("no variant"), "\(missing.stderr)")
+    }
+
+    @Test("kill -9 mid-stream, then the same command: the file is byte-identical to an uninterrupted run's")
+    func killNine() async throws {
+        let workspace = try Workspace()
+        defer { workspace.remove() }
+        // Slow enough that the kill lands while segments are being fetched, one connection at a time.
+        let (nginx, servers) = try await MirrorTests.serve([[0]], in: workspace, rate: "60k", http: Self.types)
+        defer { nginx.stop() }
+        try await Self.makeStreams(servers[0].root)
+        let url = "http://127.0.0.1:\(servers[0].port)/ts/index.m3u8"
+        let pieces = workspace.path("cut.ts.part-segments")
+        let haul = try HaulProcess(["get", url, "-o", "cut.ts", "-x", "1"], in: workspace)
+        // Killed once two segments are finished and kept.
+        let reached = await waitUntil {
+            ((try? FileManager.default.contentsOfDirectory(atPath: pieces)) ?? []).filter { !$0.hasSuffix(".part") }
+                .count >= 2 || !haul.process.isRunning
+        }
+        haul.signal(SIGKILL)
+        _ = await haul.finish()
+        #expect(reached && !FileManager.default.fileExists(atPath: workspace.path("cut.ts")), "killed mid-stream")
+        let before = try servers[0].requests().count
+        let rerun = try await HaulProcess.run(["get", url, "-o", "cut.ts", "-x", "1"], in: workspace)
+        #expect(rerun.status == 0, "\(rerun.stderr)")
+        let between = try servers[0].requests().count
+        let whole = try await HaulProcess.run(["get", url, "-o", "whole.ts"], in: workspace)
+        #expect(whole.status == 0)
+        // The rerun fetched fewer bytes than a whole run: the segments kept were not fetched again.
+        let log = try servers[0].requests()
+        let rerunBytes = log[before..<between].reduce(0) { $0 + $1.bytes }
+        let wholeBytes = log[between...].reduce(0) { $0 + $1.bytes }
+        #expect(rerunBytes < wholeBytes, "\(rerunBytes) against \(wholeBytes)")
+        let (cut, uninterrupted) = (workspace.contents("cut.ts"), workspace.contents("whole.ts"))
+        #expect(cut != nil && cut == uninterrupted)
+    }
+}
