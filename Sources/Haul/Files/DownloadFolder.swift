@@ -238,7 +238,24 @@ public final class DownloadFolder: Sendable {
         folder.delete(name + ".part", identity: record.partIdentity)
         // A fleet's part files, every lease's (a folder is listed for them only where a part file may be left: a
         // completed or cancelled download has none, and `clean` forgets thousands of those at once).
-        if ![.completed, .cancelled].contains(record.state) { folder.deleteLeaseParts(of: name) }
+        if ![.completed, .cancelled].contains(record.state) {
+            folder.deleteLeaseParts(of: name)
+            folder.deleteStreamPieces(of: name)
+        }
         if includingFile, record.state == .completed { folder.delete(name, identity: record.partIdentity) }
+    }
+
+    /// Deletes a stream's piece files (`DownloadRunner+Stream`) and their folder: the regular files Haul names
+    /// there, never what a link leads to.
+    func deleteStreamPieces(of name: String) {
+        let folderName = name + ".part-segments"
+        guard (try? folder.entry(folderName))?.kind == .folder, let pieces = try? folder.folder(at: folderName) else {
+            return
+        }
+        for piece in pieces.names() {
+            guard let entry = try? pieces.entry(piece), entry.kind == .regular else { continue }
+            pieces.removeFile(piece, identity: entry.identity)
+        }
+        _ = folder.removeFolder(folderName)
     }
 }
