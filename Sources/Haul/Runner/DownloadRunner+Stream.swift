@@ -351,6 +351,11 @@ struct StreamFetcher: Sendable {
         defer { close(descriptor) }
         let start = (piece.range?.lowerBound ?? 0) + held
         let asked: Range<Int64>? = held > 0 || piece.range != nil ? start..<(piece.range?.upperBound ?? .max) : nil
+        // A slot of `--max-connections-per-host`, counted against the host of the download's URL, as any connection.
+        let slot = try await environment.hostConnections.acquire(
+            URL(string: source)?.host?.lowercased() ?? source, clock: environment.idleClock
+        ) {}
+        defer { slot.release() }
         let response = try await fetch(piece.url, range: asked)
         let head = response.head
         switch head.status {
