@@ -30,7 +30,7 @@ ffmpeg -v error -f lavfi -i testsrc=duration=60:size=640x360:rate=24 -f lavfi -i
 ln -s full "$work/www/capped"
 segments=$(grep -c '^index' "$work/www/full/index.m3u8")
 port=$(free_port)
-start_nginx "$work" "$port" "location /capped/ { limit_rate 1m; } disable_symlinks off;" \
+start_nginx "$work" "$port" "location /capped/ { limit_rate 1m; }" \
     "types { application/vnd.apple.mpegurl m3u8; video/mp2t ts; }"
 sync
 
