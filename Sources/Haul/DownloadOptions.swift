@@ -31,6 +31,7 @@ public struct DownloadOptions: Codable, Sendable, Equatable {
         var expectedLength: Int64?
         var linkReplaced = false
         var streamVariant: String?
+        var streamMux = false
     }
 
     /// Written only while uniquely referenced (`change`), so sharing it between threads is safe.
@@ -158,6 +159,13 @@ public struct DownloadOptions: Codable, Sendable, Equatable {
         set { change { $0.streamVariant = newValue } }
     }
 
+    /// Whether a DASH stream's video and audio become one file (`--mux`), when `ffmpeg` is on the PATH; without it,
+    /// or without this, they are two files.
+    public var streamMux: Bool {
+        get { storage.values.streamMux }
+        set { change { $0.streamMux = newValue } }
+    }
+
     /// The URL of server `index` of a download whose own URL is `own`: 0 is `own`, then the mirrors in order.
     func server(_ index: Int, own: String) -> String {
         index > 0 && index <= mirrors.count ? mirrors[index - 1] : own
@@ -206,7 +214,7 @@ public struct DownloadOptions: Codable, Sendable, Equatable {
     private enum CodingKeys: String, CodingKey {
         case headers, userAgent, checksum, overwrite, continuePartial, idleTimeoutSeconds
         case maximumAttemptsWithoutProgress, computesSHA256, maxConnectionsPerDownload, minimumSplitSize, tls, network
-        case mirrors, pieces, preferredName, followedMetalink, expectedLength, linkReplaced, streamVariant
+        case mirrors, pieces, preferredName, followedMetalink, expectedLength, linkReplaced, streamVariant, streamMux
     }
 
     /// Decodes stored options; fields added after a record was written take their defaults.
@@ -236,6 +244,7 @@ public struct DownloadOptions: Codable, Sendable, Equatable {
         expectedLength = try container.decodeIfPresent(Int64.self, forKey: .expectedLength)
         linkReplaced = try container.decodeIfPresent(Bool.self, forKey: .linkReplaced) ?? false
         streamVariant = try container.decodeIfPresent(String.self, forKey: .streamVariant)
+        streamMux = try container.decodeIfPresent(Bool.self, forKey: .streamMux) ?? false
     }
 
     /// Encodes every field, as the synthesised encoding of the former stored properties did.
@@ -261,6 +270,7 @@ public struct DownloadOptions: Codable, Sendable, Equatable {
         try container.encodeIfPresent(values.expectedLength, forKey: .expectedLength)
         if values.linkReplaced { try container.encode(true, forKey: .linkReplaced) }
         try container.encodeIfPresent(values.streamVariant, forKey: .streamVariant)
+        if values.streamMux { try container.encode(true, forKey: .streamMux) }
     }
 }
 

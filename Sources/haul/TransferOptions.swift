@@ -44,6 +44,9 @@ struct TransferOptions: ParsableArguments {
                 + "of its URI (default: the highest bandwidth).", valueName: "NAME"))
     var variant: String?
 
+    @Flag(help: "Make a DASH stream's video and audio one file with ffmpeg, when it is installed (else two files).")
+    var mux = false
+
     @Option(
         help: ArgumentHelp(
             "Verify with the checksum file at URL (a SHA256SUMS-style list naming the file, or one digest).",
@@ -215,6 +218,7 @@ struct TransferOptions: ParsableArguments {
             minimumSplitSize: TokenBucket.parseRate(minSplitSize) ?? DownloadOptions.defaultMinimumSplitSize
         )
         options.streamVariant = variant
+        options.streamMux = mux
         return options
     }
 
@@ -313,7 +317,7 @@ struct TransferOptions: ParsableArguments {
             proxy: network.proxy.proxy, noProxy: network.proxy.noProxy,
             credentials: network.credentials.map { .init(user: $0.user, password: $0.password) },
             netrcFile: network.netrcFile, useNetrc: network.usesNetrc ? nil : false, cookies: network.cookies,
-            cookieFile: network.cookieFile, variant: variant)
+            cookieFile: network.cookieFile, variant: variant, mux: mux ? true : nil)
     }
 
     static func absolute(_ path: String) -> String {

@@ -6,7 +6,7 @@ import Testing
 
 /// HLS streams made by Debian's ffmpeg from a test pattern, served by nginx: each becomes one file that decodes, with
 /// the duration and streams of the source; a kill -9 mid-stream costs no finished segment.
-@Suite("HLS streams")
+@Suite("HLS and DASH streams")
 struct StreamTests {
     /// Runs `tool` with `arguments`; returns its standard output and error, failing the test on a non-zero exit.
     static func run(_ tool: String, _ arguments: [String]) async throws -> (out: String, err: String, status: Int32) {
@@ -71,8 +71,42 @@ struct StreamTests {
     }
 
     static let types = """
-        types { application/vnd.apple.mpegurl m3u8; video/mp2t ts; video/mp4 mp4 m4s; application/octet-stream bin; }
+        types { application/vnd.apple.mpegurl m3u8; application/dash+xml mpd; video/mp2t ts; video/mp4 mp4 m4s;
+            application/octet-stream bin; }
         """
+
+    /// DASH manifests of each kind beneath `root`: timeline (SegmentTemplate with a SegmentTimeline), number
+    /// (SegmentTemplate with $Number$), list (SegmentList of URLs), ranges (a SegmentList of byte ranges of one file),
+    /// base (SegmentBase: each representation one file).
+    static func makeDASH(_ root: String) async throws {
+        for (kind, flags) in [
+            ("timeline", ["-use_template", "1", "-use_timeline", "1"]),
+            ("number", ["-use_template", "1", "-use_timeline", "0"]), ("list", ["-use_template", "0"]),
+            ("ranges", ["-single_file", "1"]),
+        ] {
+            let folder = root + "/dash-" + kind
+            try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
+            let made = try await run(
+                "ffmpeg",
+                [
+                    "-v", "error", "-f", "lavfi", "-i", "testsrc=duration=6:size=320x240:rate=25", "-f", "lavfi", "-i",
+                    "sine=duration=6", "-c:v", "libx264", "-preset", "ultrafast", "-g", "25", "-c:a", "aac", "-map",
+                    "0:v", "-map", "1:a", "-f", "dash", "-seg_duration", "1",
+                ] + flags + [folder + "/manifest.mpd"])
+            #expect(made.status == 0, "\(made.err)")
+        }
+        // SegmentBase: the byte-range manifest with each SegmentList made a SegmentBase (the file read whole).
+        try FileManager.default.copyItem(atPath: root + "/dash-ranges", toPath: root + "/dash-base")
+        let ranges = try String(contentsOfFile: root + "/dash-ranges/manifest.mpd", encoding: .utf8)
+        let base = ranges.replacingOccurrences(
+            of: "<SegmentList[^>]*>.*?</SegmentList>", with: "<SegmentBase/>",
+            options: [.regularExpression], range: nil
+        )
+        .replacingOccurrences(
+            of: "(?s)<SegmentList.*?</SegmentList>", with: "<SegmentBase/>", options: .regularExpression)
+        #expect(base.contains("<SegmentBase/>") && !base.contains("SegmentList"))
+        try base.write(toFile: root + "/dash-base/manifest.mpd", atomically: true, encoding: .utf8)
+    }
 
     /// Whether `path` decodes without an error, and its duration and stream count (ffprobe's).
     static func probe(_ path: String) async throws -> (decodes: Bool, duration: Double, streams: Int) {
@@ -103,6 +137,38 @@ struct StreamTests {
             #expect(abs(probe.duration - 6) < 0.5 && probe.streams == 2, "\(kind): \(probe)")
             #expect(!FileManager.default.fileExists(atPath: workspace.path(output + ".part-segments")))
         }
+    }
+
+    @Test(
+        "DASH with SegmentTemplate ($Number$ and a timeline), SegmentList (URLs and ranges), SegmentBase: video and audio files"
+    )
+    func dash() async throws {
+        let workspace = try Workspace()
+        defer { workspace.remove() }
+        let (nginx, servers) = try await MirrorTests.serve([[0]], in: workspace, rate: "0", http: Self.types)
+        defer { nginx.stop() }
+        try await Self.makeDASH(servers[0].root)
+        for kind in ["timeline", "number", "list", "ranges", "base"] {
+            let get = try await HaulProcess.run(
+                ["get", "http://127.0.0.1:\(servers[0].port)/dash-\(kind)/manifest.mpd", "-o", "\(kind).mp4"],
+                in: workspace)
+            #expect(get.status == 0, "\(kind): \(get.stderr)")
+            let video = try await Self.probe(workspace.path("\(kind).mp4"))
+            let audio = try await Self.probe(workspace.path("\(kind).audio.mp4"))
+            #expect(video.decodes && audio.decodes, "\(kind) decodes")
+            #expect(abs(video.duration - 6) < 0.6 && video.streams == 1, "\(kind) video: \(video)")
+            #expect(abs(audio.duration - 6) < 0.6 && audio.streams == 1, "\(kind) audio: \(audio)")
+        }
+        // --mux: one file of both, through ffmpeg; nothing beside it.
+        let muxed = try await HaulProcess.run(
+            ["get", "http://127.0.0.1:\(servers[0].port)/dash-timeline/manifest.mpd", "-o", "one.mp4", "--mux"],
+            in: workspace)
+        #expect(muxed.status == 0, "\(muxed.stderr)")
+        let one = try await Self.probe(workspace.path("one.mp4"))
+        #expect(one.decodes && one.streams == 2 && abs(one.duration - 6) < 0.6, "\(one)")
+        #expect(
+            try FileManager.default.contentsOfDirectory(atPath: workspace.files).filter { $0.hasPrefix("one") }
+                == ["one.mp4"])
     }
 
     @Test("a master playlist: the highest bandwidth by default, --variant by resolution or bandwidth")

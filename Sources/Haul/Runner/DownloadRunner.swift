@@ -419,8 +419,11 @@ final class DownloadRunner {
                 metalink = try await readMetalink(answer.response)
                 return machine.stop()
             }
-            if Self.isPlaylist(answer.response.head, url: answer.response.finalURL), connections[id]?.source == 0 {
-                // The URL answers an HLS playlist: read it, and the run downloads its stream instead.
+            if Self.isPlaylist(answer.response.head, url: answer.response.finalURL)
+                || Self.isManifest(answer.response.head, url: answer.response.finalURL),
+                connections[id]?.source == 0
+            {
+                // The URL answers an HLS playlist or a DASH manifest: read it, and the run downloads its stream instead.
                 defer { answer.take.resume(returning: nil) }
                 let text = try await Self.readSmall(
                     answer.response, largest: Self.largestPlaylist, what: "the playlist of \(source)")

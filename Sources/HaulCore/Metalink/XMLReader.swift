@@ -28,7 +28,7 @@ public struct XMLElement: Sendable, Equatable {
         init(_ bytes: [UInt8]) { self.bytes = bytes }
 
         func failure(_ problem: String) -> DownloadError {
-            DownloadError(.invalidResponse, "the Metalink document is not well-formed XML: \(problem) (byte \(index))")
+            DownloadError(.invalidResponse, "the document is not well-formed XML: \(problem) (byte \(index))")
         }
 
         func starts(with prefix: String) -> Bool {

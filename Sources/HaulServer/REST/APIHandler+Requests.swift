@@ -91,6 +91,7 @@ extension APIHandler {
         )
         options.mirrors = mirrors
         options.streamVariant = item.variant
+        options.streamMux = item.mux ?? false
         if let pieces = item.pieces?.engine {
             try APIError.checking("pieces", index: index) { () throws(DownloadRules.RuleViolation) in
                 try DownloadRules.checkPieces(pieces)
