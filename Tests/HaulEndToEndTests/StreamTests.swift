@@ -171,6 +171,54 @@ struct StreamTests {
                 == ["one.mp4"])
     }
 
+    /// A live playlist of the ts stream's first `count` segments, ended or not.
+    static func live(_ count: Int, ended: Bool) -> String {
+        var text = "#EXTM3U\n#EXT-X-VERSION:3\n#EXT-X-TARGETDURATION:1\n#EXT-X-MEDIA-SEQUENCE:0\n"
+        for index in 0..<count { text += "#EXTINF:1.000000,\n../ts/index\(index).ts\n" }
+        return text + (ended ? "#EXT-X-ENDLIST\n" : "")
+    }
+
+    @Test("a live playlist that grows is recorded as it grows; stopping one completes it with what it held")
+    func live() async throws {
+        let workspace = try Workspace()
+        defer { workspace.remove() }
+        let (nginx, servers) = try await MirrorTests.serve([[0]], in: workspace, rate: "0", http: Self.types)
+        defer { nginx.stop() }
+        let root = servers[0].root
+        try await Self.makeStreams(root)
+        try FileManager.default.createDirectory(atPath: root + "/live", withIntermediateDirectories: true)
+        let playlist = root + "/live/index.m3u8"
+        @Sendable func held(_ name: String) -> Int {
+            let folder = workspace.path(name + ".part-segments")
+            return ((try? FileManager.default.contentsOfDirectory(atPath: folder)) ?? []).filter {
+                !$0.hasSuffix(".part")
+            }.count
+        }
+        // Grows from two segments to four, then ends at six: the recording follows, and ends by itself.
+        try Self.live(2, ended: false).write(toFile: playlist, atomically: true, encoding: .utf8)
+        let url = "http://127.0.0.1:\(servers[0].port)/live/index.m3u8"
+        let growing = try HaulProcess(["get", url, "-o", "grown.ts"], in: workspace)
+        #expect(await waitUntil { held("grown.ts") >= 2 })
+        try Self.live(4, ended: false).write(toFile: playlist, atomically: true, encoding: .utf8)
+        #expect(await waitUntil { held("grown.ts") >= 4 })
+        #expect(!FileManager.default.fileExists(atPath: workspace.path("grown.ts")), "no final name while it records")
+        try Self.live(6, ended: true).write(toFile: playlist, atomically: true, encoding: .utf8)
+        let grown = await growing.finish()
+        #expect(grown.status == 0, "\(grown.stderr)")
+        let whole = try await Self.probe(workspace.path("grown.ts"))
+        #expect(whole.decodes && abs(whole.duration - 6) < 0.5, "\(whole)")
+
+        // Stopped (Ctrl-C) after three segments: the recording completes with them.
+        try Self.live(3, ended: false).write(toFile: playlist, atomically: true, encoding: .utf8)
+        let stopping = try HaulProcess(["get", url, "-o", "stopped.ts"], in: workspace)
+        #expect(await waitUntil { held("stopped.ts") >= 3 })
+        stopping.signal(SIGINT)
+        let stopped = await stopping.finish()
+        #expect(stopped.status == 130, "\(stopped.stderr)")
+        let part = try await Self.probe(workspace.path("stopped.ts"))
+        #expect(part.decodes && abs(part.duration - 3) < 0.5, "\(part)")
+    }
+
     @Test("a master playlist: the highest bandwidth by default, --variant by resolution or bandwidth")
     func variants() async throws {
         let workspace = try Workspace()

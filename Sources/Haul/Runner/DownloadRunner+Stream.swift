@@ -118,11 +118,7 @@ extension DownloadRunner {
                 return try await dashStream(text, url: url)
             }
             let (media, base) = try await mediaPlaylist(text, url: url)
-            guard media.isEnded else {
-                throw DownloadError(
-                    .invalidArgument,
-                    "\(source) is a live playlist (no EXT-X-ENDLIST); recording live streams is not supported yet")
-            }
+            guard media.isEnded else { return try await recordLive(media, base: base) }
             guard !media.segments.isEmpty else { throw DownloadError(.invalidResponse, "\(source) lists no segment") }
             return try await download(try hlsPlan(media, base: base), base: base)
         } catch {
@@ -345,6 +341,11 @@ extension DownloadRunner {
 
     private func url(of base: URL) -> URL { URL(string: source) ?? base }
 
+    /// `claimStreamName`, for a live recording.
+    func claimStreamNameForLive(_ name: String, in folder: DownloadFolder) async throws {
+        try await claimStreamName(name, in: folder)
+    }
+
     /// Claims the first free name of `name` for a folder download's stream.
     private func claimStreamName(_ name: String, in folder: DownloadFolder) async throws {
         for number in 0..<1000 {
@@ -366,18 +367,21 @@ extension DownloadRunner {
     /// The AES-128 keys the plan names, fetched once each.
     private func fetchKeys(_ plan: StreamPlan) async throws -> [String: [UInt8]] {
         var keys: [String: [UInt8]] = [:]
-        for (name, url) in plan.keys {
-            let response = try await fetcher.fetch(url, range: nil)
-            guard response.head.status == 200 else {
-                throw LinkExpiry.error(for: response.head) ?? DownloadError.httpStatus(response.head.status)
-            }
-            let bytes = try await Self.readSmall(response, largest: 1 << 20, what: "the key \(url)")
-            guard bytes.count == 16 else {
-                throw DownloadError(.invalidResponse, "the key \(url) is \(bytes.count) bytes, not AES-128's 16")
-            }
-            keys[name] = bytes
-        }
+        for (name, url) in plan.keys { keys[name] = try await fetchKey(url) }
         return keys
+    }
+
+    /// One AES-128 key: 16 bytes.
+    func fetchKey(_ url: URL) async throws -> [UInt8] {
+        let response = try await fetcher.fetch(url, range: nil)
+        guard response.head.status == 200 else {
+            throw LinkExpiry.error(for: response.head) ?? DownloadError.httpStatus(response.head.status)
+        }
+        let bytes = try await Self.readSmall(response, largest: 1 << 20, what: "the key \(url)")
+        guard bytes.count == 16 else {
+            throw DownloadError(.invalidResponse, "the key \(url) is \(bytes.count) bytes, not AES-128's 16")
+        }
+        return bytes
     }
 
     /// Writes the stream into `part` from its start, in the plan's order, each part decrypted when it has a key.
@@ -624,7 +628,7 @@ final class StreamCounter: @unchecked Sendable {
     private let lock = NSLock()
     private var bytes: Int64 = 0
     private var done: Int
-    private let total: Int
+    private var total: Int
     private var lastReport: Duration?
     private var meter = SpeedMeter()
     private var lastTime: Duration = .zero
@@ -635,6 +639,8 @@ final class StreamCounter: @unchecked Sendable {
     }
 
     func add(_ count: Int64) { lock.withLock { bytes += count } }
+    /// A live recording's playlist listed `count` more pieces.
+    func grow(by count: Int) { lock.withLock { total += count } }
     func finished() { lock.withLock { done += 1 } }
     var now: (Int64, Int, Int) { lock.withLock { (bytes, done, total) } }
     var speed: Double { lock.withLock { meter.bytesPerSecond } }
