@@ -597,6 +597,8 @@ struct StreamFetcher: Sendable {
             position += Int64(written)
             counter.add(Int64(written))
             emitStreamProgress(counter)
+            // The download's and all downloads' rate limits, as for any body.
+            for limiter in environment.limiters { try await limiter.acquire(written, clock: environment.clock) {} }
         }
         if let expected, position < expected {
             throw DownloadError(
