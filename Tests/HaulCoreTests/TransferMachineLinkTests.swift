@@ -8,21 +8,24 @@ struct TransferMachineLinkTests {
     static let etag = "\"a\""
 
     /// A simulation started on a part file holding `segments`, learned from a link whose ETag was `Self.etag`.
-    static func resumed(_ server: MirrorSimulation.Server, segments: [Segment], linkReplaced: Bool = true)
+    /// A simulation started on a part file holding `segments`, or (without them) its first 20,000 bytes on one
+    /// connection, learned from a link whose ETag was `Self.etag`; run to its end.
+    static func resumed(_ server: MirrorSimulation.Server, segments: [Segment]? = nil, linkReplaced: Bool = true)
         -> MirrorSimulation
     {
         var sim = MirrorSimulation(servers: [server])
-        for segment in segments {
+        let held = segments ?? [Segment(start: 0, end: 100_000, offset: 20_000)]
+        for segment in held {
             for byte in segment.start..<segment.offset { sim.origin[Int(byte)] = 0 }
         }
         let facts = RemoteFacts(
             totalLength: 100_000, validators: Validators(etag: EntityTag(etag)), isResumable: true)
-        let held = segments.reduce(0) { $0 + $1.offset - $1.start }
+        let bytes = held.reduce(0) { $0 + $1.offset - $1.start }
         sim.perform(
             sim.driver.machine.start(
                 .init(
-                    partLength: 100_000, durableOffset: held, segments: segments, isPartVerified: true,
-                    facts: facts, linkReplaced: linkReplaced),
+                    partLength: segments == nil ? bytes : 100_000, durableOffset: bytes, segments: segments,
+                    isPartVerified: true, facts: facts, linkReplaced: linkReplaced),
                 now: .zero))
         sim.run()
         return sim
@@ -74,17 +77,7 @@ struct TransferMachineLinkTests {
         var server = MirrorSimulation.Server(speed: 300, etag: "\"b\"", honoursIfRange: true)
         server.otherBytes = true
         // The compared bytes differ; after the restart nothing is compared: the file comes whole from the new link.
-        var sim = MirrorSimulation(servers: [server])
-        for byte in 0..<20_000 { sim.origin[byte] = 0 }
-        let facts = RemoteFacts(
-            totalLength: 100_000, validators: Validators(etag: EntityTag(Self.etag)), isResumable: true)
-        sim.perform(
-            sim.driver.machine.start(
-                .init(
-                    partLength: 20_000, durableOffset: 20_000, isPartVerified: true, facts: facts,
-                    linkReplaced: true),
-                now: .zero))
-        sim.run()
+        let sim = Self.resumed(server)
         #expect(sim.ending == .completed)
         #expect(restarts(sim) == ["the bytes held differ from the server's"])
         #expect(sim.served[0] == 100_000, "fetched whole after the restart")
@@ -92,18 +85,9 @@ struct TransferMachineLinkTests {
 
     @Test("another length is another file: it starts again, saying so")
     func otherLength() {
-        var shorter = MirrorSimulation(servers: [.init(speed: 300, total: 100_000, etag: "\"b\"")])
-        shorter.servers[0].total = 90_000
-        for byte in 0..<20_000 { shorter.origin[byte] = 0 }
-        let facts = RemoteFacts(
-            totalLength: 100_000, validators: Validators(etag: EntityTag(Self.etag)), isResumable: true)
-        shorter.perform(
-            shorter.driver.machine.start(
-                .init(
-                    partLength: 20_000, durableOffset: 20_000, isPartVerified: true, facts: facts,
-                    linkReplaced: true),
-                now: .zero))
-        shorter.run()
+        var server = MirrorSimulation.Server(speed: 300, etag: "\"b\"")
+        server.total = 90_000
+        let shorter = Self.resumed(server)
         #expect(shorter.ending == .completed)
         #expect(restarts(shorter).first?.contains("the new link serves another file (90000 bytes, not 100000)") == true)
     }

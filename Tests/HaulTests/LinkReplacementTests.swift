@@ -12,6 +12,13 @@ import Testing
 struct LinkReplacementTests {
     let body = testBytes(3_000_000, seed: 36)
 
+    /// Serves `bytes` at `path` as a fresh link whose ETag is `etag`.
+    static func serveFresh(_ h: Harness, _ bytes: [UInt8], etag: String = "\"v1\"", at path: String = "/new") {
+        var fresh = FaultServer.Resource(body: bytes)
+        fresh.etag = etag
+        h.server.serve(path, fresh)
+    }
+
     /// Adds `path` on one connection and waits until it fails; returns the manager, the id and the failure.
     func expire(_ h: Harness, _ path: String, name: String = "file.bin", connections: Int = 1) async throws
         -> (DownloadManager, DownloadID, DownloadError?)
@@ -55,9 +62,7 @@ struct LinkReplacementTests {
         h.server.serve("/old", FaultServer.Resource.signed(body, deadline: 1_200_000))
         let (manager, id, failure) = try await expire(h, "/old")
         #expect(failure?.code == .linkExpired)
-        var fresh = FaultServer.Resource(body: body)
-        fresh.etag = "\"v1\""
-        h.server.serve("/new", fresh)
+        Self.serveFresh(h, body)
         try await manager.replaceURL(h.server.url("/new"), for: id)
         _ = try await manager.result(of: id)
         #expect(h.holds("file.bin", body))
@@ -73,9 +78,7 @@ struct LinkReplacementTests {
         let h = try await Harness.make()
         h.server.serve("/old", FaultServer.Resource.signed(body, deadline: 1_000_000))
         let (manager, id, _) = try await expire(h, "/old")
-        var fresh = FaultServer.Resource(body: body)
-        fresh.etag = "\"v1\""
-        h.server.serve("/new", fresh)
+        Self.serveFresh(h, body)
         let again = try await manager.add(h.server.url("/new"), to: .file(h.path("file.bin")))
         #expect(again == id)
         _ = try await manager.result(of: id)
@@ -92,9 +95,7 @@ struct LinkReplacementTests {
         let h = try await Harness.make()
         h.server.serve("/old", FaultServer.Resource.signed(body, deadline: 1_000_000))
         h.server.serve("/mid", FaultServer.Resource.signed(body, deadline: 500_000))
-        var fresh = FaultServer.Resource(body: body)
-        fresh.etag = "\"v1\""
-        h.server.serve("/new", fresh)
+        Self.serveFresh(h, body)
         let runs = h.folder + "/../refreshes.txt"
         let (mid, new) = (h.server.url("/mid").absoluteString, h.server.url("/new").absoluteString)
         // As a cloud CLI would: a line of chatter, then the URL signed again (the next one for each link).
@@ -145,9 +146,7 @@ struct LinkReplacementTests {
         await #expect(throws: DownloadError.self) { _ = try await manager.result(of: id) }
         let held = try await manager.snapshot(id)
         #expect(held.error?.code == .linkExpired && held.receivedBytes > 1_500_000)
-        var fresh = FaultServer.Resource(body: large)
-        fresh.etag = "\"v1\""
-        h.server.serve("/new", fresh)
+        Self.serveFresh(h, large)
         try await manager.replaceURL(h.server.url("/new"), for: id)
         _ = try await manager.result(of: id)
         #expect(h.holds("file.bin", large))
@@ -161,9 +160,7 @@ struct LinkReplacementTests {
         let h = try await Harness.make()
         h.server.serve("/old", FaultServer.Resource.signed(body, deadline: 1_200_000))
         let (manager, id, _) = try await expire(h, "/old")
-        var fresh = FaultServer.Resource(body: body)
-        fresh.etag = "\"other-host\""
-        h.server.serve("/new", fresh)
+        Self.serveFresh(h, body, etag: "\"other-host\"", at: "/new")
         try await manager.replaceURL(h.server.url("/new"), for: id)
         _ = try await manager.result(of: id)
         #expect(h.holds("file.bin", body))
@@ -178,9 +175,7 @@ struct LinkReplacementTests {
         h.server.serve("/old", FaultServer.Resource.signed(body, deadline: 1_200_000))
         let (manager, id, _) = try await expire(h, "/old")
         let other = testBytes(body.count, seed: 99)
-        var fresh = FaultServer.Resource(body: other)
-        fresh.etag = "\"v2\""
-        h.server.serve("/new", fresh)
+        Self.serveFresh(h, other, etag: "\"v2\"", at: "/new")
         // Every download's events: the stream of a failed one alone would end at once.
         let events = manager.events()
         // The restarts told until the download completes.
@@ -205,9 +200,7 @@ struct LinkReplacementTests {
         h.server.serve("/old2", FaultServer.Resource.signed(body, deadline: 1_200_000))
         let (second, id2, _) = try await expire(h, "/old2", name: "short.bin")
         let shorter = Array(body.prefix(2_000_000))
-        var short = FaultServer.Resource(body: shorter)
-        short.etag = "\"v1\""
-        h.server.serve("/short", short)
+        Self.serveFresh(h, shorter, etag: "\"v1\"", at: "/short")
         try await second.replaceURL(h.server.url("/short"), for: id2)
         _ = try await second.result(of: id2)
         #expect(h.holds("short.bin", shorter))

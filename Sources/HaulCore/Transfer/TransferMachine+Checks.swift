@@ -63,26 +63,16 @@ extension TransferMachine {
         let start = connection.request.offset
         switch SegmentValidator().decide(start: start, end: map.total, head: head, known: known) {
         case .write(let length) where length == map.total - start:
-            connections[id]?.phase = .streaming
-            connections[id]?.bodyStart = start
-            connections[id]?.position = start
-            connections[id]?.compareUntil = map.total
-            connections[id]?.end = map.total
-            connections[id]?.wasActive = true
-            return [.stream(id, Body(start: start, compareUntil: map.total, end: map.total))]
+            return [.stream(id, acceptSegment(id, from: start, compareUntil: map.total, length: length))]
         case .write(let length):
             return [.discard(id)]
                 + restart(
                     "the server sent \(length) bytes for the last \(map.total - start)",
                     closing: Array(connections.keys), now: now)
         case .versionChanged(let reason):
-            return restart(
-                reason, closing: Array(connections.keys), keeping: head.status == 200 ? (id, head) : nil, now: now)
+            return restartAnswered(id, head, reason: reason, oneConnection: false, now: now)
         case .oneConnection(let reason):
-            segmentationDisabled = true
-            return restart(
-                reason + "; going on with one connection", closing: Array(connections.keys),
-                keeping: head.status == 200 ? (id, head) : nil, now: now)
+            return restartAnswered(id, head, reason: reason, oneConnection: true, now: now)
         case .fail(let error):
             return [.discard(id)] + tailFailed(id, error, now: now, jitter: 1)
         }

@@ -138,13 +138,7 @@ extension TransferMachine {
         switch SegmentValidator().decide(start: start, end: map.total, head: head, known: known) {
         case .write(let length) where length == map.total - start:
             sources[source].validators = head.validators
-            connections[id]?.phase = .streaming
-            connections[id]?.bodyStart = start
-            connections[id]?.position = start
-            connections[id]?.compareUntil = map.total
-            connections[id]?.end = map.total
-            connections[id]?.wasActive = true
-            return [.stream(id, Body(start: start, compareUntil: map.total, end: map.total))]
+            return [.stream(id, acceptSegment(id, from: start, compareUntil: map.total, length: length))]
         case .write(let length):
             return [.discard(id)]
                 + drop(source, reason: "it sent \(length) bytes for the last \(map.total - start)", now: now)

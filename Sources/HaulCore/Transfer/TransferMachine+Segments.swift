@@ -120,21 +120,27 @@ extension TransferMachine {
         case .write(let length):
             return [.stream(id, acceptSegment(id, from: from, compareUntil: compareUntil, length: length))]
         case .versionChanged(let reason):
-            // Every segment goes; a 200 carrying the new version is kept as the whole file.
-            return restart(
-                reason, closing: Array(connections.keys), keeping: head.status == 200 ? (id, head) : nil, now: now)
+            return restartAnswered(id, head, reason: reason, oneConnection: false, now: now)
         case .oneConnection(let reason):
-            // The server does not serve ranges correctly: one connection from 0 (its 200, if it sent one).
-            segmentationDisabled = true
-            return restart(
-                reason + "; going on with one connection", closing: Array(connections.keys),
-                keeping: head.status == 200 ? (id, head) : nil, now: now)
+            return restartAnswered(id, head, reason: reason, oneConnection: true, now: now)
         case .fail(let error):
             return [.discard(id)] + segmentFailed(id, segment: segment, error: error, now: now, jitter: 1)
         }
     }
 
-    private mutating func acceptSegment(_ id: ConnectionID, from: Int64, compareUntil: Int64, length: Int64) -> Body {
+    /// A segment's answer (or the check of the held bytes at the end) shows another version, or a server that does
+    /// not serve ranges correctly: every segment goes, and a 200 carrying the file is kept as the whole file; without
+    /// ranges, one connection goes on from 0.
+    mutating func restartAnswered(
+        _ id: ConnectionID, _ head: ResponseHead, reason: String, oneConnection: Bool, now: Duration
+    ) -> [Action] {
+        if oneConnection { segmentationDisabled = true }
+        return restart(
+            oneConnection ? reason + "; going on with one connection" : reason, closing: Array(connections.keys),
+            keeping: head.status == 200 ? (id, head) : nil, now: now)
+    }
+
+    mutating func acceptSegment(_ id: ConnectionID, from: Int64, compareUntil: Int64, length: Int64) -> Body {
         let body = Body(start: from, compareUntil: compareUntil, end: from + length)
         connections[id]?.phase = .streaming
         connections[id]?.bodyStart = from
