@@ -344,6 +344,12 @@ public final class FaultServer: Sendable {
         // or the client keeps the connection for its next request and finds it closed.
         if resource.bytesPerSecond != nil { headers.append(("Connection", "close")) }
 
+        // If-Match (RFC 9110 §13.1.1): another version answers 412, without a body.
+        if let wanted = request.headers["if-match"], wanted != "*", wanted != resource.etag {
+            sent.status = 412
+            return raw(
+                status: 412, reason: "Precondition Failed", headers: headers + [("Content-Length", "0")], body: [])
+        }
         // The requested range, honoured only when the resource accepts ranges and If-Range matches.
         var range: ClosedRange<Int>?
         var unsatisfiable = false

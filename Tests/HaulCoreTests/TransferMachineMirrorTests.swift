@@ -60,8 +60,9 @@ struct MirrorSimulation {
         let server = servers[request.source]
         if let status = server.status { return Heads.status(status) }
         guard let start = request.rangeStart else { return Heads.ok(server.total, etag: server.etag) }
-        if server.honoursIfRange, let ifRange = request.ifRange, ifRange != server.etag {
-            return Heads.ok(server.total, etag: server.etag)
+        if let ifRange = request.ifRange, ifRange != server.etag {
+            if request.requiresSame { return Heads.status(412) }
+            if server.honoursIfRange { return Heads.ok(server.total, etag: server.etag) }
         }
         if start >= server.total { return Heads.status(416, [("Content-Range", "bytes */\(server.total)")]) }
         let last = min((request.end ?? server.total) - 1, server.total - 1)

@@ -164,6 +164,10 @@ struct LinkReplacementTests {
         try await manager.replaceURL(h.server.url("/new"), for: id)
         _ = try await manager.result(of: id)
         #expect(h.holds("file.bin", body))
+        // Another version answers the first request's If-Match with 412 and no body: only the compared 64 KiB come twice.
+        #expect(h.server.requests(to: "/new").first?.status == 412)
+        let sent = h.server.bodyBytesSent(for: "/old") + h.server.bodyBytesSent(for: "/new")
+        #expect(sent - body.count == 65_536, "fetched twice: \(sent - body.count)")
         let ranges = h.server.requests(to: "/new").compactMap(\.range)
         #expect(ranges.contains("bytes=\(1_200_000 - 65_536)-"), "\(ranges)")
         await manager.shutdown()

@@ -241,6 +241,8 @@ public final class DownloadFolder: Sendable {
         if ![.completed, .cancelled].contains(record.state) {
             folder.deleteLeaseParts(of: name)
             folder.deleteStreamPieces(of: name)
+            // A DASH stream's audio, beside it (`DownloadRunner+Stream`).
+            folder.deleteStreamPieces(of: (name as NSString).deletingPathExtension + ".audio.mp4")
         }
         if includingFile, record.state == .completed { folder.delete(name, identity: record.partIdentity) }
     }

@@ -107,15 +107,19 @@ struct Connector: Sendable {
     func headers(for request: RangeRequest) -> [(name: String, value: String)] {
         DownloadRunner.headers(
             options: options, defaultUserAgent: environment.settings.userAgent, range: request.rangeHeader,
-            ifRange: request.ifRange)
+            ifRange: request.requiresSame ? nil : request.ifRange,
+            precondition: request.requiresSame ? request.ifRange : nil)
     }
 }
 
 extension DownloadRunner {
     /// The request headers: the user's, with Haul's own `Range`, `If-Range` and `Accept-Encoding: identity`.
-    static func headers(options: DownloadOptions, defaultUserAgent: String, range: String?, ifRange: String?)
-        -> [(name: String, value: String)]
-    {
+    /// `precondition`, a validator the answer must have (a replaced link's first request): `If-Match` for an ETag,
+    /// `If-Unmodified-Since` for a date; a server of another version answers 412, without a body.
+    static func headers(
+        options: DownloadOptions, defaultUserAgent: String, range: String?, ifRange: String?,
+        precondition: String? = nil
+    ) -> [(name: String, value: String)] {
         var headers: [(name: String, value: String)] = [
             ("User-Agent", options.userAgent ?? defaultUserAgent),
             ("Accept-Encoding", "identity"),
@@ -126,11 +130,17 @@ extension DownloadRunner {
             headers.append((header.name, header.value))
         }
         // Haul owns these: a user header must not break the resume logic.
-        headers.removeAll { ["range", "if-range"].contains($0.name.lowercased()) }
+        headers.removeAll {
+            ["range", "if-range", "if-match", "if-unmodified-since"].contains($0.name.lowercased())
+        }
         headers.append(("Accept-Encoding", "identity"))
         headers.removeAll { $0.name.lowercased() == "accept-encoding" && $0.value != "identity" }
         if let range { headers.append(("Range", range)) }
         if let ifRange { headers.append(("If-Range", ifRange)) }
+        if let precondition {
+            let isTag = precondition.hasPrefix("\"") || precondition.hasPrefix("W/")
+            headers.append((isTag ? "If-Match" : "If-Unmodified-Since", precondition))
+        }
         var seen = Set<String>()
         return headers.filter { seen.insert($0.name.lowercased()).inserted }
     }

@@ -24,6 +24,9 @@ public struct RangeRequest: Hashable, Sendable {
     public var overlap: Int64
     /// The strong validator to send in `If-Range`, if any.
     public var ifRange: String?
+    /// Send `ifRange` as a precondition instead (`If-Match`, `If-Unmodified-Since`): another version answers 412 and
+    /// no body, where `If-Range` would bring the whole new file (a replaced link's first requests).
+    public var requiresSame = false
     /// One past the last byte asked for (a segment: `Range: bytes=offset-(end-1)`); nil for the rest of the file.
     public var end: Int64?
     /// Where it is sent: 0 for the URL the user gave, `n` for the download's n-th mirror.

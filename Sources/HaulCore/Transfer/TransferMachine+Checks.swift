@@ -116,11 +116,12 @@ extension TransferMachine {
     }
 }
 
-/// A replaced link. Its first request still carries the old strong validator in `If-Range`: a server of the same file
-/// (a presigned URL signed again, the same object behind another host) answers 206 and nothing is fetched twice. A
-/// 200, or a 206 with other validators, of the same length does not restart the download: the held bytes are compared
-/// instead (the old validators are forgotten). Another length is another file, and the download starts again, saying
-/// so.
+/// A replaced link. Its first requests still carry the old strong validator, as a precondition (`If-Match`, or
+/// `If-Unmodified-Since` for a date): a server of the same file (a presigned URL signed again, the same object behind
+/// another host) answers 206 and nothing is fetched twice; another version answers 412, without a body. A 412, a
+/// 200 (a server that ignores the precondition), or a 206 with other validators, of the same length, does not restart
+/// the download: the held bytes are compared instead (the old validators are forgotten). Another length is another
+/// file, and the download starts again, saying so.
 extension TransferMachine {
     /// The start as it is used: a replaced link without a strong validator compares at once.
     mutating func beginChecks(_ given: Start) -> Start {
@@ -151,12 +152,21 @@ extension TransferMachine {
 
     mutating func judgeReplacedLink(_ head: ResponseHead) -> LinkVerdict {
         guard linkUnconfirmed, let known = facts else { return .usual }
+        if head.status == 412, !known.validators.isEmpty {
+            // Another version than the stored validator's: what is held is compared. The comparing request's answer
+            // is judged here too, for its length.
+            facts?.validators = Validators()
+            return .compare
+        }
         guard head.status == 200 || head.status == 206 else { return .usual }
         linkUnconfirmed = false
         if let total = answeredTotal(head), let stored = known.totalLength, total != stored {
             return .otherFile("the new link serves another file (\(total) bytes, not \(stored)); fetching it from 0")
         }
-        if head.status == 206, !head.validators.isChanged(comparedTo: known.validators) { return .usual }
+        // The same validator, or the answer to the comparing request: the usual rules from here.
+        if known.validators.isEmpty || head.status == 206 && !head.validators.isChanged(comparedTo: known.validators) {
+            return .usual
+        }
         facts?.validators = Validators()
         return .compare
     }

@@ -8,8 +8,11 @@ extension TransferMachine {
         return id
     }
 
-    mutating func send(_ id: ConnectionID, _ request: RangeRequest, now: Duration) -> [Action] {
+    mutating func send(_ id: ConnectionID, _ given: RangeRequest, now: Duration) -> [Action] {
         guard var connection = connections[id] else { return [] }
+        var request = given
+        // A replaced link not confirmed yet: its validator is a precondition, not If-Range (`TransferMachine+Checks`).
+        if linkUnconfirmed, request.ifRange != nil, request.source == 0 { request.requiresSame = true }
         connection.phase = .requesting
         connection.request = request
         connection.progressed = false
