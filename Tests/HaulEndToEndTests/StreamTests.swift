@@ -46,6 +46,33 @@ struct StreamTests {
     /// The streams of every kind beneath `root`: ts, fmp4, enc (AES-128), noiv (AES-128, IV from the sequence), single
     /// (byte ranges of one file), and a master playlist of two variants.
     static func makeStreams(_ root: String) async throws {
+        try await copy(made.streams, into: root)
+    }
+
+    /// The DASH manifests of `makeDASH`, into `root`.
+    static func makeDASH(_ root: String) async throws {
+        try await copy(made.dash, into: root)
+    }
+
+    /// The streams, encoded once for the suite (ffmpeg's encodes are the heaviest work of the tests).
+    static let made = (
+        streams: Task { try await encodeOnce(encodeStreams) }, dash: Task { try await encodeOnce(encodeDASH) }
+    )
+
+    static func encodeOnce(_ encode: (String) async throws -> Void) async throws -> String {
+        let folder = NSTemporaryDirectory() + "haul-streams-" + UUID().uuidString
+        try await encode(folder)
+        return folder
+    }
+
+    static func copy(_ made: Task<String, any Error>, into root: String) async throws {
+        let folder = try await made.value
+        for name in try FileManager.default.contentsOfDirectory(atPath: folder) {
+            try FileManager.default.copyItem(atPath: folder + "/" + name, toPath: root + "/" + name)
+        }
+    }
+
+    static func encodeStreams(_ root: String) async throws {
         try await encode(root + "/ts", [])
         try await encode(root + "/fmp4", ["-hls_segment_type", "fmp4"])
         try await encode(root + "/single", ["-hls_flags", "single_file"])
@@ -78,7 +105,7 @@ struct StreamTests {
     /// DASH manifests of each kind beneath `root`: timeline (SegmentTemplate with a SegmentTimeline), number
     /// (SegmentTemplate with $Number$), list (SegmentList of URLs), ranges (a SegmentList of byte ranges of one file),
     /// base (SegmentBase: each representation one file).
-    static func makeDASH(_ root: String) async throws {
+    static func encodeDASH(_ root: String) async throws {
         for (kind, flags) in [
             ("timeline", ["-use_template", "1", "-use_timeline", "1"]),
             ("number", ["-use_template", "1", "-use_timeline", "0"]), ("list", ["-use_template", "0"]),
