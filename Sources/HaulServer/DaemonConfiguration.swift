@@ -100,7 +100,7 @@ struct FolderPolicy: Sendable {
         if requested.isEmpty {
             // Most requests name no folder: the download folder, normalised once at start.
             lexical = normalizedDownloadDirectory
-        } else if requested.hasPrefix("/") {
+        } else if requested.utf8.first == UInt8(ascii: "/") {
             lexical = PathName.normalized(requested)
         } else if door == .socket, requested.hasPrefix("~") {
             lexical = PathName.absolute(requested)

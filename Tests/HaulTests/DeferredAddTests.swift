@@ -90,6 +90,13 @@ struct ExclusiveStoreTests {
 
 @Suite("Paths and folders", .teardowns)
 struct PathNameTests {
+    @Test("a path is absolute by its first byte: a combining mark after the / makes one Character, not a relative path")
+    func combiningMark() {
+        let path = "/\u{301}folder/file"
+        #expect(!path.hasPrefix("/"), "Swift compares Characters: the premise of the test")
+        #expect(PathName.absolute(path) == path)
+    }
+
     /// Every string of up to 7 characters from an alphabet that makes every kind of component.
     static func shortPaths() -> [String] {
         let alphabet: [Character] = ["/", ".", "a"]

@@ -90,7 +90,8 @@ enum FolderWalk {
                 links += 1
                 guard links <= linkLimit else { return .failure(FileSystemErrno(ELOOP)) }
                 guard let target = readLink(name, in: current) else { return .failure(FileSystemErrno(errno)) }
-                if target.hasPrefix("/") { return .failure(FileSystemErrno(EXDEV)) }
+                // Bytes, as the kernel reads the target: "/" and a combining mark are one Character.
+                if target.utf8.first == UInt8(ascii: "/") { return .failure(FileSystemErrno(EXDEV)) }
                 pending.append(contentsOf: components(of: target).reversed())
                 continue
             }

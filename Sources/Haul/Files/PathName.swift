@@ -6,7 +6,7 @@ public enum PathName {
     /// `path` with `.`, `..`, repeated and trailing slashes removed; relative paths stay relative.
     public static func normalized(_ path: String) -> String {
         if isNormalizedAbsolute(path) { return path }
-        let isAbsolute = path.hasPrefix("/")
+        let isAbsolute = path.utf8.first == UInt8(ascii: "/")
         var parts: [Substring] = []
         for component in path.split(separator: "/", omittingEmptySubsequences: true) {
             switch component {
@@ -55,7 +55,7 @@ public enum PathName {
         if path == "~" || path.hasPrefix("~/") {
             expanded = NSHomeDirectory() + path.dropFirst()
         }
-        if expanded.hasPrefix("/") { return normalized(expanded) }
+        if expanded.utf8.first == UInt8(ascii: "/") { return normalized(expanded) }
         return normalized((base ?? FileManager.default.currentDirectoryPath) + "/" + expanded)
     }
 

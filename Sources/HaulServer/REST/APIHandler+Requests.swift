@@ -154,7 +154,8 @@ extension APIHandler {
     }
 
     static func readable(_ field: String, _ path: String, index: Int?, folder: Bool) throws(APIError) {
-        guard path.hasPrefix("/") else {
+        // Bytes, not characters: "/" and a combining mark after it are one Character, and the path is still absolute.
+        guard path.utf8.first == UInt8(ascii: "/") else {
             throw .invalidField(field, "must be an absolute path on the daemon's machine", index: index)
         }
         var isFolder: ObjCBool = false
