@@ -15,6 +15,14 @@ import Testing
 struct LinkRouteTests {
     let bytes = testBytes(2_000_000, seed: 38)
 
+    /// A signed link at `/old` that expires after `deadline` bytes, and a fresh link to the same file at `/new`.
+    func serveLinks(_ h: ServerHarness, deadline: Int) {
+        h.server.serve("/old", .signed(bytes, deadline: deadline))
+        var fresh = FaultServer.Resource(body: bytes)
+        fresh.etag = "\"v1\""
+        h.server.serve("/new", fresh)
+    }
+
     /// Waits until `id` ends; returns its error, if it failed.
     func end(_ h: ServerHarness, _ id: String) async -> DownloadError? {
         do {
@@ -28,10 +36,7 @@ struct LinkRouteTests {
     @Test("PATCH url: an expired download goes on from the new link, no byte twice; a bad or late one is refused")
     func patch() async throws {
         let h = try await ServerHarness.make()
-        h.server.serve("/old", .signed(bytes, deadline: 700_000))
-        var fresh = FaultServer.Resource(body: bytes)
-        fresh.etag = "\"v1\""
-        h.server.serve("/new", fresh)
+        serveLinks(h, deadline: 700_000)
         let router = try buildRouter(manager: h.manager, configuration: h.configuration)
         try await Application(router: router).test(.router) { client in
             let added = try await client.add(h, "/old", extra: #", "connections": 1"#)
@@ -61,10 +66,7 @@ struct LinkRouteTests {
     @Test("aria2.changeUri: deleting the old URI and adding the new one replaces the link and keeps the bytes")
     func changeUri() async throws {
         let h = try await ServerHarness.make()
-        h.server.serve("/old", .signed(bytes, deadline: 900_000))
-        var fresh = FaultServer.Resource(body: bytes)
-        fresh.etag = "\"v1\""
-        h.server.serve("/new", fresh)
+        serveLinks(h, deadline: 900_000)
         let router = try buildRouter(manager: h.manager, configuration: h.configuration)
         try await Application(router: router).test(.router) { client in
             let old = h.server.url("/old").absoluteString

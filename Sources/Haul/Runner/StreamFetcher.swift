@@ -202,12 +202,12 @@ final class StreamCounter: @unchecked Sendable {
     var now: (Int64, Int, Int) { lock.withLock { (bytes, done, total) } }
     var speed: Double { lock.withLock { meter.bytesPerSecond } }
 
-    /// Whether a progress event is due (at most ten a second).
+    /// Whether a progress event is due (at most ten a second); the speed is sampled only then, not for every chunk.
     func shouldReport(at time: Duration) -> Bool {
         lock.withLock {
-            meter.record(bytes: bytes, at: time)
             if let last = lastReport, time - last < .milliseconds(100), done < total { return false }
             lastReport = time
+            meter.record(bytes: bytes, at: time)
             return true
         }
     }
