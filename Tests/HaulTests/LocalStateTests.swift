@@ -338,6 +338,54 @@ struct LocalStateTests {
         #expect(h.server.requests(to: "/f").count == 1, "nothing fetched again")
     }
 
+    @Test("one stream killed after its rename, with nothing stored since its first answer: the next run recognises it")
+    func killedAfterSingleStreamRename() async throws {
+        let h = try await Harness.make()
+        h.server.serve("/f", .init(body: body))
+        _ = try await h.fetch("/f")
+        // One stream renames as soon as its file is synced: the row holds the identity and the length from the first
+        // answer, no durable offset, and the running state.
+        let store = try DownloadStore(directory: h.stateDirectory)
+        var record = try #require(try store.allRecords().first)
+        #expect(record.totalLength == Int64(body.count))
+        record.durableOffset = 0
+        record.segments = nil
+        record.mayReplaceDestination = false
+        try store.save(record)
+        try store.saveState(.running, for: record.id)
+        let again = try await h.fetch("/f")
+        #expect(again.wasAlreadyComplete)
+        #expect(h.holds("file.bin", body))
+        #expect(h.server.requests(to: "/f").count == 1, "nothing fetched again")
+    }
+
+    @Test("segments not all stored: a file of the right length at the destination is not taken as finished")
+    func segmentsNotStoredAfterRename() async throws {
+        let h = try await Harness.make()
+        h.server.serve("/f", .init(body: body))
+        _ = try await h.fetch("/f")
+        // Several connections store the length before the rename: a row whose segments do not hold it all never
+        // renamed its file, whatever has the name now.
+        let store = try DownloadStore(directory: h.stateDirectory)
+        var record = try #require(try store.allRecords().first)
+        let half = Int64(body.count / 2)
+        record.durableOffset = half
+        record.segments = [
+            Segment(start: 0, end: half, offset: half), Segment(start: half, end: Int64(body.count), offset: half),
+        ]
+        record.mayReplaceDestination = false
+        try store.save(record)
+        try store.saveState(.running, for: record.id)
+        // Fetched again, and the file found under the name is not replaced.
+        await #expect {
+            _ = try await h.fetch("/f")
+        } throws: { error in
+            (error as? DownloadError)?.code == .destinationExists
+        }
+        #expect(h.server.requests(to: "/f").count > 1, "fetched again")
+        #expect(h.holds("file.bin", body))
+    }
+
     @Test("a completed download run again fetches no body")
     func alreadyComplete() async throws {
         let h = try await Harness.make()

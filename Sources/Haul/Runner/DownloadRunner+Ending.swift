@@ -44,7 +44,13 @@ extension DownloadRunner {
     /// durable, and the store gets them exactly.
     func flush(_ mark: TransferMachine.Checkpoint) async {
         guard let part, machine.isPartVerified else { return }
-        guard (try? await Blocking.run({ try part.syncData() })) != nil else { return }
+        let folder = isPartNameDurable ? nil : folder
+        let synced = try? await Blocking.run { () throws -> Bool in
+            try part.syncData()
+            folder?.sync()
+            return true
+        }
+        guard synced == true else { return }
         if let (_, intact) = await Self.tampering(of: part, with: mark) {
             try? await storeTampered(intact)
         } else {

@@ -28,7 +28,7 @@ extension DownloadRunner {
             let isHandedOver = try adopting && part.length() > 0
             self.part = part
             self.record.partIdentity = part.identity
-            if isNew { isPartIdentityStored = false }
+            if isNew { partMade() }
             if isHandedOver { self.record.isPartVerified = false }
         case .untrusted(let error):
             guard record.takesFreeName else { throw error }
@@ -56,6 +56,7 @@ extension DownloadRunner {
         part = made
         let ranges =
             record.segments.map { $0.map { $0.start..<$0.offset } } ?? [0..<record.durableOffset]
+        var copied = false
         if let recorded = record.partIdentity, ranges.contains(where: { !$0.isEmpty }) {
             if let earlier = folder.recordedPart(of: name, identity: recorded) {
                 let earlierPath = PathName.join(folder.path, earlier.name)
@@ -63,7 +64,11 @@ extension DownloadRunner {
                     defer { close(earlier.descriptor) }
                     try made.copy(ranges, from: earlier.descriptor, named: earlierPath)
                     try made.syncData()
+                    // The stored marks count these bytes once the new identity is stored: its name goes to the
+                    // disk first.
+                    folder.sync()
                 }
+                copied = true
                 environment.logger.info(
                     "\(source): lease \(lease) goes on from the checkpointed bytes of \(earlier.name)")
             } else {
@@ -76,7 +81,8 @@ extension DownloadRunner {
             }
         }
         record.partIdentity = made.identity
-        isPartIdentityStored = false
+        partMade()
+        isPartNameDurable = copied
     }
 
     /// Picks the file name for a folder download from the first answer, never over a file Haul did not create. A sort
@@ -110,7 +116,11 @@ extension DownloadRunner {
         for number in first..<1000 {
             let candidate = number == 0 ? name : FileNameSanitizer.alternative(name, number: number)
             let partName = DownloadFolder.partName(candidate, lease: environment.lease)
-            if folder.has(candidate) || folder.has(candidate + ".part") || folder.has(partName) { continue }
+            if folder.has(candidate) || folder.has(partName)
+                || (environment.lease != nil && folder.has(candidate + ".part"))
+            {
+                continue
+            }
             let path = PathName.join(folder.path, candidate)
             if await environment.isDestinationClaimed(path) { continue }
             // Made exclusively: a download of another process choosing the same name at the same moment loses.
@@ -118,7 +128,7 @@ extension DownloadRunner {
             self.part = part
             record.destination = path
             record.partIdentity = part.identity
-            isPartIdentityStored = false
+            partMade()
             return
         }
         throw DownloadError(.destinationExists, "no free name for \(name) in \(folder.path)")
@@ -127,12 +137,14 @@ extension DownloadRunner {
     // MARK: Finalising
 
     /// A run that finds no part file, and at the destination the very file its part file was (the identity the
-    /// store recorded) with exactly the length its record durably held in full, is looking at its own finished file:
-    /// the previous process died between the rename and the completed state.
+    /// store recorded) with exactly the file's length, is looking at its own finished file: the previous process
+    /// died between the rename and the completed state. Only a verified part file is ever moved there, and that
+    /// length is the whole file: the record durably held it in full (several connections store it before the
+    /// rename), or one stream wrote the file from its first byte (`finalize` moves it at once).
     func recognizeFinishedFile(in folder: DownloadFolder) async throws -> DownloadResult? {
         let record = record
-        guard let destination = record.destination, let total = record.totalLength, record.durableOffset == total,
-            record.isPartVerified
+        guard let destination = record.destination, let total = record.totalLength,
+            record.durableOffset == total || record.segments == nil, record.isPartVerified
         else { return nil }
         let name = PathName.lastComponent(of: destination)
         guard !folder.has(DownloadFolder.partName(name, lease: environment.lease)),
@@ -165,48 +177,73 @@ extension DownloadRunner {
         var algorithms = Set<Checksum.Algorithm>()
         if let checksum = options.checksum { algorithms.insert(checksum.algorithm) }
         if options.computesSHA256 { algorithms.insert(.sha256) }
-        // One trip off the cooperative pool for the sync, the look at the part file and the digests: each trip is
-        // two thread switches, which a burst of small files pays for every file.
-        let (tampered, digests) = try await Blocking.run {
-            [algorithms] () throws -> (
-                (DownloadError, intact: TransferMachine.Checkpoint?)?, [Checksum.Algorithm: String]
-            ) in
-            try part.sync()
-            if let found = Self.checkTampering(of: part, with: .offset(total)) { return (found, [:]) }
-            return (nil, algorithms.isEmpty ? [:] : try part.hexDigests(algorithms: algorithms))
+        // One stream wrote the file from its first byte, and the row holds its length and the part file's identity:
+        // it is moved as soon as it is synced, and one folder sync makes both its creation and its new name durable.
+        // Nothing is stored first: should the process die before the completed state is stored, the next run knows
+        // the file at the destination by that identity and length (`recognizeFinishedFile`). Otherwise (several
+        // connections, or a length the row does not hold yet) the length is stored before the rename, and the part
+        // file's name is made durable before that.
+        let movesAtOnce = storedTotal == size && machine.isSingleStream
+        let syncsName = !isPartNameDurable
+        let (replacing, takesFreeName) = (record.mayReplaceDestination, record.takesFreeName)
+        let deletesEarlierParts = environment.lease != nil && environment.followsEarlierLeases
+        let name = PathName.lastComponent(of: destination)
+        let checksum = options.checksum
+        let move: @Sendable () throws -> String = {
+            let taken = try Self.moveIntoPlace(
+                part, in: folder, name: name, replacing: replacing, takesFreeName: takesFreeName)
+            // Whoever finishes deletes what earlier leases wrote (listing the folder: one with thousands of files
+            // takes milliseconds, which a first lease does not spend).
+            if deletesEarlierParts { folder.deleteLeaseParts(of: name) }
+            folder.sync()
+            return taken
         }
-        if let (problem, intact) = tampered {
+        // One trip off the cooperative pool for the sync, the look at the part file, the digests and (moving at once)
+        // the rename: each trip is two thread switches, which a burst of small files pays for every file.
+        let checked = try await Blocking.run { [algorithms] () throws -> Finalizing in
+            try part.sync()
+            if let found = Self.checkTampering(of: part, with: .offset(total)) {
+                // What is left is stored next: its name must be on the disk first.
+                if syncsName { folder.sync() }
+                return .tampered(found.0, intact: found.intact)
+            }
+            let digests = algorithms.isEmpty ? [:] : try part.hexDigests(algorithms: algorithms)
+            if let checksum, digests[checksum.algorithm] != checksum.hex {
+                return .mismatch(checksum, got: digests[checksum.algorithm] ?? "nothing")
+            }
+            guard movesAtOnce else {
+                if syncsName { folder.sync() }
+                return .verified(digests)
+            }
+            return .moved(try move(), digests)
+        }
+        let taken: String
+        let digests: [Checksum.Algorithm: String]
+        switch checked {
+        case .tampered(let problem, let intact):
             // Every byte was written, and some are not there any more: nothing wrong goes under the final name.
             try? await storeTampered(intact)
             throw problem
-        }
-        if let checksum = options.checksum, digests[checksum.algorithm] != checksum.hex {
-            let got = digests[checksum.algorithm] ?? "nothing"
+        case .mismatch(let checksum, let got):
             // What becomes of the bytes (fetched whole again, or deleted) is the machine's decision (`finalized`).
             throw DownloadError(
                 .checksumMismatch,
                 "checksum mismatch for \(source): expected \(checksum), got \(checksum.algorithm.rawValue)=\(got); "
                     + "the file was not kept"
             )
+        case .moved(let name, let found):
+            isPartNameDurable = true
+            (taken, digests) = (name, found)
+        case .verified(let found):
+            isPartNameDurable = true
+            // Stored before the rename: if the process dies between the rename and the completed state, the next
+            // run recognises the whole file at the destination as its own (`recognizeFinishedFile`).
+            var report = transferReport(mark: .offset(size))
+            report.facts?.totalLength = size
+            try await save(report, waiting: true)
+            (taken, digests) = (try await Blocking.run(move), found)
         }
-        // Stored before the rename: if the process dies between the rename and the completed state, the next run
-        // recognises the whole file at the destination as its own (`recognizeFinishedFile`).
-        var report = transferReport(mark: .offset(size))
-        report.facts?.totalLength = size
-        try await save(report, waiting: true)
-        let (replacing, takesFreeName) = (record.mayReplaceDestination, record.takesFreeName)
-        let deletesEarlierParts = environment.lease != nil && environment.followsEarlierLeases
-        let name = try await Blocking.run {
-            let name = try Self.moveIntoPlace(
-                part, in: folder, name: PathName.lastComponent(of: destination), replacing: replacing,
-                takesFreeName: takesFreeName)
-            // Whoever finishes deletes what earlier leases wrote (listing the folder: one with thousands of files
-            // takes milliseconds, which a first lease does not spend).
-            if deletesEarlierParts { folder.deleteLeaseParts(of: PathName.lastComponent(of: destination)) }
-            folder.sync()
-            return name
-        }
-        let target = PathName.join(folder.path, name)
+        let target = PathName.join(folder.path, taken)
         let resumedFrom = machine.resumedFrom ?? 0
         // It is the finished file now: nothing of a stop after this may touch it as a part file.
         self.part = nil
@@ -222,6 +259,17 @@ extension DownloadRunner {
             resumedFrom: resumedFrom,
             wasAlreadyComplete: false
         )
+    }
+
+    /// What `finalize` found off the cooperative pool.
+    fileprivate enum Finalizing: Sendable {
+        /// Another program deleted or cut the part file; `intact` is what is left of it.
+        case tampered(DownloadError, intact: TransferMachine.Checkpoint?)
+        case mismatch(Checksum, got: String)
+        /// Verified; the length is to be stored before the rename.
+        case verified([Checksum.Algorithm: String])
+        /// Verified and moved to the name it took.
+        case moved(String, [Checksum.Algorithm: String])
     }
 
     /// Moves the verified part file to `name` in its folder and returns the name it took. A download that may take

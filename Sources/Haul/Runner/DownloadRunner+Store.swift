@@ -14,18 +14,23 @@ extension DownloadRunner {
             return
         }
         let (environment, events) = (environment, continuation)
+        let folder = isPartNameDurable ? nil : folder
         checkpoint = Task {
-            await DownloadRunner.checkpoint(mark, of: part, environment: environment, events: events)
+            await DownloadRunner.checkpoint(mark, of: part, syncing: folder, environment: environment, events: events)
         }
     }
 
-    /// A checkpoint's sync and store, off the loop.
+    /// A checkpoint's sync and store, off the loop; `folder`, when given, is synced too (the part file's name is
+    /// new).
     static func checkpoint(
-        _ mark: TransferMachine.Checkpoint, of part: PartFile, environment: RunnerEnvironment,
-        events: AsyncStream<Event>.Continuation
+        _ mark: TransferMachine.Checkpoint, of part: PartFile, syncing folder: DownloadFolder?,
+        environment: RunnerEnvironment, events: AsyncStream<Event>.Continuation
     ) async {
         do {
-            try await Blocking.run { try part.syncData() }
+            try await Blocking.run {
+                try part.syncData()
+                folder?.sync()
+            }
             // The failure that follows stores what is left (`flush`).
             if let (problem, _) = await tampering(of: part, with: mark) { throw problem }
             // Waited for: a store that cannot write (a full disk) stops the download instead of letting it run on
@@ -52,7 +57,16 @@ extension DownloadRunner {
     /// Has the manager store `report`; with `waiting`, returns once it is committed.
     func save(_ report: TransferReport, waiting: Bool) async throws(DownloadError) {
         let commit = try await environment.report(.transfer(report, waiting: waiting))
-        if waiting, let commit { try await environment.committed(commit) }
+        if waiting, let commit {
+            try await environment.committed(commit)
+            storedTotal = report.facts?.totalLength
+        }
+    }
+
+    /// Notes that a part file was just made: neither its identity nor its name is stored or durable yet.
+    func partMade() {
+        isPartIdentityStored = false
+        isPartNameDurable = false
     }
 
     func tellManager(_ report: RunnerReport) async throws(DownloadError) {

@@ -357,7 +357,7 @@ extension DownloadRunner {
             part = made
             record.destination = path
             record.partIdentity = made.identity
-            isPartIdentityStored = false
+            partMade()
             try await save(transferReport(mark: nil), waiting: true)
             return
         }

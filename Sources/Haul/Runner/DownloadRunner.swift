@@ -117,6 +117,11 @@ final class DownloadRunner {
     /// False from the moment a part file is made or adopted until its identity is in the store: the first body
     /// waits for that commit before it writes, so a part file with bytes always has its row's record of it.
     var isPartIdentityStored = true
+    /// False from the moment a part file is made until a sync of its folder: no mark counting bytes of it may be
+    /// stored before its name is on the disk (after a power cut the bytes would be counted in a file that is gone).
+    var isPartNameDurable = true
+    /// The file's length the store holds for certain: the row's at the start, or that of a save waited for.
+    var storedTotal: Int64?
     /// The connections' tasks, by the machine's connection id.
     var connections: [Int: ConnectionTask] = [:]
     var nextGeneration: UInt64 = 0
@@ -206,6 +211,7 @@ final class DownloadRunner {
                 rampWindow: environment.settings.connectionRampWindow,
                 verifiesChecksum: options.checksum != nil, sources: servers,
                 connectionsPerSource: options.maxConnectionsPerDownload, pieceLength: options.pieces?.length))
+        storedTotal = record.totalLength
         startedAt = environment.idleClock.now()
         (events, continuation) = AsyncStream<Event>.makeStream()
         connector = Connector(environment: environment, source: record.url, options: record.options)
@@ -344,6 +350,8 @@ final class DownloadRunner {
             return machine.tick(now: time, jitter: environment.settings.jitter())
         case .checkpointed(let mark):
             checkpoint = nil
+            // Its sync took in the part file's folder when the name was new.
+            isPartNameDurable = true
             return machine.checkpointed(mark)
         case .checkpointFailed(let error):
             checkpoint = nil
@@ -502,11 +510,9 @@ final class DownloadRunner {
         if source == 0 { record.finalURL = response.finalURL.absoluteString }
         // A name just chosen, and the identity of a part file just made, are in the store before any byte is
         // written: after a crash the part file is found as this download's own, not left behind while another name
-        // is chosen. The part file's name is made durable first (a sync of its folder, shared with the downloads
-        // making theirs at the same moment), then the identity's commit (durable, as every commit waited for): after
-        // a power cut, no checkpoint counts bytes of a part file whose name the disk lost.
+        // is chosen. The part file's name need not be on the disk yet: nothing stored counts bytes of it until a
+        // sync of its folder (`isPartNameDurable`).
         let unsaved = !isPartIdentityStored
-        if unsaved, let folder { try await Blocking.run { folder.sync() } }
         try await save(transferReport(mark: nil), waiting: unsaved)
         isPartIdentityStored = true
     }

@@ -87,6 +87,12 @@ public struct TransferMachine: Sendable {
     var durable: Int64 = 0
     /// Whether `start` was called: from then on the machine holds the transfer's state.
     public var hasStarted: Bool { phase != .idle }
+    /// Whether one connection writes the file in order from its first byte (no segments): the bytes held are
+    /// exactly the first `heldBytes` of the file.
+    public var isSingleStream: Bool {
+        if case .single = mode { return true }
+        return false
+    }
     /// The offset the store holds as durable, as far as the machine knows (one connection).
     public var durableOffset: Int64 { durable }
     /// Several: per segment, bytes `start..<written` are written.
