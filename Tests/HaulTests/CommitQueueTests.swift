@@ -6,17 +6,39 @@ import Testing
 
 @testable import Haul
 
-@Suite("The store's write queue (group commit)")
+@Suite("The store's write queue (group commit)", .timeLimit(.minutes(1)))
 struct CommitQueueTests {
-    static func queue() throws -> (CommitQueue<Database>, DatabaseQueue) {
+    static func queue(companyWindow: TimeInterval = 0.002) throws -> (CommitQueue<Database>, DatabaseQueue) {
         let database = try DatabaseQueue()
         try database.write { db in
             try db.execute(sql: "CREATE TABLE t (id INTEGER PRIMARY KEY, value TEXT NOT NULL)")
         }
-        let queue = CommitQueue(writer: database) { error in
+        let queue = CommitQueue(writer: database, companyWindow: companyWindow) { error in
             DownloadError(.store, "write failed: \(error)", underlying: error)
         }
         return (queue, database)
+    }
+
+    @Test("writes no one waits for wait for one someone waits for, and share its transaction")
+    func company() async throws {
+        // A window of an hour: the writes are committed only with company (or the test runs out of time).
+        let (queue, database) = try Self.queue(companyWindow: 3600)
+        let lazy = (0..<3).map { index in
+            queue.submit(awaited: false) { db in
+                try db.execute(sql: "INSERT INTO t (id, value) VALUES (\(index), 'lazy')")
+            }
+        }
+        let awaited = queue.submit(awaited: true, startsAtOnce: true) { db in
+            try db.execute(sql: "INSERT INTO t (id, value) VALUES (3, 'awaited')")
+        }
+        #expect(await queue.completion(of: awaited) == nil)
+        for ticket in lazy { #expect(await queue.completion(of: ticket) == nil) }
+        #expect(queue.statistics.commits == 1 && queue.statistics.writes == 4)
+        #expect(try await database.read { db in try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM t") } == 4)
+        // Someone waiting for everything (a shutdown) is company too: a write no one waits for is committed then.
+        _ = queue.submit(awaited: false) { db in try db.execute(sql: "INSERT INTO t (id, value) VALUES (4, 'x')") }
+        queue.waitUntilIdle()
+        #expect(queue.statistics.commits == 2)
     }
 
     @Test("writes queued together commit in one transaction, in the order they were queued")

@@ -297,12 +297,27 @@ extension DownloadRunner {
     /// The largest Metalink document read from an answer.
     static let largestMetalink = 8 << 20
 
-    /// Whether an answer is a Metalink document (RFC 5854's type, or Metalink 3's), which the download follows as
-    /// aria2 does by default (`--follow-metalink`).
-    static func isMetalink(_ head: ResponseHead) -> Bool {
-        guard head.status == 200, let type = head.value("Content-Type") else { return false }
-        let media = type.split(separator: ";").first.map { $0.trimmingCharacters(in: .whitespaces).lowercased() }
-        return media == "application/metalink4+xml" || media == "application/metalink+xml"
+    /// What the body of a first answer is: a Metalink document (RFC 5854's type, or Metalink 3's), which the download
+    /// follows as aria2 does by default (`--follow-metalink`); an HLS playlist (its types, or a `.m3u8` served as
+    /// text) or a DASH manifest (`application/dash+xml`, or a `.mpd` served as text or XML), whose stream the download
+    /// fetches instead; or the file itself. The URL's path is looked at only for an answer of a text type.
+    enum AnswerBody: Equatable { case metalink, playlist, manifest, file }
+
+    static func body(of head: ResponseHead, url: URL) -> AnswerBody {
+        guard head.status == 200 else { return .file }
+        let media = head.mediaType
+        switch media {
+        case "application/metalink4+xml", "application/metalink+xml": return .metalink
+        case "application/vnd.apple.mpegurl", "application/x-mpegurl", "audio/mpegurl", "audio/x-mpegurl":
+            return .playlist
+        case "application/dash+xml": return .manifest
+        case nil, "text/plain", "application/octet-stream", "text/xml", "application/xml":
+            let path = url.path.lowercased()
+            if path.hasSuffix(".mpd") { return .manifest }
+            let isXML = media == "text/xml" || media == "application/xml"
+            return !isXML && path.hasSuffix(".m3u8") ? .playlist : .file
+        default: return .file
+        }
     }
 
     /// Reads the Metalink of an answer's body, at most `largestMetalink` bytes, and parses it.

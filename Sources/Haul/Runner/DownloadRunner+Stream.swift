@@ -20,31 +20,6 @@ extension DownloadRunner {
     /// The largest playlist read.
     static let largestPlaylist = 8 << 20
 
-    /// Whether an answer is an HLS playlist.
-    static func isPlaylist(_ head: ResponseHead, url: URL) -> Bool {
-        guard head.status == 200 else { return false }
-        let media = head.value("Content-Type").flatMap {
-            $0.split(separator: ";").first.map { $0.trimmingCharacters(in: .whitespaces).lowercased() }
-        }
-        let types = ["application/vnd.apple.mpegurl", "application/x-mpegurl", "audio/mpegurl", "audio/x-mpegurl"]
-        if let media, types.contains(media) { return true }
-        let untyped = media == nil || media == "text/plain" || media == "application/octet-stream"
-        return untyped && url.path.lowercased().hasSuffix(".m3u8")
-    }
-
-    /// Whether an answer is a DASH manifest (`application/dash+xml`, or a `.mpd` of a text type).
-    static func isManifest(_ head: ResponseHead, url: URL) -> Bool {
-        guard head.status == 200 else { return false }
-        let media = head.value("Content-Type").flatMap {
-            $0.split(separator: ";").first.map { $0.trimmingCharacters(in: .whitespaces).lowercased() }
-        }
-        if media == "application/dash+xml" { return true }
-        let untyped =
-            media == nil || media == "text/plain" || media == "application/octet-stream" || media == "text/xml"
-            || media == "application/xml"
-        return untyped && url.path.lowercased().hasSuffix(".mpd")
-    }
-
     /// A DASH manifest's stream: the best video representation (or the one `--variant` names) into the download's
     /// file, and the best audio one into a file beside it (`NAME.audio.mp4`); an audio-only manifest is one file.
     func dashStream(_ text: [UInt8], url: URL) async throws -> RunOutcome {

@@ -419,18 +419,16 @@ final class DownloadRunner {
         case .stream(let id, let body):
             guard let answer = connections[id]?.answer else { return [] }
             connections[id]?.answer = nil
-            if part == nil, Self.isMetalink(answer.response.head), !options.followedMetalink,
+            let kind =
                 connections[id]?.source == 0
-            {
+                ? Self.body(of: answer.response.head, url: answer.response.finalURL) : .file
+            if part == nil, kind == .metalink, !options.followedMetalink {
                 // The URL answers a Metalink: read it (it is small), and the run ends for the download to follow it.
                 defer { answer.take.resume(returning: nil) }
                 metalink = try await readMetalink(answer.response)
                 return machine.stop()
             }
-            if Self.isPlaylist(answer.response.head, url: answer.response.finalURL)
-                || Self.isManifest(answer.response.head, url: answer.response.finalURL),
-                connections[id]?.source == 0
-            {
+            if kind == .playlist || kind == .manifest {
                 // The URL answers an HLS playlist or a DASH manifest: read it, and the run downloads its stream instead.
                 defer { answer.take.resume(returning: nil) }
                 let text = try await Self.readSmall(

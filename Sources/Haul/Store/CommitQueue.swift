@@ -53,8 +53,15 @@ package final class CommitQueue<Connection>: @unchecked Sendable {
     private var counts = (commits: 0, writes: 0)
     private var lostWriteHandler: (@Sendable (DownloadError) -> Void)?
 
-    package init(transact: @escaping Transact, describe: @escaping @Sendable (any Error) -> DownloadError) {
+    /// How long writes no one waits for wait for company before the drain thread commits them alone.
+    let companyWindow: TimeInterval
+
+    package init(
+        transact: @escaping Transact, companyWindow: TimeInterval = 0.002,
+        describe: @escaping @Sendable (any Error) -> DownloadError
+    ) {
         self.transact = transact
+        self.companyWindow = companyWindow
         self.describe = describe
     }
 
@@ -130,9 +137,11 @@ package final class CommitQueue<Connection>: @unchecked Sendable {
                 return
             }
             waiters[ticket] = continuation
-            // No one may be committing any more (the committer left before this waiter came): start the drain.
+            // No one may be committing any more (the committer left before this waiter came): start the drain. A
+            // drain that lets writes wait for company hears that someone waits now.
             let starts = !isDraining
             if starts { isDraining = true }
+            condition.broadcast()
             condition.unlock()
             if starts { scheduleDrain() }
         }
@@ -166,6 +175,7 @@ package final class CommitQueue<Connection>: @unchecked Sendable {
     private func wait(for ticket: UInt64, collecting: Bool = true) -> DownloadError? {
         condition.lock()
         blockedWaiters += 1
+        condition.broadcast()
         while committed < ticket {
             if isDraining {
                 condition.wait()
@@ -209,13 +219,21 @@ package final class CommitQueue<Connection>: @unchecked Sendable {
         }
     }
 
+    /// Whether everything queued can wait a moment: no one waits for any of it.
+    private var mayWaitForCompany: Bool {
+        !pending.isEmpty && waiters.isEmpty && blockedWaiters == 0 && !pending.contains { $0.awaited }
+    }
+
     /// The drain thread: commits when asked, and ends after a few idle seconds (a store that is written rarely
-    /// keeps no thread).
+    /// keeps no thread). Writes no one waits for wait up to `companyWindow` for one someone waits for, and are
+    /// committed in its transaction: with many downloads, each start and each end was a transaction of its own.
     private func drainLoop() {
         condition.lock()
         while true {
             if drainRequested {
                 drainRequested = false
+                let deadline = Date(timeIntervalSinceNow: companyWindow)
+                while mayWaitForCompany, condition.wait(until: deadline) {}
                 while !pending.isEmpty {
                     condition.unlock()
                     commitPending()
@@ -297,18 +315,21 @@ extension CommitQueue where Connection == Database {
     /// a completion the next run recognises anyway), not for those a caller acts on (an add acknowledged, the row
     /// before a part file, a checkpoint). A group holding one write someone waits for is synced once for all of its
     /// writes.
-    convenience init(writer: any DatabaseWriter, describe: @escaping @Sendable (any Error) -> DownloadError) {
+    convenience init(
+        writer: any DatabaseWriter, companyWindow: TimeInterval = 0.002,
+        describe: @escaping @Sendable (any Error) -> DownloadError
+    ) {
         self.init(
             transact: { durable, body in
                 guard durable else { return try writer.write { db in try body(db) } }
                 try writer.writeWithoutTransaction { db in
-                    try db.execute(sql: "PRAGMA synchronous = FULL")
-                    defer { try? db.execute(sql: "PRAGMA synchronous = NORMAL") }
+                    try db.cachedStatement(sql: "PRAGMA synchronous = FULL").execute()
+                    defer { try? db.cachedStatement(sql: "PRAGMA synchronous = NORMAL").execute() }
                     try db.inTransaction {
                         try body(db)
                         return .commit
                     }
                 }
-            }, describe: describe)
+            }, companyWindow: companyWindow, describe: describe)
     }
 }

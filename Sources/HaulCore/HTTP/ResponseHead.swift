@@ -27,6 +27,17 @@ public struct ResponseHead: Sendable, Equatable {
         headers.filter { headerNamesEqual($0.name, name) }.map(\.value)
     }
 
+    /// The media type of `Content-Type`, lowercased, without its parameters and spaces (`text/plain` of
+    /// `Text/Plain; charset=utf-8`); nil without the header.
+    public var mediaType: String? {
+        guard let type = value("Content-Type") else { return nil }
+        var media = Substring(type).utf8.prefix { $0 != UInt8(ascii: ";") }
+        let isSpace: (UInt8) -> Bool = { $0 == UInt8(ascii: " ") || $0 == UInt8(ascii: "\t") }
+        while let first = media.first, isSpace(first) { media = media.dropFirst() }
+        while let last = media.last, isSpace(last) { media = media.dropLast() }
+        return String(decoding: media.map { $0 >= 65 && $0 <= 90 ? $0 + 32 : $0 }, as: UTF8.self)
+    }
+
     /// The first value of a header.
     public func value(_ name: String) -> String? {
         for header in headers where headerNamesEqual(header.name, name) { return header.value }
