@@ -166,7 +166,8 @@ struct LocalStateTests {
     @Test("35: two managers asked for the same destination: the second refuses, the file is written once")
     func twoManagers() async throws {
         let h = try await Harness.make()
-        h.server.serve("/f", .init(body: body, bytesPerSecond: 1_000_000))
+        // The first download's answer is held back after some bytes: it surely runs while the second is asked for.
+        h.server.serve("/f", .init(body: body) { index, _ in index == 0 ? .hold(afterBytes: 100_000) : nil })
         let first = try h.manager()
         let firstID = try await first.add(h.server.url("/f"), to: .file(h.path("file.bin")))
         for await event in first.events(for: firstID) {
@@ -182,6 +183,7 @@ struct LocalStateTests {
         } catch let error as DownloadError {
             #expect(error.code == .locked)
         }
+        h.server.release()
         _ = try await first.result(of: firstID)
         await first.shutdown()
         #expect(h.holds("file.bin", body))

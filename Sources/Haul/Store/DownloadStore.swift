@@ -294,13 +294,7 @@ public struct DownloadStore: DownloadStoring {
         for record in records {
             sqlite3_reset(handle)
             try record.visitColumns { offset, value in Self.bind(value, to: handle, at: CInt(offset + 1)) }
-            let code = sqlite3_step(handle)
-            guard code == SQLITE_DONE else {
-                throw DatabaseError(
-                    resultCode: ResultCode(rawValue: code),
-                    message: String(cString: sqlite3_errmsg(db.sqliteConnection)),
-                    sql: statement.sql)
-            }
+            try Self.step(statement, in: db)
         }
         for var record in changed {
             record.updatedAt = now
@@ -308,8 +302,18 @@ public struct DownloadStore: DownloadStoring {
         }
     }
 
+    /// Runs `statement`, whose values are bound, to its end.
+    fileprivate static func step(_ statement: Statement, in db: Database) throws {
+        let code = sqlite3_step(statement.sqliteStatement)
+        guard code == SQLITE_DONE else {
+            throw DatabaseError(
+                resultCode: ResultCode(rawValue: code), message: String(cString: sqlite3_errmsg(db.sqliteConnection)),
+                sql: statement.sql)
+        }
+    }
+
     /// Binds one value, copied by SQLite (text and blobs are transient).
-    private static func bind(_ value: DatabaseValue, to handle: OpaquePointer, at index: CInt) {
+    fileprivate static func bind(_ value: DatabaseValue, to handle: OpaquePointer, at index: CInt) {
         let transient = unsafeBitCast(-1, to: sqlite3_destructor_type.self)
         switch value.storage {
         case .null: sqlite3_bind_null(handle, index)
@@ -351,7 +355,7 @@ public struct DownloadStore: DownloadStoring {
     /// the time of a thousand small downloads.
     public struct RowUpdate: Sendable {
         fileprivate let sql: String
-        fileprivate let arguments: StatementArguments
+        fileprivate let updatedAt: Double
         /// The row, and the columns this update sets with their values: what another store writes
         /// (`updatedAt` comes with every update, stamped by the store).
         package let id: String
@@ -368,19 +372,29 @@ public struct DownloadStore: DownloadStoring {
             )
         }
 
-        /// Turned into database values here, not boxed as existentials and converted later: the write may run on
-        /// the committing thread, and boxing each value was most of an update's cost.
+        /// Turned into database values here, and bound straight to SQLite when written (`execute`): GRDB's
+        /// `StatementArguments` boxes each value as an existential, which cost more than the update itself.
         private init(_ id: String, _ statement: (columns: [String], sql: String), _ values: [DatabaseValue]) {
             self.id = id
             columns = statement.columns
             self.values = values
             sql = statement.sql
-            var all = values
-            all.append(Date().timeIntervalSince1970.databaseValue)
-            all.append(id.databaseValue)
-            // As optional existentials: GRDB's initialiser over `some DatabaseValueConvertible` is generic and not
-            // specialised across modules (a key path per value), and cost more than boxing the database values.
-            arguments = StatementArguments(all.map { $0 as (any DatabaseValueConvertible)? })
+            updatedAt = Date().timeIntervalSince1970
+        }
+
+        /// Writes the update through its cached statement, left reset with no bindings.
+        fileprivate func execute(in db: Database) throws {
+            let statement = try db.cachedStatement(sql: sql)
+            let handle = statement.sqliteStatement
+            sqlite3_reset(handle)
+            defer {
+                sqlite3_reset(handle)
+                sqlite3_clear_bindings(handle)
+            }
+            for (offset, value) in values.enumerated() { DownloadStore.bind(value, to: handle, at: CInt(offset + 1)) }
+            sqlite3_bind_double(handle, CInt(values.count + 1), updatedAt)
+            DownloadStore.bind(id.databaseValue, to: handle, at: CInt(values.count + 2))
+            try DownloadStore.step(statement, in: db)
         }
 
         private static let transferStatement = statement([
@@ -458,8 +472,7 @@ public struct DownloadStore: DownloadStoring {
 
     /// Writes `update` and returns once it is committed.
     public func save(_ update: RowUpdate) throws(DownloadError) {
-        try write { db in try db.cachedStatement(sql: update.sql).execute(arguments: update.arguments)
-        }
+        try write { db in try update.execute(in: db) }
     }
 
     /// Queues `update` and returns at once (`committed(_:)` waits for it): writes that no later step depends on are
@@ -473,7 +486,7 @@ public struct DownloadStore: DownloadStoring {
     public func submit(_ update: RowUpdate, awaited: Bool) -> Commit {
         Commit(
             ticket: queue.submit(awaited: awaited, startsAtOnce: true) { db in
-                try db.cachedStatement(sql: update.sql).execute(arguments: update.arguments)
+                try update.execute(in: db)
             })
     }
 
