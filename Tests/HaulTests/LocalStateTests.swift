@@ -323,38 +323,33 @@ struct LocalStateTests {
         #expect(FileManager.default.contents(atPath: paths[1]).map { [UInt8]($0) } == other)
     }
 
-    @Test("killed between the final rename and the completed state: the next run recognises its own file")
-    func killedAfterRename() async throws {
-        let h = try await Harness.make()
+    /// Fetches `/f` whole, then leaves its row as a process killed between the rename and the completed state would:
+    /// `change` applied, the state running.
+    func rowKilledAfterRename(_ h: Harness, _ change: (inout DownloadRecord) -> Void) async throws {
         h.server.serve("/f", .init(body: body))
         _ = try await h.fetch("/f")
-        // The row as the dying process left it: the full offset stored, the completed state not yet.
-        let store = try DownloadStore(directory: h.stateDirectory)
-        var record = try #require(try store.allRecords().first)
-        record.mayReplaceDestination = false
-        try store.save(record)
-        try store.saveState(.running, for: record.id)
-        let again = try await h.fetch("/f")
-        #expect(again.wasAlreadyComplete)
-        #expect(h.holds("file.bin", body))
-        #expect(h.server.requests(to: "/f").count == 1, "nothing fetched again")
-    }
-
-    @Test("one stream killed after its rename, with nothing stored since its first answer: the next run recognises it")
-    func killedAfterSingleStreamRename() async throws {
-        let h = try await Harness.make()
-        h.server.serve("/f", .init(body: body))
-        _ = try await h.fetch("/f")
-        // One stream renames as soon as its file is synced: the row holds the identity and the length from the first
-        // answer, no durable offset, and the running state.
         let store = try DownloadStore(directory: h.stateDirectory)
         var record = try #require(try store.allRecords().first)
         #expect(record.totalLength == Int64(body.count))
-        record.durableOffset = 0
-        record.segments = nil
         record.mayReplaceDestination = false
+        change(&record)
         try store.save(record)
         try store.saveState(.running, for: record.id)
+    }
+
+    @Test(
+        "killed between the final rename and the completed state: the next run recognises its own file",
+        arguments: [false, true])
+    func killedAfterRename(singleStream: Bool) async throws {
+        let h = try await Harness.make()
+        // Several connections store the full offset before the rename; one stream renames as soon as its file is
+        // synced, with nothing stored since its first answer (the identity and the length).
+        try await rowKilledAfterRename(h) { record in
+            if singleStream {
+                record.durableOffset = 0
+                record.segments = nil
+            }
+        }
         let again = try await h.fetch("/f")
         #expect(again.wasAlreadyComplete)
         #expect(h.holds("file.bin", body))
@@ -364,20 +359,16 @@ struct LocalStateTests {
     @Test("segments not all stored: a file of the right length at the destination is not taken as finished")
     func segmentsNotStoredAfterRename() async throws {
         let h = try await Harness.make()
-        h.server.serve("/f", .init(body: body))
-        _ = try await h.fetch("/f")
         // Several connections store the length before the rename: a row whose segments do not hold it all never
         // renamed its file, whatever has the name now.
-        let store = try DownloadStore(directory: h.stateDirectory)
-        var record = try #require(try store.allRecords().first)
         let half = Int64(body.count / 2)
-        record.durableOffset = half
-        record.segments = [
-            Segment(start: 0, end: half, offset: half), Segment(start: half, end: Int64(body.count), offset: half),
-        ]
-        record.mayReplaceDestination = false
-        try store.save(record)
-        try store.saveState(.running, for: record.id)
+        let total = Int64(body.count)
+        try await rowKilledAfterRename(h) { record in
+            record.durableOffset = half
+            record.segments = [
+                Segment(start: 0, end: half, offset: half), Segment(start: half, end: total, offset: half),
+            ]
+        }
         // Fetched again, and the file found under the name is not replaced.
         await #expect {
             _ = try await h.fetch("/f")
