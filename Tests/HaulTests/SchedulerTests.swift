@@ -150,7 +150,9 @@ struct SchedulerTests {
         for id in ids { _ = try await manager.result(of: id) }
         await manager.shutdown()
         // Throttled answers close their connection after the last byte: the connections open are those in flight.
-        #expect(h.server.peakConnections == 3, "\(h.server.peakConnections) at once")
+        // How many were open at the busiest moment depends on how the downloads overlapped (on a loaded machine the
+        // ramp may not add a connection); that the limit held does not.
+        #expect(h.server.peakConnections <= 3, "\(h.server.peakConnections) at once")
         #expect(log.peakRunning > 3, "more downloads ran than connections were open: their connections waited")
         #expect(h.holds("large.bin", large))
         for index in 0..<6 { #expect(h.holds("\(index).bin", body)) }
