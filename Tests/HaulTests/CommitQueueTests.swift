@@ -23,18 +23,29 @@ struct CommitQueueTests {
     func company() async throws {
         // A window of an hour: the writes are committed only with company (or the test runs out of time).
         let (queue, database) = try Self.queue(companyWindow: 3600)
-        let lazy = (0..<3).map { index in
-            queue.submit(awaited: false) { db in
-                try db.execute(sql: "INSERT INTO t (id, value) VALUES (\(index), 'lazy')")
-            }
+        // Alone, a write no one waits for is not committed: half a second passes without it running (without the
+        // window the drain thread commits it within microseconds). An absence can only be awaited for a while.
+        let ran = DispatchSemaphore(value: 0)
+        let first = queue.submit(awaited: false) { db in
+            try db.execute(sql: "INSERT INTO t (id, value) VALUES (10, 'first')")
+            ran.signal()
         }
+        #expect(ran.wait(timeout: .now() + 0.5) == .timedOut)
+        #expect(queue.statistics.commits == 0)
+        let lazy =
+            [first]
+            + (0..<3).map { index in
+                queue.submit(awaited: false) { db in
+                    try db.execute(sql: "INSERT INTO t (id, value) VALUES (\(index), 'lazy')")
+                }
+            }
         let awaited = queue.submit(awaited: true, startsAtOnce: true) { db in
             try db.execute(sql: "INSERT INTO t (id, value) VALUES (3, 'awaited')")
         }
         #expect(await queue.completion(of: awaited) == nil)
         for ticket in lazy { #expect(await queue.completion(of: ticket) == nil) }
-        #expect(queue.statistics.commits == 1 && queue.statistics.writes == 4)
-        #expect(try await database.read { db in try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM t") } == 4)
+        #expect(queue.statistics.commits == 1 && queue.statistics.writes == 5)
+        #expect(try await database.read { db in try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM t") } == 5)
         // Someone waiting for everything (a shutdown) is company too: a write no one waits for is committed then.
         _ = queue.submit(awaited: false) { db in try db.execute(sql: "INSERT INTO t (id, value) VALUES (4, 'x')") }
         queue.waitUntilIdle()

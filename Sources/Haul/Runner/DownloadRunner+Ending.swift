@@ -45,12 +45,12 @@ extension DownloadRunner {
     func flush(_ mark: TransferMachine.Checkpoint) async {
         guard let part, machine.isPartVerified else { return }
         let folder = isPartNameDurable ? nil : folder
-        let synced = try? await Blocking.run { () throws -> Bool in
-            try part.syncData()
-            folder?.sync()
-            return true
-        }
-        guard synced == true else { return }
+        do {
+            try await Blocking.run {
+                try part.syncData()
+                folder?.sync()
+            }
+        } catch { return }
         if let (_, intact) = await Self.tampering(of: part, with: mark) {
             try? await storeTampered(intact)
         } else {

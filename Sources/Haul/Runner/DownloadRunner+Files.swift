@@ -297,12 +297,13 @@ extension DownloadRunner {
     /// The largest Metalink document read from an answer.
     static let largestMetalink = 8 << 20
 
-    /// What the body of a first answer is: a Metalink document (RFC 5854's type, or Metalink 3's), which the download
-    /// follows as aria2 does by default (`--follow-metalink`); an HLS playlist (its types, or a `.m3u8` served as
-    /// text) or a DASH manifest (`application/dash+xml`, or a `.mpd` served as text or XML), whose stream the download
-    /// fetches instead; or the file itself. The URL's path is looked at only for an answer of a text type.
+    /// What the body of a first answer is.
     enum AnswerBody: Equatable { case metalink, playlist, manifest, file }
 
+    /// A Metalink document (RFC 5854's type, or Metalink 3's), which the download follows as aria2 does by default
+    /// (`--follow-metalink`); an HLS playlist (its types, or a `.m3u8` served as text) or a DASH manifest
+    /// (`application/dash+xml`, or a `.mpd` served as text or XML), whose stream the download fetches instead; or the
+    /// file itself. The URL's path is looked at only for an answer of a text type.
     static func body(of head: ResponseHead, url: URL) -> AnswerBody {
         guard head.status == 200 else { return .file }
         let media = head.mediaType
