@@ -204,7 +204,7 @@ public struct DownloadOptions: Codable, Sendable, Equatable {
     }
 
     /// These options, sharing `other`'s storage when they are equal (for the many downloads added alike).
-    func sharingStorage(with other: DownloadOptions) -> DownloadOptions {
+    public func sharingStorage(with other: DownloadOptions) -> DownloadOptions {
         self == other ? other : self
     }
 

@@ -304,7 +304,7 @@ struct ManagerService: Service {
     let metrics: DaemonMetrics
 
     func run() async throws {
-        let events = manager.events()
+        let events = manager.events(wanted: DaemonMetrics.counts)
         let metrics = self.metrics
         async let observed: Void = metrics.observe(events)
         let manager = self.manager

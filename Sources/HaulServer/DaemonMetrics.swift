@@ -38,6 +38,17 @@ public final class DaemonMetrics: Sendable {
         for await event in events { record(event) }
     }
 
+    /// Whether `record` counts anything for `event`: not for a new download that waits (its id has run nowhere
+    /// yet), nor for snapshots, stats and settings. The stream that `observe` reads carries only these, so a batch
+    /// of 10,000 adds does not queue 10,000 downloads for the metrics.
+    public static func counts(_ event: DownloadEvent) -> Bool {
+        switch event {
+        case .added(let download): download.state != .queued && download.state != .paused
+        case .snapshot, .stats, .settings: false
+        default: true
+        }
+    }
+
     func record(_ event: DownloadEvent) {
         switch event {
         case .progress(let progress):
@@ -89,6 +100,9 @@ public final class DaemonMetrics: Sendable {
         for (state, gauge) in states { gauge.record(stats.counts[state] ?? 0) }
         let running = await manager.snapshots(in: [.running, .waitingForNetwork], after: nil, limit: nil)
         connections.record(running.downloads.reduce(0) { $0 + $1.connections })
-        return registry.emitToString()
+        return exposition()
     }
+
+    /// The Prometheus text of what is recorded now.
+    func exposition() -> String { registry.emitToString() }
 }

@@ -140,6 +140,27 @@ struct EventHubTests {
         #expect(events.allSatisfy { $0.event.downloadID == DownloadID("b") })
     }
 
+    @Test("a subscriber that picks events is given only those; one it does not want still ends its download's stream")
+    func wanted() async {
+        let hub = EventHub(run: 1)
+        let picky = hub.subscribe(
+            filter: nil, after: nil, bounded: false, wanted: { if case .added = $0 { false } else { true } },
+            snapshot: nil)
+        let one = hub.subscribe(
+            filter: DownloadID("b"), after: nil, bounded: false,
+            wanted: { if case .removed = $0 { false } else { true } },
+            snapshot: nil)
+        hub.emit(.added(Self.download("a", .queued)))
+        hub.emit(.added(Self.download("b", .paused)))
+        hub.emit(Self.progress("b", 1))
+        hub.emit(.removed(DownloadID("b")))
+        let ended = await Self.drain(one)
+        #expect(ended.map(\.id.sequence) == [2, 3])
+        hub.finishAll()
+        let events = await Self.drain(picky)
+        #expect(events.map(\.id.sequence) == [3, 4])
+    }
+
     @Test("a reader that falls behind has its queued progress collapse into the newest per download")
     func collapse() async {
         let hub = EventHub(run: 1, collapseThreshold: 4, subscriberLimit: 50)

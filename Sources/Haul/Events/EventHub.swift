@@ -124,7 +124,7 @@ final class EventHub: Sendable {
         where subscriber.filter == nil || subscriber.filter == event.downloadID {
             // A subscriber that came from a worker ahead of this one has seen the changes up to its id.
             if isLogged, let seen = subscriber.skipsThrough, stamped.id <= seen { continue }
-            if !subscriber.deliver(stamped) {
+            if subscriber.wants(event), !subscriber.deliver(stamped) {
                 closed.append(key)
             } else if ends == true, subscriber.endsWithDownload {
                 // Its download ended: the stream ends after this event.
@@ -182,14 +182,17 @@ final class EventHub: Sendable {
     ///
     /// A fleet's worker replays the logged events after `after` from its window, or, when `after` is older than the
     /// window, from `earlier` (read from the store's log) when those reach the window.
+    ///
+    /// `wanted`, when given, picks the events queued for the subscriber (the replay and the snapshot are not
+    /// filtered by it): a reader that needs a few kinds does not hold the rest while it catches up.
     func subscribe(
         filter: DownloadID?, after: EventID?, earlier: [SequencedEvent] = [], bounded: Bool,
-        snapshot: (() -> DownloadEvent)?
+        wanted: (@Sendable (DownloadEvent) -> Bool)? = nil, snapshot: (() -> DownloadEvent)?
     ) -> EventSubscription {
         state.withLock { state in
             let subscriber = EventSubscriber(
                 filter: filter, limit: bounded ? subscriberLimit : nil, collapseThreshold: collapseThreshold,
-                endsWithDownload: filter != nil && !bounded)
+                endsWithDownload: filter != nil && !bounded, wanted: wanted)
             var replayed: [SequencedEvent]?
             if state.isFleet {
                 var from = after
@@ -282,12 +285,22 @@ final class EventSubscriber: Sendable {
 
     private let state = Mutex(State())
 
-    init(filter: DownloadID?, limit: Int?, collapseThreshold: Int, endsWithDownload: Bool = false) {
+    /// The events it is given; all when nil.
+    private let wanted: (@Sendable (DownloadEvent) -> Bool)?
+
+    init(
+        filter: DownloadID?, limit: Int?, collapseThreshold: Int, endsWithDownload: Bool = false,
+        wanted: (@Sendable (DownloadEvent) -> Bool)? = nil
+    ) {
         self.filter = filter
         self.limit = limit
         self.collapseThreshold = collapseThreshold
         self.endsWithDownload = endsWithDownload
+        self.wanted = wanted
     }
+
+    /// Whether `event` is queued for it. One it does not want still ends the subscription to a download it ends.
+    func wants(_ event: DownloadEvent) -> Bool { wanted?(event) ?? true }
 
     var isFinished: Bool { state.withLock { $0.isFinished } }
 

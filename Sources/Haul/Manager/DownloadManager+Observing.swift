@@ -10,8 +10,15 @@ extension DownloadManager {
     /// stream; it is not bounded (for readers in the same process that keep up). The stream of one download ends
     /// with it: after the event that completes, fails, cancels or removes it, or at once when it has already ended
     /// (a failed download that is retried later needs a new stream).
-    public nonisolated func events(for id: DownloadID? = nil) -> DownloadEvents {
-        DownloadEvents(subscription: hub.subscribe(filter: id, after: nil, bounded: false, snapshot: nil))
+    ///
+    /// `wanted`, when given, picks the events the stream carries: the rest are never queued for it, so a reader
+    /// that needs a few kinds holds nothing else while it catches up (a batch of 10,000 adds is 10,000 events at
+    /// once).
+    public nonisolated func events(
+        for id: DownloadID? = nil, wanted: (@Sendable (DownloadEvent) -> Bool)? = nil
+    ) -> DownloadEvents {
+        DownloadEvents(
+            subscription: hub.subscribe(filter: id, after: nil, bounded: false, wanted: wanted, snapshot: nil))
     }
 
     /// A subscription for a reader that may fall behind or reconnect (the daemon's event stream). With `after`, the
@@ -92,6 +99,11 @@ extension DownloadManager {
     public func page(in states: Set<DownloadState>?, after cursor: QueueCursor?, limit: Int?)
         -> (ids: [DownloadID], next: QueueCursor?)
     {
+        guard leasing != nil else {
+            let (places, next) = Self.trimmed(
+                heldPlaces(in: states, after: cursor, limit: Self.oneMore(than: limit)), to: limit, place: { $0 })
+            return (places.map { DownloadID($0.id) }, next)
+        }
         let (records, next) = pageOfRecords(in: states, after: cursor, limit: limit)
         return (records.map { DownloadID($0.id) }, next)
     }
@@ -100,14 +112,22 @@ extension DownloadManager {
     private func pageOfRecords(in states: Set<DownloadState>?, after cursor: QueueCursor?, limit: Int?)
         -> (records: [DownloadRecord], next: QueueCursor?)
     {
-        // One more than the limit shows whether more follow (a limit of Int.max, "all of them", has none more).
-        let asked = limit.map { $0 == .max ? $0 : max(0, $0) + 1 }
-        guard var records = try? queuePage(in: states, after: cursor, limit: asked) else {
+        guard let records = try? queuePage(in: states, after: cursor, limit: Self.oneMore(than: limit)) else {
             return ([], nil)
         }
-        guard let limit, records.count > limit else { return (records, nil) }
-        records.removeLast(records.count - max(0, limit))
-        return (records, records.last.map(QueueCursor.init))
+        return Self.trimmed(records, to: limit, place: QueueCursor.init)
+    }
+
+    /// One more than `limit`, which shows whether more follow (a limit of Int.max, "all of them", has none more).
+    private static func oneMore(than limit: Int?) -> Int? { limit.map { $0 == .max ? $0 : max(0, $0) + 1 } }
+
+    /// `items` cut to `limit`, and the place of the last one kept when some were cut.
+    private static func trimmed<Item>(_ items: [Item], to limit: Int?, place: (Item) -> QueueCursor)
+        -> ([Item], QueueCursor?)
+    {
+        guard let limit, items.count > limit else { return (items, nil) }
+        let kept = Array(items.prefix(max(0, limit)))
+        return (kept, kept.last.map(place))
     }
 
     /// The speed samples `run()` took, one a second for the last ten minutes (oldest first), in total and for the

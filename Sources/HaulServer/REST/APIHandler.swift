@@ -92,7 +92,12 @@ public struct APIHandler: APIProtocol {
             var requests: [DownloadRequest] = []
             requests.reserveCapacity(items.count)
             for (index, item) in items.enumerated() {
-                requests.append(try request(from: item, index: index, defaults: defaults))
+                var request = try request(from: item, index: index, defaults: defaults)
+                // Items added alike share one copy of their options, as the manager's records do.
+                if let previous = requests.last {
+                    request.options = request.options.sharingStorage(with: previous.options)
+                }
+                requests.append(request)
             }
             // The parsed items are not needed any more: freed before the manager makes the records.
             items = []
