@@ -72,6 +72,17 @@ struct RouterTests {
         }
     }
 
+    @Test(
+        "Prefer's return=minimal is read as RFC 7240 writes it, among other preferences",
+        arguments: [
+            ("return=minimal", true), ("respond-async, return=minimal", true), ("RETURN = \"Minimal\"; x=1", true),
+            ("wait=5,\treturn=minimal ;a", true), ("return=representation", false), ("return=minimal2", false),
+            ("return", false), ("", false), (",,", false), ("x-return=minimal", false), ("return=\"minimal", false),
+        ])
+    func preferReading(header: String, minimal: Bool) {
+        #expect(APIHandler.prefersMinimal(header) == minimal)
+    }
+
     @Test("Prefer: return=minimal answers ids only (one: 201 with Location, a list: in order), and says so")
     func preferMinimal() async throws {
         let h = try await ServerHarness.make()

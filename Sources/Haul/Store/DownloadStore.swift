@@ -242,12 +242,14 @@ public struct DownloadStore: DownloadStoring {
     /// (the daemon answers an add then, and goes on with other work meanwhile, so adds that arrive together commit
     /// together). Later writes of the same downloads are queued behind it.
     ///
-    /// A list of many starts committing at once on the queue's own thread, while the manager builds their events and
-    /// snapshots (a list of 10,000 spent about as long in each).
+    /// It is committed on the queue's own thread, starting at once, never on the thread of the caller that waits:
+    /// that caller is the daemon's network thread, which meanwhile reads the next requests, and the adds that arrive
+    /// during one commit's sync are the next commit's group. A list of many commits while the manager builds their
+    /// events and snapshots.
     public func submitInsert(_ records: [DownloadRecord], saving changed: [DownloadRecord] = []) -> Commit {
         let now = Date()
         return Commit(
-            ticket: queue.submit(awaited: true, startsAtOnce: records.count + changed.count >= 64) { db in
+            ticket: queue.submit(awaited: true, startsAtOnce: true) { db in
                 try Self.insert(records, saving: changed, now: now, in: db)
             })
     }
