@@ -83,6 +83,18 @@ struct RouterTests {
         #expect(APIHandler.prefersMinimal(header) == minimal)
     }
 
+    @Test(
+        "Authorization: Bearer in any case, the token with blanks around it; anything else is not the token",
+        arguments: [
+            ("Bearer s3cret", true), ("bearer  s3cret\t", true), ("BEARER s3cret", true), ("Bearer s3cre", false),
+            ("Bearer s3cretx", false), ("Basic s3cret", false), ("Bearer ", false), ("Bearers3cret", false),
+            ("Bearer S3cret", false), ("", false),
+        ])
+    func bearer(value: String, accepted: Bool) {
+        var value = value
+        #expect(value.withUTF8(Credentials(token: "s3cret").isBearerToken) == accepted)
+    }
+
     @Test("Prefer: return=minimal answers ids only (one: 201 with Location, a list: in order), and says so")
     func preferMinimal() async throws {
         let h = try await ServerHarness.make()

@@ -36,7 +36,8 @@ struct APIWire: Sendable {
     func getDownload(id: String, accept: String?) async throws(APIError) -> Answer {
         try Self.checkAccept(accept)
         let output: Operations.GetDownload.Output
-        do { output = try await api.getDownload(.init(path: .init(id: id))) } catch {
+        // The Accept header is checked above; the handler reads none (the default list is an array made per read).
+        do { output = try await api.getDownload(.init(path: .init(id: id), headers: .init(accept: []))) } catch {
             throw APIError.from(error, body: nil)
         }
         guard case .ok(let ok) = output, case .json(let download) = ok.body else {

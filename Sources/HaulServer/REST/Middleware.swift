@@ -187,10 +187,7 @@ struct NetworkDoor: Sendable {
     }
 
     private func authenticate(_ fields: HTTPFields) throws(APIError) {
-        if let authorization = fields[.authorization],
-            authorization.utf8.prefix(7).elementsEqual("bearer ".utf8, by: { $0 | 0x20 == $1 }),
-            credentials.isToken(authorization.dropFirst(7).trimmingHTTPSpace)
-        {
+        if var authorization = fields[.authorization], authorization.withUTF8(credentials.isBearerToken) {
             return
         }
         if fields[.cookie] != nil, let session = Cookies(from: fields[values: .cookie])[Credentials.cookieName]?.value,
@@ -273,14 +270,26 @@ public struct Credentials: Sendable {
     }
 
     func isToken(_ candidate: String) -> Bool { Self.equal(Array(candidate.utf8), token) }
+
+    /// Whether an `Authorization` value is `Bearer` (any case) and the token, with spaces or tabs around it. Read on
+    /// the value's bytes: every request of a client that sends its token carries it.
+    func isBearerToken(_ value: UnsafeBufferPointer<UInt8>) -> Bool {
+        let scheme = "bearer ".utf8
+        guard value.count > scheme.count, zip(value, scheme).allSatisfy({ $0 | 0x20 == $1 }) else { return false }
+        let isBlank = { (byte: UInt8) in byte == 0x20 || byte == 0x09 }
+        var candidate = value[scheme.count...]
+        while let first = candidate.first, isBlank(first) { candidate.removeFirst() }
+        while let last = candidate.last, isBlank(last) { candidate.removeLast() }
+        return Self.equal(candidate, token)
+    }
     func isSession(_ candidate: String) -> Bool { Self.equal(Array(candidate.utf8), Array(session.utf8)) }
 
     /// Compares without stopping at the first difference, so the time taken does not tell how much matched.
-    static func equal(_ lhs: [UInt8], _ rhs: [UInt8]) -> Bool {
+    static func equal(_ lhs: some RandomAccessCollection<UInt8>, _ rhs: [UInt8]) -> Bool {
         var difference = UInt8(lhs.count == rhs.count ? 0 : 1)
         let count = max(lhs.count, rhs.count)
         for index in 0..<count {
-            let a = index < lhs.count ? lhs[index] : 0
+            let a = index < lhs.count ? lhs[lhs.index(lhs.startIndex, offsetBy: index)] : 0
             let b = index < rhs.count ? rhs[index] : 0
             difference |= a ^ b
         }
