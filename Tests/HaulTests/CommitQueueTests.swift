@@ -257,4 +257,22 @@ struct CommitQueueTests {
         queue.waitUntilIdle()
         #expect(try await database.read { db in try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM t") } == 10)
     }
+
+    @Test("settle commits what is queued and ends the drain thread: the queue (and its store) goes with its last owner")
+    func settle() async throws {
+        var (queue, database): (CommitQueue<Database>?, DatabaseQueue) = try Self.queue()
+        // Committed by the drain thread, which would otherwise idle for seconds holding the queue.
+        _ = queue?.submit(awaited: true, startsAtOnce: true) { db in
+            try db.execute(sql: "INSERT INTO t (id, value) VALUES (1, 'x')")
+        }
+        queue?.settle()
+        #expect(try await database.read { db in try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM t") } == 1)
+        weak let gone = queue
+        queue = nil
+        // The thread's closure lets go of the queue as its loop returns, right after settle saw it end.
+        let clock = ContinuousClock()
+        let deadline = clock.now + .seconds(2)
+        while gone != nil, clock.now < deadline { await Task.yield() }
+        #expect(gone == nil, "the drain thread still holds the queue")
+    }
 }

@@ -50,6 +50,8 @@ package final class CommitQueue<Connection>: @unchecked Sendable {
     /// Whether the drain thread runs, and whether it was asked to commit.
     private var hasDrainThread = false
     private var drainRequested = false
+    /// Asks an idle drain thread to end now instead of after its idle seconds (`settle`).
+    private var drainExitRequested = false
     private var counts = (commits: 0, writes: 0)
     private var lostWriteHandler: (@Sendable (DownloadError) -> Void)?
 
@@ -155,6 +157,19 @@ package final class CommitQueue<Connection>: @unchecked Sendable {
         if last > 0 { _ = wait(for: last, collecting: false) }
     }
 
+    /// Waits until every write queued so far is committed and the drain thread has ended (a later write starts it
+    /// again). The thread holds the queue, and with it the store's connection, for a few idle seconds otherwise: a
+    /// manager that has shut down would keep an exclusively opened store locked that long.
+    package func settle() {
+        waitUntilIdle()
+        condition.lock()
+        drainExitRequested = true
+        condition.broadcast()
+        while hasDrainThread, !drainRequested { condition.wait() }
+        drainExitRequested = false
+        condition.unlock()
+    }
+
     /// Whether `ticket` is not yet committed and no one is committing.
     private func isIdle(before ticket: UInt64) -> Bool {
         condition.lock()
@@ -213,7 +228,8 @@ package final class CommitQueue<Connection>: @unchecked Sendable {
         condition.broadcast()
         condition.unlock()
         if starts {
-            let thread = Thread { [self] in drainLoop() }
+            // Weakly: the queue (and the store's connection it holds) goes as soon as the loop returns.
+            let thread = Thread { [weak self] in self?.drainLoop() }
             thread.name = "haul-store-commits"
             thread.start()
         }
@@ -243,8 +259,11 @@ package final class CommitQueue<Connection>: @unchecked Sendable {
                 condition.broadcast()
                 continue
             }
-            if !condition.wait(until: Date(timeIntervalSinceNow: 5)), !drainRequested {
+            if drainExitRequested
+                || (!condition.wait(until: Date(timeIntervalSinceNow: 5)) && !drainRequested)
+            {
                 hasDrainThread = false
+                condition.broadcast()
                 condition.unlock()
                 return
             }

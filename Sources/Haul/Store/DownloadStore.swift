@@ -265,9 +265,10 @@ public struct DownloadStore: DownloadStoring {
         queue.onLostWrite(handler)
     }
 
-    /// Waits until every write queued so far is committed (before the process ends).
+    /// Waits until every write queued so far is committed (before the process ends, or before another opens the
+    /// store); the queue's commit thread ends with it.
     public func flush() {
-        queue.waitUntilIdle()
+        queue.settle()
     }
 
     /// Commits made and writes they held since the store was opened (several writes a commit when they come
