@@ -84,6 +84,17 @@ struct RouterTests {
     }
 
     @Test(
+        "a body is JSON by its media type, in any case, with blanks and parameters around it",
+        arguments: [
+            ("application/json", true), (" Application/JSON ; charset=utf-8", true), ("application/json\t;", true),
+            ("application/jsonx", false), ("application/json-seq", false), ("text/json", false), ("", false),
+            (";application/json", false),
+        ])
+    func jsonType(type: String, isJSON: Bool) {
+        #expect(APIWire.isJSON(type) == isJSON)
+    }
+
+    @Test(
         "Authorization: Bearer in any case, the token with blanks around it; anything else is not the token",
         arguments: [
             ("Bearer s3cret", true), ("bearer  s3cret\t", true), ("BEARER s3cret", true), ("Bearer s3cre", false),

@@ -30,6 +30,26 @@ extension StringProtocol {
     }
 }
 
+/// The same helpers on a field's bytes, for a value read through `String.withUTF8` (no string is made): the daemon
+/// reads `Authorization`, `Prefer` and `Content-Type` of every request this way.
+extension Slice where Base == UnsafeBufferPointer<UInt8> {
+    /// The bytes without leading and trailing spaces and tabs (RFC 9110's optional whitespace).
+    @inlinable
+    public var trimmingHTTPSpace: Self {
+        var trimmed = self
+        while let first = trimmed.first, first == 0x20 || first == 0x09 { trimmed.removeFirst() }
+        while let last = trimmed.last, last == 0x20 || last == 0x09 { trimmed.removeLast() }
+        return trimmed
+    }
+
+    /// Whether the bytes equal `lowercased` (which is in lower case) ignoring ASCII case.
+    @inlinable
+    public func equalsIgnoringASCIICase(_ lowercased: some Collection<UInt8>) -> Bool {
+        count == lowercased.count
+            && zip(self, lowercased).allSatisfy { x, y in x == y || (x >= 0x41 && x <= 0x5A && x + 0x20 == y) }
+    }
+}
+
 /// Whether two header names are equal ignoring ASCII case (RFC 9110 field names are case-insensitive ASCII).
 @inlinable
 public func headerNamesEqual(_ a: String, _ b: String) -> Bool {

@@ -121,28 +121,14 @@ public struct APIHandler: APIProtocol {
             bytes.split(separator: UInt8(ascii: ","), omittingEmptySubsequences: true).contains { element in
                 let preference = element.prefix { $0 != UInt8(ascii: ";") }
                 guard let equals = preference.firstIndex(of: UInt8(ascii: "=")) else { return false }
-                var value = trimmed(preference[(equals + 1)...])
+                var value = preference[(equals + 1)...].trimmingHTTPSpace
                 if value.count >= 2, value.first == UInt8(ascii: "\""), value.last == UInt8(ascii: "\"") {
                     value = value.dropFirst().dropLast()
                 }
-                return isCaseless(trimmed(preference[..<equals]), "return") && isCaseless(value, "minimal")
+                return preference[..<equals].trimmingHTTPSpace.equalsIgnoringASCIICase("return".utf8)
+                    && value.equalsIgnoringASCIICase("minimal".utf8)
             }
         }
-    }
-
-    /// `bytes` without the spaces and tabs around them (HTTP's optional whitespace).
-    private static func trimmed(_ bytes: Slice<UnsafeBufferPointer<UInt8>>) -> Slice<UnsafeBufferPointer<UInt8>> {
-        let isBlank = { (byte: UInt8) in byte == UInt8(ascii: " ") || byte == UInt8(ascii: "\t") }
-        guard let first = bytes.firstIndex(where: { !isBlank($0) }), let last = bytes.lastIndex(where: { !isBlank($0) })
-        else { return bytes[bytes.startIndex..<bytes.startIndex] }
-        return bytes[first...last]
-    }
-
-    /// Whether `bytes` spell `lowercase` (ASCII letters) in any case.
-    private static func isCaseless(_ bytes: Slice<UnsafeBufferPointer<UInt8>>, _ lowercase: StaticString) -> Bool {
-        guard bytes.count == lowercase.utf8CodeUnitCount else { return false }
-        return zip(bytes, UnsafeBufferPointer(start: lowercase.utf8Start, count: lowercase.utf8CodeUnitCount))
-            .allSatisfy { $0 | 0x20 == $1 }
     }
 
     /// `add` as the generated types (the daemon's router serves the operation through `APIWire`).

@@ -2,6 +2,7 @@ import Foundation
 import HTTPTypes
 import Haul
 import HaulAPI
+import HaulCore
 import HaulWire
 import Hummingbird
 import NIOCore
@@ -158,18 +159,8 @@ struct APIWire: Sendable {
         var type = type
         return type.withUTF8 { bytes in
             // The media type: up to a ';', spaces and tabs around it.
-            var start = 0
-            var end = bytes.firstIndex(of: UInt8(ascii: ";")) ?? bytes.count
-            while start < end, bytes[start] == 0x20 || bytes[start] == 0x09 { start += 1 }
-            while end > start, bytes[end - 1] == 0x20 || bytes[end - 1] == 0x09 { end -= 1 }
-            let expected = Self.json
-            guard end - start == expected.count else { return false }
-            for index in 0..<expected.count {
-                let byte = bytes[start + index]
-                let lowered = byte >= 0x41 && byte <= 0x5A ? byte + 0x20 : byte
-                if lowered != expected[index] { return false }
-            }
-            return true
+            bytes[..<(bytes.firstIndex(of: UInt8(ascii: ";")) ?? bytes.count)].trimmingHTTPSpace
+                .equalsIgnoringASCIICase(Self.json)
         }
     }
 

@@ -275,12 +275,8 @@ public struct Credentials: Sendable {
     /// the value's bytes: every request of a client that sends its token carries it.
     func isBearerToken(_ value: UnsafeBufferPointer<UInt8>) -> Bool {
         let scheme = "bearer ".utf8
-        guard value.count > scheme.count, zip(value, scheme).allSatisfy({ $0 | 0x20 == $1 }) else { return false }
-        let isBlank = { (byte: UInt8) in byte == 0x20 || byte == 0x09 }
-        var candidate = value[scheme.count...]
-        while let first = candidate.first, isBlank(first) { candidate.removeFirst() }
-        while let last = candidate.last, isBlank(last) { candidate.removeLast() }
-        return Self.equal(candidate, token)
+        guard value.count > scheme.count, value[..<scheme.count].equalsIgnoringASCIICase(scheme) else { return false }
+        return Self.equal(value[scheme.count...].trimmingHTTPSpace, token)
     }
     func isSession(_ candidate: String) -> Bool { Self.equal(Array(candidate.utf8), Array(session.utf8)) }
 
