@@ -86,7 +86,7 @@ struct MirrorSimulation {
                 requests[id] = nil
                 streaming.remove(id)
                 waits[id] = driver.now + delay
-            case .checkpoint(let mark): pending += driver.machine.checkpointed(mark)
+            case .checkpoint(let mark): pending += driver.machine.checkpointed(mark, now: driver.now)
             case .finalize: pending += driver.machine.finalized(.completed, now: driver.now)
             case .checkPiece(let index, let range, let ticket):
                 let matches = isRight(range)

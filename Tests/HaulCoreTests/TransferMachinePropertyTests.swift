@@ -396,7 +396,7 @@ struct World {
 
     mutating func completeCheckpoint() {
         guard !pendingCheckpoints.isEmpty else { return }
-        let next = machine.checkpointed(pendingCheckpoints.removeFirst())
+        let next = machine.checkpointed(pendingCheckpoints.removeFirst(), now: now)
         perform(next)
     }
 

@@ -300,11 +300,40 @@ struct TransferMachineSingleTests {
         let first = d.stream(0, 1000).actions
         #expect(first == [.checkpoint(.offset(1000))])
         #expect(d.stream(0, 1000).actions == [], "one in flight at a time")
-        #expect(d.machine.checkpointed(.offset(1000)) == [])
+        #expect(d.machine.checkpointed(.offset(1000), now: d.now) == [])
         #expect(d.stream(0, 100).actions == [.checkpoint(.offset(2100))])
-        _ = d.machine.checkpointed(.offset(2100))
+        _ = d.machine.checkpointed(.offset(2100), now: d.now)
         _ = d.stream(0, 100)
         #expect(d.machine.tick(now: .milliseconds(1500)).contains(.checkpoint(.offset(2200))))
+    }
+
+    /// (what the first checkpoint took, when the second starts), in milliseconds from the first's start; the first
+    /// starts half an interval into the run, and the lead stops at half an interval (a slower sync is followed at
+    /// once).
+    static let checkpointLeads: [(cost: Int, second: Int)] = [
+        (0, 1000), (1, 999), (200, 800), (499, 501), (500, 500), (900, 900), (1700, 1700),
+    ]
+
+    @Test(
+        "a checkpoint starts early by what the last one took, so each is stored within an interval of the last",
+        arguments: checkpointLeads)
+    func checkpointLead(cost: Int, second: Int) {
+        var d = Driver(.init(maxConnections: 1, checkpointBytes: 1 << 40, checkpointInterval: .seconds(1)))
+        _ = d.machine.start(.init(partLength: nil, durableOffset: 0, isPartVerified: true, facts: nil), now: d.now)
+        _ = d.machine.responseReceived(0, Heads.ok(1 << 30), now: d.now)
+        d.now = .milliseconds(499)
+        #expect(d.stream(0, 100).actions == [], "the first is not due before half an interval")
+        d.now = .milliseconds(500)
+        #expect(d.stream(0, 100).actions == [.checkpoint(.offset(200))])
+        let first = d.now
+        d.now = first + .milliseconds(cost)
+        #expect(d.machine.checkpointed(.offset(200), now: d.now) == [])
+        if second > cost {
+            d.now = first + .milliseconds(second - 1)
+            #expect(d.stream(0, 100).actions == [], "not due yet")
+        }
+        d.now = first + .milliseconds(second)
+        #expect(d.stream(0, 100).actions.contains(.checkpoint(.offset(second > cost ? 400 : 300))))
     }
 
     @Test("a connection that brings nothing for the idle timeout is closed and retried")

@@ -352,7 +352,7 @@ final class DownloadRunner {
             checkpoint = nil
             // Its sync took in the part file's folder when the name was new.
             isPartNameDurable = true
-            return machine.checkpointed(mark)
+            return machine.checkpointed(mark, now: time)
         case .checkpointFailed(let error):
             checkpoint = nil
             return machine.checkpointFailed(error)

@@ -104,7 +104,10 @@ public struct TransferMachine: Sendable {
     var networkWaits = 0
     var restartsWithoutProgress = 0
     var ramp: ConnectionRamp
+    /// When the last checkpoint started (or the run, before the first), and the bytes it holds.
     var lastCheckpoint: (time: Duration, bytes: Int64) = (.zero, 0)
+    /// What the last checkpoint took from start to stored; before the first, a guess (`checkpointLead`).
+    var checkpointCost: Duration?
     var isCheckpointing = false
     var lastProgress: Duration?
     var meter = SpeedMeter()
@@ -392,9 +395,10 @@ public struct TransferMachine: Sendable {
 
     // MARK: Checkpoints
 
-    /// A checkpoint is synced and stored.
-    public mutating func checkpointed(_ mark: Checkpoint) -> [Action] {
+    /// A checkpoint is synced and stored (`now`: when it was).
+    public mutating func checkpointed(_ mark: Checkpoint, now: Duration) -> [Action] {
         isCheckpointing = false
+        checkpointCost = max(.zero, now - lastCheckpoint.time)
         if case .offset(let offset) = mark { durable = max(durable, offset) }
         return []
     }
@@ -406,11 +410,22 @@ public struct TransferMachine: Sendable {
         return fail(error)
     }
 
+    /// How early a checkpoint starts, so that it is stored by one interval after the last one started: a power cut
+    /// then costs at most one interval of bytes (DESIGN.md's invariant 3), where starting on the interval would let
+    /// the sync's own time be lost too. The lead is what the last checkpoint took; the first, which also syncs the
+    /// part file's new name, has no measure yet and takes half an interval. It never passes half an interval, so
+    /// checkpoints start at most twice an interval however fast or slow the disk.
+    var checkpointLead: Duration {
+        let half = settings.checkpointInterval / 2
+        return min(checkpointCost ?? half, half)
+    }
+
     mutating func checkpointIfDue(now: Duration) -> [Action] {
         guard !isCheckpointing else { return [] }
         let held = heldBytes
         let dueByBytes = held - lastCheckpoint.bytes >= settings.checkpointBytes
-        let dueByTime = now - lastCheckpoint.time >= settings.checkpointInterval && held > lastCheckpoint.bytes
+        let dueByTime =
+            now - lastCheckpoint.time >= settings.checkpointInterval - checkpointLead && held > lastCheckpoint.bytes
         guard dueByBytes || dueByTime else { return [] }
         lastCheckpoint = (now, held)
         isCheckpointing = true
