@@ -180,7 +180,7 @@ extension HaulCommand {
             let folderPath = directory ?? FileManager.default.currentDirectoryPath
             let destination: DownloadManager.Destination = self.output.map { .file($0) } ?? .directory(folderPath)
             // Subscribe before adding, so no event is missed; the board is the only writer while downloads run.
-            let board = Task { [events = manager.events()] in
+            let board = Task { [events = manager.events(wanted: output.wantedEvents)] in
                 await output.render(events, single: list.count == 1) { id in try? await manager.result(of: id) }
             }
             var outcomes: [(url: String, outcome: Result<DownloadResult, any Error>)] = []

@@ -12,6 +12,30 @@ struct Output: Sendable {
     /// Whether progress events are drawn (a progress bar on a terminal, unless quiet).
     var drawsProgress: Bool { isTerminal && !quiet }
 
+    /// The events `render` acts on: a subscription with this picks them, and the others are never queued for it nor
+    /// wake its reader (a batch of a thousand small files is several thousand events, of which a quiet run off a
+    /// terminal shows only the failures).
+    var wantedEvents: @Sendable (DownloadEvent) -> Bool {
+        let (isTerminal, quiet, json) = (isTerminal, quiet, json)
+        return { event in
+            switch event {
+            case .added(let download), .changed(let download):
+                switch download.state {
+                case .failed: return true
+                // Its end line or JSON, or the board's count.
+                case .completed: return !quiet || json || isTerminal
+                // The board's name, or the start line off a terminal.
+                case .running, .waitingForNetwork: return !quiet
+                // Only the board forgets its progress line.
+                default: return isTerminal && !quiet
+                }
+            case .progress: return isTerminal && !quiet
+            case .retrying, .restarted: return !quiet
+            default: return false
+            }
+        }
+    }
+
     func line(_ text: String) {
         FileHandle.standardError.write(Data((text + "\n").utf8))
     }

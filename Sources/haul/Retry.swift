@@ -68,7 +68,7 @@ extension HaulCommand {
             try? await manager.start()
             let signals = SignalWatcher { await manager.shutdown(pausing: true) }
             let downloads = try await resolve(target.ids, in: manager)
-            let board = Task { [events = manager.events()] in
+            let board = Task { [events = manager.events(wanted: output.wantedEvents)] in
                 await output.render(events, single: downloads.count == 1) { id in try? await manager.result(of: id) }
             }
             var started: [DownloadSnapshot] = []

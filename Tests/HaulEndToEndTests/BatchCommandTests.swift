@@ -40,6 +40,40 @@ struct BatchCommandTests {
         await server.stop()
     }
 
+    @Test("off a terminal: a start and an end line for each file; --quiet only the failures; --json a result each")
+    func linesOfEachMode() async throws {
+        let workspace = try Workspace()
+        defer { workspace.remove() }
+        let server = try await FaultServer.start()
+        for name in ["a", "b", "c"] { server.serve("/\(name).bin", .init(body: body)) }
+        let missing = server.url("/missing").absoluteString
+        let told = try await HaulProcess.run(
+            ["get", server.url("/a.bin").absoluteString, missing, "-d", workspace.path("told")], in: workspace)
+        #expect(told.status == 1)
+        let a = workspace.path("told/a.bin")
+        #expect(told.stderr.contains("haul: \(server.url("/a.bin")) -> \(a)\n"), "\(told.stderr)")
+        #expect(told.stderr.contains("haul: saved \(a) (195.3 KiB in "), "\(told.stderr)")
+        #expect(told.stderr.contains("haul: error: \(missing): server answered HTTP 404\n"), "\(told.stderr)")
+
+        let quiet = try await HaulProcess.run(
+            ["get", server.url("/b.bin").absoluteString, missing, "-d", workspace.path("quiet"), "--quiet"],
+            in: workspace)
+        #expect(quiet.status == 1)
+        #expect(workspace.holds("quiet/b.bin", body))
+        #expect(quiet.stderr.contains("haul: error: \(missing): server answered HTTP 404\n"), "\(quiet.stderr)")
+        #expect(!quiet.stderr.contains("saved") && !quiet.stderr.contains(" -> "), "\(quiet.stderr)")
+
+        let json = try await HaulProcess.run(
+            ["get", server.url("/c.bin").absoluteString, "-d", workspace.path("json"), "--quiet", "--json"],
+            in: workspace)
+        #expect(json.status == 0)
+        #expect(json.stderr.isEmpty, "\(json.stderr)")
+        let result = try JSONSerialization.jsonObject(with: Data(json.stdout.utf8)) as? [String: Any]
+        #expect(result?["path"] as? String == workspace.path("json/c.bin"))
+        #expect(result?["bytes"] as? Int == body.count)
+        await server.stop()
+    }
+
     @Test("-i - reads standard input; bad lines are usage errors naming the line")
     func standardInputAndBadLines() async throws {
         let workspace = try Workspace()

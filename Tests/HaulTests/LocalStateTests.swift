@@ -323,6 +323,28 @@ struct LocalStateTests {
         #expect(FileManager.default.contents(atPath: paths[1]).map { [UInt8]($0) } == other)
     }
 
+    @Test(
+        "a folder download passes over a name another download claims before its part file exists, and leaves no file of it"
+    )
+    func nameClaimedByAnother() async throws {
+        let h = try await Harness.make()
+        h.server.serve("/x/data.bin", .init(body: body))
+        let manager = try h.manager()
+        // Paused: its destination is claimed, and nothing of it is on the disk.
+        let held = try await manager.add([
+            DownloadRequest(
+                url: h.server.url("/other"), destination: .file(h.path("data.bin")), isPaused: true, origin: .api)
+        ])
+        let id = try await manager.add(h.server.url("/x/data.bin"), to: .directory(h.folder))
+        let path = try await manager.result(of: id).path
+        #expect(try await manager.snapshot(held[0].id).state == .paused)
+        await manager.shutdown()
+        #expect(path == h.path("data (1).bin"))
+        #expect(h.contents("data (1).bin") == body)
+        // The part file made for the refused name went with the refusal.
+        #expect(try FileManager.default.contentsOfDirectory(atPath: h.folder).sorted() == ["data (1).bin"])
+    }
+
     /// Fetches `/f` whole, then leaves its row as a process killed between the rename and the completed state would:
     /// `change` applied, the state running.
     func rowKilledAfterRename(_ h: Harness, _ change: (inout DownloadRecord) -> Void) async throws {

@@ -147,8 +147,6 @@ extension DownloadManager {
             hostConnections: hostConnections,
             report: { [weak self] report throws(DownloadError) in try await self?.runnerReported(id, report) },
             committed: { [store] commit throws(DownloadError) in try await store.committed(commit) },
-            isDestinationClaimed: { [weak self] path in await self?.isDestinationClaimed(path, excluding: id) ?? false
-            },
             allowedFolders: allowedFolders,
             sorting: sorting,
             lease: leasing?.lease(of: id),
@@ -178,7 +176,10 @@ extension DownloadManager {
         }
         var commit: DownloadStore.Commit?
         switch report {
-        case .transfer(let transfer, let waiting):
+        case .transfer(let transfer, let waiting, let claiming):
+            if claiming, let path = transfer.destination, isDestinationClaimed(path, excluding: id) {
+                throw DownloadError(.destinationExists, "another download claims \(path)")
+            }
             let named = record.destination != transfer.destination
             record.adopt(transfer)
             keep(record)

@@ -38,7 +38,7 @@ extension DownloadRunner {
             self.record.segments = nil
             self.record.isPartVerified = true
             self.record.partIdentity = nil
-            try await claimName(name, in: folder, from: 1)
+            try await claimName(name, in: folder, from: 1, lease: environment.lease)
         }
     }
 
@@ -106,32 +106,53 @@ extension DownloadRunner {
             record.folderIdentity = folder.folder.identity
             environment.logger.info("\(source): sorted into \(folder.path)")
         }
-        try await claimName(name, in: folder, from: 0)
+        try await claimName(name, in: folder, from: 0, lease: environment.lease)
     }
 
-    /// Claims the first free name of `name`, `name (1)`, … (from the `first`th) in the download's folder by making
-    /// its part file there exclusively. Free means that nothing of any kind (a link included) has the name or its
-    /// `.part`, and that no other download of the manager claims it.
-    fileprivate func claimName(_ name: String, in folder: DownloadFolder, from first: Int) async throws {
+    /// Claims the first free name of `name`, `name (1)`, … (from the `first`th) in `folder`: free means that nothing
+    /// of any kind (a link included) has the name or its part file's, and that no other download of the manager
+    /// claims it. The part file is made exclusively (a download of another process choosing the same name at the
+    /// same moment loses), then stored as the download's with the name in one step with the manager, which refuses a
+    /// name another of its downloads holds. So the part file's identity is in the store when this returns, before
+    /// any byte is written. `lease`: the part file is that lease's own (`DownloadFolder.partName`).
+    func claimName(_ name: String, in folder: DownloadFolder, from first: Int, lease: Int64?) async throws {
         for number in first..<1000 {
             let candidate = number == 0 ? name : FileNameSanitizer.alternative(name, number: number)
-            let partName = DownloadFolder.partName(candidate, lease: environment.lease)
-            if folder.has(candidate) || folder.has(partName)
-                || (environment.lease != nil && folder.has(candidate + ".part"))
-            {
+            let partName = DownloadFolder.partName(candidate, lease: lease)
+            if folder.has(candidate) || folder.has(partName) || (lease != nil && folder.has(candidate + ".part")) {
                 continue
             }
-            let path = PathName.join(folder.path, candidate)
-            if await environment.isDestinationClaimed(path) { continue }
-            // Made exclusively: a download of another process choosing the same name at the same moment loses.
-            guard let part = try folder.makePart(partName) else { continue }
-            self.part = part
-            record.destination = path
-            record.partIdentity = part.identity
+            guard let made = try folder.makePart(partName) else { continue }
+            let before = (record.destination, record.partIdentity)
+            part = made
+            record.destination = PathName.join(folder.path, candidate)
+            record.partIdentity = made.identity
             partMade()
+            guard try await storeClaim() else {
+                // Another download of the manager holds the name: the file just made goes, and the next is tried.
+                made.unlock()
+                folder.folder.removeFile(partName, identity: made.identity)
+                part = nil
+                (record.destination, record.partIdentity) = before
+                (isPartIdentityStored, isPartNameDurable) = (true, true)
+                continue
+            }
+            isPartIdentityStored = true
             return
         }
         throw DownloadError(.destinationExists, "no free name for \(name) in \(folder.path)")
+    }
+
+    /// Stores the name just chosen with the part file's identity, waited for; false when the manager refuses the
+    /// name (nothing was stored).
+    private func storeClaim() async throws(DownloadError) -> Bool {
+        do {
+            try await save(transferReport(mark: nil), waiting: true, claiming: true)
+            return true
+        } catch {
+            guard error.code == .destinationExists else { throw error }
+            return false
+        }
     }
 
     // MARK: Finalising

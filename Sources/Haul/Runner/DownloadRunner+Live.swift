@@ -13,7 +13,7 @@ extension DownloadRunner {
         if part == nil {
             let stem = (FileNameSanitizer.name(contentDisposition: nil, finalURLPath: base.path) as NSString)
                 .deletingPathExtension
-            try await claimStreamNameForLive(stem + (isFragmented ? ".mp4" : ".ts"), in: folder)
+            try await claimName(stem + (isFragmented ? ".mp4" : ".ts"), in: folder, from: 0, lease: nil)
         }
         guard let part, let destination = record.destination else {
             throw DownloadError(.fileSystem, "nothing to write the stream of \(source) to")

@@ -54,9 +54,11 @@ extension DownloadRunner {
             isPartVerified: started ? machine.isPartVerified : record.isPartVerified, mark: mark)
     }
 
-    /// Has the manager store `report`; with `waiting`, returns once it is committed.
-    func save(_ report: TransferReport, waiting: Bool) async throws(DownloadError) {
-        let commit = try await environment.report(.transfer(report, waiting: waiting))
+    /// Has the manager store `report`; with `waiting`, returns once it is committed. With `claiming`, the report's
+    /// destination is a name just chosen, which the manager refuses (`destinationExists`) when another of its
+    /// downloads claims it.
+    func save(_ report: TransferReport, waiting: Bool, claiming: Bool = false) async throws(DownloadError) {
+        let commit = try await environment.report(.transfer(report, waiting: waiting, claiming: claiming))
         if waiting, let commit {
             try await environment.committed(commit)
             storedTotal = report.facts?.totalLength

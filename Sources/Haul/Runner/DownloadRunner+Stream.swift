@@ -168,7 +168,7 @@ extension DownloadRunner {
             // A folder download: named after the playlist, as the file it becomes (fMP4 with init sections, else TS).
             let stem = (FileNameSanitizer.name(contentDisposition: nil, finalURLPath: url(of: base).path) as NSString)
                 .deletingPathExtension
-            try await claimStreamName(stem + (plan.isFragmented ? ".mp4" : ".ts"), in: folder)
+            try await claimName(stem + (plan.isFragmented ? ".mp4" : ".ts"), in: folder, from: 0, lease: nil)
         }
         guard let part, let destination = record.destination else {
             throw DownloadError(.fileSystem, "nothing to write the stream of \(source) to")
@@ -315,29 +315,6 @@ extension DownloadRunner {
     }
 
     private func url(of base: URL) -> URL { URL(string: source) ?? base }
-
-    /// `claimStreamName`, for a live recording.
-    func claimStreamNameForLive(_ name: String, in folder: DownloadFolder) async throws {
-        try await claimStreamName(name, in: folder)
-    }
-
-    /// Claims the first free name of `name` for a folder download's stream.
-    private func claimStreamName(_ name: String, in folder: DownloadFolder) async throws {
-        for number in 0..<1000 {
-            let candidate = number == 0 ? name : FileNameSanitizer.alternative(name, number: number)
-            if folder.has(candidate) || folder.has(candidate + ".part") { continue }
-            let path = PathName.join(folder.path, candidate)
-            if await environment.isDestinationClaimed(path) { continue }
-            guard let made = try folder.makePart(candidate + ".part") else { continue }
-            part = made
-            record.destination = path
-            record.partIdentity = made.identity
-            partMade()
-            try await save(transferReport(mark: nil), waiting: true)
-            return
-        }
-        throw DownloadError(.destinationExists, "no free name for \(name) in \(folder.path)")
-    }
 
     /// The AES-128 keys the plan names, fetched once each.
     private func fetchKeys(_ plan: StreamPlan) async throws -> [String: [UInt8]] {

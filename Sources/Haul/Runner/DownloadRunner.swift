@@ -25,8 +25,6 @@ struct RunnerEnvironment: Sendable {
     let report: @Sendable (RunnerReport) async throws(DownloadError) -> DownloadStore.Commit?
     /// Waits until a commit is in the store.
     let committed: @Sendable (DownloadStore.Commit) async throws(DownloadError) -> Void
-    /// Whether another download of the manager already claims `path` (a folder download choosing its name).
-    let isDestinationClaimed: @Sendable (String) async -> Bool
     /// The folders confined downloads are opened beneath.
     let allowedFolders: AllowedFolders
     /// The rules that sort a folder download into a folder beneath its own when it takes its name.
@@ -42,8 +40,10 @@ struct RunnerEnvironment: Sendable {
 /// What a runner tells its manager while it runs.
 enum RunnerReport: Sendable {
     /// What the transfer learned or did to its part file (see `TransferReport`). With `waiting`, the runner waits
-    /// for the commit (and hears of its failure).
-    case transfer(TransferReport, waiting: Bool)
+    /// for the commit (and hears of its failure). With `claiming`, the report's destination is a name the download
+    /// just chose: the manager refuses it (`destinationExists`, nothing stored) when another of its downloads claims
+    /// it, so the check and the claim are one step.
+    case transfer(TransferReport, waiting: Bool, claiming: Bool = false)
     /// A checkpoint: the part file durably holds the bytes `mark` counts. The runner waits for its commit.
     case checkpoint(TransferMachine.Checkpoint)
     /// The download starts again from 0 (a changed file, a server that stopped honouring ranges, …): not a failure.
@@ -503,13 +503,14 @@ final class DownloadRunner {
     /// Before the first byte of a body: the name a folder download takes, then one write for what the answer
     /// told (the name, the final URL, the remote file's facts).
     func prepareBody(_ response: TransportResponse, source: Int = 0) async throws {
-        if part == nil { try await resolveDestination(response: response) }
         // The final URL is the download's own URL's, never a mirror's.
         if source == 0 { record.finalURL = response.finalURL.absoluteString }
-        // A name just chosen, and the identity of a part file just made, are in the store before any byte is
-        // written: after a crash the part file is found as this download's own, not left behind while another name
-        // is chosen. The part file's name need not be on the disk yet: nothing stored counts bytes of it until a
-        // sync of its folder (`isPartNameDurable`).
+        // A folder download's name is chosen now, and stored with all of this as it is claimed (`claimName`).
+        if part == nil { return try await resolveDestination(response: response) }
+        // The identity of a part file just made is in the store before any byte is written: after a crash the part
+        // file is found as this download's own, not left behind while another name is chosen. The part file's name
+        // need not be on the disk yet: nothing stored counts bytes of it until a sync of its folder
+        // (`isPartNameDurable`).
         let unsaved = !isPartIdentityStored
         try await save(transferReport(mark: nil), waiting: unsaved)
         isPartIdentityStored = true
