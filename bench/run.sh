@@ -164,11 +164,15 @@ if only small; then
 # and nothing of Haul's (no store, no manager, no transfer machine): what is left between it and haul is Haul's own.
 # `writes` is bench/floor.c from one thread with no syncs: writing the same 64 MiB into the page cache and moving the
 # files, which every tool pays, curl included. `ahcnosync` is haul-floor with no syncs: AsyncHTTPClient's cost for the
-# network and the writes, to set against curl's.
+# network and the writes, to set against curl's. `ahcstore` is haul-floor with a store (`--store`): the same, keeping
+# each file's row in GRDB/SQLite in the order Haul's durability rules ask (every row synced before the first request,
+# each file's name and part file identity synced before its first byte, its completed state after the move), the
+# commits of concurrent files grouped: the floor of the prescribed parts with the state a download manager keeps.
 cc -O2 -pthread -o "$work/floor" bench/floor.c
 ahcfloor="$(swift build -c release --show-bin-path)/haul-floor"
 : > "$work/ahcfloor.txt"
 : > "$work/ahcnosync.txt"
+: > "$work/ahcstore.txt"
 : > "$work/writes.txt"
 : > "$work/haul.txt"
 : > "$work/aria2c.txt"
@@ -184,10 +188,12 @@ for round in $(seq "$first_round" "$rounds"); do
     small "$ahcfloor" "$work/list.txt" "$work/out/small" 16 >> "$(into "$round" ahcfloor)"
     small "$work/floor" "$work/out/small" 1 nosync >> "$(into "$round" writes)"
     small "$ahcfloor" "$work/list.txt" "$work/out/small" 16 --no-sync >> "$(into "$round" ahcnosync)"
+    rm -f "$work/ahcstore.db"*
+    small "$ahcfloor" "$work/list.txt" "$work/out/small" 16 --store "$work/ahcstore.db" >> "$(into "$round" ahcstore)"
 done
 echo
 printf "%-9s %-9s %10s %10s %12s %s\n" "1000x64K" tool "wall (s)" "cpu (s)" "peak (MiB)" "  every round's wall (s)"
-for tool in haul aria2c curl floor writes ahcfloor ahcnosync; do row 1000x64K "$tool"; done
+for tool in haul aria2c curl floor writes ahcfloor ahcnosync ahcstore; do row 1000x64K "$tool"; done
 printf "1000x64K  ratio haul/aria2c: wall %.2fx; haul/curl: wall %.2fx, cpu %.2fx; floor/curl: wall %.2fx, cpu %.2fx\n" \
     "$(awk "BEGIN { print $haul_wall / $aria2c_wall }")" "$(awk "BEGIN { print $haul_wall / $curl_wall }")" \
     "$(awk "BEGIN { print $haul_cpu / $curl_cpu }")" "$(awk "BEGIN { print $floor_wall / $curl_wall }")" \
@@ -198,4 +204,7 @@ printf "1000x64K  ratio ahcfloor/curl: wall %.2fx, cpu %.2fx; haul/ahcfloor: wal
 printf "1000x64K  ratio writes/curl: cpu %.2fx; ahcnosync/curl: wall %.2fx, cpu %.2fx\n" \
     "$(awk "BEGIN { print $writes_cpu / $curl_cpu }")" "$(awk "BEGIN { print $ahcnosync_wall / $curl_wall }")" \
     "$(awk "BEGIN { print $ahcnosync_cpu / $curl_cpu }")"
+printf "1000x64K  ratio ahcstore/ahcfloor: wall %.2fx, cpu %.2fx; haul/ahcstore: wall %.2fx, cpu %.2fx\n" \
+    "$(awk "BEGIN { print $ahcstore_wall / $ahcfloor_wall }")" "$(awk "BEGIN { print $ahcstore_cpu / $ahcfloor_cpu }")" \
+    "$(awk "BEGIN { print $haul_wall / $ahcstore_wall }")" "$(awk "BEGIN { print $haul_cpu / $ahcstore_cpu }")"
 fi

@@ -9,12 +9,23 @@
 // With `--no-sync` it syncs nothing (the part file is still created exclusively and moved without replacing): what
 // AsyncHTTPClient costs for the network and the writes alone, to set against curl, which syncs nothing either.
 //
+// With `--store FILE` it also keeps the state a download manager must keep, in the order Haul's durability rules ask
+// (docs/design.md), through the prescribed store (GRDB over SQLite in WAL mode) and nothing of Haul's: every URL's
+// row is inserted and synced before the first request (an acknowledged add); each file's row holds its name, length
+// and the part file's device and inode, synced, before the first byte is written (a part file is adopted only by a
+// durable row that names it, and a finished file is recognised by it); each completed state is stored, not synced,
+// after the move. The commits of concurrent files are grouped (a waiting file's commit takes every write queued
+// with it, and one WAL sync covers them). So this is the floor of the parts with the store: what Haul would cost
+// with no manager, no machine, no events and no retries.
+//
 // `bench/floor.c` is the same guarantees with no network; curl is the network with no guarantees. Between them and
 // `haul get`, this says how much of Haul's cost is the stack (the HTTP client, NIO, Swift's runtime) and how much is
 // Haul's own work (the store, the manager, the transfer machine).
 //
-//   haul-floor LIST DIR [PARALLEL] [--no-sync]
+//   haul-floor LIST DIR [PARALLEL] [--no-sync] [--store FILE]
 import AsyncHTTPClient
+import Foundation
+import GRDB
 import NIOCore
 import NIOPosix
 import Synchronization
@@ -29,13 +40,23 @@ struct Floor {
         var arguments = CommandLine.arguments
         let syncs = !arguments.contains("--no-sync")
         arguments.removeAll { $0 == "--no-sync" }
+        var storePath: String?
+        if let index = arguments.firstIndex(of: "--store"), index + 1 < arguments.count {
+            storePath = arguments[index + 1]
+            arguments.removeSubrange(index...index + 1)
+        }
         guard arguments.count == 3 || arguments.count == 4, let list = try? readLines(arguments[1]),
             let parallel = arguments.count == 4 ? Int(arguments[3]) : 16, parallel > 0
         else {
-            print("usage: haul-floor LIST DIR [PARALLEL] [--no-sync]")
+            print("usage: haul-floor LIST DIR [PARALLEL] [--no-sync] [--store FILE]")
             exit(2)
         }
         let folder = arguments[2]
+        let ledger: Ledger?
+        do { ledger = try storePath.map { try Ledger(path: $0, urls: list) } } catch {
+            print("haul-floor: cannot open the store: \(error)")
+            exit(1)
+        }
         let folderSyncs = FolderSyncs(folder)
         var configuration = HTTPClient.Configuration(redirectConfiguration: .disallow, decompression: .disabled)
         configuration.connectionPool = .init(idleTimeout: .seconds(60), concurrentHTTP1ConnectionsPerHostSoftLimit: 64)
@@ -53,8 +74,8 @@ struct Floor {
                             let index = next.value.add(1, ordering: .relaxed).oldValue
                             guard index < list.count else { return }
                             try await fetch(
-                                list[index], into: folder, client: client, pool: pool,
-                                folderSyncs: syncs ? folderSyncs : nil)
+                                list[index], number: index, into: folder, client: client, pool: pool,
+                                folderSyncs: syncs ? folderSyncs : nil, ledger: ledger)
                         }
                     }
                 }
@@ -67,10 +88,13 @@ struct Floor {
         }
         try await client.shutdown()
         try await pool.shutdownGracefully()
+        // The completed states no one waited for are committed before the exit.
+        await ledger?.commit(nil)
     }
 
     static func fetch(
-        _ url: String, into folder: String, client: HTTPClient, pool: NIOThreadPool, folderSyncs: FolderSyncs?
+        _ url: String, number: Int, into folder: String, client: HTTPClient, pool: NIOThreadPool,
+        folderSyncs: FolderSyncs?, ledger: Ledger?
     ) async throws {
         let response = try await client.execute(HTTPClientRequest(url: url), timeout: .seconds(30))
         guard response.status == .ok else { throw FloorError("\(url): \(response.status)") }
@@ -79,6 +103,15 @@ struct Floor {
         let part = final + ".part"
         let file = open(part, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o644)
         guard file >= 0 else { throw FloorError("cannot create \(part)") }
+        if let ledger {
+            var status = stat()
+            guard fstat(file, &status) == 0 else { throw FloorError("cannot look at \(part)") }
+            let length = response.headers.first(name: "Content-Length").flatMap { Int64($0) }
+            let row = Ledger.Write.identity(
+                id: Int64(number), destination: final, length: length, device: Int64(status.st_dev),
+                inode: Int64(status.st_ino))
+            if let failure = await ledger.commit(row) { throw failure }
+        }
         var offset: Int64 = 0
         for try await chunk in response.body {
             let written = chunk.withUnsafeReadableBytes { pwrite(file, $0.baseAddress, $0.count, off_t(offset)) }
@@ -96,6 +129,7 @@ struct Floor {
             try move(part, to: final)
             try folderSyncs.sync()
         }
+        ledger?.submit(.completed(id: Int64(number)))
     }
 
     static func move(_ part: String, to final: String) throws {
@@ -165,6 +199,115 @@ final class FolderSyncs: @unchecked Sendable {
             if failed { throw FloorError("cannot sync \(folder)") }
             synced = covered
         }
+    }
+}
+
+/// The floor's store: one row a URL in a GRDB database pool (SQLite, WAL, `synchronous=NORMAL`), written by one thread
+/// that commits every write queued since its last commit in one transaction, synced (`synchronous=FULL` for that
+/// commit) when any of them is waited for.
+final class Ledger: @unchecked Sendable {
+    enum Write {
+        case identity(id: Int64, destination: String, length: Int64?, device: Int64, inode: Int64)
+        case completed(id: Int64)
+    }
+
+    private let pool: DatabasePool
+    private let lock = NSCondition()
+    private var pending: [(write: Write, waiter: CheckedContinuation<FloorError?, Never>?)] = []
+    private var flushes: [CheckedContinuation<FloorError?, Never>] = []
+
+    /// Opens a new database at `path` with a row for each of `urls`, synced.
+    init(path: String, urls: [String]) throws {
+        var configuration = Configuration()
+        configuration.prepareDatabase { db in try db.execute(sql: "PRAGMA synchronous = NORMAL") }
+        pool = try DatabasePool(path: path, configuration: configuration)
+        try pool.writeWithoutTransaction { db in
+            try db.execute(
+                sql: """
+                    CREATE TABLE download (id INTEGER PRIMARY KEY, url TEXT NOT NULL, destination TEXT,
+                    state TEXT NOT NULL, totalLength INTEGER, partDevice INTEGER, partInode INTEGER, updatedAt REAL)
+                    """)
+            try Self.durably(db) {
+                try db.inTransaction {
+                    let insert = try db.makeStatement(
+                        sql: "INSERT INTO download (id, url, state, updatedAt) VALUES (?, ?, 'queued', ?)")
+                    let now = Date().timeIntervalSince1970
+                    for (index, url) in urls.enumerated() {
+                        try insert.execute(arguments: [index, url, now])
+                    }
+                    return .commit
+                }
+            }
+        }
+        Thread { [self] in commitForever() }.start()
+    }
+
+    /// Queues `write` and returns once it is committed and synced; with nil, once everything queued before is
+    /// committed.
+    func commit(_ write: Write?) async -> FloorError? {
+        await withCheckedContinuation { waiter in
+            lock.lock()
+            if let write { pending.append((write, waiter)) } else { flushes.append(waiter) }
+            lock.signal()
+            lock.unlock()
+        }
+    }
+
+    /// Queues `write`, committed (not synced) with the next group.
+    func submit(_ write: Write) {
+        lock.lock()
+        pending.append((write, nil))
+        lock.signal()
+        lock.unlock()
+    }
+
+    private func commitForever() {
+        while true {
+            lock.lock()
+            while pending.isEmpty && flushes.isEmpty { lock.wait() }
+            let group = pending
+            let flushed = flushes
+            pending = []
+            flushes = []
+            lock.unlock()
+            var failure: FloorError?
+            do {
+                try pool.writeWithoutTransaction { db in
+                    let body = { try db.inTransaction { try Self.apply(group.map(\.write), in: db) } }
+                    if group.contains(where: { $0.waiter != nil }) { try Self.durably(db, body) } else { try body() }
+                }
+            } catch {
+                failure = FloorError("cannot store: \(error)")
+            }
+            for entry in group { entry.waiter?.resume(returning: failure) }
+            for waiter in flushed { waiter.resume(returning: failure) }
+        }
+    }
+
+    private static func apply(_ writes: [Write], in db: Database) throws -> Database.TransactionCompletion {
+        let now = Date().timeIntervalSince1970
+        for write in writes {
+            switch write {
+            case .identity(let id, let destination, let length, let device, let inode):
+                try db.cachedStatement(
+                    sql: """
+                        UPDATE download SET state = 'running', destination = ?, totalLength = ?, partDevice = ?,
+                        partInode = ?, updatedAt = ? WHERE id = ?
+                        """
+                ).execute(arguments: [destination, length, device, inode, now, id])
+            case .completed(let id):
+                try db.cachedStatement(sql: "UPDATE download SET state = 'completed', updatedAt = ? WHERE id = ?")
+                    .execute(arguments: [now, id])
+            }
+        }
+        return .commit
+    }
+
+    /// Runs `body` with this connection's commits synced (`synchronous=FULL`).
+    private static func durably(_ db: Database, _ body: () throws -> Void) throws {
+        try db.execute(sql: "PRAGMA synchronous = FULL")
+        defer { try? db.execute(sql: "PRAGMA synchronous = NORMAL") }
+        try body()
     }
 }
 
