@@ -38,8 +38,25 @@ final class FaultHandler: ChannelInboundHandler {
             let buffer = context.channel.allocator.buffer(bytes: answer.bytes)
             if let rate = answer.bytesPerSecond, answer.after == .keepAlive || answer.after == .close {
                 stalled = true
-                writeThrottled(buffer, rate: rate, channel: context.channel) { [server] written in
+                Self.writeThrottled(buffer, rate: rate, channel: context.channel) { [server] written in
                     server.recordWritten(answer.logIndex, bodyBytes: written - answer.headLength)
+                }
+                return
+            }
+            if let rate = answer.bytesPerSecond, case .hold(let rest) = answer.after {
+                // The bytes before the hold at the resource's rate, then held like any other; the rest at the rate too.
+                stalled = true
+                let stall = answer.stall
+                let channel = context.channel
+                Self.writeThrottled(buffer, rate: rate, channel: channel, closesAtEnd: false) { [server] written in
+                    guard written == buffer.readableBytes else { return }
+                    server.hold {
+                        channel.eventLoop.execute {
+                            let rest = channel.allocator.buffer(bytes: rest)
+                            Self.writeThrottled(rest, rate: rate, channel: channel) { _ in }
+                        }
+                    }
+                    if let stall { server.stalled(stall) }
                 }
                 return
             }
@@ -55,13 +72,7 @@ final class FaultHandler: ChannelInboundHandler {
                 let channel = context.channel
                 context.writeAndFlush(wrapOutboundOut(buffer)).whenSuccess { [server] in
                     // Held first, told after: a test that releases once told finds the answer held.
-                    server.hold {
-                        channel.eventLoop.execute {
-                            channel.writeAndFlush(channel.allocator.buffer(bytes: rest)).whenComplete { _ in
-                                channel.close(promise: nil)
-                            }
-                        }
-                    }
+                    server.hold { Self.sendRest(rest, on: channel) }
                     if let stall { server.stalled(stall) }
                 }
             case .stall:
@@ -78,9 +89,21 @@ final class FaultHandler: ChannelInboundHandler {
         }
     }
 
+    /// Sends what a held answer held back, then closes.
+    private static func sendRest(_ rest: [UInt8], on channel: any Channel) {
+        channel.eventLoop.execute {
+            let sent = channel.writeAndFlush(channel.allocator.buffer(bytes: rest))
+            sent.whenComplete { _ in channel.close(promise: nil) }
+        }
+    }
+
     /// Writes `buffer` in slices every 10 ms so that about `rate` bytes go out a second, then closes (one answer per
-    /// connection, cut or whole), and tells `ended` how many bytes went out before the end or the client's close.
-    private func writeThrottled(_ buffer: ByteBuffer, rate: Int, channel: any Channel, ended: @escaping (Int) -> Void) {
+    /// connection, cut or whole; not with `closesAtEnd` false, for an answer held after it), and tells `ended` how
+    /// many bytes went out before the end or the client's close.
+    private static func writeThrottled(
+        _ buffer: ByteBuffer, rate: Int, channel: any Channel, closesAtEnd: Bool = true,
+        ended: @escaping (Int) -> Void
+    ) {
         var remaining = buffer
         var written = 0
         let slice = max(1, rate / 100)
@@ -93,7 +116,7 @@ final class FaultHandler: ChannelInboundHandler {
             channel.writeAndFlush(piece, promise: nil)
             if remaining.readableBytes == 0 {
                 ended(written)
-                channel.close(promise: nil)
+                if closesAtEnd { channel.close(promise: nil) }
                 return
             }
             channel.eventLoop.scheduleTask(in: .milliseconds(10)) { next() }

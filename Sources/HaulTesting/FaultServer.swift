@@ -91,6 +91,7 @@ public final class FaultServer: Sendable {
         case stallBeforeHead
         /// Send the head and this many body bytes, then hold the rest back until `release()`; then send it and close.
         /// Told to `onStall` like a stall once the first bytes are out, so a test acts while the download surely runs.
+        /// With the resource's `bytesPerSecond`, the bytes before the hold and the rest go at that rate.
         case hold(afterBytes: Int)
         /// Mark the body `Content-Encoding: gzip` (the bytes are the file's, gzipped by nobody).
         case gzipEncoding

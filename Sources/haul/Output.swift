@@ -16,7 +16,7 @@ struct Output: Sendable {
     /// wake its reader (a batch of a thousand small files is several thousand events, of which a quiet run off a
     /// terminal shows only the failures).
     var wantedEvents: @Sendable (DownloadEvent) -> Bool {
-        let (isTerminal, quiet, json) = (isTerminal, quiet, json)
+        let (isTerminal, quiet, json, draws) = (isTerminal, quiet, json, drawsProgress)
         return { event in
             switch event {
             case .added(let download), .changed(let download):
@@ -27,9 +27,9 @@ struct Output: Sendable {
                 // The board's name, or the start line off a terminal.
                 case .running, .waitingForNetwork: return !quiet
                 // Only the board forgets its progress line.
-                default: return isTerminal && !quiet
+                default: return draws
                 }
-            case .progress: return isTerminal && !quiet
+            case .progress: return draws
             case .retrying, .restarted: return !quiet
             default: return false
             }
@@ -114,7 +114,10 @@ struct Output: Sendable {
     ) async {
         var board = Board(single: single)
         var announced = Set<DownloadID>()
-        var ended = Set<DownloadID>()
+        // The end each download was last shown with: the same end told again is shown once, and a download that ends
+        // anew (it failed, its link was refreshed, and it completed) shows that too, whichever events between the two
+        // the subscription carries (`wantedEvents`).
+        var ended: [DownloadID: String] = [:]
         var lastDraw = ContinuousClock.now - .seconds(1)
         func say(_ text: String) {
             if isTerminal { board.clear() }
@@ -129,7 +132,6 @@ struct Output: Sendable {
                 if isTerminal && !quiet, let path = download.path { board.names[id] = PathName.lastComponent(of: path) }
                 switch download.state {
                 case .running, .waitingForNetwork:
-                    ended.remove(id)
                     if !isTerminal && !quiet, let path = download.path, announced.insert(id).inserted {
                         line("haul: \(download.url) -> \(path)")
                     }
@@ -137,7 +139,8 @@ struct Output: Sendable {
                     board.progress[id] = nil
                     // Quiet, without JSON and without a terminal, a completed download shows nothing: its result is
                     // not asked for (a trip to the manager for each of a thousand small files).
-                    guard ended.insert(id).inserted, !quiet || json || isTerminal, let result = await result(id),
+                    guard ended.updateValue("completed", forKey: id) != "completed", !quiet || json || isTerminal,
+                        let result = await result(id),
                         !result.wasAlreadyComplete
                     else { continue }
                     board.done += 1
@@ -147,9 +150,9 @@ struct Output: Sendable {
                     if isTerminal && !quiet { board.draw() }
                 case .failed:
                     board.progress[id] = nil
-                    guard ended.insert(id).inserted else { continue }
-                    board.failed += 1
                     let message = download.error.map(Self.message) ?? "download failed"
+                    guard ended.updateValue("failed: " + message, forKey: id) != "failed: " + message else { continue }
+                    board.failed += 1
                     if quiet {
                         line("haul: error: \(single ? "" : "\(download.url): ")\(message)")
                     } else {

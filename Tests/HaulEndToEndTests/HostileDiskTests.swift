@@ -125,14 +125,24 @@ struct HostileDiskTests {
             await disk.remove()
             workspace.remove()
         }) {
-            let body = testBytes(3 << 20)
-            server.serve("/f", .init(body: body, bytesPerSecond: 1 << 20))
+            // A second and a half of the body at 1 MiB/s (a checkpoint is stored about every second), then the rest
+            // is held back until the store's disk is full: a fill while the body flows could end after the last
+            // checkpoint, and the write of the completion that follows is one Haul does not wait for. The rest, at
+            // the same rate, takes long enough for a checkpoint to come due on the full disk.
+            let body = testBytes(4 << 20)
+            server.serve(
+                "/f",
+                .init(body: body, bytesPerSecond: 1 << 20) { index, _ in index == 0 ? .hold(afterBytes: 3 << 19) : nil }
+            )
+            let (stalls, stalled) = AsyncStream<Void>.makeStream()
+            server.onStall { _ in stalled.yield() }
             let state = disk.path + "/state"
             let command = ["get", server.url("/f").absoluteString, "-o", "f.bin", "--state-dir", state]
             let haul = try HaulProcess(command, in: workspace)
-            // A checkpoint is stored about every second: wait for the first, then take the store's disk.
-            #expect(await waitUntil { (workspace.size("f.bin.part") ?? 0) > 1_300_000 || !haul.process.isRunning })
+            var waits = stalls.makeAsyncIterator()
+            _ = await waits.next()
             await disk.fill()
+            server.release()
             let full = await haul.finish()
             #expect(full.status == 1, "\(full.stderr)")
             #expect(full.stderr.contains("state database") && full.stderr.contains("disk is full"), "\(full.stderr)")
