@@ -43,23 +43,6 @@ final class FaultHandler: ChannelInboundHandler {
                 }
                 return
             }
-            if let rate = answer.bytesPerSecond, case .hold(let rest) = answer.after {
-                // The bytes before the hold at the resource's rate, then held like any other; the rest at the rate too.
-                stalled = true
-                let stall = answer.stall
-                let channel = context.channel
-                Self.writeThrottled(buffer, rate: rate, channel: channel, closesAtEnd: false) { [server] written in
-                    guard written == buffer.readableBytes else { return }
-                    server.hold {
-                        channel.eventLoop.execute {
-                            let rest = channel.allocator.buffer(bytes: rest)
-                            Self.writeThrottled(rest, rate: rate, channel: channel) { _ in }
-                        }
-                    }
-                    if let stall { server.stalled(stall) }
-                }
-                return
-            }
             switch answer.after {
             case .keepAlive:
                 context.writeAndFlush(wrapOutboundOut(buffer), promise: nil)
@@ -70,10 +53,18 @@ final class FaultHandler: ChannelInboundHandler {
                 stalled = true
                 let stall = answer.stall
                 let channel = context.channel
-                context.writeAndFlush(wrapOutboundOut(buffer)).whenSuccess { [server] in
-                    // Held first, told after: a test that releases once told finds the answer held.
-                    server.hold { Self.sendRest(rest, on: channel) }
+                let rate = answer.bytesPerSecond
+                // Held first, told after: a test that releases once told finds the answer held.
+                let hold: @Sendable () -> Void = { [server] in
+                    server.hold { Self.sendRest(rest, on: channel, rate: rate) }
                     if let stall { server.stalled(stall) }
+                }
+                if let rate {
+                    Self.writeThrottled(buffer, rate: rate, channel: channel, closesAtEnd: false) { written in
+                        if written == buffer.readableBytes { hold() }
+                    }
+                } else {
+                    context.writeAndFlush(wrapOutboundOut(buffer)).whenSuccess { hold() }
                 }
             case .stall:
                 stalled = true
@@ -89,11 +80,12 @@ final class FaultHandler: ChannelInboundHandler {
         }
     }
 
-    /// Sends what a held answer held back, then closes.
-    private static func sendRest(_ rest: [UInt8], on channel: any Channel) {
+    /// Sends what a held answer held back (at `rate` bytes a second, when given), then closes.
+    private static func sendRest(_ rest: [UInt8], on channel: any Channel, rate: Int?) {
         channel.eventLoop.execute {
-            let sent = channel.writeAndFlush(channel.allocator.buffer(bytes: rest))
-            sent.whenComplete { _ in channel.close(promise: nil) }
+            let buffer = channel.allocator.buffer(bytes: rest)
+            if let rate { return writeThrottled(buffer, rate: rate, channel: channel) { _ in } }
+            channel.writeAndFlush(buffer).whenComplete { _ in channel.close(promise: nil) }
         }
     }
 

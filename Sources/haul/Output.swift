@@ -151,7 +151,8 @@ struct Output: Sendable {
                 case .failed:
                     board.progress[id] = nil
                     let message = download.error.map(Self.message) ?? "download failed"
-                    guard ended.updateValue("failed: " + message, forKey: id) != "failed: " + message else { continue }
+                    let end = "failed: " + message
+                    guard ended.updateValue(end, forKey: id) != end else { continue }
                     board.failed += 1
                     if quiet {
                         line("haul: error: \(single ? "" : "\(download.url): ")\(message)")
