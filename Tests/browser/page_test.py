@@ -23,7 +23,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import testnginx  # noqa: E402
 from testnginx import free_port  # noqa: E402
 from selenium import webdriver
-from selenium.common.exceptions import NoAlertPresentException, TimeoutException
+from selenium.common.exceptions import NoAlertPresentException, StaleElementReferenceException, TimeoutException
 from selenium.webdriver.chrome.service import Service as ChromeService
 from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
@@ -128,8 +128,12 @@ def main():
         return element.find_element(By.CSS_SELECTOR, ".state").text if element else None
 
     def until(condition, what, timeout=30):
+        # The list is drawn again as events arrive: an element found a moment ago may be gone when it is read, which
+        # is a poll to do again, not a failure.
         try:
-            return WebDriverWait(driver, timeout, poll_frequency=0.05).until(lambda _: condition())
+            return WebDriverWait(
+                driver, timeout, poll_frequency=0.05, ignored_exceptions=[StaleElementReferenceException]
+            ).until(lambda _: condition())
         except TimeoutException:
             console = [entry["message"] for entry in driver.get_log("browser") if entry["level"] == "SEVERE"]
             raise SystemExit(f"FAILED: {what() if callable(what) else what}" + "".join("\n  console: " + m for m in console))
