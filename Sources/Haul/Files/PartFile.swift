@@ -186,12 +186,16 @@ public final class PartFile: @unchecked Sendable {
 
     /// Whether the file is still in its folder under its name: false when another program deleted it (or its
     /// folder), or put another file in its place.
-    public func isStillInFolder() -> Bool {
+    public func isStillInFolder() -> Bool { statusInFolder() != nil }
+
+    /// The open file's status when it is still in its folder under its name (`isStillInFolder`), nil otherwise: one
+    /// look serves the checks after it (`firstMissingByte(from:to:status:)`).
+    func statusInFolder() -> stat? {
         var open = stat()
-        guard fstat(descriptor, &open) == 0, open.st_nlink > 0, let entry = try? folder.entry(name) else {
-            return false
-        }
-        return entry.identity == identity
+        guard fstat(descriptor, &open) == 0, open.st_nlink > 0, let entry = try? folder.entry(name),
+            entry.identity == identity
+        else { return nil }
+        return open
     }
 
     /// Hex digests of the file, read through its descriptor.
@@ -210,9 +214,15 @@ public final class PartFile: @unchecked Sendable {
         guard start < end else { return nil }
         var info = stat()
         guard fstat(descriptor, &info) == 0 else { return start }
+        return firstMissingByte(from: start, to: end, status: info)
+    }
+
+    /// `firstMissingByte(from:to:)` with the file's status just looked at.
+    func firstMissingByte(from start: Int64, to end: Int64, status info: stat) -> Int64? {
+        guard start < end else { return nil }
         let length = Int64(info.st_size)
         var missing = length < end ? max(start, length) : nil
-        if start < length, Self.holesAreTrustworthy(descriptor) {
+        if start < length, Self.holesAreTrustworthy(descriptor, device: info.st_dev) {
             // SEEK_HOLE: the next hole at or after `start` (the end of the file counts as one).
             let hole = Int64(lseek(descriptor, off_t(start), 4))
             if hole >= 0, hole < min(end, length) {
@@ -229,7 +239,8 @@ public final class PartFile: @unchecked Sendable {
     /// there no answer is given, rather than a wrong one).
     static func firstHole(in descriptor: Int32) -> Int64? {
         var info = stat()
-        guard fstat(descriptor, &info) == 0, info.st_size > 0, holesAreTrustworthy(descriptor) else { return nil }
+        guard fstat(descriptor, &info) == 0, info.st_size > 0, holesAreTrustworthy(descriptor, device: info.st_dev)
+        else { return nil }
         let hole = Int64(lseek(descriptor, 0, 4))  // SEEK_HOLE
         return hole >= 0 && hole < Int64(info.st_size) ? hole : nil
     }
@@ -237,14 +248,26 @@ public final class PartFile: @unchecked Sendable {
     /// Whether the file system keeps written bytes as data even when they are zeros, so a hole means nothing was
     /// written there: ext4, XFS, Btrfs, tmpfs, F2FS. Not ZFS, which stores blocks of zeros as holes when it
     /// compresses; there only the length is checked.
-    private static func holesAreTrustworthy(_ descriptor: Int32) -> Bool {
+    ///
+    /// A yes is kept for the device (`device`, the file's `st_dev`): a download of many small files would otherwise
+    /// ask for each file the same answer about the same file system. Should the device number come back for another
+    /// file system after an unmount, that yes is at worst wrong for ZFS, where a hole then looks like bytes cut away:
+    /// the download stops and stores less than it holds, and loses nothing (elsewhere a file system that shows no
+    /// holes reports none). A no is not kept: it would hide real cuts on a file system mounted later.
+    private static func holesAreTrustworthy(_ descriptor: Int32, device: dev_t) -> Bool {
+        if trustedHoles.withLock({ $0.contains(device) }) { return true }
         // `struct statfs` starts with `f_type` (a long); the buffer is larger than the whole struct.
         guard let fstatfs else { return false }
         var buffer = [Int](repeating: 0, count: 32)
         guard buffer.withUnsafeMutableBytes({ fstatfs(descriptor, $0.baseAddress!) }) == 0 else { return false }
         let trusted: Set<Int> = [0xEF53, 0x5846_5342, 0x9123_683E, 0x0102_1994, 0xF2F5_2010]
-        return trusted.contains(buffer[0])
+        guard trusted.contains(buffer[0]) else { return false }
+        trustedHoles.withLock { _ = $0.insert(device) }
+        return true
     }
+
+    /// The devices whose file systems `holesAreTrustworthy` said yes to.
+    private static let trustedHoles = Mutex<Set<dev_t>>([])
 
     /// `fstatfs`, which Swift's Glibc module does not import (`sys/vfs.h`).
     private static let fstatfs: (@convention(c) (Int32, UnsafeMutableRawPointer) -> Int32)? = {

@@ -103,8 +103,12 @@ struct Catalog {
             }
             lastFolder = record.directory
         }
-        // One lookup of the id, for a new record (an add) as for a known one.
-        if let old = boxes.updateValue(Box(record), forKey: record.id)?.record {
+        // A known record's box takes the new one in place (each download is kept several times as it runs); a new
+        // one gets its box.
+        let known = boxes[record.id]
+        let previous = known?.record
+        if let known { known.record = record } else { boxes[record.id] = Box(record) }
+        if let old = previous {
             unclaim(old)
             if old.url != record.url {
                 // A replaced link: an add of the new URL to the same place finds the download.

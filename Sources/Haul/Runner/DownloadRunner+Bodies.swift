@@ -21,11 +21,16 @@ struct Connector: Sendable {
 
     /// Connection `id` (generation `generation`): the request, then its body if the loop takes it.
     func connect(_ id: Int, _ generation: UInt64, request: RangeRequest, events: Events) async {
+        let sent: TransportRequest
+        do { sent = try transportRequest(request) } catch {
+            events.yield(.failed(id, generation, connectionError(error)))
+            return
+        }
         // A slot of the host's connections, held until the body ends (a stopped connection's task ends too).
         let slot: HostConnections.Slot
         do {
             slot = try await environment.hostConnections.acquire(
-                (try? url(request.source).host?.lowercased()) ?? source, clock: environment.idleClock
+                sent.url.host?.lowercased() ?? source, clock: environment.idleClock
             ) { events.yield(.throttled(id, generation)) }
         } catch {
             return
@@ -33,7 +38,7 @@ struct Connector: Sendable {
         defer { slot.release() }
         let response: TransportResponse
         do {
-            response = try await environment.transport.send(try transportRequest(request))
+            response = try await environment.transport.send(sent)
         } catch {
             events.yield(.failed(id, generation, connectionError(error)))
             return
@@ -82,9 +87,11 @@ struct Connector: Sendable {
     /// `Authorization` and `Cookie` headers are its own URL's host's (`TransportRequest.ownHost`): a mirror on another
     /// host gets none of them (its `.netrc` entry and the cookie file's cookies for its domain still apply).
     func transportRequest(_ request: RangeRequest) throws -> TransportRequest {
-        TransportRequest(
-            url: try url(request.source), headers: headers(for: request), tls: options.tls, network: options.network,
-            ownHost: try url().host)
+        // The download's own URL is parsed once when it is also the one requested.
+        let own = try url()
+        return TransportRequest(
+            url: request.source == 0 ? own : try url(request.source), headers: headers(for: request), tls: options.tls,
+            network: options.network, ownHost: own.host)
     }
 
     /// The URL of server `index`: 0 the download's own, then its mirrors.

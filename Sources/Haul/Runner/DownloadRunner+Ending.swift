@@ -72,7 +72,7 @@ extension DownloadRunner {
     static func checkTampering(of part: PartFile, with mark: TransferMachine.Checkpoint) -> (
         DownloadError, intact: TransferMachine.Checkpoint?
     )? {
-        guard part.isStillInFolder() else {
+        guard let status = part.statusInFolder() else {
             let what =
                 part.folder.isDeleted
                 ? "the folder \(part.folder.path) was deleted"
@@ -85,7 +85,7 @@ extension DownloadRunner {
             case .offset(let offset): [(0, offset)]
             case .segments(let segments, _): segments.map { ($0.start, $0.offset) }
             }
-        let cuts = ranges.map { part.firstMissingByte(from: $0.start, to: $0.end) }
+        let cuts = ranges.map { part.firstMissingByte(from: $0.start, to: $0.end, status: status) }
         guard let first = cuts.compactMap({ $0 }).min() else { return nil }
         let intact: TransferMachine.Checkpoint
         switch mark {

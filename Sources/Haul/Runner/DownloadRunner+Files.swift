@@ -119,9 +119,8 @@ extension DownloadRunner {
         for number in first..<1000 {
             let candidate = number == 0 ? name : FileNameSanitizer.alternative(name, number: number)
             let partName = DownloadFolder.partName(candidate, lease: lease)
-            if folder.has(candidate) || folder.has(partName) || (lease != nil && folder.has(candidate + ".part")) {
-                continue
-            }
+            // The part file's own name needs no look: its exclusive create refuses anything (a link included) there.
+            if folder.has(candidate) || (lease != nil && folder.has(candidate + ".part")) { continue }
             guard let made = try folder.makePart(partName) else { continue }
             let before = (record.destination, record.partIdentity)
             part = made

@@ -28,6 +28,29 @@ extension StringProtocol {
             x == y || (x >= 0x41 && x <= 0x5A && x + 0x20 == y)
         }
     }
+
+    /// Whether `lowercased` (which is in lower case, and not empty) occurs in the text ignoring ASCII case, with no
+    /// lowercased copy made.
+    public func containsIgnoringASCIICase(_ lowercased: String) -> Bool {
+        let bytes = self.utf8
+        var start = bytes.startIndex
+        while start != bytes.endIndex {
+            var index = start
+            var matched = true
+            for wanted in lowercased.utf8 {
+                guard index != bytes.endIndex else { return false }
+                let byte = bytes[index]
+                guard byte == wanted || (byte >= 0x41 && byte <= 0x5A && byte + 0x20 == wanted) else {
+                    matched = false
+                    break
+                }
+                index = bytes.index(after: index)
+            }
+            if matched { return true }
+            start = bytes.index(after: start)
+        }
+        return false
+    }
 }
 
 /// The same helpers on a field's bytes, for a value read through `String.withUTF8` (no string is made): the daemon

@@ -54,7 +54,25 @@ public struct ResponseHead: Sendable, Equatable {
 
     /// The body length this response announces.
     public var contentLength: ContentLength {
-        if isChunked { return .absent }
+        // One pass and no copies for the usual head: one Content-Length of digits, no chunked coding.
+        var only: String?
+        var count = 0
+        for header in headers {
+            if headerNamesEqual(header.name, "Content-Length") {
+                only = header.value
+                count += 1
+            } else if headerNamesEqual(header.name, "Transfer-Encoding"),
+                header.value.containsIgnoringASCIICase("chunked")
+            {
+                return .absent
+            }
+        }
+        guard let only else { return .absent }
+        if count == 1, !only.utf8.contains(UInt8(ascii: ",")),
+            let length = ContentRange.number(Substring(only.trimmingHTTPSpace))
+        {
+            return .length(length)
+        }
         let raw = values("Content-Length").flatMap { $0.split(separator: ",") }.map(\.trimmingHTTPSpace)
         guard !raw.isEmpty else { return .absent }
         let parsed = raw.map { ContentRange.number(Substring($0)) }
@@ -67,7 +85,7 @@ public struct ResponseHead: Sendable, Equatable {
     /// Whether the body uses chunked transfer coding (which wins over Content-Length).
     public var isChunked: Bool {
         headers.contains {
-            headerNamesEqual($0.name, "Transfer-Encoding") && $0.value.lowercased().contains("chunked")
+            headerNamesEqual($0.name, "Transfer-Encoding") && $0.value.containsIgnoringASCIICase("chunked")
         }
     }
 
@@ -83,14 +101,14 @@ public struct ResponseHead: Sendable, Equatable {
     public var acceptsByteRanges: Bool {
         headers.contains {
             headerNamesEqual($0.name, "Accept-Ranges")
-                && $0.value.lowercased().split(separator: ",").contains { $0.trimmingHTTPSpace == "bytes" }
+                && $0.value.split(separator: ",").contains { $0.trimmingHTTPSpace.equalsIgnoringASCIICase("bytes") }
         }
     }
 
     /// Whether the server said `Accept-Ranges: none`.
     public var refusesRanges: Bool {
         headers.contains {
-            headerNamesEqual($0.name, "Accept-Ranges") && $0.value.trimmingHTTPSpace.lowercased() == "none"
+            headerNamesEqual($0.name, "Accept-Ranges") && $0.value.trimmingHTTPSpace.equalsIgnoringASCIICase("none")
         }
     }
 
