@@ -54,18 +54,13 @@ public struct ResponseHead: Sendable, Equatable {
 
     /// The body length this response announces.
     public var contentLength: ContentLength {
-        // One pass and no copies for the usual head: one Content-Length of digits, no chunked coding.
+        if isChunked { return .absent }
+        // No copies for the usual head: one Content-Length of digits.
         var only: String?
         var count = 0
-        for header in headers {
-            if headerNamesEqual(header.name, "Content-Length") {
-                only = header.value
-                count += 1
-            } else if headerNamesEqual(header.name, "Transfer-Encoding"),
-                header.value.containsIgnoringASCIICase("chunked")
-            {
-                return .absent
-            }
+        for header in headers where headerNamesEqual(header.name, "Content-Length") {
+            only = header.value
+            count += 1
         }
         guard let only else { return .absent }
         if count == 1, !only.utf8.contains(UInt8(ascii: ",")),
