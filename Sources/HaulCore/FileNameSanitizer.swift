@@ -114,7 +114,10 @@ public enum FileNameSanitizer {
             let clean = sanitize(proposed)
             if clean != fallbackName || proposed == fallbackName { return clean }
         }
-        let segment = finalURLPath.split(separator: "/").last.map(String.init) ?? ""
+        // The last segment that is not empty, without splitting the whole path.
+        var path = Substring(finalURLPath)
+        while path.last == "/" { path.removeLast() }
+        let segment = String(path[(path.lastIndex(of: "/").map(path.index(after:)) ?? path.startIndex)...])
         // Foundation's decoding only where there is something to decode.
         let decoded = segment.utf8.contains(UInt8(ascii: "%")) ? segment.removingPercentEncoding ?? segment : segment
         return sanitize(decoded)

@@ -85,6 +85,7 @@ public struct SortRules: Sendable, Equatable {
     /// The folder the first matching rule names for a download named `name`, answered with `contentType`, added with
     /// `url`; nil when no rule matches.
     public func folder(name: String, contentType: String?, url: String) -> String? {
+        guard !rules.isEmpty else { return nil }
         let mediaType = contentType.map { String($0.prefix { $0 != ";" }).trimmingSpaces.lowercased() }
         for rule in rules {
             let subject: String?

@@ -13,6 +13,11 @@ struct ContentRangeTests {
             ("bytes */1024", .unsatisfied(total: 1024)),
             ("Bytes 5-5/6", .satisfied(first: 5, last: 5, total: 6)),
             ("  bytes 1-2/3 ", .satisfied(first: 1, last: 2, total: 3)),
+            (
+                "bytes 0-1152921504606846975/1152921504606846976",
+                .satisfied(first: 0, last: (1 << 60) - 1, total: 1 << 60)
+            ),
+            ("bytes 0007-0009/0000000000000000010", .satisfied(first: 7, last: 9, total: 10)),
         ]
     )
     func valid(text: String, expected: ContentRange) {
@@ -25,6 +30,7 @@ struct ContentRangeTests {
             "", "bytes", "bytes 20-10/100", "bytes 0-100/100", "bytes 0-99999999999999999999/100000000000000000000",
             "items 0-9/10", "bytes -1-9/10", "bytes 0-9", "bytes 0-9/10/11", "bytes a-b/c", "bytes 0--9/10",
             "bytes +0-9/10", "bytes */*", "bytes 0-9/-10", "bytes 0-9 /10x", "bytes 0-1152921504606846977/*",
+            "bytes 0-9999999999999999999/*", "bytes */9223372036854775808", "bytes 0-٣/10",
         ]
     )
     func malformed(text: String) {
@@ -152,6 +158,10 @@ struct ContentDispositionTests {
     @Test func nameFallsBackToTheURLThenIndex() {
         #expect(FileNameSanitizer.name(contentDisposition: nil, finalURLPath: "/files/my%20file.iso") == "my file.iso")
         #expect(FileNameSanitizer.name(contentDisposition: nil, finalURLPath: "/") == "index.html")
+        #expect(FileNameSanitizer.name(contentDisposition: nil, finalURLPath: "//") == "index.html")
+        #expect(FileNameSanitizer.name(contentDisposition: nil, finalURLPath: "") == "index.html")
+        #expect(FileNameSanitizer.name(contentDisposition: nil, finalURLPath: "/a/dir//") == "dir")
+        #expect(FileNameSanitizer.name(contentDisposition: nil, finalURLPath: "plain") == "plain")
         #expect(
             FileNameSanitizer.name(contentDisposition: "attachment; filename=\"../x.bin\"", finalURLPath: "/y")
                 == "x.bin")

@@ -56,4 +56,15 @@ struct ResponseHeadTests {
     func containsIgnoringCase(text: String, needle: String, expected: Bool) {
         #expect(text.containsIgnoringASCIICase(needle) == expected)
     }
+
+    @Test(
+        "a list has an element ignoring ASCII case and the spaces around it",
+        arguments: [
+            ("bytes", true), ("none, Bytes ", true), ("\tBYTES\t,none", true), (",, bytes,", true), ("bytes2", false),
+            ("by tes", false), ("", false), (" , ", false), ("none", false), ("xbytes, bytesx", false),
+        ]
+    )
+    func listElement(text: String, expected: Bool) {
+        #expect(text.listContainsIgnoringASCIICase("bytes") == expected)
+    }
 }

@@ -37,6 +37,23 @@ struct AnswerBodyTests {
         #expect(DownloadRunner.body(of: partial, url: playlist) == .file)
     }
 
+    @Test(
+        "the path read from the URL's text is URL.path",
+        arguments: [
+            "http://host.example/a/index.m3u8", "http://host.example/a/INDEX.M3U8", "http://host.example/x.m3u8?a=b",
+            "http://host.example/x.bin?f=/y.m3u8", "http://host.example/x.bin#/y.m3u8", "http://host.m3u8",
+            "http://host.example?/y.m3u8", "http://u:p@host.example:8080/y.m3u8", "http://host.example/y%2Em3u8",
+            "http://host.example/y.m3u8%20", "http://host.example/m3u8", "http://host.example/",
+            "ftp://host.example/dir/y.m3u8", "http://host.example/y.m3u8/",
+            "http://host.example/y.m3u8//", "http://host.example//", "http://host.example/a;p=1/b.bin",
+            "http://host.example/a/../b/./c.bin", "http://host.example/caf%C3%A9.bin", "http://host.example/a+b%20c",
+            "https://[::1]:8443/v6/file.iso", "http://host.example", "file:///tmp/x.bin",
+        ])
+    func decodedPath(text: String) throws {
+        let url = try #require(URL(string: text))
+        #expect(url.decodedPath == url.path)
+    }
+
     @Test("the media type: lowercased, without parameters or spaces")
     func mediaType() {
         #expect(

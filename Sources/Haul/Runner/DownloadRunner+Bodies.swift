@@ -132,23 +132,27 @@ extension DownloadRunner {
             ("Accept-Encoding", "identity"),
             ("Accept", "*/*"),
         ]
+        // Names compare ignoring ASCII case without lowercased copies: this runs for every request.
         for header in options.headers {
-            headers.removeAll { $0.name.caseInsensitiveCompare(header.name) == .orderedSame }
+            headers.removeAll { headerNamesEqual($0.name, header.name) }
             headers.append((header.name, header.value))
         }
         // Haul owns these: a user header must not break the resume logic.
-        headers.removeAll {
-            ["range", "if-range", "if-match", "if-unmodified-since"].contains($0.name.lowercased())
-        }
+        let owned = ["range", "if-range", "if-match", "if-unmodified-since"]
+        headers.removeAll { header in owned.contains { headerNamesEqual(header.name, $0) } }
         headers.append(("Accept-Encoding", "identity"))
-        headers.removeAll { $0.name.lowercased() == "accept-encoding" && $0.value != "identity" }
+        headers.removeAll { headerNamesEqual($0.name, "accept-encoding") && $0.value != "identity" }
         if let range { headers.append(("Range", range)) }
         if let ifRange { headers.append(("If-Range", ifRange)) }
         if let precondition {
             let isTag = precondition.hasPrefix("\"") || precondition.hasPrefix("W/")
             headers.append((isTag ? "If-Match" : "If-Unmodified-Since", precondition))
         }
-        var seen = Set<String>()
-        return headers.filter { seen.insert($0.name.lowercased()).inserted }
+        var unique: [(name: String, value: String)] = []
+        unique.reserveCapacity(headers.count)
+        for header in headers where !unique.contains(where: { headerNamesEqual($0.name, header.name) }) {
+            unique.append(header)
+        }
+        return unique
     }
 }

@@ -141,8 +141,9 @@ final class DownloadRunner {
     let events: AsyncStream<Event>
     let continuation: AsyncStream<Event>.Continuation
 
-    /// One connection's task and what it waits for.
-    struct ConnectionTask {
+    /// One connection's task and what it waits for. A class: the loop changes its fields in place through the
+    /// dictionary (a struct's every change went through the dictionary's modify accessor, which allocated).
+    final class ConnectionTask {
         /// Events of an older generation of the same connection are stale.
         var generation: UInt64
         var task: Task<Void, Never>?
@@ -154,6 +155,8 @@ final class DownloadRunner {
         var writeback: WritebackStarter?
         /// The server it talks to (`RangeRequest.source`).
         var source = 0
+
+        init(generation: UInt64) { self.generation = generation }
     }
 
     /// Something that happened, for the loop. The continuations are the loop's word to the task that waits.

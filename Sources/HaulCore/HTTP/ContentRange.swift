@@ -38,10 +38,16 @@ public enum ContentRange: Equatable, Sendable {
 
     /// A non-negative decimal with digits only, no larger than `maximumLength`.
     static func number(_ text: Substring) -> Int64? {
-        guard !text.isEmpty, text.count <= 19, text.allSatisfy({ $0.isASCII && $0.isNumber }),
-            let value = Int64(text), value <= maximumLength
-        else { return nil }
-        return value
+        // Over the UTF-8 bytes: a Character's `isNumber` asks Unicode's tables, and every response's length comes
+        // through here. A value past a tenth of the largest is refused before it is multiplied: it cannot overflow.
+        let bytes = text.utf8
+        guard !bytes.isEmpty, bytes.count <= 19 else { return nil }
+        var value: Int64 = 0
+        for byte in bytes {
+            guard byte >= UInt8(ascii: "0"), byte <= UInt8(ascii: "9"), value <= maximumLength / 10 else { return nil }
+            value = value * 10 + Int64(byte - UInt8(ascii: "0"))
+        }
+        return value <= maximumLength ? value : nil
     }
 
     /// Number of bytes the satisfied range covers.

@@ -29,6 +29,36 @@ extension StringProtocol {
         }
     }
 
+    /// Whether the text, a comma-separated list (RFC 9110 §5.6.1), has an element equal to `lowercased` (which is in
+    /// lower case) ignoring ASCII case and the spaces around it; over the UTF-8 bytes, with no array or copies made.
+    public func listContainsIgnoringASCIICase(_ lowercased: String) -> Bool {
+        let bytes = self.utf8
+        let isSpace = { (byte: UInt8) in byte == 0x20 || byte == 0x09 }
+        var index = bytes.startIndex
+        while true {
+            // One element, forward only (a StringProtocol's UTF-8 view goes no other way): its first and past its
+            // last byte that is not a space.
+            var first: Self.UTF8View.Index?
+            var past = index
+            while index != bytes.endIndex, bytes[index] != UInt8(ascii: ",") {
+                let next = bytes.index(after: index)
+                if !isSpace(bytes[index]) {
+                    if first == nil { first = index }
+                    past = next
+                }
+                index = next
+            }
+            if let first,
+                bytes[first..<past].elementsEqual(
+                    lowercased.utf8, by: { x, y in x == y || (x >= 0x41 && x <= 0x5A && x + 0x20 == y) })
+            {
+                return true
+            }
+            guard index != bytes.endIndex else { return false }
+            index = bytes.index(after: index)
+        }
+    }
+
     /// Whether `lowercased` (which is in lower case, and not empty) occurs in the text ignoring ASCII case, with no
     /// lowercased copy made.
     public func containsIgnoringASCIICase(_ lowercased: String) -> Bool {

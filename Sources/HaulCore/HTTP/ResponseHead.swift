@@ -95,8 +95,7 @@ public struct ResponseHead: Sendable, Equatable {
     /// Whether the server declared byte ranges (`Accept-Ranges: bytes`).
     public var acceptsByteRanges: Bool {
         headers.contains {
-            headerNamesEqual($0.name, "Accept-Ranges")
-                && $0.value.split(separator: ",").contains { $0.trimmingHTTPSpace.equalsIgnoringASCIICase("bytes") }
+            headerNamesEqual($0.name, "Accept-Ranges") && $0.value.listContainsIgnoringASCIICase("bytes")
         }
     }
 

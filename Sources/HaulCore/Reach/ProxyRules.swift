@@ -183,16 +183,21 @@ public struct ProxyRules: Sendable, Hashable, Codable {
             guard let value = environment[name], !value.trimmingSpaces.isEmpty else { return nil }
             return value
         }
+        // The proxy is chosen before the exclusions are read: with none (the common case) no list is built.
+        let chosen: String
+        if let proxy {
+            guard !proxy.trimmingSpaces.isEmpty else { return nil }
+            chosen = proxy
+        } else {
+            let scheme = scheme.lowercased()
+            let specific =
+                scheme == "http"
+                ? variable("http_proxy") : variable("\(scheme)_proxy") ?? variable("\(scheme.uppercased())_PROXY")
+            guard let variable = specific ?? variable("all_proxy") ?? variable("ALL_PROXY") else { return nil }
+            chosen = variable
+        }
         let exclusions = noProxy ?? variable("no_proxy") ?? variable("NO_PROXY") ?? ""
         if NoProxyList(exclusions).matches(host: host) { return nil }
-        if let proxy {
-            return proxy.trimmingSpaces.isEmpty ? nil : try ProxyEndpoint(parsing: proxy)
-        }
-        let scheme = scheme.lowercased()
-        let specific =
-            scheme == "http"
-            ? variable("http_proxy") : variable("\(scheme)_proxy") ?? variable("\(scheme.uppercased())_PROXY")
-        guard let chosen = specific ?? variable("all_proxy") ?? variable("ALL_PROXY") else { return nil }
         return try ProxyEndpoint(parsing: chosen)
     }
 }
