@@ -85,13 +85,15 @@ public final class LiveTransport: HTTPTransport {
         }
         let ownHost = request.credentialsHost
         for _ in 0...maximumRedirects {
-            if url.host?.lowercased() != ownHost {
+            // Read once: `URL.host` parses and decodes each time it is asked.
+            let isOwnHost = url.host?.lowercased() == ownHost
+            if !isOwnHost {
                 // Credentials are for the host they were given for, never for a mirror or a redirect's target.
-                headers.removeAll { ["authorization", "cookie"].contains($0.name.lowercased()) }
+                headers.removeAll { headerNamesEqual($0.name, "authorization") || headerNamesEqual($0.name, "cookie") }
             }
             let response = try await exchange(
-                url: url, headers: headers, tls: request.tls, network: request.network,
-                isOwnHost: url.host?.lowercased() == ownHost, environment: environment)
+                url: url, headers: headers, tls: request.tls, network: request.network, isOwnHost: isOwnHost,
+                environment: environment)
             let status = Int(response.status.code)
             guard [301, 302, 303, 307, 308].contains(status), let location = response.headers.first(name: "Location")
             else {
@@ -152,13 +154,13 @@ public final class LiveTransport: HTTPTransport {
         let proxy = try network.proxy.proxy(scheme: scheme, host: host, environment: environment)
         var headers = headers
         if let cookies = try Self.cookieHeader(url: url, network: network, isOwnHost: isOwnHost) {
-            if let index = headers.firstIndex(where: { $0.name.lowercased() == "cookie" }) {
+            if let index = headers.firstIndex(where: { headerNamesEqual($0.name, "cookie") }) {
                 headers[index].value += "; " + cookies
             } else {
                 headers.append(("Cookie", cookies))
             }
         }
-        let userAuthorizes = headers.contains { $0.name.lowercased() == "authorization" }
+        let userAuthorizes = headers.contains { headerNamesEqual($0.name, "authorization") }
         let origin = "\(scheme)://\(host.lowercased()):\(url.port ?? (scheme == "https" ? 443 : 80))"
         // Credentials (and `.netrc`) are looked up only for a server that asks, or asked before.
         let remembered = !userAuthorizes && answered.withLock { $0[origin] != nil }
