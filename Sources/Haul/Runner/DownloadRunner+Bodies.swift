@@ -17,7 +17,7 @@ struct Connector: Sendable {
         self.options = options
     }
 
-    typealias Events = AsyncStream<DownloadRunner.Event>.Continuation
+    typealias Events = RunnerInbox
 
     /// Connection `id` (generation `generation`): the request, then its body if the loop takes it.
     func connect(_ id: Int, _ generation: UInt64, request: RangeRequest, events: Events) async {
@@ -44,7 +44,7 @@ struct Connector: Sendable {
             return
         }
         let credit = await withCheckedContinuation { (take: CheckedContinuation<BodyCredit?, Never>) in
-            if case .terminated = events.yield(.responded(id, generation, response, take: take)) {
+            if !events.yield(.responded(id, generation, response, take: take)) {
                 take.resume(returning: nil)
             }
         }
@@ -61,7 +61,7 @@ struct Connector: Sendable {
         do {
             for try await chunk in response.body {
                 let count = chunk.readableBytes
-                if case .terminated = events.yield(.chunk(id, generation, chunk, credit: credit)) { return }
+                if !events.yield(.chunk(id, generation, chunk, credit: credit)) { return }
                 guard await credit.handOver(count) else { return }
                 for limiter in limiters {
                     try await limiter.acquire(count, clock: clock) { events.yield(.throttled(id, generation)) }

@@ -6,13 +6,13 @@ extension DownloadRunner {
     /// The one way a run ends, whatever ended it: every connection and helper task stops, the events still on their
     /// way are answered and dropped, and every task has ended before the part file is kept, left or discarded as the
     /// machine decided.
-    func end(_ ending: TransferMachine.Ending, _ iterator: inout AsyncStream<Event>.Iterator) async -> RunOutcome {
+    func end(_ ending: TransferMachine.Ending) async -> RunOutcome {
         for id in Array(connections.keys) { closeConnection(id) }
         fastTicker?.cancel()
-        continuation.finish()
+        inbox.finish()
         // A task's yield after the finish is refused (and the task then ends by itself); what was queued before it
         // is drained here, so no task waits for the loop's word for ever.
-        while let event = await iterator.next() { event.decline() }
+        while let event = await inbox.next() { event.decline() }
         for task in retired + [fastTicker, checkpoint, pieceChecks].compactMap({ $0 }) { await task.value }
         retired = []
         defer { part?.unlock() }

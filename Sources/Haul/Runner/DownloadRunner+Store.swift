@@ -10,10 +10,10 @@ extension DownloadRunner {
     /// A checkpoint's report carries the mark alone, so what the loop reports meanwhile never moves it back.
     func startCheckpoint(_ mark: TransferMachine.Checkpoint) {
         guard let part else {
-            continuation.yield(.checkpointed(mark))
+            inbox.yield(.checkpointed(mark))
             return
         }
-        let (environment, events) = (environment, continuation)
+        let (environment, events) = (environment, inbox)
         let folder = isPartNameDurable ? nil : folder
         checkpoint = Task {
             await DownloadRunner.checkpoint(mark, of: part, syncing: folder, environment: environment, events: events)
@@ -24,7 +24,7 @@ extension DownloadRunner {
     /// new).
     static func checkpoint(
         _ mark: TransferMachine.Checkpoint, of part: PartFile, syncing folder: DownloadFolder?,
-        environment: RunnerEnvironment, events: AsyncStream<Event>.Continuation
+        environment: RunnerEnvironment, events: RunnerInbox
     ) async {
         do {
             try await Blocking.run {

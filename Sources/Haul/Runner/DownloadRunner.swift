@@ -138,8 +138,8 @@ final class DownloadRunner {
     /// Tasks of closed connections, awaited when the run ends.
     var retired: [Task<Void, Never>] = []
     var result: DownloadResult?
-    let events: AsyncStream<Event>
-    let continuation: AsyncStream<Event>.Continuation
+    /// What the connections and helper tasks tell the loop.
+    let inbox = RunnerInbox()
 
     /// One connection's task and what it waits for. A class: the loop changes its fields in place through the
     /// dictionary (a struct's every change went through the dictionary's modify accessor, which allocated).
@@ -216,7 +216,6 @@ final class DownloadRunner {
                 connectionsPerSource: options.maxConnectionsPerDownload, pieceLength: options.pieces?.length))
         storedTotal = record.totalLength
         startedAt = environment.idleClock.now()
-        (events, continuation) = AsyncStream<Event>.makeStream()
         connector = Connector(environment: environment, source: record.url, options: record.options)
     }
 
@@ -229,10 +228,9 @@ final class DownloadRunner {
     }
 
     func run() async -> RunOutcome {
-        var iterator = events.makeAsyncIterator()
         let ending: TransferMachine.Ending
         do {
-            ending = try await prepareAndLoop(&iterator)
+            ending = try await prepareAndLoop()
         } catch {
             let actions: [TransferMachine.Action]
             if Self.isCancellation(error) {
@@ -246,7 +244,7 @@ final class DownloadRunner {
                 actions.lazy.compactMap { if case .end(let ending) = $0 { ending } else { nil } }.first
                 ?? .stopped(.leave)
         }
-        let outcome = await end(ending, &iterator)
+        let outcome = await end(ending)
         if let metalink, case .stopped = outcome { return .metalink(metalink) }
         if let playlist, case .stopped = outcome { return await runStream(playlist.text, url: playlist.url) }
         return outcome
@@ -256,7 +254,7 @@ final class DownloadRunner {
         error is CancellationError || Task.isCancelled || (error as? DownloadError)?.code == .cancelled
     }
 
-    func prepareAndLoop(_ iterator: inout AsyncStream<Event>.Iterator) async throws -> TransferMachine.Ending {
+    func prepareAndLoop() async throws -> TransferMachine.Ending {
         // A row stored before Haul recorded identities has none of its folder.
         let isEarlierRow = record.folderIdentity == nil
         let folder = try DownloadFolder.open(for: record, allowed: environment.allowedFolders)
@@ -267,13 +265,13 @@ final class DownloadRunner {
             return .completed
         }
         try await openPart(in: folder, isEarlierRow: isEarlierRow)
-        return try await loop(&iterator)
+        return try await loop()
     }
 
     // MARK: The loop
 
-    func loop(_ iterator: inout AsyncStream<Event>.Iterator) async throws -> TransferMachine.Ending {
-        let ticks = environment.metronome.subscribe { [continuation] in continuation.yield(.tick) }
+    func loop() async throws -> TransferMachine.Ending {
+        let ticks = environment.metronome.subscribe { [inbox] in inbox.yield(.tick) }
         defer { environment.metronome.unsubscribe(ticks) }
         var pending = machine.start(
             TransferMachine.Start(
@@ -287,7 +285,7 @@ final class DownloadRunner {
                 if case .end(let ending) = action { return ending }
                 pending = try await perform(action) + pending
             }
-            guard let event = await iterator.next() else {
+            guard let event = await inbox.next() else {
                 // Cancelled: a pause, a cancel or a shutdown.
                 throw CancellationError()
             }
@@ -299,10 +297,10 @@ final class DownloadRunner {
     /// While the machine measures its connections' speeds, ticks every millisecond besides the manager's shared
     /// ticks, until the loop sees the measuring is over.
     func startFastTicks() {
-        fastTicker = Task { [environment, continuation] in
+        fastTicker = Task { [environment, inbox] in
             while !Task.isCancelled {
                 do { try await environment.idleClock.sleep(.milliseconds(1)) } catch { return }
-                if case .terminated = continuation.yield(.fastTick) { return }
+                if !inbox.yield(.fastTick) { return }
             }
         }
     }
@@ -416,8 +414,8 @@ final class DownloadRunner {
             try Task.checkCancellation()
             let generation = renew(id)
             connections[id]?.source = request.source
-            connections[id]?.task = Task { [connector, continuation] in
-                await connector.connect(id, generation, request: request, events: continuation)
+            connections[id]?.task = Task { [connector, inbox] in
+                await connector.connect(id, generation, request: request, events: inbox)
             }
         case .stream(let id, let body):
             guard let answer = connections[id]?.answer else { return [] }
@@ -457,9 +455,9 @@ final class DownloadRunner {
             startCheckpoint(mark)
         case .wait(let id, let delay):
             let generation = renew(id)
-            connections[id]?.task = Task { [environment, continuation] in
+            connections[id]?.task = Task { [environment, inbox] in
                 do { try await environment.clock.sleep(delay) } catch { return }
-                continuation.yield(.waitEnded(id, generation))
+                inbox.yield(.waitEnded(id, generation))
             }
         case .report(let report):
             try await tell(report)
@@ -493,13 +491,13 @@ final class DownloadRunner {
     func checkPiece(_ index: Int, range: Range<Int64>, ticket: UInt64) {
         guard let part, let pieces = options.pieces else { return }
         let previous = pieceChecks
-        pieceChecks = Task { [continuation] in
+        pieceChecks = Task { [inbox] in
             await previous?.value
             let expected = index < pieces.hashes.count ? pieces.hashes[index].lowercased() : ""
             let digest = try? await Blocking.run {
                 try part.hexDigests(algorithms: [pieces.algorithm], range: range)[pieces.algorithm]
             }
-            continuation.yield(.pieceChecked(index, ticket, digest?.lowercased() == expected))
+            inbox.yield(.pieceChecked(index, ticket, digest?.lowercased() == expected))
         }
     }
 
