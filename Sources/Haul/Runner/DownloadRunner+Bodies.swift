@@ -29,8 +29,10 @@ struct Connector: Sendable {
         // A slot of the host's connections, held until the body ends (a stopped connection's task ends too).
         let slot: HostConnections.Slot
         do {
+            // The download's own URL's host was read when the request was made.
+            let host = request.source == 0 ? sent.ownHost : sent.url.host
             slot = try await environment.hostConnections.acquire(
-                sent.url.host?.lowercased() ?? source, clock: environment.idleClock
+                host?.lowercased() ?? source, clock: environment.idleClock
             ) { events.yield(.throttled(id, generation)) }
         } catch {
             return

@@ -86,14 +86,15 @@ public final class LiveTransport: HTTPTransport {
         let ownHost = request.credentialsHost
         for _ in 0...maximumRedirects {
             // Read once: `URL.host` parses and decodes each time it is asked.
-            let isOwnHost = url.host?.lowercased() == ownHost
+            let host = url.host
+            let isOwnHost = host?.lowercased() == ownHost
             if !isOwnHost {
                 // Credentials are for the host they were given for, never for a mirror or a redirect's target.
                 headers.removeAll { headerNamesEqual($0.name, "authorization") || headerNamesEqual($0.name, "cookie") }
             }
             let response = try await exchange(
-                url: url, headers: headers, tls: request.tls, network: request.network, isOwnHost: isOwnHost,
-                environment: environment)
+                url: url, host: host ?? "", headers: headers, tls: request.tls, network: request.network,
+                isOwnHost: isOwnHost, environment: environment)
             let status = Int(response.status.code)
             guard [301, 302, 303, 307, 308].contains(status), let location = response.headers.first(name: "Location")
             else {
@@ -142,15 +143,14 @@ public final class LiveTransport: HTTPTransport {
     /// One request to `url` (no redirect followed): through the proxy the rules choose, with the cookies that match,
     /// answering the server's challenge with the download's credentials (only on its own host) or `.netrc`'s.
     private func exchange(
-        url: URL, headers: [(name: String, value: String)], tls options: TLSOptions, network: NetworkOptions,
-        isOwnHost: Bool, environment: [String: String]
+        url: URL, host: String, headers: [(name: String, value: String)], tls options: TLSOptions,
+        network: NetworkOptions, isOwnHost: Bool, environment: [String: String]
     ) async throws -> HTTPClientResponse {
         let scheme = url.scheme?.lowercased() ?? "http"
         // Only a TLS connection reads the roots: on plain HTTP (as curl does) no certificate is loaded, and the
         // request's configuration stays nil, which AsyncHTTPClient would otherwise hash into the connection pool's
         // key on every request (with `SSL_CERT_FILE` set, every certificate of the bundle).
         let tls = scheme == "https" ? try Self.tlsConfiguration(options, environment: environment) : nil
-        let host = url.host ?? ""
         let proxy = try network.proxy.proxy(scheme: scheme, host: host, environment: environment)
         var headers = headers
         if let cookies = try Self.cookieHeader(url: url, network: network, isOwnHost: isOwnHost) {
