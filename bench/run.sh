@@ -6,7 +6,8 @@
 #   3. 1000 files of 64 KiB: haul get -j 16 -i list against aria2c -j16 -i list and curl --parallel-max 16, the
 #      floor of Haul's guarantees on the disk alone (bench/floor.c: write, fsync, rename, folder fsync; no network),
 #      the page-cache writes alone (bench/floor.c from one thread, no syncs, no network), the floor of Haul's parts
-#      (haul-floor: the same guarantees over AsyncHTTPClient, with nothing of Haul's) and those parts with no syncs.
+#      (haul-floor: the same guarantees over AsyncHTTPClient, with nothing of Haul's), those parts with no syncs and
+#      with a store; haul's ratio to haul-floor also as the median and range of each round's own ratio.
 #
 #   bench/run.sh [ROUNDS]    (default 5; needs nginx, curl, aria2, GNU time and a C compiler:
 #                             apt-get install nginx-light curl aria2 time gcc)
@@ -82,6 +83,14 @@ timed() {
 }
 
 median() { sort -n | awk '{ a[NR] = $1 } END { print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }
+
+# The ratio of tool $1 to tool $2 in each round (field $3: 1 wall, 2 cpu), as "median (least-most)x": runs of one
+# round are seconds apart, so each ratio is taken in one state of the machine.
+paired() {
+    local ratios
+    ratios=$(paste -d' ' "$work/$1.txt" "$work/$2.txt" | awk -v f="$3" '{ printf "%.4f\n", $f / $(f + 3) }' | sort -n)
+    printf "%.2fx (%.2f-%.2f)" "$(echo "$ratios" | median)" "$(echo "$ratios" | head -1)" "$(echo "$ratios" | tail -1)"
+}
 
 # One table row from $work/TOOL.txt: the medians, printed, and kept in TOOL_wall and TOOL_cpu for the ratios.
 row() {
@@ -178,18 +187,20 @@ ahcfloor="$(swift build -c release --show-bin-path)/haul-floor"
 : > "$work/aria2c.txt"
 : > "$work/curl.txt"
 : > "$work/floor.txt"
+# haul's floors run right after it: the VM's speed changes from minute to minute, and the per-round ratios below
+# compare runs a second or two apart.
 for round in $(seq "$first_round" "$rounds"); do
     small "$haul" get -j 16 -i "$work/list.txt" -d "$work/out/small" --quiet --state-dir "$work/state" \
         >> "$(into "$round" haul)"
+    small "$ahcfloor" "$work/list.txt" "$work/out/small" 16 >> "$(into "$round" ahcfloor)"
+    rm -f "$work/ahcstore.db"*
+    small "$ahcfloor" "$work/list.txt" "$work/out/small" 16 --store "$work/ahcstore.db" >> "$(into "$round" ahcstore)"
     small aria2c -j16 -i "$work/list.txt" -d "$work/out/small" -q --allow-overwrite=true --auto-file-renaming=false \
         >> "$(into "$round" aria2c)"
     small curl -s --parallel --parallel-max 16 -K "$work/curl.cfg" >> "$(into "$round" curl)"
     small "$work/floor" "$work/out/small" >> "$(into "$round" floor)"
-    small "$ahcfloor" "$work/list.txt" "$work/out/small" 16 >> "$(into "$round" ahcfloor)"
     small "$work/floor" "$work/out/small" 1 nosync >> "$(into "$round" writes)"
     small "$ahcfloor" "$work/list.txt" "$work/out/small" 16 --no-sync >> "$(into "$round" ahcnosync)"
-    rm -f "$work/ahcstore.db"*
-    small "$ahcfloor" "$work/list.txt" "$work/out/small" 16 --store "$work/ahcstore.db" >> "$(into "$round" ahcstore)"
 done
 echo
 printf "%-9s %-9s %10s %10s %12s %s\n" "1000x64K" tool "wall (s)" "cpu (s)" "peak (MiB)" "  every round's wall (s)"
@@ -207,4 +218,7 @@ printf "1000x64K  ratio writes/curl: cpu %.2fx; ahcnosync/curl: wall %.2fx, cpu 
 printf "1000x64K  ratio ahcstore/ahcfloor: wall %.2fx, cpu %.2fx; haul/ahcstore: wall %.2fx, cpu %.2fx\n" \
     "$(awk "BEGIN { print $ahcstore_wall / $ahcfloor_wall }")" "$(awk "BEGIN { print $ahcstore_cpu / $ahcfloor_cpu }")" \
     "$(awk "BEGIN { print $haul_wall / $ahcstore_wall }")" "$(awk "BEGIN { print $haul_cpu / $ahcstore_cpu }")"
+for floor in ahcfloor ahcstore; do
+    printf "1000x64K  per-round haul/%s: wall %s, cpu %s\n" "$floor" "$(paired haul "$floor" 1)" "$(paired haul "$floor" 2)"
+done
 fi
