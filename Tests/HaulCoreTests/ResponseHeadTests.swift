@@ -67,4 +67,15 @@ struct ResponseHeadTests {
     func listElement(text: String, expected: Bool) {
         #expect(text.listContainsIgnoringASCIICase("bytes") == expected)
     }
+
+    @Test(
+        "a text ends in a lowercase suffix ignoring ASCII case",
+        arguments: [
+            ("/a/index.m3u8", true), ("/a/INDEX.M3U8", true), ("m3u8", false), (".m3u8", true), ("", false),
+            ("/a/index.m3u8x", false), ("/a/index.m3u", false), ("/é.M3u8", true),
+        ]
+    )
+    func suffix(text: String, expected: Bool) {
+        #expect(text.hasSuffixIgnoringASCIICase(".m3u8") == expected)
+    }
 }

@@ -334,19 +334,10 @@ extension DownloadRunner {
         case "application/dash+xml": return .manifest
         case nil, "text/plain", "application/octet-stream", "text/xml", "application/xml":
             let path = url.decodedPath
-            if Self.path(path, endsWith: ".mpd") { return .manifest }
+            if path.hasSuffixIgnoringASCIICase(".mpd") { return .manifest }
             let isXML = media == "text/xml" || media == "application/xml"
-            return !isXML && Self.path(path, endsWith: ".m3u8") ? .playlist : .file
+            return !isXML && path.hasSuffixIgnoringASCIICase(".m3u8") ? .playlist : .file
         default: return .file
-        }
-    }
-
-    /// Whether a path ends in `suffix` (in lower case) ignoring ASCII case.
-    static func path(_ path: String, endsWith suffix: String) -> Bool {
-        let (path, wanted) = (path.utf8, suffix.utf8)
-        guard path.count >= wanted.count else { return false }
-        return path.suffix(wanted.count).elementsEqual(wanted) { x, y in
-            x == y || (x >= 0x41 && x <= 0x5A && x + 0x20 == y)
         }
     }
 

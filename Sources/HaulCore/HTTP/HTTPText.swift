@@ -24,9 +24,7 @@ extension StringProtocol {
 
     /// Whether the text equals `lowercased` (which is in lower case) ignoring ASCII case.
     public func equalsIgnoringASCIICase(_ lowercased: String) -> Bool {
-        self.utf8.elementsEqual(lowercased.utf8) { x, y in
-            x == y || (x >= 0x41 && x <= 0x5A && x + 0x20 == y)
-        }
+        self.utf8.elementsEqual(lowercased.utf8, by: byteMatchesIgnoringASCIICase)
     }
 
     /// Whether the text, a comma-separated list (RFC 9110 §5.6.1), has an element equal to `lowercased` (which is in
@@ -49,8 +47,7 @@ extension StringProtocol {
                 index = next
             }
             if let first,
-                bytes[first..<past].elementsEqual(
-                    lowercased.utf8, by: { x, y in x == y || (x >= 0x41 && x <= 0x5A && x + 0x20 == y) })
+                bytes[first..<past].elementsEqual(lowercased.utf8, by: byteMatchesIgnoringASCIICase)
             {
                 return true
             }
@@ -70,7 +67,7 @@ extension StringProtocol {
             for wanted in lowercased.utf8 {
                 guard index != bytes.endIndex else { return false }
                 let byte = bytes[index]
-                guard byte == wanted || (byte >= 0x41 && byte <= 0x5A && byte + 0x20 == wanted) else {
+                guard byteMatchesIgnoringASCIICase(byte, wanted) else {
                     matched = false
                     break
                 }
@@ -99,8 +96,23 @@ extension Slice where Base == UnsafeBufferPointer<UInt8> {
     @inlinable
     public func equalsIgnoringASCIICase(_ lowercased: some Collection<UInt8>) -> Bool {
         count == lowercased.count
-            && zip(self, lowercased).allSatisfy { x, y in x == y || (x >= 0x41 && x <= 0x5A && x + 0x20 == y) }
+            && zip(self, lowercased).allSatisfy(byteMatchesIgnoringASCIICase)
     }
+}
+
+extension String {
+    /// Whether the text ends in `lowercased` (which is in lower case) ignoring ASCII case.
+    public func hasSuffixIgnoringASCIICase(_ lowercased: String) -> Bool {
+        let (bytes, wanted) = (utf8, lowercased.utf8)
+        return bytes.count >= wanted.count
+            && bytes.suffix(wanted.count).elementsEqual(wanted, by: byteMatchesIgnoringASCIICase)
+    }
+}
+
+/// Whether `byte` is `lowercased` (a byte in lower case) ignoring ASCII case: the comparison of every helper here.
+@inlinable
+public func byteMatchesIgnoringASCIICase(_ byte: UInt8, _ lowercased: UInt8) -> Bool {
+    byte == lowercased || (byte >= 0x41 && byte <= 0x5A && byte + 0x20 == lowercased)
 }
 
 /// Whether two header names are equal ignoring ASCII case (RFC 9110 field names are case-insensitive ASCII).
