@@ -157,7 +157,6 @@ extension HaulCommand {
 
         /// Without a daemon: a manager of this process's own on the store.
         private func runHere(_ list: [URLList.Entry], output: Output, notices: Notices) async throws {
-            EventLoopExecutor.install()
             let options = try transfer.downloadOptionsWithTLS(continuePartial: `continue`, computesSHA256: json)
             var configuration = DownloadManager.Configuration(stateDirectory: state.directory)
             configuration.startsStoredDownloads = false

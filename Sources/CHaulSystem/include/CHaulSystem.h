@@ -23,8 +23,4 @@ int haul_pipe_cloexec(int fds[2]);
 /// runs, whatever it inherited without close-on-exec (a parent's sockets, its lock). Needs `_GNU_SOURCE` too.
 int haul_spawn_close_from(posix_spawn_file_actions_t *actions, int lowest);
 
-/// The address of Swift's `swift_task_enqueueGlobal_hook`: where the runtime looks for a function that takes the jobs
-/// of its global executor. A static binary keeps the symbol hidden, so `dlsym` cannot find it; a reference can.
-void **haul_enqueue_global_hook(void);
-
 #endif
