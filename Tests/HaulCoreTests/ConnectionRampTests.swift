@@ -71,6 +71,44 @@ struct ConnectionRampTests {
         #expect(!ramp.isMeasuring)
     }
 
+    @Test func begunWithTheFirstBytesItMeasuresFromHalfAWindowLater() {
+        var ramp = ConnectionRamp(maximum: 2, window: .milliseconds(100))
+        ramp.begin(now: .milliseconds(1000))
+        // Looked at often at once, so the first window starts when it should, not at the next tick at the normal pace.
+        #expect(ramp.isMeasuring)
+        // The server's first burst (2 MB at once) lands before the window: counted, it would double the baseline.
+        for time in [1001, 1020, 1049] {
+            let action = ramp.decide(
+                now: .milliseconds(time), bytes: 2_000_000, connections: 1, flowing: 1, canAdd: true)
+            #expect(action == .hold)
+        }
+        // The window runs from 1050 to 1150: one burst of 2 MB in it, the real 20 MB/s.
+        #expect(
+            ramp.decide(now: .milliseconds(1050), bytes: 2_000_000, connections: 1, flowing: 1, canAdd: true) == .hold)
+        #expect(
+            ramp.decide(now: .milliseconds(1100), bytes: 4_000_000, connections: 1, flowing: 1, canAdd: true) == .hold)
+        #expect(
+            ramp.decide(now: .milliseconds(1150), bytes: 4_000_000, connections: 1, flowing: 1, canAdd: true) == .add)
+        // The second connection brings its own first burst and the rate rises past the baseline's 1.5 times: judged
+        // at once, and at the maximum the ramp settles.
+        _ = ramp.decide(now: .milliseconds(1152), bytes: 6_000_000, connections: 2, flowing: 2, canAdd: true)
+        #expect(ramp.isSettled)
+        #expect(!ramp.isMeasuring)
+    }
+
+    @Test func beginIsForARampNotYetDeciding() {
+        // Begun after its first decision, it keeps its window; with one connection allowed it never measures.
+        var deciding = ConnectionRamp(maximum: 2, window: .milliseconds(100))
+        _ = deciding.decide(now: .milliseconds(5), bytes: 0, connections: 1, flowing: 1, canAdd: true)
+        deciding.begin(now: .milliseconds(50))
+        #expect(
+            deciding.decide(now: .milliseconds(105), bytes: 2_000_000, connections: 1, flowing: 1, canAdd: true) == .add
+        )
+        var single = ConnectionRamp(maximum: 1, window: .milliseconds(100))
+        single.begin(now: .zero)
+        #expect(!single.isMeasuring)
+    }
+
     @Test func nothingToSplitMeansNoNewConnection() {
         let result = Self.simulate(perConnection: 1_000_000, link: 100_000_000, maximum: 8, canAdd: false)
         #expect(result.connections == 1)

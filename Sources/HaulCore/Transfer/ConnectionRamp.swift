@@ -26,6 +26,8 @@ public struct ConnectionRamp: Hashable, Sendable {
     }
 
     private enum Phase: Hashable, Sendable {
+        /// Begun (`begin`): the first window starts at `measuringFrom`.
+        case starting(measuringFrom: Duration)
         /// Measuring the connections there are, all receiving bytes since `since`.
         case measuring(since: Duration)
         /// A connection was added; waiting until `connections` receive bytes.
@@ -69,11 +71,11 @@ public struct ConnectionRamp: Hashable, Sendable {
     }
 
     /// Whether the ramp is measuring a window or judging an added connection: the time to look often, since it acts
-    /// as soon as the window is full or the new connection shows its share. Before the first decision it is false, so
-    /// that the first window starts a normal pace after the first bytes.
+    /// as soon as the window is full or the new connection shows its share. A ramp never begun (`begin`) says false
+    /// until its first decision, whose time starts its first window.
     public var isMeasuring: Bool {
         switch phase {
-        case .measuring, .waitingForNewConnection, .judging: maximum > 1
+        case .starting, .measuring, .waitingForNewConnection, .judging: maximum > 1
         default: false
         }
     }
@@ -86,6 +88,16 @@ public struct ConnectionRamp: Hashable, Sendable {
         }
     }
 
+    /// The first connection's body starts at `now`: the ramp asks to be looked at often from now on, and its first
+    /// window starts half a window later. A server sends a new connection's first burst at once (nginx's `limit_rate`
+    /// paces in bursts, the first one unpaced), and a window that began with the body would count it and show up to
+    /// twice the real rate; half a window later, it has passed. The first look at the normal pace (the manager's
+    /// tick) may come a whole window after the first bytes, and the second connection a window and a half.
+    public mutating func begin(now: Duration) {
+        guard phase == nil, maximum > 1 else { return }
+        phase = .starting(measuringFrom: now + window / 2)
+    }
+
     /// The decision at time `now`, with `bytes` fetched so far by all connections, `connections` open, `flowing` of
     /// them receiving bytes, and whether the segment map has work for another connection.
     public mutating func decide(now: Duration, bytes: Int64, connections: Int, flowing: Int, canAdd: Bool) -> Action {
@@ -95,6 +107,9 @@ public struct ConnectionRamp: Hashable, Sendable {
             return .hold
         }
         switch current {
+        case .starting(let measuringFrom):
+            if now >= measuringFrom { phase = .measuring(since: now) }
+            return .hold
         case .stopped:
             return .hold
         case .settled(let since, let windows):

@@ -76,6 +76,7 @@ extension TransferMachine {
                 mode = .segmented(map)
                 segmentWritten = map.segments.map(\.offset)
                 ramp = ConnectionRamp(maximum: settings.maxConnections, window: settings.rampWindow)
+                ramp.begin(now: now)
                 shownConnections = 0
             }
         }
