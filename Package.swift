@@ -3,9 +3,9 @@ import PackageDescription
 
 /// How the two executables are linked on Linux: by lld, with relative relocations packed (DT_RELR, which glibc 2.36
 /// reads) and without exporting every symbol of the packages (the static standard library's arguments export them;
-/// nothing looks them up). A static binary of this size otherwise carries 150,000 relocations that the loader applies
-/// and keeps resident at every start, and a symbol table it maps for every lookup: both were resident memory of every
-/// run, and unexported functions can go with `--gc-sections`.
+/// nothing looks them up). Otherwise a static binary of this size carries a relocation entry for every pointer in its
+/// metadata, which the loader reads and applies at every start, and a symbol table it reads for every lookup: all of
+/// it resident memory of every run. Unexported functions can also go with `--gc-sections`.
 let executableLinking: [LinkerSetting] = [
     .unsafeFlags(
         ["-use-ld=lld", "-Xlinker", "-z", "-Xlinker", "pack-relative-relocs", "-Xlinker", "--no-export-dynamic"],
