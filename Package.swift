@@ -5,7 +5,9 @@ import PackageDescription
 /// reads) and without exporting every symbol of the packages (the static standard library's arguments export them;
 /// nothing looks them up). Otherwise a static binary of this size carries a relocation entry for every pointer in its
 /// metadata, which the loader reads and applies at every start, and a symbol table it reads for every lookup: all of
-/// it resident memory of every run. Unexported functions can also go with `--gc-sections`.
+/// it resident memory of every run. Unexported functions can also go with `--gc-sections`. Only the executables carry
+/// these flags: SwiftPM refuses unsafe flags in the products a versioned dependency uses, and a program that embeds
+/// Haul uses its libraries.
 let executableLinking: [LinkerSetting] = [
     .unsafeFlags(
         ["-use-ld=lld", "-Xlinker", "-z", "-Xlinker", "pack-relative-relocs", "-Xlinker", "--no-export-dynamic"],
