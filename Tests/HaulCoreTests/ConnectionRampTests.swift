@@ -76,10 +76,11 @@ struct ConnectionRampTests {
         ramp.begin(now: .milliseconds(1000))
         // Looked at often at once, so the first window starts when it should, not at the next tick at the normal pace.
         #expect(ramp.isMeasuring)
-        // The server's first burst (2 MB at once) lands before the window: counted, it would double the baseline.
-        for time in [1001, 1020, 1049] {
+        // The server's first burst (2 MB at once) lands before the window: counted, it would double the baseline (a
+        // window from 1000 would be full at 1100 and show 40 MB/s).
+        for (time, bytes) in [(1000, 0), (1001, 2_000_000), (1020, 2_000_000), (1049, 2_000_000)] {
             let action = ramp.decide(
-                now: .milliseconds(time), bytes: 2_000_000, connections: 1, flowing: 1, canAdd: true)
+                now: .milliseconds(time), bytes: Int64(bytes), connections: 1, flowing: 1, canAdd: true)
             #expect(action == .hold)
         }
         // The window runs from 1050 to 1150: one burst of 2 MB in it, the real 20 MB/s.
