@@ -34,5 +34,9 @@ struct RequestHeadersTests {
             options: DownloadOptions(), defaultUserAgent: "haul/test", range: nil, ifRange: nil,
             precondition: "Tue, 01 Sep 2026 10:00:00 GMT")
         #expect(dated.last?.name == "If-Unmodified-Since")
+        let resumed = DownloadRunner.headers(
+            options: DownloadOptions(), defaultUserAgent: "haul/test", range: "bytes=5-", ifRange: "\"e\"")
+        #expect(resumed.map(\.name) == ["User-Agent", "Accept-Encoding", "Accept", "Range", "If-Range"])
+        #expect(resumed.map(\.value) == ["haul/test", "identity", "*/*", "bytes=5-", "\"e\""])
     }
 }

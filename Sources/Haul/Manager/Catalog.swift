@@ -111,23 +111,33 @@ struct Catalog {
         let known = boxes[record.id]
         let previous = known?.record
         if let known { known.record = record } else { boxes[record.id] = Box(record) }
+        // Whether the claims of destinations change: most keeps of a running download change neither its
+        // destination nor whether it is cancelled, and each claim and unclaim hashes the path and the id.
+        let claimsChange =
+            previous.map {
+                $0.destination != record.destination || ($0.state == .cancelled) != (record.state == .cancelled)
+            }
+            ?? true
         if let old = previous {
-            unclaim(old)
+            if claimsChange { unclaim(old) }
             if old.url != record.url {
                 // A replaced link: an add of the new URL to the same place finds the download.
                 let (before, after) = (Self.target(of: old), Self.target(of: record))
                 if byTarget[before] == record.id { byTarget[before] = nil }
                 byTarget[after] = record.id
             }
-            counts[old.state, default: 0] -= 1
+            if old.state != record.state {
+                counts[old.state, default: 0] -= 1
+                counts[record.state, default: 0] += 1
+            }
             if old.state == .queued { dequeue(DownloadManager.QueueCursor(old)) }
         } else {
             let target = Self.target(of: record)
             if let previous = byTarget.updateValue(record.id, forKey: target) {
                 olderByTarget[target, default: []].append(previous)
             }
+            counts[record.state, default: 0] += 1
         }
-        counts[record.state, default: 0] += 1
         if record.state == .queued {
             let key = DownloadManager.QueueCursor(record)
             let offset = place(of: key)
@@ -138,7 +148,7 @@ struct Catalog {
                 queue.insert(key, at: queue.index(queue.startIndex, offsetBy: offset))
             }
         }
-        if let destination = record.destination, record.state != .cancelled {
+        if claimsChange, let destination = record.destination, record.state != .cancelled {
             destinations[destination, default: []].insert(record.id)
         }
         lastPosition = max(lastPosition, record.queuePosition)

@@ -21,7 +21,10 @@ extension DownloadManager {
         // With a limit per host, a download of a host at its limit is passed over for the next one.
         let perHost = settings.maxDownloadsPerHost
         var hosts = perHost == nil ? [:] : runningPerHost()
-        for key in catalog.queue where free > 0 {
+        for key in catalog.queue {
+            // A `where free > 0` clause would walk the rest of the queue after the last free slot is taken: with a
+            // batch of thousands queued, each finished download paid for every queued one.
+            guard free > 0 else { break }
             guard tasks[key.id] == nil, configuration.startsStoredDownloads || sessionIDs.contains(key.id),
                 let record = catalog[key.id]
             else { continue }

@@ -129,6 +129,17 @@ extension DownloadRunner {
         options: DownloadOptions, defaultUserAgent: String, range: String?, ifRange: String?,
         precondition: String? = nil
     ) -> [(name: String, value: String)] {
+        guard !options.headers.isEmpty else {
+            // Nothing of the user's to merge (most downloads): Haul's headers as they are, without comparing names.
+            var headers: [(name: String, value: String)] = [
+                ("User-Agent", options.userAgent ?? defaultUserAgent), ("Accept-Encoding", "identity"),
+                ("Accept", "*/*"),
+            ]
+            if let range { headers.append(("Range", range)) }
+            if let ifRange { headers.append(("If-Range", ifRange)) }
+            if let precondition { headers.append(Self.precondition(precondition)) }
+            return headers
+        }
         var headers: [(name: String, value: String)] = [
             ("User-Agent", options.userAgent ?? defaultUserAgent),
             ("Accept-Encoding", "identity"),
@@ -146,15 +157,19 @@ extension DownloadRunner {
         headers.removeAll { headerNamesEqual($0.name, "accept-encoding") && $0.value != "identity" }
         if let range { headers.append(("Range", range)) }
         if let ifRange { headers.append(("If-Range", ifRange)) }
-        if let precondition {
-            let isTag = precondition.hasPrefix("\"") || precondition.hasPrefix("W/")
-            headers.append((isTag ? "If-Match" : "If-Unmodified-Since", precondition))
-        }
+        if let precondition { headers.append(Self.precondition(precondition)) }
         var unique: [(name: String, value: String)] = []
         unique.reserveCapacity(headers.count)
         for header in headers where !unique.contains(where: { headerNamesEqual($0.name, header.name) }) {
             unique.append(header)
         }
         return unique
+    }
+
+    /// The header that makes a request require the validator `value`: `If-Match` for an ETag, `If-Unmodified-Since`
+    /// for a date.
+    static func precondition(_ value: String) -> (name: String, value: String) {
+        let isTag = value.hasPrefix("\"") || value.hasPrefix("W/")
+        return (isTag ? "If-Match" : "If-Unmodified-Since", value)
     }
 }
