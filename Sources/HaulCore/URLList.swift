@@ -53,7 +53,7 @@ public enum URLList {
         for (number, raw) in lines(of: text).enumerated() {
             let line = trim(raw)
             if line.isEmpty || line.hasPrefix("#") { continue }
-            let urls = line.split(separator: "\t").map { String(trim($0)) }.filter { !$0.isEmpty }
+            let urls = split(line, at: 0x09).map { String(trim($0)) }.filter { !$0.isEmpty }
             for url in urls { try check(url, line: number + 1) }
             guard let url = urls.first, seen.insert(url).inserted else { continue }
             entries.append(Entry(url: url, mirrors: DownloadRules.distinctMirrors(Array(urls.dropFirst()), of: url)))
@@ -61,10 +61,32 @@ public enum URLList {
         return entries
     }
 
-    /// The lines of `text`, ended by a line feed or a carriage return and line feed (a file written on Windows): Swift
-    /// reads "\r\n" as one character, which a split at "\n" alone does not split.
+    /// The lines of `text`, ended by a line feed or a carriage return and line feed (a file written on Windows).
     public static func lines(of text: String) -> [Substring] {
-        text.split(omittingEmptySubsequences: false) { $0 == "\n" || $0 == "\r\n" }
+        split(Substring(text), at: 0x0A).map { line in
+            line.utf8.last == 0x0D ? line[..<line.utf8.index(before: line.utf8.endIndex)] : line
+        }
+    }
+
+    /// The parts of `text` between the ASCII control character `separator` (a line feed or a tab), empty ones too.
+    /// Found in the UTF-8 bytes: splitting the characters finds each grapheme's end first, which cost a list of
+    /// thousands of URLs more than everything else reading it did. A control character is a grapheme of its own (a
+    /// carriage return and line feed are one together, and `lines(of:)` takes the carriage return off), so the
+    /// parts are the same.
+    static func split(_ text: Substring, at separator: UInt8) -> [Substring] {
+        var parts: [Substring] = []
+        let bytes = text.utf8
+        var start = bytes.startIndex
+        var index = start
+        while index != bytes.endIndex {
+            if bytes[index] == separator {
+                parts.append(text[start..<index])
+                start = bytes.index(after: index)
+            }
+            index = bytes.index(after: index)
+        }
+        parts.append(text[start..<bytes.endIndex])
+        return parts
     }
 
     /// Throws when `url` is not an http, https or ftp URL with a host; the message names `line` when given.

@@ -30,6 +30,11 @@ struct URLListTests {
                 "http://h/a", "http://h/b", "http://h/d",
             ])
         #expect(URLList.lines(of: "a\r\nb\nc\r\n").count == 4)
+        // Lines found in the bytes are the lines Swift's characters give, with text of any script around the breaks.
+        for text in ["a\r\nb\nc\r\n", "é\n\u{301}x\r\n😀\t\u{301}\n", "\r\r\n\n\t", "x\ry\nz", "", "\n"] {
+            let characters = text.split(omittingEmptySubsequences: false) { $0 == "\n" || $0 == "\r\n" }
+            #expect(URLList.lines(of: text) == characters, "\(text.unicodeScalars.map(\.value))")
+        }
         // Tabs between URLs: one file and its mirrors, each checked, the file's own URL never its own mirror.
         #expect(
             try URLList.entries("http://h/a\thttp://m/a \t http://h/a\thttp://n/a\r\nhttp://h/b\n") == [
