@@ -4,6 +4,20 @@ import Testing
 
 @Suite("Response head")
 struct ResponseHeadTests {
+    @Test("header names compare ignoring ASCII case only, in native and bridged strings alike")
+    func namesIgnoreASCIICase() {
+        #expect(headerNamesEqual("Content-Length", "content-LENGTH"))
+        #expect(headerNamesEqual("", ""))
+        #expect(!headerNamesEqual("Content-Length", "Content-Lengths"))
+        // '@' and '`' differ from each other by the case bit, and neither is a letter.
+        #expect(!headerNamesEqual("X@", "X`"))
+        #expect(!headerNamesEqual("X[", "X{"))
+        #expect(!headerNamesEqual("é", "É"))
+        let lazy = String(decoding: Array("ETag".utf8), as: UTF8.self)
+        #expect(headerNamesEqual(lazy, "etag"))
+        #expect(headerNamesEqual("etag", "ETAG"[...].description))
+    }
+
     @Test(
         "the announced length (RFC 9112 §6.3)",
         arguments: [

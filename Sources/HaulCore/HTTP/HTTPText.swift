@@ -116,10 +116,23 @@ public func byteMatchesIgnoringASCIICase(_ byte: UInt8, _ lowercased: UInt8) -> 
 }
 
 /// Whether two header names are equal ignoring ASCII case (RFC 9110 field names are case-insensitive ASCII).
+/// Compared in the strings' own bytes where they have them (every header a request or an answer carries is looked up
+/// by name this way, several times a response).
 @inlinable
 public func headerNamesEqual(_ a: String, _ b: String) -> Bool {
-    a.utf8.count == b.utf8.count
-        && a.utf8.elementsEqual(b.utf8) { x, y in
-            x == y || (x | 0x20 == y | 0x20 && (x | 0x20) >= 0x61 && (x | 0x20) <= 0x7A)
+    guard a.utf8.count == b.utf8.count else { return false }
+    let compared = a.utf8.withContiguousStorageIfAvailable { x in
+        b.utf8.withContiguousStorageIfAvailable { y in
+            for index in x.indices where !namesByteMatch(x[index], y[index]) { return false }
+            return true
         }
+    }
+    if let compared, let compared { return compared }
+    return a.utf8.elementsEqual(b.utf8, by: namesByteMatch)
+}
+
+/// Whether two bytes of header names are equal ignoring ASCII case.
+@inlinable
+func namesByteMatch(_ x: UInt8, _ y: UInt8) -> Bool {
+    x == y || (x | 0x20 == y | 0x20 && (x | 0x20) >= 0x61 && (x | 0x20) <= 0x7A)
 }
