@@ -19,13 +19,7 @@ done
 swift build -c release --static-swift-stdlib --product haul >/dev/null
 haul="$(swift build -c release --show-bin-path)/haul"
 
-nginx_pid=
-work=$(mktemp -d /tmp/haul-hls.XXXXXX)
-cleanup() {
-    [ -n "$nginx_pid" ] && kill -9 "$nginx_pid" 2>/dev/null
-    rm -rf "$work"
-}
-trap cleanup EXIT
+make_work hls
 mkdir -p "$work/www/full" "$work/www/capped" "$work/out" "$work/state"
 for kind in full capped; do
     length=$([ "$kind" = full ] && echo 0.5 || echo 2)

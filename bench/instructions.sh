@@ -23,13 +23,7 @@ swift build -c release --static-swift-stdlib --product haul >/dev/null
 swift build -c release --static-swift-stdlib --product haul-floor >/dev/null
 bin="$(swift build -c release --show-bin-path)"
 
-nginx_pid=
-work=$(mktemp -d /tmp/haul-bench.XXXXXX)
-cleanup() {
-    [ -n "$nginx_pid" ] && kill -9 "$nginx_pid" 2>/dev/null
-    rm -rf "$work"
-}
-trap cleanup EXIT
+make_work bench
 mkdir -p "$work/www"
 make_small_files "$work/www"
 port=$(free_port)

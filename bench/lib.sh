@@ -3,6 +3,19 @@
 # A free TCP port on loopback.
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 
+# Makes $work, a new folder named after NAME under /tmp, and has it removed, with the nginx the bench started
+# ($nginx_pid), when the script exits.
+make_work() {
+    nginx_pid=
+    work=$(mktemp -d "/tmp/haul-$1.XXXXXX")
+    trap 'remove_work' EXIT
+}
+
+remove_work() {
+    [ -n "$nginx_pid" ] && kill -9 "$nginx_pid" 2>/dev/null
+    rm -rf "$work"
+}
+
 # Writes 1000 files of 64 KiB of random bytes into DIR/small.
 make_small_files() {
     mkdir -p "$1/small"

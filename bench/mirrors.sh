@@ -20,13 +20,7 @@ done
 swift build -c release --static-swift-stdlib --product haul >/dev/null
 haul="$(swift build -c release --show-bin-path)/haul"
 
-nginx_pid=
-work=$(mktemp -d /tmp/haul-mirrors.XXXXXX)
-cleanup() {
-    [ -n "$nginx_pid" ] && kill -9 "$nginx_pid" 2>/dev/null
-    rm -rf "$work"
-}
-trap cleanup EXIT
+make_work mirrors
 mkdir -p "$work/www" "$work/out" "$work/state"
 head -c $((64 * 1024 * 1024)) /dev/urandom > "$work/www/64m.bin"
 ports=("$(free_port)" "$(free_port)" "$(free_port)")

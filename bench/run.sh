@@ -34,13 +34,7 @@ if only small; then swift build -c release --static-swift-stdlib --product haul-
 # The bench never changes the machine's settings. On a VM whose host takes back free memory (virtio free page
 # reporting), a round that writes into pages handed back runs two to three times slower, whatever the tool; that is
 # noise to be outvoted, not a setting to change: run more rounds and read the medians and the spread of every round.
-nginx_pid=
-work=$(mktemp -d /tmp/haul-bench.XXXXXX)
-cleanup() {
-    [ -n "$nginx_pid" ] && kill -9 "$nginx_pid" 2>/dev/null
-    rm -rf "$work"
-}
-trap cleanup EXIT
+make_work bench
 mkdir -p "$work/www" "$work/out" "$work/state"
 if only large; then head -c $((1024 * 1024 * 1024)) /dev/urandom > "$work/www/1g.bin"; fi
 if only large || only split; then head -c $((256 * 1024 * 1024)) /dev/urandom > "$work/www/256m.bin"; fi

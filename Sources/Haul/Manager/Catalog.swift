@@ -76,8 +76,22 @@ struct Catalog {
     var count: Int { boxes.count }
 
     static func target(of record: DownloadRecord) -> Target {
-        if let directory = record.directory { return Target(url: record.url, isFolder: true, place: directory) }
-        return Target(url: record.url, isFolder: false, place: record.destination ?? "")
+        target(url: record.url, directory: record.directory, destination: record.destination)
+    }
+
+    static func target(url: String, directory: String?, destination: String?) -> Target {
+        if let directory { return Target(url: url, isFolder: true, place: directory) }
+        return Target(url: url, isFolder: false, place: destination ?? "")
+    }
+
+    /// The fields of a kept record's previous version that `keep` compares with the new one.
+    private struct Previous {
+        let state: DownloadState
+        let url: String
+        let directory: String?
+        let destination: String?
+        let priority: Int
+        let position: Double
     }
 
     /// Room for `count` more records, made once before a list is kept: growing one record at a time moves every
@@ -109,7 +123,14 @@ struct Catalog {
         // A known record's box takes the new one in place (each download is kept several times as it runs); a new
         // one gets its box.
         let known = boxes[record.id]
-        let previous = known?.record
+        // What of the previous version is compared, read field by field: a copy of the whole record retains every
+        // string and array it holds, and a download is kept several times as it runs.
+        let previous = known.map { box in
+            Previous(
+                state: box.record.state, url: box.record.url, directory: box.record.directory,
+                destination: box.record.destination, priority: box.record.priority,
+                position: box.record.queuePosition)
+        }
         if let known { known.record = record } else { boxes[record.id] = Box(record) }
         // Whether the claims of destinations change: most keeps of a running download change neither its
         // destination nor whether it is cancelled, and each claim and unclaim hashes the path and the id.
@@ -119,10 +140,11 @@ struct Catalog {
             }
             ?? true
         if let old = previous {
-            if claimsChange { unclaim(old) }
+            if claimsChange { unclaim(old.destination, of: record.id) }
             if old.url != record.url {
                 // A replaced link: an add of the new URL to the same place finds the download.
-                let (before, after) = (Self.target(of: old), Self.target(of: record))
+                let before = Self.target(url: old.url, directory: old.directory, destination: old.destination)
+                let after = Self.target(of: record)
                 if byTarget[before] == record.id { byTarget[before] = nil }
                 byTarget[after] = record.id
             }
@@ -130,7 +152,9 @@ struct Catalog {
                 counts[old.state, default: 0] -= 1
                 counts[record.state, default: 0] += 1
             }
-            if old.state == .queued { dequeue(DownloadManager.QueueCursor(old)) }
+            if old.state == .queued {
+                dequeue(DownloadManager.QueueCursor(priority: old.priority, position: old.position, id: record.id))
+            }
         } else {
             let target = Self.target(of: record)
             if let previous = byTarget.updateValue(record.id, forKey: target) {
@@ -164,9 +188,9 @@ struct Catalog {
         return ids.contains { $0 != id }
     }
 
-    private mutating func unclaim(_ record: DownloadRecord) {
-        guard let destination = record.destination else { return }
-        destinations[destination]?.remove(record.id)
+    private mutating func unclaim(_ destination: String?, of id: String) {
+        guard let destination else { return }
+        destinations[destination]?.remove(id)
         if destinations[destination]?.isEmpty == true { destinations[destination] = nil }
     }
 
@@ -195,7 +219,7 @@ struct Catalog {
 
     mutating func forget(_ record: DownloadRecord) {
         guard let old = boxes.removeValue(forKey: record.id)?.record else { return }
-        unclaim(old)
+        unclaim(old.destination, of: old.id)
         counts[old.state, default: 0] -= 1
         if old.state == .queued { dequeue(DownloadManager.QueueCursor(old)) }
         let key = Self.target(of: old)

@@ -137,9 +137,13 @@ extension DownloadManager {
         }
 
         package init(_ record: DownloadRecord) {
-            priority = record.priority
-            position = record.queuePosition
-            id = record.id
+            self.init(priority: record.priority, position: record.queuePosition, id: record.id)
+        }
+
+        package init(priority: Int, position: Double, id: String) {
+            self.priority = priority
+            self.position = position
+            self.id = id
         }
 
         /// Whether `self` comes before `other` in queue order: higher priority, then lower position, then id.
