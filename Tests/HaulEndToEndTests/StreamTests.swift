@@ -2,11 +2,30 @@ import Crypto
 import Foundation
 import HaulCore
 import HaulTesting
+import Synchronization
 import Testing
+
+/// The folders of `StreamTests`' encodes, removed when the suite ends (`RemovesEncodes`).
+private let streamEncodes = Mutex<[String]>([])
+
+/// Removes the suite's encodes once all its tests ran: they are shared by its tests, so no test's own teardown may
+/// remove them.
+private struct RemovesEncodes: SuiteTrait, TestScoping {
+    func provideScope(
+        for test: Test, testCase: Test.Case?, performing function: @Sendable () async throws -> Void
+    ) async throws {
+        defer {
+            if test.isSuite {
+                for folder in streamEncodes.withLock({ $0 }) { try? FileManager.default.removeItem(atPath: folder) }
+            }
+        }
+        try await function()
+    }
+}
 
 /// HLS streams made by Debian's ffmpeg from a test pattern, served by nginx: each becomes one file that decodes, with
 /// the duration and streams of the source; a kill -9 mid-stream costs no finished segment.
-@Suite("HLS and DASH streams")
+@Suite("HLS and DASH streams", RemovesEncodes())
 struct StreamTests {
     /// Runs `tool` with `arguments`; returns its standard output and error, failing the test on a non-zero exit.
     static func run(_ tool: String, _ arguments: [String]) async throws -> (out: String, err: String, status: Int32) {
@@ -61,6 +80,7 @@ struct StreamTests {
 
     static func encodeOnce(_ encode: (String) async throws -> Void) async throws -> String {
         let folder = NSTemporaryDirectory() + "haul-streams-" + UUID().uuidString
+        streamEncodes.withLock { $0.append(folder) }
         try await encode(folder)
         return folder
     }
