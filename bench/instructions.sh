@@ -2,10 +2,11 @@
 # Instructions, not seconds: what haul get, haul-floor (the prescribed parts with Haul's file guarantees) and
 # haul-floor --store (the same with the state a download manager keeps) execute in user space for 1000 and 200 files
 # of 64 KiB, -j 16, from a loopback nginx, counted by valgrind's callgrind. The difference of the two runs over 800
-# is each file's cost, and what is left of a run the fixed cost (start, argument parsing, opening the store). Counts
-# repeat within about 1 % from run to run, where the timings of bench/run.sh vary by a tenth or more on this VM, so
-# a change of a few percent in the work per file shows here first. They leave out the kernel: a file's syscalls
-# (open, write, fsync, rename) cost the same in all three.
+# is each file's cost, and what is left of a run the fixed cost (start, argument parsing, opening the store). On an
+# idle machine counts repeat within about 1 % from run to run, where the timings of bench/run.sh vary by a tenth or
+# more on this VM, so a change of a few percent in the work per file shows here first; under other load they move
+# more, as the threads' timing changes how writes share commits. They leave out the kernel, whose share (each file's
+# open, write, fsync and rename) is about the same in all three.
 #
 #   bench/instructions.sh          (needs nginx, curl and valgrind: apt-get install nginx-light curl valgrind)
 #   BENCH_TOP=30 bench/instructions.sh    (also the 30 functions whose own instructions a file most exceed
