@@ -89,7 +89,7 @@ struct Floor {
         try await client.shutdown()
         try await pool.shutdownGracefully()
         // The completed states no one waited for are committed before the exit.
-        await ledger?.commit(nil)
+        _ = await ledger?.commit(nil)
     }
 
     static func fetch(
@@ -228,14 +228,13 @@ final class Ledger: @unchecked Sendable {
                     state TEXT NOT NULL, totalLength INTEGER, partDevice INTEGER, partInode INTEGER, updatedAt REAL)
                     """)
             try Self.durably(db) {
-                try db.inTransaction {
+                try Self.transaction(db) {
                     let insert = try db.makeStatement(
                         sql: "INSERT INTO download (id, url, state, updatedAt) VALUES (?, ?, 'queued', ?)")
                     let now = Date().timeIntervalSince1970
                     for (index, url) in urls.enumerated() {
                         try insert.execute(arguments: [index, url, now])
                     }
-                    return .commit
                 }
             }
         }
@@ -273,7 +272,7 @@ final class Ledger: @unchecked Sendable {
             var failure: FloorError?
             do {
                 try pool.writeWithoutTransaction { db in
-                    let body = { try db.inTransaction { try Self.apply(group.map(\.write), in: db) } }
+                    let body = { try Self.transaction(db) { try Self.apply(group.map(\.write), in: db) } }
                     if group.contains(where: { $0.waiter != nil }) { try Self.durably(db, body) } else { try body() }
                 }
             } catch {
@@ -284,7 +283,7 @@ final class Ledger: @unchecked Sendable {
         }
     }
 
-    private static func apply(_ writes: [Write], in db: Database) throws -> Database.TransactionCompletion {
+    private static func apply(_ writes: [Write], in db: Database) throws {
         let now = Date().timeIntervalSince1970
         for write in writes {
             switch write {
@@ -300,13 +299,25 @@ final class Ledger: @unchecked Sendable {
                     .execute(arguments: [now, id])
             }
         }
-        return .commit
+    }
+
+    /// Runs `body` in one transaction through cached statements: GRDB's `inTransaction` prepares its `BEGIN` and
+    /// `COMMIT` again each time, as `execute(sql:)` does every statement.
+    private static func transaction(_ db: Database, _ body: () throws -> Void) throws {
+        try db.cachedStatement(sql: "BEGIN IMMEDIATE TRANSACTION").execute()
+        do {
+            try body()
+            try db.cachedStatement(sql: "COMMIT TRANSACTION").execute()
+        } catch {
+            if db.isInsideTransaction { try? db.cachedStatement(sql: "ROLLBACK TRANSACTION").execute() }
+            throw error
+        }
     }
 
     /// Runs `body` with this connection's commits synced (`synchronous=FULL`).
     private static func durably(_ db: Database, _ body: () throws -> Void) throws {
-        try db.execute(sql: "PRAGMA synchronous = FULL")
-        defer { try? db.execute(sql: "PRAGMA synchronous = NORMAL") }
+        try db.cachedStatement(sql: "PRAGMA synchronous = FULL").execute()
+        defer { try? db.cachedStatement(sql: "PRAGMA synchronous = NORMAL").execute() }
         try body()
     }
 }

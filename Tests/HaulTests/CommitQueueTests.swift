@@ -1,5 +1,6 @@
 import Foundation
 import GRDB
+import GRDBSQLite
 import HaulCore
 import Synchronization
 import Testing
@@ -244,6 +245,53 @@ struct CommitQueueTests {
             try db.execute(sql: "INSERT INTO t (id, value) VALUES (1, 'b')")
         }
         #expect(await queue.completion(of: clash)?.code == .store)
+    }
+
+    @Test("a group's transaction commits when its writes succeed and rolls back when one throws")
+    func groupTransaction() throws {
+        let database = try DatabaseQueue()
+        try database.write { db in try db.execute(sql: "CREATE TABLE t (id INTEGER PRIMARY KEY, value TEXT NOT NULL)") }
+        try database.writeWithoutTransaction { db in try Self.groupTransactions(in: db) }
+    }
+
+    static func groupTransactions(in db: Database) throws {
+        try db.inGroupTransaction { try db.execute(sql: "INSERT INTO t (id, value) VALUES (1, 'kept')") }
+        #expect(!db.isInsideTransaction)
+        #expect(throws: DatabaseError.self) {
+            try db.inGroupTransaction {
+                try db.execute(sql: "INSERT INTO t (id, value) VALUES (2, 'undone')")
+                try db.execute(sql: "INSERT INTO t (id, value) VALUES (1, 'clash')")
+            }
+        }
+        #expect(!db.isInsideTransaction)
+        // A transaction SQLite ended by itself (as it does after a full disk) is reported as aborted, not as a
+        // commit with no transaction, and what it wrote is gone.
+        let aborted = #expect(throws: DatabaseError.self) {
+            try db.inGroupTransaction {
+                try db.execute(sql: "INSERT INTO t (id, value) VALUES (3, 'lost')")
+                try db.execute(sql: "ROLLBACK")
+            }
+        }
+        #expect(aborted?.resultCode == .SQLITE_ABORT)
+        #expect(try String.fetchAll(db, sql: "SELECT value FROM t ORDER BY id") == ["kept"])
+        // Its statements stay prepared for the next transaction: the connection's prepared statements are the
+        // same after another one.
+        let before = Self.prepared(db)
+        #expect(before.contains("BEGIN IMMEDIATE TRANSACTION") && before.contains("COMMIT TRANSACTION"))
+        try db.inGroupTransaction { try db.execute(sql: "INSERT INTO t (id, value) VALUES (4, 'again')") }
+        #expect(Self.prepared(db) == before)
+        #expect(try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM t") == 2)
+    }
+
+    /// The SQL of every statement prepared on the connection.
+    static func prepared(_ db: Database) -> [String] {
+        var texts: [String] = []
+        var statement = sqlite3_next_stmt(db.sqliteConnection, nil)
+        while let current = statement {
+            texts.append(String(cString: sqlite3_sql(current)))
+            statement = sqlite3_next_stmt(db.sqliteConnection, current)
+        }
+        return texts.sorted()
     }
 
     @Test("waitUntilIdle returns once everything queued before it is committed")

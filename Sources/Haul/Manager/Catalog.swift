@@ -101,10 +101,11 @@ struct Catalog {
         byTarget.reserveCapacity(byTarget.count + count)
     }
 
-    /// Keeps `record`, with its place in the queue when it is queued, its target and its state's count; returns it
-    /// as kept (its folder name and options shared with the records before it that have equal ones).
-    @discardableResult
-    mutating func keep(_ record: DownloadRecord) -> DownloadRecord {
+    /// Keeps `record`, with its place in the queue when it is queued, its target and its state's count; its folder
+    /// name and options are shared with the records before it that have equal ones. Consumed: it is moved into its
+    /// box, not copied (a copy retains every string and array of it, and a download is kept several times as it
+    /// runs).
+    mutating func keep(_ record: consuming DownloadRecord) {
         var record = record
         if let shared = lastOptions {
             record.options = record.options.sharingStorage(with: shared)
@@ -131,7 +132,6 @@ struct Catalog {
                 destination: box.record.destination, priority: box.record.priority,
                 position: box.record.queuePosition)
         }
-        if let known { known.record = record } else { boxes[record.id] = Box(record) }
         // Whether the claims of destinations change: most keeps of a running download change neither its
         // destination nor whether it is cancelled, and each claim and unclaim hashes the path and the id.
         let claimsChange =
@@ -176,7 +176,7 @@ struct Catalog {
             destinations[destination, default: []].insert(record.id)
         }
         lastPosition = max(lastPosition, record.queuePosition)
-        return record
+        if let known { known.record = record } else { boxes[record.id] = Box(record) }
     }
 
     /// The downloads that are not cancelled and have `destination`.

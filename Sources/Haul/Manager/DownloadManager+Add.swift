@@ -147,13 +147,16 @@ extension DownloadManager {
         } else if fresh.count > 1 {
             catalog.reserve(adding: fresh.count)
         }
+        // The events tell the records as kept: their options and folder names shared with the others'.
         for record in fresh {
-            hub.emit(.added(snapshot(of: keep(record))))
+            keep(record)
+            hub.emit(.added(snapshot(of: catalog[record.id] ?? record)))
         }
         for record in changed {
             errors[record.id] = nil
             if record.state != .completed { results[record.id] = nil }
-            hub.emit(.changed(snapshot(of: keep(record))))
+            keep(record)
+            hub.emit(.changed(snapshot(of: catalog[record.id] ?? record)))
         }
         // Only a manager that leaves stored downloads alone needs to know which ones this process added.
         if !configuration.startsStoredDownloads {

@@ -127,7 +127,7 @@ extension DownloadManager {
         guard var record = try? current(id), var notice = record.notice, notice.id == noticeID else { return }
         change(&notice)
         record.notice = notice.pending.isEmpty ? nil : notice
-        if catalog[id] != nil { _ = catalog.keep(record) }
+        if catalog[id] != nil { catalog.keep(record) }
         do {
             let commit = store.submit(try .notice(record), awaited: true)
             try await store.committed(commit)

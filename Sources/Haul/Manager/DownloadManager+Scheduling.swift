@@ -105,17 +105,15 @@ extension DownloadManager {
 
     /// Keeps `record` as the manager's view of its download. A fleet's worker keeps only what it runs: a download it
     /// does not run is the store's.
-    @discardableResult
-    func keep(_ record: DownloadRecord) -> DownloadRecord {
-        let kept: DownloadRecord
+    func keep(_ record: consuming DownloadRecord) {
+        // Told after the catalog has it: a wait for every download counts the catalog's states.
+        let told = stopWaiters.isEmpty ? nil : (id: record.id, holdsWork: Self.holdsWork(record.state))
         if leasing != nil, tasks[record.id] == nil, record.state != .running {
             catalog.forget(record)
-            kept = record
         } else {
-            kept = catalog.keep(record)
+            catalog.keep(record)
         }
-        if !stopWaiters.isEmpty { tellStopWaiters(record.id, holdsWork: Self.holdsWork(record.state)) }
-        return kept
+        if let told { tellStopWaiters(told.id, holdsWork: told.holdsWork) }
     }
 
     func forget(_ record: DownloadRecord) {

@@ -327,28 +327,45 @@ private final class ResultBox<T>: @unchecked Sendable {
 }
 
 extension CommitQueue where Connection == Database {
-    /// The queue of a SQLite store: a group is one GRDB transaction on `writer`. A `durable` one is on the disk when
-    /// it returns: with SQLite's `synchronous=FULL` for that commit, its WAL frames are synced before the commit
-    /// returns (and with them every commit before it). The store's default, `NORMAL`, syncs the WAL only at its
-    /// checkpoints, so a power cut can lose the last commits: right for the writes no one waits for (a state change,
-    /// a completion the next run recognises anyway), not for those a caller acts on (an add acknowledged, the row
-    /// before a part file, a checkpoint). A group holding one write someone waits for is synced once for all of its
-    /// writes.
+    /// The queue of a SQLite store: a group is one transaction on `writer`. A `durable` one is on the disk when it
+    /// returns: with SQLite's `synchronous=FULL` for that commit, its WAL frames are synced before the commit returns
+    /// (and with them every commit before it). The store's default, `NORMAL`, syncs the WAL only at its checkpoints,
+    /// so a power cut can lose the last commits: right for the writes no one waits for (a state change, a completion
+    /// the next run recognises anyway), not for those a caller acts on (an add acknowledged, the row before a part
+    /// file, a checkpoint). A group holding one write someone waits for is synced once for all of its writes.
     convenience init(
         writer: any DatabaseWriter, companyWindow: TimeInterval = 0.002,
         describe: @escaping @Sendable (any Error) -> DownloadError
     ) {
         self.init(
             transact: { durable, body in
-                guard durable else { return try writer.write { db in try body(db) } }
                 try writer.writeWithoutTransaction { db in
+                    guard durable else { return try db.inGroupTransaction { try body(db) } }
                     try db.cachedStatement(sql: "PRAGMA synchronous = FULL").execute()
                     defer { try? db.cachedStatement(sql: "PRAGMA synchronous = NORMAL").execute() }
-                    try db.inTransaction {
-                        try body(db)
-                        return .commit
-                    }
+                    try db.inGroupTransaction { try body(db) }
                 }
             }, companyWindow: companyWindow, describe: describe)
+    }
+}
+
+extension Database {
+    /// Runs `body` in an immediate transaction, committed when it returns and rolled back when it throws, as GRDB's
+    /// `inTransaction` does, through cached statements: `inTransaction` prepares its `BEGIN` and `COMMIT` again for
+    /// each transaction, and a store that commits every few downloads prepared two statements a download.
+    func inGroupTransaction(_ body: () throws -> Void) throws {
+        try cachedStatement(sql: "BEGIN IMMEDIATE TRANSACTION").execute()
+        do {
+            try body()
+            // SQLite rolls a transaction back by itself after some errors (a full disk, an I/O error): there is
+            // nothing to commit then, and committing would report "no transaction is active" instead of the cause.
+            guard isInsideTransaction else {
+                throw DatabaseError(resultCode: .SQLITE_ABORT, message: "Transaction was aborted")
+            }
+            try cachedStatement(sql: "COMMIT TRANSACTION").execute()
+        } catch {
+            if isInsideTransaction { try? cachedStatement(sql: "ROLLBACK TRANSACTION").execute() }
+            throw error
+        }
     }
 }

@@ -322,7 +322,18 @@ public struct DownloadStore: DownloadStoring {
         case .null: sqlite3_bind_null(handle, index)
         case .int64(let number): sqlite3_bind_int64(handle, index, number)
         case .double(let number): sqlite3_bind_double(handle, index, number)
-        case .string(let text): sqlite3_bind_text(handle, index, text, -1, transient)
+        case .string(var text):
+            // Its UTF-8 in place, with its length (a String passed as a C string is copied into a new null-terminated
+            // array first). An empty one is bound as "": a nil pointer would bind NULL.
+            text.withUTF8 { bytes in
+                guard let base = bytes.baseAddress, !bytes.isEmpty else {
+                    _ = sqlite3_bind_text(handle, index, "", 0, transient)
+                    return
+                }
+                _ = base.withMemoryRebound(to: CChar.self, capacity: bytes.count) {
+                    sqlite3_bind_text(handle, index, $0, CInt(bytes.count), transient)
+                }
+            }
         case .blob(let data):
             _ = data.withUnsafeBytes { sqlite3_bind_blob(handle, index, $0.baseAddress, CInt($0.count), transient) }
         }

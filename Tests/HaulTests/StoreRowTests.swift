@@ -1,0 +1,32 @@
+import Foundation
+import GRDB
+import HaulCore
+import Testing
+
+@testable import Haul
+
+@Suite("Store rows")
+struct StoreRowTests {
+    @Test("text is stored as given: empty text stays empty (not NULL), and non-ASCII characters are kept")
+    func textAsGiven() throws {
+        let store = try DownloadStore()
+        var record = DownloadRecord(
+            id: "text", url: "http://h/caf\u{E9}", finalURL: "", directory: nil, destination: "/tmp/\u{4E0B}\u{8F7D}",
+            state: .queued, totalLength: nil, durableOffset: 0, etag: "", lastModified: nil,
+            isLastModifiedStrong: false, isResumable: nil, isPartVerified: true, mayReplaceDestination: false,
+            attempts: 0, lastError: nil,
+            options: DownloadOptions(), priority: 0, queuePosition: 1, prerequisites: [], rateLimit: nil, segments: nil,
+            activeConnections: 0, createdAt: Date(), updatedAt: Date(), errorCode: nil, errorStatus: nil,
+            origin: .library, completedAt: nil)
+        try store.insert([record])
+        let inserted = try #require(try store.record(id: "text"))
+        #expect(inserted.url == "http://h/caf\u{E9}" && inserted.destination == "/tmp/\u{4E0B}\u{8F7D}")
+        #expect(inserted.finalURL == "" && inserted.etag == "")
+        // An update binds its values the same way.
+        record.finalURL = "\u{1F600}"
+        record.destination = ""
+        try store.save(try .transfer(record))
+        let updated = try #require(try store.record(id: "text"))
+        #expect(updated.finalURL == "\u{1F600}" && updated.destination == "" && updated.etag == "")
+    }
+}
