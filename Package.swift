@@ -49,6 +49,7 @@ let package = Package(
         .package(url: "https://github.com/x-sheep/swift-property-based.git", from: "2.0.1"),
         .package(url: "https://github.com/vapor/postgres-nio.git", from: "1.33.2"),
         .package(url: "https://github.com/LebJe/TOMLKit.git", from: "0.6.0"),
+        .package(url: "https://github.com/apple/swift-distributed-tracing.git", from: "1.7.3"),
     ],
     targets: [
         .target(name: "HaulCore"),
@@ -73,6 +74,8 @@ let package = Package(
                 // AES-128-CBC, for HLS segments encrypted with a key.
                 .product(name: "_CryptoExtras", package: "swift-crypto"),
                 .product(name: "Logging", package: "swift-log"),
+                // Whether a tracer was bootstrapped: AsyncHTTPClient's spans only for a real one.
+                .product(name: "Tracing", package: "swift-distributed-tracing"),
             ]
         ),
         // The shared store of several workers: PostgreSQL, through postgres-nio's pooled client.
@@ -179,7 +182,10 @@ let package = Package(
         ),
         .testTarget(
             name: "HaulTests",
-            dependencies: ["Haul", "HaulTesting", .product(name: "Crypto", package: "swift-crypto")]
+            dependencies: [
+                "Haul", "HaulTesting", .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "Tracing", package: "swift-distributed-tracing"),
+            ]
         ),
         .testTarget(
             name: "HaulEndToEndTests",

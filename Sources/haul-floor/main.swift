@@ -61,6 +61,8 @@ struct Floor {
         var configuration = HTTPClient.Configuration(redirectConfiguration: .disallow, decompression: .disabled)
         configuration.connectionPool = .init(idleTimeout: .seconds(60), concurrentHTTP1ConnectionsPerHostSoftLimit: 64)
         configuration.httpVersion = .http1Only
+        // No spans: no tracer is bootstrapped, and the default no-op one still had each request build its attributes.
+        configuration.tracing.tracer = nil
         let client = HTTPClient(
             eventLoopGroupProvider: .shared(MultiThreadedEventLoopGroup.singleton), configuration: configuration)
         let pool = NIOThreadPool(numberOfThreads: 16)

@@ -1,5 +1,6 @@
 import HaulCore
 import Testing
+import Tracing
 
 @testable import Haul
 
@@ -38,5 +39,11 @@ struct RequestHeadersTests {
             options: DownloadOptions(), defaultUserAgent: "haul/test", range: "bytes=5-", ifRange: "\"e\"")
         #expect(resumed.map(\.name) == ["User-Agent", "Accept-Encoding", "Accept", "Range", "If-Range"])
         #expect(resumed.map(\.value) == ["haul/test", "identity", "*/*", "bytes=5-", "\"e\""])
+    }
+
+    @Test("without a tracer bootstrapped, requests make no spans: the client's tracer is off, not the no-op one")
+    func noSpansWithoutTracer() {
+        #expect(InstrumentationSystem.tracer is NoOpTracer)
+        #expect(LiveTransport.baseConfiguration().tracing.tracer == nil)
     }
 }

@@ -8,6 +8,7 @@ import NIOPosix
 import NIOSOCKS
 import NIOSSL
 import Synchronization
+import Tracing
 
 /// The real transport: AsyncHTTPClient with decompression off and redirects followed here, so the `Range` header
 /// reaches the final target and the final URL is known (HOSTILE.md 16).
@@ -23,7 +24,7 @@ public final class LiveTransport: HTTPTransport {
         eventLoopGroupProvider: .shared(MultiThreadedEventLoopGroup.singleton), configuration: baseConfiguration())
 
     /// The configuration of every client of the process (the shared one and one per tunnelling proxy).
-    private static func baseConfiguration() -> HTTPClient.Configuration {
+    static func baseConfiguration() -> HTTPClient.Configuration {
         var configuration = HTTPClient.Configuration(
             redirectConfiguration: .disallow,
             timeout: .init(connect: .seconds(10)),
@@ -34,6 +35,9 @@ public final class LiveTransport: HTTPTransport {
         configuration.connectionPool = .init(idleTimeout: .seconds(60), concurrentHTTP1ConnectionsPerHostSoftLimit: 64)
         // A refused connection fails at once; Haul's retry policy (and its wait for the network) owns the backoff.
         configuration.connectionPool.retryConnectionEstablishment = false
+        // Spans only for a tracer the program bootstrapped: with the global no-op one, every request still built
+        // its span's attributes (method, URL, sizes) for nothing.
+        if InstrumentationSystem.tracer is NoOpTracer { configuration.tracing.tracer = nil }
         // HTTP/1.1: several connections per file mean several TCP connections, each with its own window; with
         // HTTP/2, AsyncHTTPClient multiplexes every request to a host onto one connection, and measured slower
         // (bench/http2.sh, README "Networks"). `HAUL_HTTP_VERSION=2` turns it on, for that benchmark.
