@@ -26,6 +26,7 @@ extension EventLoopFuture {
     /// Blocks the calling thread until the future completes, for at most `StoreLoop.patience` seconds. Unlike
     /// `wait()`, it may be called on another event loop's thread (the daemon's, which run the manager): the future's
     /// own loop is the store's (`StoreLoop`), which never blocks.
+    @discardableResult
     func blockingGet() throws -> Value {
         precondition(!eventLoop.inEventLoop, "the store's loop must never wait for itself")
         let done = DispatchSemaphore(value: 0)

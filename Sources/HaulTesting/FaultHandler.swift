@@ -96,27 +96,46 @@ final class FaultHandler: ChannelInboundHandler {
         _ buffer: ByteBuffer, rate: Int, channel: any Channel, closesAtEnd: Bool = true,
         ended: @escaping (Int) -> Void
     ) {
-        var remaining = buffer
-        var written = 0
-        let slice = max(1, rate / 100)
-        func next() {
-            guard channel.isActive, let piece = remaining.readSlice(length: min(slice, remaining.readableBytes)) else {
-                ended(written)
-                return
-            }
-            written += piece.readableBytes
-            channel.writeAndFlush(piece, promise: nil)
-            if remaining.readableBytes == 0 {
-                ended(written)
-                if closesAtEnd { channel.close(promise: nil) }
-                return
-            }
-            channel.eventLoop.scheduleTask(in: .milliseconds(10)) { next() }
-        }
-        next()
+        ThrottledWrite(
+            remaining: buffer, slice: max(1, rate / 100), channel: channel, closesAtEnd: closesAtEnd, ended: ended
+        ).next()
     }
 
     func errorCaught(context: ChannelHandlerContext, error: any Error) {
         context.close(promise: nil)
+    }
+}
+
+/// One throttled write's state, touched only on its channel's event loop (each slice is scheduled there).
+private final class ThrottledWrite: @unchecked Sendable {
+    private var remaining: ByteBuffer
+    private var written = 0
+    private let slice: Int
+    private let channel: any Channel
+    private let closesAtEnd: Bool
+    private let ended: (Int) -> Void
+
+    init(remaining: ByteBuffer, slice: Int, channel: any Channel, closesAtEnd: Bool, ended: @escaping (Int) -> Void) {
+        self.remaining = remaining
+        self.slice = slice
+        self.channel = channel
+        self.closesAtEnd = closesAtEnd
+        self.ended = ended
+    }
+
+    /// Writes the next slice and schedules the one after it in 10 ms; tells `ended` at the end or the client's close.
+    func next() {
+        guard channel.isActive, let piece = remaining.readSlice(length: min(slice, remaining.readableBytes)) else {
+            ended(written)
+            return
+        }
+        written += piece.readableBytes
+        channel.writeAndFlush(piece, promise: nil)
+        if remaining.readableBytes == 0 {
+            ended(written)
+            if closesAtEnd { channel.close(promise: nil) }
+            return
+        }
+        channel.eventLoop.scheduleTask(in: .milliseconds(10)) { self.next() }
     }
 }

@@ -145,7 +145,7 @@ public final class PostgresServer: Sendable {
         var template = Array("/tmp/haul-postgres-output.XXXXXX".utf8CString)
         let output = mkstemp(&template)
         guard output >= 0 else { throw Failure.missing("a temporary file") }
-        let outputPath = String(cString: template)
+        let outputPath = String(decoding: template.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
         close(output)
         defer { unlink(outputPath) }
         var actions = posix_spawn_file_actions_t()

@@ -40,7 +40,7 @@ struct SegmentedCommandTests {
                     || !haul.process.isRunning
             }
             let delay = UInt32.random(in: 0..<800_000, using: &generator)
-            await onOwnThread { usleep(delay) }
+            await onOwnThread { _ = usleep(delay) }
             haul.signal(SIGKILL)
             let outcome = await haul.finish()
             #expect(checkpointed && outcome.status != 0, "kill \(index): haul exited \(outcome.status) first")

@@ -22,7 +22,7 @@ struct FolderWalkTests {
             let manager = FileManager.default
             try manager.createDirectory(atPath: base + "/root/inside/deep", withIntermediateDirectories: true)
             try manager.createDirectory(atPath: base + "/outside", withIntermediateDirectories: true)
-            FileManager.default.createFile(atPath: base + "/root/file", contents: Data("x".utf8))
+            #expect(FileManager.default.createFile(atPath: base + "/root/file", contents: Data("x".utf8)))
             for (name, target) in [
                 ("inside/to-deep", "deep"), ("inside/to-sibling", "../inside/deep"), ("inside/to-root", ".."),
                 ("inside/out", "../../outside"), ("inside/absolute", base + "/root/inside"), ("inside/loop", "loop"),

@@ -49,7 +49,7 @@ struct LinkReplacementTests {
         // Expired before a byte came: only the body tells.
         h.server.serve(
             "/gone", .init(body: body) { _, _ in .statusXML(403, body: FaultServer.Resource.expiredDocument) })
-        let fresh = try await h.fetchError("/gone", to: "other.bin")
+        let fresh = await h.fetchError("/gone", to: "other.bin")
         #expect(fresh?.code == .linkExpired && fresh?.message.contains("Request has expired") == true)
         // A plain 403 before any byte stays a 403.
         h.server.serve("/forbidden", .init(body: body) { _, _ in .status(403, headers: [:]) })

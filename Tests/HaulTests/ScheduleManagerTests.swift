@@ -37,7 +37,7 @@ struct ScheduleManagerTests {
         await Harness.waitUntilLanded(try #require(await waits.next()), in: h.folder)
 
         // Saturday: the running download stops, queued again, and nothing starts.
-        let changes = await manager.events(for: a)
+        let changes = manager.events(for: a)
         calendar.set("2026-11-28 10:00")
         await manager.checkSchedule()
         #expect(await manager.scheduleInForce() == "sat,sun pause")

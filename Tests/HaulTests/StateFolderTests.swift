@@ -57,7 +57,7 @@ struct StateFolderTests {
         defer { try? FileManager.default.removeItem(atPath: base) }
         let state = try StateFolder.open(base + "/state")
         let victim = base + "/victim"
-        FileManager.default.createFile(atPath: victim, contents: Data("victim".utf8))
+        #expect(FileManager.default.createFile(atPath: victim, contents: Data("victim".utf8)))
 
         try state.create("token", Data("secret".utf8))
         #expect(mode(state.path(of: "token")) == 0o600)

@@ -156,7 +156,7 @@ extension DownloadManager {
         let started = record
         tasks[id] = Task {
             let (outcome, transfer) = await DownloadRunner.run(record: started, environment: environment)
-            await self.finished(id, outcome: outcome, transfer: transfer)
+            self.finished(id, outcome: outcome, transfer: transfer)
         }
         hub.emit(.changed(snapshot(of: record)))
     }
@@ -294,7 +294,7 @@ extension DownloadManager {
                 try? persist(record)
                 if !others.isEmpty {
                     followUps[id] = Task {
-                        do throws(BatchError) { return try await self.add(others).map(\.id) } catch {
+                        do throws(BatchError) { return try self.add(others).map(\.id) } catch {
                             self.configuration.logger.error(
                                 "\(record.url): cannot add the other files of its Metalink: \(error.error.message)")
                             return []

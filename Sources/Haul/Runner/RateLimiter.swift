@@ -22,13 +22,20 @@ final class RateLimiter: Sendable {
     /// Accounts for `bytes` just received and sleeps on `clock` as long as the limit requires, in slices of at most
     /// a quarter second after each of which `touch` tells the connection is active, so throttling is never mistaken
     /// for a stalled server.
+    ///
+    /// The wait ends at a time fixed when the bytes were counted, not a wait's length after the sleep began: the
+    /// bucket's debt already includes the bytes of the connections that took before, and a task that runs late
+    /// (a busy machine) would otherwise add its delay to the limit's.
     func acquire(_ bytes: Int, clock: EngineClock, touch: () -> Void) async throws {
-        var wait = bucket.withLock { $0?.take(bytes, at: clock.now()) } ?? .zero
-        while wait > .zero {
-            let slice = min(wait, .milliseconds(250))
-            try await clock.sleep(slice)
+        let now = clock.now()
+        let wait = bucket.withLock { $0?.take(bytes, at: now) } ?? .zero
+        guard wait > .zero else { return }
+        let end = now + wait
+        var slept = now
+        while slept < end {
+            slept = min(end, slept + .milliseconds(250))
+            try await clock.sleepUntil(slept)
             touch()
-            wait -= slice
         }
     }
 }

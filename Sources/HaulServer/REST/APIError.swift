@@ -168,7 +168,7 @@ extension APIError {
         }
         let index = context.codingPath.first?.intValue
         let names = context.codingPath.filter { $0.intValue == nil }.map(\.stringValue)
-        guard let field = names.first else {
+        guard !names.isEmpty else {
             if let query {
                 return APIError(.badRequest, "invalidQuery", "in the query '\(query)', a value \(problem)")
             }

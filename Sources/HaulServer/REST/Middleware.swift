@@ -321,7 +321,7 @@ final class RouteTable: ServerTransport, @unchecked Sendable {
             routes.append((template, [method]))
         }
         if wire.register(method, path, on: router) { return }
-        try router.register(handler, method: method, path: path)
+        router.register(handler, method: method, path: path)
     }
 
     /// The methods the path takes, nil when it is not an API path.
