@@ -10,8 +10,7 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 source "$root/bench/lib.sh"
 rounds=${1:-3}
-work=$(mktemp -d /tmp/haul-http2.XXXXXX)
-trap 'kill ${nginx_pid:-} 2>/dev/null || true; rm -rf "$work"' EXIT
+make_work http2
 cd "$root" && swift build -c release --static-swift-stdlib --product haul >/dev/null
 haul=$root/.build/release/haul
 

@@ -121,8 +121,6 @@ struct Catalog {
             }
             lastFolder = record.directory
         }
-        // A known record's box takes the new one in place (each download is kept several times as it runs); a new
-        // one gets its box.
         let known = boxes[record.id]
         // What of the previous version is compared, read field by field: a copy of the whole record retains every
         // string and array it holds, and a download is kept several times as it runs.
@@ -176,6 +174,8 @@ struct Catalog {
             destinations[destination, default: []].insert(record.id)
         }
         lastPosition = max(lastPosition, record.queuePosition)
+        // Last, so the record moves in: a known record's box takes the new one in place (each download is kept
+        // several times as it runs); a new one gets its box.
         if let known { known.record = record } else { boxes[record.id] = Box(record) }
     }
 
