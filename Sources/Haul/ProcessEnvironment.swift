@@ -6,4 +6,7 @@ import Foundation
 /// proxy variables at start, Haul does not see a variable changed while it runs.
 enum ProcessEnvironment {
     static let variables = ProcessInfo.processInfo.environment
+    /// Whether a variable names a proxy (`http_proxy`, `ALL_PROXY`, `no_proxy`, …): when none does and the command
+    /// line sets no proxy, every request connects directly without looking the variables up.
+    static let namesProxy = variables.keys.contains { $0.lowercased().hasSuffix("_proxy") }
 }

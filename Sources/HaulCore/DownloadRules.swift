@@ -52,10 +52,16 @@ public enum DownloadRules {
     /// A download's URL, as given: one of `urlSchemes` with a host, and nothing Foundation would have to mend
     /// (spaces, control characters).
     public static func checkURL(_ text: String) throws(RuleViolation) {
+        _ = try checkedURL(text)
+    }
+
+    /// `text` parsed, when it is a URL a download may have (`checkURL(_:)`).
+    public static func checkedURL(_ text: String) throws(RuleViolation) -> URL {
         guard let parsed = URL(string: text),
             !text.unicodeScalars.contains(where: { $0.value <= 0x20 || $0.value == 0x7F })
         else { throw RuleViolation(rule: .url, problem: "is not an http, https or ftp URL") }
         try checkURL(parsed)
+        return parsed
     }
 
     /// A download's URL: one of `urlSchemes`, with a host.

@@ -20,6 +20,9 @@ public enum URLList {
         public var name: String?
         /// Its length (a Metalink's).
         public var size: Int64?
+        /// `url` as parsed when the list was read and checked (`entries(_:)`), so a caller need not parse it again;
+        /// nil for an entry made from its text alone.
+        public var parsedURL: URL?
 
         /// Makes an entry.
         public init(
@@ -31,6 +34,21 @@ public enum URLList {
             self.checksum = checksum
             self.pieces = pieces
             self.name = name
+        }
+
+        /// Equal when their fields are; `parsedURL` is `url` parsed, not a fact of its own.
+        public static func == (left: Entry, right: Entry) -> Bool {
+            left.url == right.url && left.mirrors == right.mirrors && left.checksum == right.checksum
+                && left.pieces == right.pieces && left.name == right.name && left.size == right.size
+        }
+
+        public func hash(into hasher: inout Hasher) {
+            hasher.combine(url)
+            hasher.combine(mirrors)
+            hasher.combine(checksum)
+            hasher.combine(pieces)
+            hasher.combine(name)
+            hasher.combine(size)
         }
 
         /// The download of one file of a Metalink.
@@ -54,9 +72,12 @@ public enum URLList {
             let line = trim(raw)
             if line.isEmpty || line.hasPrefix("#") { continue }
             let urls = split(line, at: 0x09).map { String(trim($0)) }.filter { !$0.isEmpty }
-            for url in urls { try check(url, line: number + 1) }
+            let parsed = try urls.first.map { url throws(DownloadError) in try checked(url, line: number + 1) }
+            for url in urls.dropFirst() { try check(url, line: number + 1) }
             guard let url = urls.first, seen.insert(url).inserted else { continue }
-            entries.append(Entry(url: url, mirrors: DownloadRules.distinctMirrors(Array(urls.dropFirst()), of: url)))
+            var entry = Entry(url: url, mirrors: DownloadRules.distinctMirrors(Array(urls.dropFirst()), of: url))
+            entry.parsedURL = parsed
+            entries.append(entry)
         }
         return entries
     }
@@ -91,10 +112,16 @@ public enum URLList {
 
     /// Throws when `url` is not an http, https or ftp URL with a host; the message names `line` when given.
     public static func check(_ url: String, line: Int? = nil) throws(DownloadError) {
-        guard isDownloadable(url) else {
+        _ = try checked(url, line: line)
+    }
+
+    /// `url` parsed, when it is an http, https or ftp URL with a host (`check(_:line:)`).
+    static func checked(_ url: String, line: Int?) throws(DownloadError) -> URL {
+        guard let parsed = try? DownloadRules.checkedURL(url) else {
             let place = line.map { " (line \($0))" } ?? ""
             throw DownloadError(.invalidArgument, "'\(url)'\(place) is not an http, https or ftp URL")
         }
+        return parsed
     }
 
     /// Whether `url` is one a download may have (`DownloadRules.checkURL`).

@@ -166,6 +166,8 @@ extension HaulCommand {
             configuration.sortRules = sortRules
             configuration.rateLimit = transfer.rate
             configuration.origin = .commandLine
+            // Its events go to its own output, which never reconnects: none are kept to replay.
+            configuration.replayCapacity = 0
             configuration.notices = notices
             let manager: DownloadManager
             do {
@@ -198,7 +200,7 @@ extension HaulCommand {
                 return (
                     url: entry.url,
                     request: DownloadRequest(
-                        url: URL(string: entry.url)!,
+                        url: entry.parsedURL ?? URL(string: entry.url)!,
                         destination: self.output == nil ? named ?? destination : destination,
                         options: options, origin: .commandLine)
                 )

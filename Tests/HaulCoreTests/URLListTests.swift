@@ -40,6 +40,8 @@ struct URLListTests {
             try URLList.entries("http://h/a\thttp://m/a \t http://h/a\thttp://n/a\r\nhttp://h/b\n") == [
                 .init(url: "http://h/a", mirrors: ["http://m/a", "http://n/a"]), .init(url: "http://h/b"),
             ])
+        // Each entry carries its URL as parsed when it was checked.
+        #expect(try URLList.entries("http://h/a?q=1\n").map(\.parsedURL) == [URL(string: "http://h/a?q=1")])
         #expect(throws: DownloadError.self) { try URLList.entries("http://h/a\tnot a url\n") }
         #expect(throws: DownloadError.self) { try URLList.parse("http://h/a\nnot a url\n") }
         do {

@@ -123,6 +123,26 @@ struct EventHubTests {
         #expect(await Self.drain(subscription).map(\.id.sequence) == [6, 7, 8, 9, 10])
     }
 
+    @Test("a hub that keeps no replay gives a reconnecting subscriber a snapshot, or nothing when it saw the newest")
+    func noReplay() async {
+        let hub = EventHub(run: 2, replayCapacity: 0)
+        for index in 1...4 { hub.emit(Self.progress("a", Int64(index))) }
+        let behind = hub.subscribe(filter: nil, after: EventID(run: 2, sequence: 3), bounded: true) {
+            .removed(DownloadID("snapshot"))
+        }
+        behind.cancel()
+        let caughtUp = hub.subscribe(filter: nil, after: EventID(run: 2, sequence: 4), bounded: true) {
+            .removed(DownloadID("snapshot"))
+        }
+        hub.emit(.removed(DownloadID("a")))
+        hub.finishAll()
+        let missed = await Self.drain(behind)
+        #expect(missed.map(\.id.sequence) == [4])
+        #expect(missed.first?.event == .removed(DownloadID("snapshot")))
+        // Nothing was missed: no snapshot, and the next event follows.
+        #expect(await Self.drain(caughtUp).map(\.id.sequence) == [5])
+    }
+
     @Test("a filtered subscriber sees only its download's events, replayed ones included")
     func filter() async {
         let hub = EventHub(run: 1)

@@ -17,7 +17,7 @@ import Synchronization
 /// reconnects to any worker with the last id it saw is replayed every change after it; one that comes from a worker
 /// ahead of this one is given only the changes past its id.
 final class EventHub: Sendable {
-    /// How many of the newest events are kept for replay.
+    /// How many of the newest events are kept for replay; 0 keeps none (a process no client reconnects to).
     let replayCapacity: Int
     /// Pending events beyond which a subscriber's queued progress (per download) and stats collapse into the newest.
     let collapseThreshold: Int
@@ -48,10 +48,10 @@ final class EventHub: Sendable {
     private let progress = Mutex<[DownloadID: DownloadProgress]>([:])
 
     init(run: Int64, replayCapacity: Int = 10_240, collapseThreshold: Int = 256, subscriberLimit: Int = 4_096) {
-        self.replayCapacity = max(1, replayCapacity)
+        self.replayCapacity = max(0, replayCapacity)
         self.collapseThreshold = collapseThreshold
         self.subscriberLimit = subscriberLimit
-        state = Mutex(State(run: run, replay: CircularBuffer(initialCapacity: min(replayCapacity, 1024))))
+        state = Mutex(State(run: run, replay: CircularBuffer(initialCapacity: max(1, min(replayCapacity, 1024)))))
     }
 
     /// A fleet's worker's hub, whose ids come from the store's event log, beginning after `position`.
@@ -100,28 +100,45 @@ final class EventHub: Sendable {
 
     private static func publish(_ stamped: SequencedEvent, isLogged: Bool, in state: inout State, hub: EventHub) {
         let event = stamped.event
-        if state.replay.count >= hub.replayCapacity, let dropped = state.replay.popFirst() {
-            state.covered = max(state.covered, dropped.id)
+        if hub.replayCapacity == 0 {
+            // Kept and dropped at once: the window covers everything told.
+            state.covered = max(state.covered, stamped.id)
+        } else {
+            if state.replay.count >= hub.replayCapacity, let dropped = state.replay.popFirst() {
+                state.covered = max(state.covered, dropped.id)
+            }
+            state.replay.append(stamped)
         }
-        state.replay.append(stamped)
-        if case .progress(let latest) = event { hub.progress.withLock { $0[latest.id] = latest } }
-        let ends = Self.ends(event)
-        if let id = event.downloadID, let ends {
-            if ends { state.ended.insert(id) } else { state.ended.remove(id) }
-        }
+        // What of the event is read here, in one pass: each read of a snapshot out of its event copies it.
+        let downloadID: DownloadID?
+        var ends: Bool?
         switch event {
         case .added(let download), .changed(let download):
+            downloadID = download.id
+            switch download.state {
+            case .completed, .failed, .cancelled: ends = true
+            default: ends = false
+            }
             if download.state == .queued || download.state == .running {
                 state.busy.insert(download.id)
             } else {
                 state.busy.remove(download.id)
             }
-        case .removed(let id): state.busy.remove(id)
-        default: break
+        case .removed(let id):
+            downloadID = id
+            ends = true
+            state.busy.remove(id)
+        case .progress(let latest):
+            downloadID = latest.id
+            hub.progress.withLock { $0[latest.id] = latest }
+        default:
+            downloadID = event.downloadID
+        }
+        if let downloadID, let ends {
+            if ends { state.ended.insert(downloadID) } else { state.ended.remove(downloadID) }
         }
         var closed: [UInt64] = []
-        for (key, subscriber) in state.subscribers
-        where subscriber.filter == nil || subscriber.filter == event.downloadID {
+        for (key, subscriber) in state.subscribers where subscriber.filter == nil || subscriber.filter == downloadID {
             // A subscriber that came from a worker ahead of this one has seen the changes up to its id.
             if isLogged, let seen = subscriber.skipsThrough, stamped.id <= seen { continue }
             if subscriber.wants(event), !subscriber.deliver(stamped) {
@@ -133,19 +150,6 @@ final class EventHub: Sendable {
             }
         }
         for key in closed { state.subscribers[key] = nil }
-    }
-
-    /// Whether `event` ends its download (true), starts it again (false), or neither (nil).
-    private static func ends(_ event: DownloadEvent) -> Bool? {
-        switch event {
-        case .removed: true
-        case .added(let download), .changed(let download):
-            switch download.state {
-            case .completed, .failed, .cancelled: true
-            default: false
-            }
-        default: nil
-        }
     }
 
     /// Whether the newest events left some download queued or running, so that more events are coming soon. A

@@ -4,8 +4,10 @@ import Logging
 import NIOCore
 import Synchronization
 
-/// The records in memory with the indexes the manager keeps beside them.
-struct Catalog {
+/// The records in memory with the indexes the manager keeps beside them. A class: the manager reads it many times
+/// for each download, and a struct of eight collections was copied (each collection retained and released) by reads
+/// the compiler could not prove left it unchanged.
+final class Catalog {
     /// One record, held by reference: a dictionary of records held inline spends most of its memory on empty buckets
     /// as large as a record.
     final class Box {
@@ -96,7 +98,7 @@ struct Catalog {
 
     /// Room for `count` more records, made once before a list is kept: growing one record at a time moves every
     /// entry of the indexes again at each doubling.
-    mutating func reserve(adding count: Int) {
+    func reserve(adding count: Int) {
         boxes.reserveCapacity(boxes.count + count)
         byTarget.reserveCapacity(byTarget.count + count)
     }
@@ -105,7 +107,7 @@ struct Catalog {
     /// name and options are shared with the records before it that have equal ones. Consumed: it is moved into its
     /// box, not copied (a copy retains every string and array of it, and a download is kept several times as it
     /// runs).
-    mutating func keep(_ record: consuming DownloadRecord) {
+    func keep(_ record: consuming DownloadRecord) {
         var record = record
         if let shared = lastOptions {
             record.options = record.options.sharingStorage(with: shared)
@@ -188,7 +190,7 @@ struct Catalog {
         return ids.contains { $0 != id }
     }
 
-    private mutating func unclaim(_ destination: String?, of id: String) {
+    private func unclaim(_ destination: String?, of id: String) {
         guard let destination else { return }
         destinations[destination]?.remove(id)
         if destinations[destination]?.isEmpty == true { destinations[destination] = nil }
@@ -209,7 +211,7 @@ struct Catalog {
         return low
     }
 
-    private mutating func dequeue(_ key: DownloadManager.QueueCursor) {
+    private func dequeue(_ key: DownloadManager.QueueCursor) {
         let offset = place(of: key)
         guard offset < queue.count else { return }
         let index = queue.index(queue.startIndex, offsetBy: offset)
@@ -217,7 +219,7 @@ struct Catalog {
         if offset == 0 { queue.removeFirst() } else { queue.remove(at: index) }
     }
 
-    mutating func forget(_ record: DownloadRecord) {
+    func forget(_ record: DownloadRecord) {
         guard let old = boxes.removeValue(forKey: record.id)?.record else { return }
         unclaim(old.destination, of: old.id)
         counts[old.state, default: 0] -= 1

@@ -305,7 +305,9 @@ extension DownloadManager {
             segments: record.segments, after: record.prerequisites.map(DownloadID.init), error: record.error,
             isResumable: record.isResumable, createdAt: record.createdAt, completedAt: record.completedAt,
             options: record.options, rateLimit: record.rateLimit, origin: record.origin,
-            sha256: results[record.id]?.sha256, worker: isRunning ? workerName : record.worker
+            // Only a completed download has a result (a lookup saved for every other snapshot).
+            sha256: record.state == .completed ? results[record.id]?.sha256 : nil,
+            worker: isRunning ? workerName : record.worker
         )
         snapshot.mirrors = progress?.mirrors
         return snapshot

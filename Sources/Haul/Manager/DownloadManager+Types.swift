@@ -66,7 +66,8 @@ extension DownloadManager {
         /// to: opened once when the manager starts and held (`allowedFolders`); a confined download's folder is
         /// opened beneath the one its path lies in at every start.
         public var allowedFolders: [String] = []
-        /// How many of the newest events are kept for subscribers that reconnect.
+        /// How many of the newest events are kept for subscribers that reconnect; 0 keeps none (a process whose
+        /// events no client reconnects to, such as `haul get`).
         public var replayCapacity = 10_240
         /// The clock for backoff, checkpoints and progress.
         public var clock: any Clock<Duration> = ContinuousClock()

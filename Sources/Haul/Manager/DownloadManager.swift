@@ -23,7 +23,7 @@ public actor DownloadManager {
     /// The running downloads' shared ticks.
     let metronome: Metronome
     /// The downloads: every one on one machine; in a fleet, those that run here (`DownloadManager+Lookups`).
-    var catalog = Catalog()
+    let catalog = Catalog()
     /// A fleet's counts per state, as the store had them at the last count, and when the next count is due (on the
     /// idle clock).
     var fleetCounts: [DownloadState: Int] = [:]
@@ -163,7 +163,6 @@ public actor DownloadManager {
             fleetCounts = try leasing.counts()
         } else {
             var recovered: [DownloadRecord] = []
-            var catalog = Catalog()
             for var record in try store.allRecords() {
                 if record.state.isActive, configuration.recoversInterruptedDownloads {
                     // Running when the process died: queued again, in its old place.
@@ -173,7 +172,6 @@ public actor DownloadManager {
                 }
                 catalog.keep(record)
             }
-            self.catalog = catalog
             hub.markEnded(
                 catalog.all.filter { [.completed, .failed, .cancelled].contains($0.state) }.map { DownloadID($0.id) })
             try store.save(recovered)

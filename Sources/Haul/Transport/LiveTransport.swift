@@ -155,7 +155,9 @@ public final class LiveTransport: HTTPTransport {
         // request's configuration stays nil, which AsyncHTTPClient would otherwise hash into the connection pool's
         // key on every request (with `SSL_CERT_FILE` set, every certificate of the bundle).
         let tls = scheme == "https" ? try Self.tlsConfiguration(options, environment: environment) : nil
-        let proxy = try network.proxy.proxy(scheme: scheme, host: host, environment: environment)
+        let proxy =
+            network.proxy.isDefault && !ProcessEnvironment.namesProxy
+            ? nil : try network.proxy.proxy(scheme: scheme, host: host, environment: environment)
         var headers = headers
         if let cookies = try Self.cookieHeader(url: url, network: network, isOwnHost: isOwnHost) {
             if let index = headers.firstIndex(where: { headerNamesEqual($0.name, "cookie") }) {
