@@ -41,9 +41,9 @@ public final class DaemonMetrics: Sendable {
     /// Whether `record` counts anything for `event`: not for a new download that waits (its id has run nowhere
     /// yet), nor for snapshots, stats and settings. The stream that `observe` reads carries only these, so a batch
     /// of 10,000 adds does not queue 10,000 downloads for the metrics.
-    public static func counts(_ event: DownloadEvent) -> Bool {
-        switch event {
-        case .added(let download): download.state != .queued && download.state != .paused
+    public static func counts(_ kind: DownloadEvent.Kind) -> Bool {
+        switch kind.name {
+        case .added: kind.state != .queued && kind.state != .paused
         case .snapshot, .stats, .settings: false
         default: true
         }

@@ -15,12 +15,12 @@ struct Output: Sendable {
     /// The events `render` acts on: a subscription with this picks them, and the others are never queued for it nor
     /// wake its reader (a batch of a thousand small files is several thousand events, of which a quiet run off a
     /// terminal shows only the failures).
-    var wantedEvents: @Sendable (DownloadEvent) -> Bool {
+    var wantedEvents: @Sendable (DownloadEvent.Kind) -> Bool {
         let (isTerminal, quiet, json, draws) = (isTerminal, quiet, json, drawsProgress)
-        return { event in
-            switch event {
-            case .added(let download), .changed(let download):
-                switch download.state {
+        return { kind in
+            switch kind.name {
+            case .added, .changed:
+                switch kind.state {
                 case .failed: return true
                 // Its end line or JSON, or the board's count.
                 case .completed: return !quiet || json || isTerminal

@@ -21,7 +21,7 @@ struct DaemonMetricsTests {
             (.settings(ManagerSettings()), false),
         ])
     func counted(event: DownloadEvent, counts: Bool) {
-        #expect(DaemonMetrics.counts(event) == counts)
+        #expect(DaemonMetrics.counts(event.kind) == counts)
     }
 
     @Test("a run that pauses counts the bytes that came after its last progress")
@@ -34,7 +34,7 @@ struct DaemonMetricsTests {
                     id: Aria2RPCTests.snapshot(.running).id, receivedBytes: 400, totalBytes: nil,
                     bytesPerSecond: 0)),
             .changed(Aria2RPCTests.snapshot(.paused, received: 700)),
-        ] where DaemonMetrics.counts(event) {
+        ] where DaemonMetrics.counts(event.kind) {
             metrics.record(event)
         }
         let text = metrics.exposition()

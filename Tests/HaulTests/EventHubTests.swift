@@ -1,5 +1,6 @@
 import Foundation
 import HaulCore
+import Synchronization
 import Testing
 
 @testable import Haul
@@ -143,6 +144,35 @@ struct EventHubTests {
         #expect(await Self.drain(caughtUp).map(\.id.sequence) == [5])
     }
 
+    @Test("without replay, a change no subscriber wants is never made; one that is wanted is made once for all")
+    func lazyEvents() async {
+        let hub = EventHub(run: 1, replayCapacity: 0)
+        let removals = hub.subscribe(
+            filter: nil, after: nil, bounded: false, wanted: { $0.name == .removed }, snapshot: nil)
+        let made = Mutex(0)
+        hub.emit(.init(.changed, state: .running), of: DownloadID("a")) {
+            made.withLock { $0 += 1 }
+            return .changed(Self.download("a", .running))
+        }
+        #expect(made.withLock { $0 } == 0)
+        // Told all the same: the download counts as busy until a change ends it.
+        #expect(hub.isBusy)
+        let changes = hub.subscribe(
+            filter: nil, after: nil, bounded: false, wanted: { $0.name == .changed }, snapshot: nil)
+        let all = hub.subscribe(filter: DownloadID("a"), after: nil, bounded: true, snapshot: nil)
+        hub.emit(.init(.changed, state: .completed), of: DownloadID("a")) {
+            made.withLock { $0 += 1 }
+            return .changed(Self.download("a", .completed))
+        }
+        #expect(made.withLock { $0 } == 1)
+        #expect(!hub.isBusy)
+        hub.emit(.removed(DownloadID("a")))
+        hub.finishAll()
+        #expect(await Self.drain(changes).map(\.event.state) == [.completed])
+        #expect(await Self.drain(all).map(\.id.sequence) == [2, 3])
+        #expect(await Self.drain(removals).map(\.event) == [.removed(DownloadID("a"))])
+    }
+
     @Test("a filtered subscriber sees only its download's events, replayed ones included")
     func filter() async {
         let hub = EventHub(run: 1)
@@ -164,11 +194,11 @@ struct EventHubTests {
     func wanted() async {
         let hub = EventHub(run: 1)
         let picky = hub.subscribe(
-            filter: nil, after: nil, bounded: false, wanted: { if case .added = $0 { false } else { true } },
+            filter: nil, after: nil, bounded: false, wanted: { $0.name != .added },
             snapshot: nil)
         let one = hub.subscribe(
             filter: DownloadID("b"), after: nil, bounded: false,
-            wanted: { if case .removed = $0 { false } else { true } },
+            wanted: { $0.name != .removed },
             snapshot: nil)
         hub.emit(.added(Self.download("a", .queued)))
         hub.emit(.added(Self.download("b", .paused)))

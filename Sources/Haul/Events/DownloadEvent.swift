@@ -148,6 +148,41 @@ public enum DownloadEvent: Sendable, Equatable, Codable {
         default: nil
         }
     }
+
+    /// What the event is without its contents: its case, and the state an `added` or `changed` one reports.
+    public var kind: Kind {
+        switch self {
+        case .snapshot: Kind(.snapshot)
+        case .added(let snapshot): Kind(.added, state: snapshot.state)
+        case .changed(let snapshot): Kind(.changed, state: snapshot.state)
+        case .progress: Kind(.progress)
+        case .retrying: Kind(.retrying)
+        case .restarted: Kind(.restarted)
+        case .removed: Kind(.removed)
+        case .stats: Kind(.stats)
+        case .settings: Kind(.settings)
+        }
+    }
+
+    /// An event's case, and the state an `added` or `changed` one reports: what a subscription's filter
+    /// (`DownloadManager.events(for:wanted:)`) decides on. It is known before the event is made, so a change no
+    /// subscriber wants (and no replay keeps) is never made into a snapshot.
+    public struct Kind: Sendable, Hashable {
+        /// The cases of `DownloadEvent`.
+        public enum Name: Sendable, Hashable {
+            case snapshot, added, changed, progress, retrying, restarted, removed, stats, settings
+        }
+
+        public var name: Name
+        /// The state of an `added` or `changed` event's download; nil for the others.
+        public var state: DownloadState?
+
+        /// A kind of event.
+        public init(_ name: Name, state: DownloadState? = nil) {
+            self.name = name
+            self.state = state
+        }
+    }
 }
 
 /// A place in a manager's event stream: the run of the store it was emitted in, and its number within that run.

@@ -75,6 +75,14 @@ final class EventHub: Sendable {
     /// Stamps `event` with the next id (a fleet's worker: with the last logged one's), keeps it for replay, and
     /// delivers it to every subscriber it concerns.
     func emit(_ event: DownloadEvent) {
+        let (kind, downloadID) = Self.facts(of: event)
+        emit(kind, of: downloadID) { event }
+    }
+
+    /// `emit(_:)` of the event `make` makes, of kind `kind` about download `downloadID`: made only when the replay
+    /// keeps it or a subscriber wants it (a snapshot of a download costs more than telling it to nobody). `make`
+    /// runs inside the hub's lock.
+    func emit(_ kind: DownloadEvent.Kind, of downloadID: DownloadID?, _ make: () -> DownloadEvent) {
         state.withLock { state in
             guard !state.isFinished else { return }
             let id: EventID
@@ -84,7 +92,7 @@ final class EventHub: Sendable {
                 id = EventID(run: state.run, sequence: state.next)
                 state.next += 1
             }
-            Self.publish(SequencedEvent(id: id, event: event), isLogged: false, in: &state, hub: self)
+            Self.publish(id, kind, downloadID, make, isLogged: false, in: &state, hub: self)
         }
     }
 
@@ -94,45 +102,61 @@ final class EventHub: Sendable {
         state.withLock { state in
             guard !state.isFinished, state.isFleet, id > state.lastLogged else { return }
             state.lastLogged = id
-            Self.publish(SequencedEvent(id: id, event: event), isLogged: true, in: &state, hub: self)
+            let (kind, downloadID) = Self.facts(of: event)
+            Self.publish(id, kind, downloadID, { event }, isLogged: true, in: &state, hub: self)
         }
     }
 
-    private static func publish(_ stamped: SequencedEvent, isLogged: Bool, in state: inout State, hub: EventHub) {
-        let event = stamped.event
+    /// An event's kind and download, read in one pass: each read of a snapshot out of its event copies it.
+    private static func facts(of event: DownloadEvent) -> (DownloadEvent.Kind, DownloadID?) {
+        switch event {
+        case .added(let download): (DownloadEvent.Kind(.added, state: download.state), download.id)
+        case .changed(let download): (DownloadEvent.Kind(.changed, state: download.state), download.id)
+        default: (event.kind, event.downloadID)
+        }
+    }
+
+    private static func publish(
+        _ id: EventID, _ kind: DownloadEvent.Kind, _ downloadID: DownloadID?, _ make: () -> DownloadEvent,
+        isLogged: Bool, in state: inout State, hub: EventHub
+    ) {
+        var stamped: SequencedEvent?
+        func made() -> SequencedEvent {
+            if let stamped { return stamped }
+            let event = SequencedEvent(id: id, event: make())
+            stamped = event
+            return event
+        }
         if hub.replayCapacity == 0 {
             // Kept and dropped at once: the window covers everything told.
-            state.covered = max(state.covered, stamped.id)
+            state.covered = max(state.covered, id)
         } else {
             if state.replay.count >= hub.replayCapacity, let dropped = state.replay.popFirst() {
                 state.covered = max(state.covered, dropped.id)
             }
-            state.replay.append(stamped)
+            state.replay.append(made())
         }
-        // What of the event is read here, in one pass: each read of a snapshot out of its event copies it.
-        let downloadID: DownloadID?
+        // Whether the event ends its download (true), starts it again (false), or neither (nil).
         var ends: Bool?
-        switch event {
-        case .added(let download), .changed(let download):
-            downloadID = download.id
-            switch download.state {
+        switch kind.name {
+        case .added, .changed:
+            switch kind.state {
             case .completed, .failed, .cancelled: ends = true
             default: ends = false
             }
-            if download.state == .queued || download.state == .running {
-                state.busy.insert(download.id)
-            } else {
-                state.busy.remove(download.id)
+            if let downloadID {
+                if kind.state == .queued || kind.state == .running {
+                    state.busy.insert(downloadID)
+                } else {
+                    state.busy.remove(downloadID)
+                }
             }
-        case .removed(let id):
-            downloadID = id
+        case .removed:
             ends = true
-            state.busy.remove(id)
-        case .progress(let latest):
-            downloadID = latest.id
-            hub.progress.withLock { $0[latest.id] = latest }
-        default:
-            downloadID = event.downloadID
+            if let downloadID { state.busy.remove(downloadID) }
+        case .progress:
+            if case .progress(let latest) = made().event { hub.progress.withLock { $0[latest.id] = latest } }
+        default: break
         }
         if let downloadID, let ends {
             if ends { state.ended.insert(downloadID) } else { state.ended.remove(downloadID) }
@@ -140,8 +164,8 @@ final class EventHub: Sendable {
         var closed: [UInt64] = []
         for (key, subscriber) in state.subscribers where subscriber.filter == nil || subscriber.filter == downloadID {
             // A subscriber that came from a worker ahead of this one has seen the changes up to its id.
-            if isLogged, let seen = subscriber.skipsThrough, stamped.id <= seen { continue }
-            if subscriber.wants(event), !subscriber.deliver(stamped) {
+            if isLogged, let seen = subscriber.skipsThrough, id <= seen { continue }
+            if subscriber.wants(kind), !subscriber.deliver(made()) {
                 closed.append(key)
             } else if ends == true, subscriber.endsWithDownload {
                 // Its download ended: the stream ends after this event.
@@ -191,7 +215,7 @@ final class EventHub: Sendable {
     /// filtered by it): a reader that needs a few kinds does not hold the rest while it catches up.
     func subscribe(
         filter: DownloadID?, after: EventID?, earlier: [SequencedEvent] = [], bounded: Bool,
-        wanted: (@Sendable (DownloadEvent) -> Bool)? = nil, snapshot: (() -> DownloadEvent)?
+        wanted: (@Sendable (DownloadEvent.Kind) -> Bool)? = nil, snapshot: (() -> DownloadEvent)?
     ) -> EventSubscription {
         state.withLock { state in
             let subscriber = EventSubscriber(
@@ -290,11 +314,11 @@ final class EventSubscriber: Sendable {
     private let state = Mutex(State())
 
     /// The events it is given; all when nil.
-    private let wanted: (@Sendable (DownloadEvent) -> Bool)?
+    private let wanted: (@Sendable (DownloadEvent.Kind) -> Bool)?
 
     init(
         filter: DownloadID?, limit: Int?, collapseThreshold: Int, endsWithDownload: Bool = false,
-        wanted: (@Sendable (DownloadEvent) -> Bool)? = nil
+        wanted: (@Sendable (DownloadEvent.Kind) -> Bool)? = nil
     ) {
         self.filter = filter
         self.limit = limit
@@ -303,8 +327,9 @@ final class EventSubscriber: Sendable {
         self.wanted = wanted
     }
 
-    /// Whether `event` is queued for it. One it does not want still ends the subscription to a download it ends.
-    func wants(_ event: DownloadEvent) -> Bool { wanted?(event) ?? true }
+    /// Whether an event of `kind` is queued for it. One it does not want still ends the subscription to a download
+    /// it ends.
+    func wants(_ kind: DownloadEvent.Kind) -> Bool { wanted?(kind) ?? true }
 
     var isFinished: Bool { state.withLock { $0.isFinished } }
 

@@ -150,13 +150,13 @@ extension DownloadManager {
         // The events tell the records as kept: their options and folder names shared with the others'.
         for record in fresh {
             keep(record)
-            hub.emit(.added(snapshot(of: catalog[record.id] ?? record)))
+            emitAdded(catalog[record.id] ?? record)
         }
         for record in changed {
             errors[record.id] = nil
             if record.state != .completed { results[record.id] = nil }
             keep(record)
-            hub.emit(.changed(snapshot(of: catalog[record.id] ?? record)))
+            emitChanged(catalog[record.id] ?? record)
         }
         // Only a manager that leaves stored downloads alone needs to know which ones this process added.
         if !configuration.startsStoredDownloads {

@@ -16,7 +16,7 @@ extension DownloadManager {
             return try await forward(.pause, for: id.rawValue, to: holder) { !Self.holdsWork($0.state) }
         }
         try persist(record)
-        hub.emit(.changed(snapshot(of: record)))
+        emitChanged(record)
     }
 
     /// Queues a paused download again (a failed or cancelled one is queued again by `retry(_:)`).
@@ -40,7 +40,7 @@ extension DownloadManager {
         errors[record.id] = nil
         try persist(record)
         sessionIDs.insert(record.id)
-        hub.emit(.changed(snapshot(of: record)))
+        emitChanged(record)
         try schedule()
     }
 
@@ -76,7 +76,7 @@ extension DownloadManager {
         record.remoteFacts = nil
         try persist(record)
         finish(record.id, with: .failure(DownloadError(.cancelled, "download cancelled")))
-        hub.emit(.changed(snapshot(of: record)))
+        emitChanged(record)
     }
 
     /// Pauses every queued, running or waiting download.
@@ -129,7 +129,7 @@ extension DownloadManager {
 
     func reorder(_ record: DownloadRecord) throws(DownloadError) {
         try persist(record)
-        hub.emit(.changed(snapshot(of: record)))
+        emitChanged(record)
         try schedule()
     }
 
@@ -142,7 +142,7 @@ extension DownloadManager {
         var record = try require(id)
         record.options.maxConnectionsPerDownload = connections
         try persist(record)
-        hub.emit(.changed(snapshot(of: record)))
+        emitChanged(record)
     }
 
     /// Changes how many downloads run at once. Raising it starts queued ones at once; lowering it lets running
@@ -208,7 +208,7 @@ extension DownloadManager {
         record.rateLimit = bytesPerSecond
         try persist(record)
         downloadLimiters[id.rawValue]?.setRate(bytesPerSecond)
-        hub.emit(.changed(snapshot(of: record)))
+        emitChanged(record)
     }
 
     static func checkRate(_ bytesPerSecond: Int64?) throws(DownloadError) {

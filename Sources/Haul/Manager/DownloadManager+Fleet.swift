@@ -322,7 +322,7 @@ extension DownloadManager {
             }
             guard let record = try current(id) else { return }
             if isDone(record) {
-                hub.emit(.changed(snapshot(of: record)))
+                emitChanged(record)
                 return
             }
         }

@@ -40,7 +40,7 @@ extension DownloadManager {
             return try requeue(&record)
         }
         try persist(record)
-        hub.emit(.changed(snapshot(of: record)))
+        emitChanged(record)
         if record.state == .queued {
             // A manager that runs only what its process added (`haul retry --url` without a daemon) runs this too.
             sessionIDs.insert(record.id)
@@ -54,7 +54,7 @@ extension DownloadManager {
         var record = try require(id)
         record.options.mirrors = mirrors
         try persist(record)
-        hub.emit(.changed(snapshot(of: record)))
+        emitChanged(record)
     }
 
     /// Gives `record` the link `url`, whose first answer is checked against the bytes held.

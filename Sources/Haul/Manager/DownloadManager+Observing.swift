@@ -11,11 +11,11 @@ extension DownloadManager {
     /// with it: after the event that completes, fails, cancels or removes it, or at once when it has already ended
     /// (a failed download that is retried later needs a new stream).
     ///
-    /// `wanted`, when given, picks the events the stream carries: the rest are never queued for it, so a reader
-    /// that needs a few kinds holds nothing else while it catches up (a batch of 10,000 adds is 10,000 events at
-    /// once).
+    /// `wanted`, when given, picks by their kind the events the stream carries: the rest are never queued for it,
+    /// so a reader that needs a few kinds holds nothing else while it catches up (a batch of 10,000 adds is 10,000
+    /// events at once), and a change that no stream wants is not made into a snapshot when no replay is kept.
     public nonisolated func events(
-        for id: DownloadID? = nil, wanted: (@Sendable (DownloadEvent) -> Bool)? = nil
+        for id: DownloadID? = nil, wanted: (@Sendable (DownloadEvent.Kind) -> Bool)? = nil
     ) -> DownloadEvents {
         DownloadEvents(
             subscription: hub.subscribe(filter: id, after: nil, bounded: false, wanted: wanted, snapshot: nil))
@@ -291,6 +291,17 @@ extension DownloadManager {
 
     /// The download as subscribers see it: the manager's record (its runner reports every change of the transfer,
     /// so it is current) with the live progress of a running download.
+    /// Tells subscribers that `record` changed; its snapshot is made only when the replay keeps it or a subscriber
+    /// wants it.
+    func emitChanged(_ record: DownloadRecord) {
+        hub.emit(.init(.changed, state: record.state), of: DownloadID(record.id)) { .changed(snapshot(of: record)) }
+    }
+
+    /// Tells subscribers that `record` was added (as `emitChanged(_:)`).
+    func emitAdded(_ record: DownloadRecord) {
+        hub.emit(.init(.added, state: record.state), of: DownloadID(record.id)) { .added(snapshot(of: record)) }
+    }
+
     func snapshot(of record: DownloadRecord) -> Snapshot {
         let isRunning = tasks[record.id] != nil
         let progress = isRunning ? hub.progress(of: DownloadID(record.id)) : nil

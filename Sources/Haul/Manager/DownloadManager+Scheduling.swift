@@ -90,7 +90,7 @@ extension DownloadManager {
         try? persist(record)
         if record.notice != nil { deliverNotice(of: record, after: nil) }
         finish(record.id, with: .failure(error))
-        hub.emit(.changed(snapshot(of: record)))
+        emitChanged(record)
     }
 
     /// Higher priority first, then queue position.
@@ -158,7 +158,7 @@ extension DownloadManager {
             let (outcome, transfer) = await DownloadRunner.run(record: started, environment: environment)
             self.finished(id, outcome: outcome, transfer: transfer)
         }
-        hub.emit(.changed(snapshot(of: record)))
+        emitChanged(record)
     }
 
     /// Takes in what a runner reports: the manager is the only writer of a download's record and its row. Stores
@@ -185,7 +185,7 @@ extension DownloadManager {
             record.adopt(transfer)
             keep(record)
             // A folder download's name is news for subscribers; facts and offsets are not (progress tells the bytes).
-            if named { hub.emit(.changed(snapshot(of: record))) }
+            if named { emitChanged(record) }
             return store.submit(try .transfer(record), awaited: waiting)
         case .checkpoint(let mark):
             record.store(mark)
@@ -228,7 +228,7 @@ extension DownloadManager {
             return store.submit(.activeConnections(count, for: id))
         }
         keep(record)
-        hub.emit(.changed(snapshot(of: record)))
+        emitChanged(record)
         return commit
     }
 
@@ -321,7 +321,7 @@ extension DownloadManager {
             }
             try? persist(record)
         }
-        hub.emit(.changed(snapshot(of: record)))
+        emitChanged(record)
         try? schedule()
     }
 
