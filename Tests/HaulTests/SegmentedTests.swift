@@ -347,4 +347,34 @@ struct SegmentedTests {
         let most = Double(Int64(Self.size) - held) / Double(limit) + 1
         #expect(seconds >= allowed && seconds <= most, "waited \(seconds) s for \(Int64(Self.size) - held) bytes")
     }
+
+    @Test("the limit of all downloads holds for downloads that started at different times")
+    func globalLimitAcrossDownloads() async throws {
+        let h = try await Harness.make()
+        let size = 2 << 20
+        let (first, second) = (testBytes(size, seed: 51), testBytes(size, seed: 52))
+        // Served at 4 MiB/s each in real time, so that both run at once; the limit's waits are on the recording clock.
+        h.server.serve("/a", .init(body: first, bytesPerSecond: 4 << 20))
+        h.server.serve("/b", .init(body: second, bytesPerSecond: 4 << 20))
+        var configuration = DownloadManager.Configuration(stateDirectory: h.stateDirectory)
+        configuration.startsStoredDownloads = false
+        configuration.clock = h.clock
+        let limit: Int64 = 1 << 20
+        configuration.rateLimit = limit
+        let manager = try DownloadManager(configuration: configuration)
+        let a = try await manager.add(h.server.url("/a"), to: .file(h.path("a.bin")))
+        // The second download starts a second later on the limit's clock than the first.
+        try await h.clock.sleep(for: .seconds(1))
+        let b = try await manager.add(h.server.url("/b"), to: .file(h.path("b.bin")))
+        _ = try await manager.result(of: a)
+        _ = try await manager.result(of: b)
+        await manager.shutdown()
+        #expect(h.holds("a.bin", first) && h.holds("b.bin", second))
+        // Together they waited what their bytes need at the limit: the bucket lets a tenth of a second through at
+        // once, and a chunk of each may have been read before its wait.
+        let waited = h.clock.now.offset - .seconds(1)
+        let seconds = Double(waited.components.seconds) + Double(waited.components.attoseconds) / 1e18
+        let needed = Double(2 * Int64(size) - limit / 10 - 2 * (256 << 10)) / Double(limit)
+        #expect(seconds >= needed, "waited \(seconds) s for \(2 * size) bytes at \(limit) bytes a second")
+    }
 }

@@ -138,8 +138,8 @@ extension DownloadManager {
         downloadLimiters[id] = ownLimiter
         let environment = RunnerEnvironment(
             transport: transport,
-            clock: EngineClock(configuration.clock),
-            idleClock: EngineClock(configuration.idleClock),
+            clock: engineClock,
+            idleClock: engineIdleClock,
             metronome: metronome,
             events: hub,
             settings: configuration.engine,

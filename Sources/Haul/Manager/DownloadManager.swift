@@ -22,6 +22,11 @@ public actor DownloadManager {
     let hub: EventHub
     /// The running downloads' shared ticks.
     let metronome: Metronome
+    /// The clocks every download's runner reads (`Configuration.clock` and `idleClock`), made once: the limit of all
+    /// downloads is one bucket, and the times it is given must have one origin (a clock made at each start began at
+    /// that download's start, and a download started later refilled the bucket for the others).
+    let engineClock: EngineClock
+    let engineIdleClock: EngineClock
     /// The downloads: every one on one machine; in a fleet, those that run here (`DownloadManager+Lookups`).
     let catalog = Catalog()
     /// A fleet's counts per state, as the store had them at the last count, and when the next count is due (on the
@@ -132,8 +137,10 @@ public actor DownloadManager {
             logger.error("a state database write was lost: \(error.message); the record keeps its earlier values")
         }
         self.transport = transport ?? LiveTransport()
+        engineClock = EngineClock(configuration.clock)
+        engineIdleClock = EngineClock(configuration.idleClock)
         metronome = Metronome(
-            clock: EngineClock(configuration.idleClock),
+            clock: engineIdleClock,
             interval: min(configuration.engine.progressInterval, .milliseconds(100)))
         if let leasing {
             // Where the fleet's events begin for this worker: what changes from now on is read, under the store's ids.
