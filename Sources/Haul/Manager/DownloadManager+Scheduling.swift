@@ -134,12 +134,13 @@ extension DownloadManager {
             configuration.logger.notice(
                 "\(record.url): insecure: the server's TLS certificate is not verified; the server is not proven")
         }
-        let ownLimiter = RateLimiter(bytesPerSecond: record.rateLimit)
+        let clock = EngineClock(configuration.clock)
+        let ownLimiter = RateLimiter(bytesPerSecond: record.rateLimit, clock: clock)
         downloadLimiters[id] = ownLimiter
         let environment = RunnerEnvironment(
             transport: transport,
-            clock: engineClock,
-            idleClock: engineIdleClock,
+            clock: clock,
+            idleClock: EngineClock(configuration.idleClock),
             metronome: metronome,
             events: hub,
             settings: configuration.engine,

@@ -22,11 +22,6 @@ public actor DownloadManager {
     let hub: EventHub
     /// The running downloads' shared ticks.
     let metronome: Metronome
-    /// The clocks every download's runner reads (`Configuration.clock` and `idleClock`), made once: the limit of all
-    /// downloads is one bucket, and the times it is given must have one origin (a clock made at each start began at
-    /// that download's start, and a download started later refilled the bucket for the others).
-    let engineClock: EngineClock
-    let engineIdleClock: EngineClock
     /// The downloads: every one on one machine; in a fleet, those that run here (`DownloadManager+Lookups`).
     let catalog = Catalog()
     /// A fleet's counts per state, as the store had them at the last count, and when the next count is due (on the
@@ -137,10 +132,8 @@ public actor DownloadManager {
             logger.error("a state database write was lost: \(error.message); the record keeps its earlier values")
         }
         self.transport = transport ?? LiveTransport()
-        engineClock = EngineClock(configuration.clock)
-        engineIdleClock = EngineClock(configuration.idleClock)
         metronome = Metronome(
-            clock: engineIdleClock,
+            clock: EngineClock(configuration.idleClock),
             interval: min(configuration.engine.progressInterval, .milliseconds(100)))
         if let leasing {
             // Where the fleet's events begin for this worker: what changes from now on is read, under the store's ids.
@@ -162,7 +155,8 @@ public actor DownloadManager {
         timetable = (try? Schedule(parsing: settings.schedule)) ?? Schedule()
         let now = configuration.calendar.now
         scheduleEffect = timetable.effect(at: now.date, in: now.timeZone)
-        globalLimiter = RateLimiter(bytesPerSecond: scheduleEffect?.rate ?? settings.rateLimit)
+        globalLimiter = RateLimiter(
+            bytesPerSecond: scheduleEffect?.rate ?? settings.rateLimit, clock: EngineClock(configuration.clock))
         hostConnections = HostConnections(limit: settings.maxConnectionsPerHost, granted: leasing != nil)
         if let leasing {
             // A worker of a fleet reads no downloads at start: it claims what it will run, and asks the store the

@@ -59,14 +59,13 @@ struct Connector: Sendable {
         _ id: Int, _ generation: UInt64, response: TransportResponse, credit: BodyCredit, events: Events
     ) async {
         let limiters = environment.limiters
-        let clock = environment.clock
         do {
             for try await chunk in response.body {
                 let count = chunk.readableBytes
                 if !events.yield(.chunk(id, generation, chunk, credit: credit)) { return }
                 guard await credit.handOver(count) else { return }
                 for limiter in limiters {
-                    try await limiter.acquire(count, clock: clock) { events.yield(.throttled(id, generation)) }
+                    try await limiter.acquire(count) { events.yield(.throttled(id, generation)) }
                 }
             }
             events.yield(.bodyEnded(id, generation))

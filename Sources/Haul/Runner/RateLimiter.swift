@@ -5,8 +5,15 @@ import Synchronization
 /// while they run. Unlimited when its rate is nil.
 final class RateLimiter: Sendable {
     private let bucket = Mutex<TokenBucket?>(nil)
+    /// The clock the bucket's times and the waits are on: the limiter's own, so that every transfer it covers gives
+    /// the bucket times of one origin (a limit of all downloads is shared by runners that started at different
+    /// times, and a time counted from a later start refilled the bucket for the others).
+    private let clock: EngineClock
 
-    init(bytesPerSecond: Int64? = nil) { setRate(bytesPerSecond) }
+    init(bytesPerSecond: Int64? = nil, clock: EngineClock) {
+        self.clock = clock
+        setRate(bytesPerSecond)
+    }
 
     /// Sets the rate; nil removes the limit.
     func setRate(_ bytesPerSecond: Int64?) {
@@ -26,7 +33,7 @@ final class RateLimiter: Sendable {
     /// The wait ends at a time fixed when the bytes were counted, not a wait's length after the sleep began: the
     /// bucket's debt already includes the bytes of the connections that took before, and a task that runs late
     /// (a busy machine) would otherwise add its delay to the limit's.
-    func acquire(_ bytes: Int, clock: EngineClock, touch: () -> Void) async throws {
+    func acquire(_ bytes: Int, touch: () -> Void) async throws {
         let now = clock.now()
         let wait = bucket.withLock { $0?.take(bytes, at: now) } ?? .zero
         guard wait > .zero else { return }

@@ -153,7 +153,7 @@ struct StreamFetcher: Sendable {
             counter.add(Int64(written))
             emitStreamProgress(counter)
             // The download's and all downloads' rate limits, as for any body.
-            for limiter in environment.limiters { try await limiter.acquire(written, clock: environment.clock) {} }
+            for limiter in environment.limiters { try await limiter.acquire(written) {} }
         }
         if let expected, position < expected {
             throw DownloadError(
