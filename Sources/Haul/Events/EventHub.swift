@@ -75,8 +75,7 @@ final class EventHub: Sendable {
     /// Stamps `event` with the next id (a fleet's worker: with the last logged one's), keeps it for replay, and
     /// delivers it to every subscriber it concerns.
     func emit(_ event: DownloadEvent) {
-        let (kind, downloadID) = Self.facts(of: event)
-        emit(kind, of: downloadID) { event }
+        emit(event.kind, of: event.downloadID) { event }
     }
 
     /// `emit(_:)` of the event `make` makes, of kind `kind` about download `downloadID`: made only when the replay
@@ -102,17 +101,7 @@ final class EventHub: Sendable {
         state.withLock { state in
             guard !state.isFinished, state.isFleet, id > state.lastLogged else { return }
             state.lastLogged = id
-            let (kind, downloadID) = Self.facts(of: event)
-            Self.publish(id, kind, downloadID, { event }, isLogged: true, in: &state, hub: self)
-        }
-    }
-
-    /// An event's kind and download, read in one pass: each read of a snapshot out of its event copies it.
-    private static func facts(of event: DownloadEvent) -> (DownloadEvent.Kind, DownloadID?) {
-        switch event {
-        case .added(let download): (DownloadEvent.Kind(.added, state: download.state), download.id)
-        case .changed(let download): (DownloadEvent.Kind(.changed, state: download.state), download.id)
-        default: (event.kind, event.downloadID)
+            Self.publish(id, event.kind, event.downloadID, { event }, isLogged: true, in: &state, hub: self)
         }
     }
 
