@@ -75,6 +75,17 @@ struct MetalinkTests {
         #expect(file.urls.map(\.priority) == [1, 11] && file.urls.last?.location == "fr")
     }
 
+    @Test("a URL whose scheme is not http, https or ftp is left out, an empty one before a colon too")
+    func otherSchemes() throws {
+        let metalink = try Metalink.parse(
+            """
+            <metalink xmlns="urn:ietf:params:xml:ns:metalink"><file name="a">
+            <url>:http://h/a</url><url>file:///etc/passwd</url><url>http://h/b</url>
+            </file></metalink>
+            """)
+        #expect(metalink.files.first?.urls.map(\.url) == ["http://h/b"])
+    }
+
     @Test("what is not a Metalink, or not well-formed, is refused with the reason; a DOCTYPE is never expanded")
     func refused() {
         let cases: [(String, String)] = [

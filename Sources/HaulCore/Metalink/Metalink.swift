@@ -92,9 +92,9 @@ public struct Metalink: Sendable, Equatable {
         var sources: [(Source, Int)] = []
         for (order, url) in resources.enumerated() {
             let address = url.text.trimmed
-            guard let scheme = address.split(separator: ":", maxSplits: 1).first?.lowercased(),
-                ["http", "https", "ftp"].contains(scheme), address.contains("://")
-            else { continue }
+            // The scheme is what comes before the first colon (`split` would skip an empty one: ":http://…").
+            let scheme = address.prefix { $0 != ":" }.lowercased()
+            guard ["http", "https", "ftp"].contains(scheme), address.contains("://") else { continue }
             var priority: Int?
             if version3 {
                 priority = url.attributes["preference"].flatMap { Int($0) }.map { 101 - min(100, max(0, $0)) }
