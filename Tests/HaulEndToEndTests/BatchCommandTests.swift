@@ -139,9 +139,10 @@ struct BatchCommandTests {
             ["get", "-j", "3"] + ["/small.bin", "/big1.bin", "/big2.bin"].map { server.url($0).absoluteString }
         let first = try HaulProcess(arguments, in: workspace)
         #expect(
-            await waitUntil { workspace.holds("small.bin", body) && (workspace.size("big1.bin.part") ?? 0) > 1_400_000 }
+            await first.signal(SIGKILL) {
+                workspace.holds("small.bin", body) && (workspace.size("big1.bin.part") ?? 0) > 1_400_000
+            }
         )
-        first.signal(SIGKILL)
         _ = await first.finish()
         let rerun = try await HaulProcess.run(arguments, in: workspace)
         #expect(rerun.status == 0, "\(rerun.stderr)")

@@ -36,11 +36,10 @@ struct CommandTests {
                 [server.url("/big").absoluteString, "-o", "big.bin"].prepended("get"), in: workspace)
             // This process's own request must have arrived: the part file may already be past the target from the
             // run before, and a kill before any request would measure nothing.
-            let reached = await waitUntil {
+            let reached = await haul.signal(SIGKILL) {
                 (server.requests(to: "/big").count > requestsBefore
                     && (workspace.size("big.bin.part") ?? 0) >= target) || !haul.process.isRunning
             }
-            haul.signal(SIGKILL)
             let outcome = await haul.finish()
             // Measured once the process is dead: everything it wrote is in the file.
             let held = workspace.size("big.bin.part")

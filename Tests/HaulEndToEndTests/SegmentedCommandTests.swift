@@ -34,14 +34,12 @@ struct SegmentedCommandTests {
             let before = try store.allRecords().first?.durableOffset ?? 0
             let haul = try HaulProcess(Self.arguments(server.url("/big")), in: workspace)
             // Wait for a checkpoint of this run's segments, then kill at a random moment up to 0.8 s later.
-            let checkpointed = await waitUntil {
+            let delay = UInt32.random(in: 0..<800_000, using: &generator)
+            let checkpointed = await haul.signal(SIGKILL, delay: delay) {
                 guard let record = try? store.allRecords().first else { return !haul.process.isRunning }
                 return (record.segments != nil && record.durableOffset >= before + (512 << 10))
                     || !haul.process.isRunning
             }
-            let delay = UInt32.random(in: 0..<800_000, using: &generator)
-            await onOwnThread { _ = usleep(delay) }
-            haul.signal(SIGKILL)
             let outcome = await haul.finish()
             #expect(checkpointed && outcome.status != 0, "kill \(index): haul exited \(outcome.status) first")
             let record = try #require(try store.allRecords().first)

@@ -301,11 +301,10 @@ struct StreamTests {
         let pieces = workspace.path("cut.ts.part-segments")
         let haul = try HaulProcess(["get", url, "-o", "cut.ts", "-x", "1"], in: workspace)
         // Killed once two segments are finished and kept.
-        let reached = await waitUntil {
+        let reached = await haul.signal(SIGKILL) {
             ((try? FileManager.default.contentsOfDirectory(atPath: pieces)) ?? []).filter { !$0.hasSuffix(".part") }
                 .count >= 2 || !haul.process.isRunning
         }
-        haul.signal(SIGKILL)
         _ = await haul.finish()
         #expect(reached && !FileManager.default.fileExists(atPath: workspace.path("cut.ts")), "killed mid-stream")
         let before = try servers[0].requests().count

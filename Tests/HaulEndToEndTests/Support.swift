@@ -83,6 +83,21 @@ final class HaulProcess: @unchecked Sendable {
 
     func signal(_ number: Int32) { kill(process.processIdentifier, number) }
 
+    /// Sends signal `number` once `condition` holds (checked every 5 ms for at most `seconds`; sent then anyway),
+    /// `delay` microseconds later, from the thread that checks; returns whether the condition held. A kill meant for
+    /// a moment of the download is sent at that moment: a busy cooperative pool could keep the test's task from
+    /// running for seconds, long enough for the download to end before a kill sent from it.
+    func signal(
+        _ number: Int32, delay: UInt32 = 0, seconds: Double = 30, when condition: @escaping @Sendable () -> Bool
+    ) async -> Bool {
+        await onOwnThread {
+            let held = poll(seconds: seconds, condition)
+            if delay > 0 { usleep(delay) }
+            self.signal(number)
+            return held
+        }
+    }
+
     /// Waits for the exit (on a dispatch thread: the cooperative pool has only as many threads as cores) and returns
     /// the status and the output.
     func finish() async -> (status: Int32, stdout: String, stderr: String) {
@@ -104,14 +119,17 @@ final class HaulProcess: @unchecked Sendable {
 /// Waits until `condition` holds, checking every 5 ms, for at most `seconds`; returns whether it held. Polls on a
 /// thread of its own, so a busy pool cannot make it miss the moment it waits for.
 func waitUntil(seconds: Double = 30, _ condition: @escaping @Sendable () -> Bool) async -> Bool {
-    await onOwnThread {
-        let deadline = Date().addingTimeInterval(seconds)
-        while Date() < deadline {
-            if condition() { return true }
-            usleep(5000)
-        }
-        return condition()
+    await onOwnThread { poll(seconds: seconds, condition) }
+}
+
+/// Checks `condition` every 5 ms on the calling thread, for at most `seconds`; returns whether it held.
+func poll(seconds: Double, _ condition: () -> Bool) -> Bool {
+    let deadline = Date().addingTimeInterval(seconds)
+    while Date() < deadline {
+        if condition() { return true }
+        usleep(5000)
     }
+    return condition()
 }
 
 /// Runs `work` on a thread of its own and returns its result: the tests' waits (for processes, for conditions) block
