@@ -124,8 +124,11 @@ extension DownloadManager {
     func start(_ record: DownloadRecord) throws(DownloadError) {
         var record = record
         try record.apply(.started)
-        // Queued, not waited for: after a crash a download stored as queued resumes as one stored as running would.
-        store.submit(.state(.running, for: record.id))
+        // The row says it runs from the download's first write (its answer's, or its first retry's): one row write
+        // fewer for every download, and until then it is still waiting for a connection. After a crash a download
+        // stored as queued resumes as one stored as running would. A fleet's other workers list a claimed download
+        // from the shared store at once.
+        if leasing != nil { store.submit(.state(.running, for: record.id)) }
         keep(record)
         let id = record.id
         if record.options.tls.insecure {

@@ -412,17 +412,20 @@ public struct DownloadStore: DownloadStoring {
         }
 
         private static let transferStatement = statement([
-            "finalURL", "destination", "totalLength", "durableOffset", "etag", "lastModified", "isLastModifiedStrong",
-            "isResumable", "isPartVerified", "segments", "folderDevice", "folderInode", "partDevice", "partInode",
+            "state", "finalURL", "destination", "totalLength", "durableOffset", "etag", "lastModified",
+            "isLastModifiedStrong", "isResumable", "isPartVerified", "segments", "folderDevice", "folderInode",
+            "partDevice", "partInode",
         ])
 
-        /// What a response and the transfer change (final URL, destination, remote facts, offsets), without
-        /// encoding the rest of the record: the common write, a few times for every download.
+        /// What a response and the transfer change (final URL, destination, remote facts, offsets), with the state,
+        /// without encoding the rest of the record: the common write, a few times for every download. A started
+        /// download's first one stores that it runs (`DownloadManager.start` writes nothing of its own).
         public static func transfer(_ record: DownloadRecord) throws(DownloadError) -> RowUpdate {
             RowUpdate(
                 record.id, transferStatement,
                 [
-                    record.finalURL.databaseValue, record.destination.databaseValue, record.totalLength.databaseValue,
+                    record.state.rawValue.databaseValue, record.finalURL.databaseValue,
+                    record.destination.databaseValue, record.totalLength.databaseValue,
                     record.durableOffset.databaseValue, record.etag.databaseValue, record.lastModified.databaseValue,
                     record.isLastModifiedStrong.databaseValue, record.isResumable.databaseValue,
                     record.isPartVerified.databaseValue, try DownloadStore.json(record.segments).databaseValue,
@@ -457,15 +460,18 @@ public struct DownloadStore: DownloadStoring {
             RowUpdate(record.id, noticeStatement, [try PendingNotice.column(record.notice)])
         }
 
-        private static let attemptsStatement = statement(["attempts", "lastError", "errorCode", "errorStatus"])
+        private static let attemptsStatement = statement([
+            "state", "attempts", "lastError", "errorCode", "errorStatus",
+        ])
 
-        /// A retry's counters: attempts without progress and the error.
+        /// A retry's counters: attempts without progress and the error, with the state (a download that fails
+        /// before any answer stores that it runs with its first retry).
         public static func attempts(_ record: DownloadRecord) -> RowUpdate {
             RowUpdate(
                 record.id, attemptsStatement,
                 [
-                    record.attempts.databaseValue, record.lastError.databaseValue, record.errorCode.databaseValue,
-                    record.errorStatus.databaseValue,
+                    record.state.rawValue.databaseValue, record.attempts.databaseValue,
+                    record.lastError.databaseValue, record.errorCode.databaseValue, record.errorStatus.databaseValue,
                 ])
         }
 
