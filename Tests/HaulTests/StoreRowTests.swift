@@ -29,4 +29,34 @@ struct StoreRowTests {
         let updated = try #require(try store.record(id: "text"))
         #expect(updated.finalURL == "\u{1F600}" && updated.destination == "" && updated.etag == "")
     }
+
+    @Test("an update that keeps the name writes every other column and leaves the stored destination")
+    func keepingName() throws {
+        let store = try DownloadStore()
+        var record = DownloadRecord(
+            id: "name", url: "http://h/f", finalURL: nil, directory: "/tmp", destination: "/tmp/f",
+            state: .queued, totalLength: nil, durableOffset: 0, etag: nil, lastModified: nil,
+            isLastModifiedStrong: false, isResumable: nil, isPartVerified: true, mayReplaceDestination: false,
+            attempts: 0, lastError: nil,
+            options: DownloadOptions(), priority: 0, queuePosition: 1, prerequisites: [], rateLimit: nil, segments: nil,
+            activeConnections: 0, createdAt: Date(), updatedAt: Date(), errorCode: nil, errorStatus: nil,
+            origin: .library, completedAt: nil)
+        try store.insert([record])
+        // Values that differ from the row's: the ones the update sets land, the destination does not.
+        record.destination = "/tmp/other"
+        record.durableOffset = 4096
+        record.finalURL = "http://h/g"
+        try store.save(try .transfer(record, keepingName: true))
+        var stored = try #require(try store.record(id: "name"))
+        #expect(stored.destination == "/tmp/f" && stored.durableOffset == 4096 && stored.finalURL == "http://h/g")
+        try record.apply(.started)
+        try record.apply(.finished)
+        record.complete(at: "/tmp/other", bytes: 4096)
+        try store.save(try .completion(record, keepingName: true))
+        stored = try #require(try store.record(id: "name"))
+        #expect(stored.destination == "/tmp/f" && stored.state == .completed && stored.completedAt != nil)
+        // Without it, the name is written.
+        try store.save(try .completion(record))
+        #expect(try store.record(id: "name")?.destination == "/tmp/other")
+    }
 }

@@ -369,6 +369,8 @@ public struct DownloadStore: DownloadStoring {
     /// the time of a thousand small downloads.
     public struct RowUpdate: Sendable {
         fileprivate let sql: String
+        /// The value of `values` that `sql` leaves out: the destination of an update that keeps the stored name.
+        fileprivate let unbound: Int?
         fileprivate let updatedAt: Double
         /// The row, and the columns this update sets with their values: what another store writes
         /// (`updatedAt` comes with every update, stamped by the store).
@@ -376,23 +378,42 @@ public struct DownloadStore: DownloadStoring {
         package let columns: [String]
         package let values: [DatabaseValue]
 
-        /// `UPDATE download SET` these columns, `updatedAt`, `WHERE id`: each kind's text is made once, not for each
-        /// of the few updates every download makes. The values of each kind below are in its columns' order.
-        private static func statement(_ columns: [String]) -> (columns: [String], sql: String) {
-            (
-                columns,
-                "UPDATE download SET " + (columns.map { "\($0) = ?" } + ["updatedAt = ?"]).joined(separator: ", ")
-                    + " WHERE id = ?"
-            )
+        /// `UPDATE download SET` these columns, `updatedAt`, `WHERE id`, and the same without `destination`: each
+        /// kind's text is made once, not for each of the few updates every download makes. The values of each kind
+        /// below are in its columns' order.
+        private struct Statement: Sendable {
+            let columns: [String]
+            let sql: String
+            /// Without the destination, and where its value is: setting the column, even to the value it holds,
+            /// rewrites its index entry (SQLite deletes and inserts it), which an update of a download's transfer or
+            /// its end has no need of unless the download took a name.
+            let keepingName: (sql: String, destination: Int)?
+
+            init(_ columns: [String]) {
+                func text(_ columns: [String]) -> String {
+                    "UPDATE download SET " + (columns.map { "\($0) = ?" } + ["updatedAt = ?"]).joined(separator: ", ")
+                        + " WHERE id = ?"
+                }
+                self.columns = columns
+                sql = text(columns)
+                keepingName = columns.firstIndex(of: "destination").map { index in
+                    (text(columns.filter { $0 != "destination" }), index)
+                }
+            }
         }
 
         /// Turned into database values here, and bound straight to SQLite when written (`execute`): GRDB's
-        /// `StatementArguments` boxes each value as an existential, which cost more than the update itself.
-        private init(_ id: String, _ statement: (columns: [String], sql: String), _ values: [DatabaseValue]) {
+        /// `StatementArguments` boxes each value as an existential, which cost more than the update itself. With
+        /// `keepingName`, the store's destination stays as it is (the values still hold it, for other stores).
+        private init(_ id: String, _ statement: Statement, _ values: [DatabaseValue], keepingName: Bool = false) {
             self.id = id
             columns = statement.columns
             self.values = values
-            sql = statement.sql
+            if keepingName, let kept = statement.keepingName {
+                (sql, unbound) = (kept.sql, kept.destination)
+            } else {
+                (sql, unbound) = (statement.sql, nil)
+            }
             updatedAt = Date().timeIntervalSince1970
         }
 
@@ -405,13 +426,17 @@ public struct DownloadStore: DownloadStoring {
                 sqlite3_reset(handle)
                 sqlite3_clear_bindings(handle)
             }
-            for (offset, value) in values.enumerated() { DownloadStore.bind(value, to: handle, at: CInt(offset + 1)) }
-            sqlite3_bind_double(handle, CInt(values.count + 1), updatedAt)
-            DownloadStore.bind(id.databaseValue, to: handle, at: CInt(values.count + 2))
+            var parameter: CInt = 1
+            for (offset, value) in values.enumerated() where offset != unbound {
+                DownloadStore.bind(value, to: handle, at: parameter)
+                parameter += 1
+            }
+            sqlite3_bind_double(handle, parameter, updatedAt)
+            DownloadStore.bind(id.databaseValue, to: handle, at: parameter + 1)
             try DownloadStore.step(statement, in: db)
         }
 
-        private static let transferStatement = statement([
+        private static let transferStatement = Statement([
             "state", "finalURL", "destination", "totalLength", "durableOffset", "etag", "lastModified",
             "isLastModifiedStrong", "isResumable", "isPartVerified", "segments", "folderDevice", "folderInode",
             "partDevice", "partInode",
@@ -419,8 +444,11 @@ public struct DownloadStore: DownloadStoring {
 
         /// What a response and the transfer change (final URL, destination, remote facts, offsets), with the state,
         /// without encoding the rest of the record: the common write, a few times for every download. A started
-        /// download's first one stores that it runs (`DownloadManager.start` writes nothing of its own).
-        public static func transfer(_ record: DownloadRecord) throws(DownloadError) -> RowUpdate {
+        /// download's first one stores that it runs (`DownloadManager.start` writes nothing of its own). With
+        /// `keepingName`, the record's destination is the one stored.
+        public static func transfer(_ record: DownloadRecord, keepingName: Bool = false) throws(DownloadError)
+            -> RowUpdate
+        {
             RowUpdate(
                 record.id, transferStatement,
                 [
@@ -431,16 +459,19 @@ public struct DownloadStore: DownloadStoring {
                     record.isPartVerified.databaseValue, try DownloadStore.json(record.segments).databaseValue,
                     record.folderDevice.databaseValue, record.folderInode.databaseValue,
                     record.partDevice.databaseValue, record.partInode.databaseValue,
-                ])
+                ], keepingName: keepingName)
         }
 
-        private static let completionStatement = statement([
+        private static let completionStatement = Statement([
             "destination", "state", "totalLength", "durableOffset", "attempts", "lastError", "errorCode",
             "errorStatus", "completedAt", "mayReplaceDestination", "segments", "activeConnections", "notice",
         ])
 
-        /// A finished download: its place, state and counters, with what `transfer` writes.
-        public static func completion(_ record: DownloadRecord) throws(DownloadError) -> RowUpdate {
+        /// A finished download: its place, state and counters, with what `transfer` writes. With `keepingName`, the
+        /// record's destination is the one stored.
+        public static func completion(_ record: DownloadRecord, keepingName: Bool = false) throws(DownloadError)
+            -> RowUpdate
+        {
             RowUpdate(
                 record.id, completionStatement,
                 [
@@ -450,17 +481,17 @@ public struct DownloadStore: DownloadStoring {
                     record.errorStatus.databaseValue, record.completedAt?.timeIntervalSince1970.databaseValue ?? .null,
                     record.mayReplaceDestination.databaseValue, try DownloadStore.json(record.segments).databaseValue,
                     record.activeConnections.databaseValue, try PendingNotice.column(record.notice),
-                ])
+                ], keepingName: keepingName)
         }
 
-        private static let noticeStatement = statement(["notice"])
+        private static let noticeStatement = Statement(["notice"])
 
         /// Only the notice still to deliver (nil once every hook and webhook had it).
         public static func notice(_ record: DownloadRecord) throws(DownloadError) -> RowUpdate {
             RowUpdate(record.id, noticeStatement, [try PendingNotice.column(record.notice)])
         }
 
-        private static let attemptsStatement = statement([
+        private static let attemptsStatement = Statement([
             "state", "attempts", "lastError", "errorCode", "errorStatus",
         ])
 
@@ -475,14 +506,14 @@ public struct DownloadStore: DownloadStoring {
                 ])
         }
 
-        private static let stateStatement = statement(["state"])
+        private static let stateStatement = Statement(["state"])
 
         /// Only the state (the cheap write for a download starting).
         public static func state(_ state: DownloadState, for id: String) -> RowUpdate {
             RowUpdate(id, stateStatement, [state.rawValue.databaseValue])
         }
 
-        private static let activeConnectionsStatement = statement(["activeConnections"])
+        private static let activeConnectionsStatement = Statement(["activeConnections"])
 
         /// Only the number of open connections.
         public static func activeConnections(_ count: Int, for id: String) -> RowUpdate {
