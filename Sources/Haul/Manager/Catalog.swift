@@ -56,8 +56,30 @@ final class Catalog {
     /// here instead of the store (a query for every small file).
     private var destinations: [String: Set<String>] = [:]
     private var olderByTarget: [Target: [String]] = [:]
-    /// How many records are in each state.
-    var counts: [DownloadState: Int] = [:]
+    /// How many records are in each state, at the state's place in `DownloadState.allCases`: counted at every keep,
+    /// where a dictionary keyed by the state hashed its name each time.
+    private var countsByState = [Int](repeating: 0, count: DownloadState.allCases.count)
+    /// How many records are in each state (every state, 0 for none).
+    var counts: [DownloadState: Int] {
+        Dictionary(uniqueKeysWithValues: DownloadState.allCases.map { ($0, count(of: $0)) })
+    }
+
+    /// How many records are in `state`.
+    func count(of state: DownloadState) -> Int { countsByState[Self.place(of: state)] }
+
+    private static func place(of state: DownloadState) -> Int {
+        switch state {
+        case .queued: 0
+        case .running: 1
+        case .paused: 2
+        case .waitingForNetwork: 3
+        case .completed: 4
+        case .failed: 5
+        case .cancelled: 6
+        }
+    }
+
+    private func count(_ state: DownloadState, _ change: Int) { countsByState[Self.place(of: state)] += change }
     /// The highest queue position given so far: a new download goes after it.
     var lastPosition: Double = 0
     /// One copy of each folder name: thousands of downloads into one folder share it.
@@ -149,8 +171,8 @@ final class Catalog {
                 byTarget[after] = record.id
             }
             if old.state != record.state {
-                counts[old.state, default: 0] -= 1
-                counts[record.state, default: 0] += 1
+                count(old.state, -1)
+                count(record.state, 1)
             }
             if old.state == .queued {
                 dequeue(DownloadManager.QueueCursor(priority: old.priority, position: old.position, id: record.id))
@@ -160,7 +182,7 @@ final class Catalog {
             if let previous = byTarget.updateValue(record.id, forKey: target) {
                 olderByTarget[target, default: []].append(previous)
             }
-            counts[record.state, default: 0] += 1
+            count(record.state, 1)
         }
         if record.state == .queued {
             let key = DownloadManager.QueueCursor(record)
@@ -222,7 +244,7 @@ final class Catalog {
     func forget(_ record: DownloadRecord) {
         guard let old = boxes.removeValue(forKey: record.id)?.record else { return }
         unclaim(old.destination, of: old.id)
-        counts[old.state, default: 0] -= 1
+        count(old.state, -1)
         if old.state == .queued { dequeue(DownloadManager.QueueCursor(old)) }
         let key = Self.target(of: old)
         if byTarget[key] == record.id {

@@ -228,7 +228,10 @@ extension DownloadManager {
     static func holdsWork(_ state: DownloadState) -> Bool { state == .queued || state.isActive }
 
     var workingCount: Int {
-        let counts = stateCounts
+        guard leasing != nil else {
+            return catalog.count(of: .queued) + catalog.count(of: .running) + catalog.count(of: .waitingForNetwork)
+        }
+        let counts = fleetCounts
         return counts[.queued, default: 0] + counts[.running, default: 0] + counts[.waitingForNetwork, default: 0]
     }
 

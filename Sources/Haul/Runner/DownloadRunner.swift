@@ -3,8 +3,9 @@ import HaulCore
 import Logging
 import NIOCore
 
-/// Everything a runner needs from its manager.
-struct RunnerEnvironment: Sendable {
+/// Everything a runner needs from its manager. A class: the runner, its connections and its helper tasks each hold
+/// it, and a struct of this size was copied (every field retained) into each of them.
+final class RunnerEnvironment: Sendable {
     let transport: any HTTPTransport
     /// The clock backoffs sleep on.
     let clock: EngineClock
@@ -28,13 +29,39 @@ struct RunnerEnvironment: Sendable {
     /// The folders confined downloads are opened beneath.
     let allowedFolders: AllowedFolders
     /// The rules that sort a folder download into a folder beneath its own when it takes its name.
-    var sorting = SortRules()
+    let sorting: SortRules
     /// The lease a worker of a fleet runs this download under: its part file is the lease's own
     /// (`DownloadFolder.partName`). Nil outside a fleet.
-    var lease: Int64? = nil
+    let lease: Int64?
     /// Whether the lease follows earlier ones of the download, whose part files it deletes when it finishes (a first
     /// lease has none to look for).
-    var followsEarlierLeases = false
+    let followsEarlierLeases: Bool
+
+    init(
+        transport: any HTTPTransport, clock: EngineClock, idleClock: EngineClock, metronome: Metronome,
+        events: EventHub, settings: DownloadManager.Configuration.Engine, logger: Logger, limiters: [RateLimiter],
+        hostConnections: HostConnections,
+        report: @escaping @Sendable (RunnerReport) async throws(DownloadError) -> DownloadStore.Commit?,
+        committed: @escaping @Sendable (DownloadStore.Commit) async throws(DownloadError) -> Void,
+        allowedFolders: AllowedFolders, sorting: SortRules = SortRules(), lease: Int64? = nil,
+        followsEarlierLeases: Bool = false
+    ) {
+        self.transport = transport
+        self.clock = clock
+        self.idleClock = idleClock
+        self.metronome = metronome
+        self.events = events
+        self.settings = settings
+        self.logger = logger
+        self.limiters = limiters
+        self.hostConnections = hostConnections
+        self.report = report
+        self.committed = committed
+        self.allowedFolders = allowedFolders
+        self.sorting = sorting
+        self.lease = lease
+        self.followsEarlierLeases = followsEarlierLeases
+    }
 }
 
 /// What a runner tells its manager while it runs.
