@@ -10,14 +10,8 @@ struct StoreRowTests {
     @Test("text is stored as given: empty text stays empty (not NULL), and non-ASCII characters are kept")
     func textAsGiven() throws {
         let store = try DownloadStore()
-        var record = DownloadRecord(
-            id: "text", url: "http://h/caf\u{E9}", finalURL: "", directory: nil, destination: "/tmp/\u{4E0B}\u{8F7D}",
-            state: .queued, totalLength: nil, durableOffset: 0, etag: "", lastModified: nil,
-            isLastModifiedStrong: false, isResumable: nil, isPartVerified: true, mayReplaceDestination: false,
-            attempts: 0, lastError: nil,
-            options: DownloadOptions(), priority: 0, queuePosition: 1, prerequisites: [], rateLimit: nil, segments: nil,
-            activeConnections: 0, createdAt: Date(), updatedAt: Date(), errorCode: nil, errorStatus: nil,
-            origin: .library, completedAt: nil)
+        var record = Self.queued(
+            id: "text", url: "http://h/caf\u{E9}", finalURL: "", destination: "/tmp/\u{4E0B}\u{8F7D}", etag: "")
         try store.insert([record])
         let inserted = try #require(try store.record(id: "text"))
         #expect(inserted.url == "http://h/caf\u{E9}" && inserted.destination == "/tmp/\u{4E0B}\u{8F7D}")
@@ -33,14 +27,7 @@ struct StoreRowTests {
     @Test("an update that keeps the name writes every other column and leaves the stored destination")
     func keepingName() throws {
         let store = try DownloadStore()
-        var record = DownloadRecord(
-            id: "name", url: "http://h/f", finalURL: nil, directory: "/tmp", destination: "/tmp/f",
-            state: .queued, totalLength: nil, durableOffset: 0, etag: nil, lastModified: nil,
-            isLastModifiedStrong: false, isResumable: nil, isPartVerified: true, mayReplaceDestination: false,
-            attempts: 0, lastError: nil,
-            options: DownloadOptions(), priority: 0, queuePosition: 1, prerequisites: [], rateLimit: nil, segments: nil,
-            activeConnections: 0, createdAt: Date(), updatedAt: Date(), errorCode: nil, errorStatus: nil,
-            origin: .library, completedAt: nil)
+        var record = Self.queued(id: "name", url: "http://h/f", finalURL: nil, destination: "/tmp/f", etag: nil)
         try store.insert([record])
         // Values that differ from the row's: the ones the update sets land, the destination does not.
         record.destination = "/tmp/other"
@@ -58,5 +45,19 @@ struct StoreRowTests {
         // Without it, the name is written.
         try store.save(try .completion(record))
         #expect(try store.record(id: "name")?.destination == "/tmp/other")
+    }
+
+    /// A queued download's record with the given text columns.
+    static func queued(id: String, url: String, finalURL: String?, destination: String, etag: String?)
+        -> DownloadRecord
+    {
+        DownloadRecord(
+            id: id, url: url, finalURL: finalURL, directory: nil, destination: destination,
+            state: .queued, totalLength: nil, durableOffset: 0, etag: etag, lastModified: nil,
+            isLastModifiedStrong: false, isResumable: nil, isPartVerified: true, mayReplaceDestination: false,
+            attempts: 0, lastError: nil,
+            options: DownloadOptions(), priority: 0, queuePosition: 1, prerequisites: [], rateLimit: nil, segments: nil,
+            activeConnections: 0, createdAt: Date(), updatedAt: Date(), errorCode: nil, errorStatus: nil,
+            origin: .library, completedAt: nil)
     }
 }
