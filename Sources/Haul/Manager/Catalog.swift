@@ -57,7 +57,7 @@ final class Catalog {
     private var destinations: [String: Set<String>] = [:]
     private var olderByTarget: [Target: [String]] = [:]
     /// How many records are in each state, at the state's place in `DownloadState.allCases`: counted at every keep,
-    /// where a dictionary keyed by the state hashed its name each time.
+    /// and an array indexed by the state does not hash the state's name as a dictionary keyed by it would.
     private var countsByState = [Int](repeating: 0, count: DownloadState.allCases.count)
     /// How many records are in each state (every state, 0 for none).
     var counts: [DownloadState: Int] {

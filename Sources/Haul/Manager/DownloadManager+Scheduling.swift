@@ -124,10 +124,10 @@ extension DownloadManager {
     func start(_ record: DownloadRecord) throws(DownloadError) {
         var record = record
         try record.apply(.started)
-        // The row says it runs from the download's first write (its answer's, or its first retry's): one row write
-        // fewer for every download, and until then it is still waiting for a connection. After a crash a download
-        // stored as queued resumes as one stored as running would. A fleet's other workers list a claimed download
-        // from the shared store at once.
+        // The row says it runs from the download's first write (its answer's, or its first retry's), not from a
+        // write of its own: until then the download is still waiting for a connection, and after a crash a download
+        // stored as queued resumes as one stored as running would. A fleet's worker writes it at once: the other
+        // workers list a claimed download from the shared store.
         if leasing != nil { store.submit(.state(.running, for: record.id)) }
         keep(record)
         let id = record.id

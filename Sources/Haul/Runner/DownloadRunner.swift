@@ -4,7 +4,7 @@ import Logging
 import NIOCore
 
 /// Everything a runner needs from its manager. A class: the runner, its connections and its helper tasks each hold
-/// it, and a struct of this size was copied (every field retained) into each of them.
+/// it, and each would copy a struct of this size, retaining every field.
 final class RunnerEnvironment: Sendable {
     let transport: any HTTPTransport
     /// The clock backoffs sleep on.
