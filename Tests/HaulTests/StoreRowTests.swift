@@ -29,14 +29,16 @@ struct StoreRowTests {
         let store = try DownloadStore()
         var record = Self.queued(id: "name", url: "http://h/f", finalURL: nil, destination: "/tmp/f", etag: nil)
         try store.insert([record])
-        // Values that differ from the row's: the ones the update sets land, the destination does not.
+        // Values that differ from the row's: the ones the update sets land (the state with them: a started
+        // download's first transfer write stores that it runs), the destination does not.
+        try record.apply(.started)
         record.destination = "/tmp/other"
         record.durableOffset = 4096
         record.finalURL = "http://h/g"
         try store.save(try .transfer(record, keepingName: true))
         var stored = try #require(try store.record(id: "name"))
         #expect(stored.destination == "/tmp/f" && stored.durableOffset == 4096 && stored.finalURL == "http://h/g")
-        try record.apply(.started)
+        #expect(stored.state == .running)
         try record.apply(.finished)
         record.complete(at: "/tmp/other", bytes: 4096)
         try store.save(try .completion(record, keepingName: true))

@@ -56,8 +56,8 @@ final class Catalog {
     /// here instead of the store (a query for every small file).
     private var destinations: [String: Set<String>] = [:]
     private var olderByTarget: [Target: [String]] = [:]
-    /// How many records are in each state, at the state's place in `DownloadState.allCases`: counted at every keep,
-    /// and an array indexed by the state does not hash the state's name as a dictionary keyed by it would.
+    /// How many records are in each state, at the state's index (`place(of:)`): counted at every keep, and an array
+    /// indexed by the state does not hash the state's name as a dictionary keyed by it would.
     private var countsByState = [Int](repeating: 0, count: DownloadState.allCases.count)
     /// How many records are in each state (every state, 0 for none).
     var counts: [DownloadState: Int] {

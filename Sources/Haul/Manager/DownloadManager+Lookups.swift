@@ -99,6 +99,11 @@ extension DownloadManager {
         leasing == nil ? catalog.counts : fleetCounts
     }
 
+    /// How many downloads are in `state`, counted as `stateCounts` counts them.
+    func stateCount(_ state: DownloadState) -> Int {
+        leasing == nil ? catalog.count(of: state) : fleetCounts[state, default: 0]
+    }
+
     /// The newest download of `target`: the one an add of the same URL and destination finds again.
     func newest(at target: Catalog.Target) throws(DownloadError) -> DownloadRecord? {
         guard let leasing else { return catalog.newest(at: target).flatMap { catalog[$0] } }

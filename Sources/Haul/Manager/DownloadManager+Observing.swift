@@ -227,13 +227,7 @@ extension DownloadManager {
     /// Queued, running or waiting for the network: the states a wait for downloads to stop waits out.
     static func holdsWork(_ state: DownloadState) -> Bool { state == .queued || state.isActive }
 
-    var workingCount: Int {
-        guard leasing != nil else {
-            return catalog.count(of: .queued) + catalog.count(of: .running) + catalog.count(of: .waitingForNetwork)
-        }
-        let counts = fleetCounts
-        return counts[.queued, default: 0] + counts[.running, default: 0] + counts[.waitingForNetwork, default: 0]
-    }
+    var workingCount: Int { stateCount(.queued) + stateCount(.running) + stateCount(.waitingForNetwork) }
 
     /// Tells the waits of `waitUntilStopped` that `id` now holds work (queued, running, waiting) or not.
     func tellStopWaiters(_ id: String, holdsWork: Bool) {

@@ -508,7 +508,7 @@ public struct DownloadStore: DownloadStoring {
 
         private static let stateStatement = Statement(["state"])
 
-        /// Only the state (the cheap write for a download starting).
+        /// Only the state (a fleet worker's download starting, the network lost or back).
         public static func state(_ state: DownloadState, for id: String) -> RowUpdate {
             RowUpdate(id, stateStatement, [state.rawValue.databaseValue])
         }
