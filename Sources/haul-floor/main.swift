@@ -2,9 +2,9 @@
 // themselves. The URLs of a list are fetched with AsyncHTTPClient, `-j` at a time, on Swift concurrency, and each file
 // is written with Haul's guarantees and nothing else: created exclusively as NAME.part, `pwrite`n chunk by chunk as
 // the body arrives, `fsync`ed, moved to NAME without replacing anything, and its folder `fsync`ed, one folder sync
-// covering every rename made before it started (as Haul's FolderSyncs); the sync, the move and the folder's sync in
-// one trip to a thread pool of 16 (as Haul's file-system threads). No state database, no queue, no events, no
-// retries, no resume: a file that fails stops the run.
+// covering every rename made before it started (as Haul's FolderSyncs); the create in one trip to a thread pool of 16,
+// and the sync, the move and the folder's sync in another (as Haul's file-system threads). No state database, no
+// queue, no events, no retries, no resume: a file that fails stops the run.
 //
 // With `--no-sync` it syncs nothing (the part file is still created exclusively and moved without replacing): what
 // AsyncHTTPClient costs for the network and the writes alone, to set against curl, which syncs nothing either.
@@ -103,8 +103,13 @@ struct Floor {
         let name = url.split(separator: "/").last.map(String.init) ?? "index"
         let final = folder + "/" + name
         let part = final + ".part"
-        let file = open(part, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o644)
-        guard file >= 0 else { throw FloorError("cannot create \(part)") }
+        // On the thread pool, as Haul makes its part files: a create waits on the folder's lock while the journal
+        // commits, and would stall a thread of the cooperative pool.
+        let file = try await pool.runIfActive {
+            let file = open(part, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o644)
+            guard file >= 0 else { throw FloorError("cannot create \(part)") }
+            return file
+        }
         if let ledger {
             var status = stat()
             guard fstat(file, &status) == 0 else { throw FloorError("cannot look at \(part)") }

@@ -57,7 +57,7 @@ public final class DownloadFolder: Sendable {
     }
 
     /// How `openPart` found the part file.
-    enum Part {
+    enum Part: Sendable {
         /// Opened and locked; `isNew` when its identity is not the one recorded (made now, or adopted with `-c`).
         case opened(PartFile, isNew: Bool)
         /// Something that is not Haul's has the name; it was left untouched. The error says what and why.

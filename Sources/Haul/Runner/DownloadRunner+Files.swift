@@ -21,7 +21,11 @@ extension DownloadRunner {
         let name = PathName.lastComponent(of: destination)
         if let lease = environment.lease { return try await openLeasePart(of: name, lease: lease, in: folder) }
         let adopting = (options.continuePartial || isEarlierRow) && record.partIdentity == nil
-        switch try folder.openPart(name + ".part", recorded: record.partIdentity, adopting: adopting) {
+        // Off the cooperative pool, as every look and create in a folder other downloads change (`claimName`).
+        let opened = try await Blocking.run { [recorded = record.partIdentity] () throws(DownloadError) in
+            try folder.openPart(name + ".part", recorded: recorded, adopting: adopting)
+        }
+        switch opened {
         case .opened(let part, let isNew):
             // A file handed over (-c, or an earlier row's): its bytes are compared with the server's before anything
             // is appended.
@@ -116,12 +120,20 @@ extension DownloadRunner {
     /// name another of its downloads holds. So the part file's identity is in the store when this returns, before
     /// any byte is written. `lease`: the part file is that lease's own (`DownloadFolder.partName`).
     func claimName(_ name: String, in folder: DownloadFolder, from first: Int, lease: Int64?) async throws {
-        for number in first..<1000 {
+        var next = first
+        while next < 1000 {
+            // The look and the create wait for the folder's lock, which the creates and renames of other downloads
+            // in it hold while the journal commits: they run off the cooperative pool, whose few threads would
+            // stall every task meanwhile.
+            let from = next
+            guard
+                let (number, made) = try await Blocking.run({ () throws(DownloadError) -> (Int, PartFile)? in
+                    try Self.makeFreePart(name, in: folder, from: from, lease: lease)
+                })
+            else { break }
+            next = number + 1
             let candidate = number == 0 ? name : FileNameSanitizer.alternative(name, number: number)
             let partName = DownloadFolder.partName(candidate, lease: lease)
-            // The part file's own name needs no look: its exclusive create refuses anything (a link included) there.
-            if folder.has(candidate) || (lease != nil && folder.has(candidate + ".part")) { continue }
-            guard let made = try folder.makePart(partName) else { continue }
             let before = (record.destination, record.partIdentity)
             part = made
             record.destination = PathName.join(folder.path, candidate)
@@ -140,6 +152,22 @@ extension DownloadRunner {
             return
         }
         throw DownloadError(.destinationExists, "no free name for \(name) in \(folder.path)")
+    }
+
+    /// Makes the part file of the first free name of `name` from the `first`th (see `claimName`); nil when none of
+    /// the names up to the 999th is free.
+    private static func makeFreePart(
+        _ name: String, in folder: DownloadFolder, from first: Int, lease: Int64?
+    ) throws(DownloadError) -> (Int, PartFile)? {
+        for number in first..<1000 {
+            let candidate = number == 0 ? name : FileNameSanitizer.alternative(name, number: number)
+            // The part file's own name needs no look: its exclusive create refuses anything (a link included) there.
+            if folder.has(candidate) || (lease != nil && folder.has(candidate + ".part")) { continue }
+            if let made = try folder.makePart(DownloadFolder.partName(candidate, lease: lease)) {
+                return (number, made)
+            }
+        }
+        return nil
     }
 
     /// Stores the name just chosen with the part file's identity, waited for; false when the manager refuses the

@@ -276,33 +276,35 @@ extension DownloadRunner {
     }
 
     /// Assembles `plan` into the file `name` beside the download's: made anew (`NAME.part`), synced, and moved into
-    /// place without replacing anything.
+    /// place without replacing anything. All of it on the file-system threads: the create, the move and the folder's
+    /// sync wait on the disk.
     private func finishBeside(_ plan: StreamPlan, pieces: HeldFolder, as name: String, in folder: DownloadFolder)
         async throws
     {
-        if let entry = try folder.entry(name + ".part") {
-            // What an earlier run began: Haul's only when it is a regular file with one link.
-            guard entry.kind == .regular, entry.links == 1 else {
-                throw DownloadError(.untrustedFile, "\(folder.path)/\(name).part is not Haul's; it is left as it is")
+        try await Blocking.run {
+            if let entry = try folder.entry(name + ".part") {
+                // What an earlier run began: Haul's only when it is a regular file with one link.
+                guard entry.kind == .regular, entry.links == 1 else {
+                    throw DownloadError(
+                        .untrustedFile, "\(folder.path)/\(name).part is not Haul's; it is left as it is")
+                }
+                folder.folder.removeFile(name + ".part", identity: entry.identity)
             }
-            folder.folder.removeFile(name + ".part", identity: entry.identity)
-        }
-        guard let made = try folder.makePart(name + ".part") else {
-            throw DownloadError(.destinationExists, "\(folder.path)/\(name).part appeared meanwhile")
-        }
-        defer { made.unlock() }
-        _ = try await Blocking.run {
-            let length = try Self.assemble(plan, keys: [:], pieces: pieces, into: made)
+            guard let made = try folder.makePart(name + ".part") else {
+                throw DownloadError(.destinationExists, "\(folder.path)/\(name).part appeared meanwhile")
+            }
+            defer { made.unlock() }
+            _ = try Self.assemble(plan, keys: [:], pieces: pieces, into: made)
             try made.sync()
-            return length
+            let code = folder.folder.move(name + ".part", to: name, replacing: false)
+            guard code == 0 else {
+                throw code == EEXIST
+                    ? DownloadError(
+                        .destinationExists, "\(folder.path)/\(name) exists already; Haul did not replace it")
+                    : PartFile.fileError(code, "cannot move \(name).part into place")
+            }
+            folder.folder.sync()
         }
-        let code = folder.folder.move(name + ".part", to: name, replacing: false)
-        guard code == 0 else {
-            throw code == EEXIST
-                ? DownloadError(.destinationExists, "\(folder.path)/\(name) exists already; Haul did not replace it")
-                : PartFile.fileError(code, "cannot move \(name).part into place")
-        }
-        folder.folder.sync()
     }
 
     /// Deletes the pieces of `plan` and their folder.

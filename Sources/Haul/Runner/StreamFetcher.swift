@@ -76,10 +76,6 @@ struct StreamFetcher: Sendable {
             try Task.checkCancellation()
             do {
                 try await fetchOnce(piece, partial: partial, into: pieces, counter: counter)
-                let code = pieces.move(partial, to: piece.name, replacing: false)
-                guard code == 0 || code == EEXIST else {
-                    throw PartFile.fileError(code, "cannot rename \(pieces.path(of: partial))")
-                }
                 counter.finished()
                 emitStreamProgress(counter)
                 return
@@ -98,19 +94,20 @@ struct StreamFetcher: Sendable {
     func fetchOnce(_ piece: StreamPiece, partial: String, into pieces: HeldFolder, counter: StreamCounter)
         async throws
     {
-        // What an earlier attempt or run left of this piece.
-        var held: Int64 = 0
-        var descriptor: Int32
-        if let entry = try pieces.entry(partial), entry.kind == .regular, entry.links == 1 {
-            descriptor = try pieces.open(partial, as: entry, writing: true)
-            held = entry.size
-        } else {
+        // What an earlier attempt or run left of this piece. The look, the create, the sync and the rename run on the
+        // file-system threads: they wait on the disk.
+        let opened = try await Blocking.run { () throws -> (Int32, Int64) in
+            if let entry = try pieces.entry(partial), entry.kind == .regular, entry.links == 1 {
+                return (try pieces.open(partial, as: entry, writing: true), entry.size)
+            }
             switch pieces.create(partial) {
-            case .success(let made): descriptor = made
+            case .success(let made): return (made, 0)
             case .failure(let failure):
                 throw PartFile.fileError(failure.code, "cannot create \(pieces.path(of: partial))")
             }
         }
+        let descriptor = opened.0
+        var held = opened.1
         defer { close(descriptor) }
         let start = (piece.range?.lowerBound ?? 0) + held
         let asked: Range<Int64>? = held > 0 || piece.range != nil ? start..<(piece.range?.upperBound ?? .max) : nil
@@ -162,7 +159,13 @@ struct StreamFetcher: Sendable {
         if let range = piece.range, position != range.count {
             throw DownloadError(.invalidResponse, "\(piece.url) sent \(position) bytes of a \(range.count)-byte range")
         }
-        guard fsync(descriptor) == 0 else { throw PartFile.fileError(errno, "cannot sync \(partial)") }
+        try await Blocking.run { [descriptor] in
+            guard fsync(descriptor) == 0 else { throw PartFile.fileError(errno, "cannot sync \(partial)") }
+            let code = pieces.move(partial, to: piece.name, replacing: false)
+            guard code == 0 || code == EEXIST else {
+                throw PartFile.fileError(code, "cannot rename \(pieces.path(of: partial))")
+            }
+        }
     }
 
     func emitStreamProgress(_ counter: StreamCounter) {
