@@ -103,8 +103,8 @@ struct Floor {
         let name = url.split(separator: "/").last.map(String.init) ?? "index"
         let final = folder + "/" + name
         let part = final + ".part"
-        // On the thread pool, as Haul makes its part files: a create waits on the folder's lock while the journal
-        // commits, and would stall a thread of the cooperative pool.
+        // On the thread pool, as Haul makes its part files: a create waits for the folder's lock, which other
+        // creates hold while they read the disk, and would stall a thread of the cooperative pool.
         let file = try await pool.runIfActive {
             let file = open(part, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o644)
             guard file >= 0 else { throw FloorError("cannot create \(part)") }

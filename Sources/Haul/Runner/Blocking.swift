@@ -3,9 +3,9 @@ import NIOPosix
 
 /// Runs blocking file-system work (fsync, hashing, renames, and the creates and looks in a folder other downloads
 /// change) on threads of its own, off Swift's cooperative pool, which has only as many threads as cores: an fsync that
-/// takes seconds on a busy disk must not stall every other task, nor a create waiting for the folder's lock while the
-/// journal commits. Dispatch's global queues are as wide as the core count too, so a fixed NIO thread pool is used
-/// instead.
+/// takes seconds on a busy disk must not stall every other task, nor a create waiting for the folder's lock while
+/// another create in it reads the disk. Dispatch's global queues are as wide as the core count too, so a fixed NIO
+/// thread pool is used instead.
 enum Blocking {
     /// As many threads as `haul get -j` runs downloads at most in the benches: their syncs wait on the disk, not the
     /// CPU, and with fewer threads than downloads a burst of small files queues its `fsync`s behind each other.

@@ -123,8 +123,8 @@ extension DownloadRunner {
         var next = first
         while next < 1000 {
             // The look and the create wait for the folder's lock, which the creates and renames of other downloads
-            // in it hold while the journal commits: they run off the cooperative pool, whose few threads would
-            // stall every task meanwhile.
+            // in it hold while they wait on the disk (a create may read the inode table to pick an inode): they run
+            // off the cooperative pool, whose few threads would stall every task meanwhile.
             let from = next
             guard
                 let (number, made) = try await Blocking.run({ () throws(DownloadError) -> (Int, PartFile)? in
