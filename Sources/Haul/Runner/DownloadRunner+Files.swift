@@ -127,12 +127,12 @@ extension DownloadRunner {
             // off the cooperative pool, whose few threads would stall every task meanwhile.
             let from = next
             guard
-                let (number, made) = try await Blocking.run({ () throws(DownloadError) -> (Int, PartFile)? in
+                let (number, candidate, made) = try await Blocking.run({
+                    () throws(DownloadError) -> (Int, String, PartFile)? in
                     try Self.makeFreePart(name, in: folder, from: from, lease: lease)
                 })
             else { break }
             next = number + 1
-            let candidate = number == 0 ? name : FileNameSanitizer.alternative(name, number: number)
             let partName = DownloadFolder.partName(candidate, lease: lease)
             let before = (record.destination, record.partIdentity)
             part = made
@@ -154,17 +154,17 @@ extension DownloadRunner {
         throw DownloadError(.destinationExists, "no free name for \(name) in \(folder.path)")
     }
 
-    /// Makes the part file of the first free name of `name` from the `first`th (see `claimName`); nil when none of
-    /// the names up to the 999th is free.
+    /// Makes the part file of the first free name of `name` from the `first`th (see `claimName`): that name's number,
+    /// the name, and its part file; nil when none of the names up to the 999th is free.
     private static func makeFreePart(
         _ name: String, in folder: DownloadFolder, from first: Int, lease: Int64?
-    ) throws(DownloadError) -> (Int, PartFile)? {
+    ) throws(DownloadError) -> (Int, String, PartFile)? {
         for number in first..<1000 {
             let candidate = number == 0 ? name : FileNameSanitizer.alternative(name, number: number)
             // The part file's own name needs no look: its exclusive create refuses anything (a link included) there.
             if folder.has(candidate) || (lease != nil && folder.has(candidate + ".part")) { continue }
             if let made = try folder.makePart(DownloadFolder.partName(candidate, lease: lease)) {
-                return (number, made)
+                return (number, candidate, made)
             }
         }
         return nil
