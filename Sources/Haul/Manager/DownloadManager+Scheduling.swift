@@ -157,12 +157,20 @@ extension DownloadManager {
             lease: leasing?.lease(of: id),
             followsEarlierLeases: leasing?.followsEarlierLeases(id) ?? false
         )
-        let started = record
-        tasks[id] = Task {
-            let (outcome, transfer) = await DownloadRunner.run(record: started, environment: environment)
-            self.finished(id, outcome: outcome, transfer: transfer)
-        }
         emitChanged(record)
+        tasks[id] = Self.run(record, environment: environment, for: self)
+    }
+
+    /// The task of a run. It starts on the cooperative pool, not on the manager: a task made here would wait first
+    /// for the manager's own queue, which a burst of downloads keeps full. What the run reports reaches the manager
+    /// after `start` returns, and `start` registers the task.
+    nonisolated static func run(
+        _ record: DownloadRecord, environment: RunnerEnvironment, for manager: DownloadManager
+    ) -> Task<Void, Never> {
+        Task {
+            let (outcome, transfer) = await DownloadRunner.run(record: record, environment: environment)
+            await manager.finished(record.id, outcome: outcome, transfer: transfer)
+        }
     }
 
     /// Takes in what a runner reports: the manager is the only writer of a download's record and its row. Stores
