@@ -165,6 +165,8 @@ public enum DownloadRules {
 
     /// `mirrors` as a download of `url` uses them: each once, in the order given, without `url` itself.
     public static func distinctMirrors(_ mirrors: [String], of url: String) -> [String] {
+        // Nearly every download has none: no set to hash its URL into.
+        if mirrors.isEmpty { return [] }
         var seen: Set<String> = [url]
         return mirrors.filter { seen.insert($0).inserted }
     }
