@@ -45,14 +45,20 @@ public struct TokenBucket: Sendable, Equatable {
     /// Parses a rate such as `500K`, `2M`, `1G` or `1048576` (bytes a second; K, M, G are powers of 1024, as in
     /// curl and wget). Nil when malformed or not positive.
     public static func parseRate(_ text: String) -> Int64? {
-        var digits = text.trimmingCharacters(in: .whitespaces)
+        // Read as bytes: a rate is ASCII, and the first use of Foundation's character sets and Unicode's number
+        // property cost every `haul get` more than the rest of reading its options.
+        var bytes = Array(text.trimmingHTTPSpace.utf8)
         var multiplier: Double = 1
-        if let last = digits.last, let unit = ["k": 1024.0, "m": 1_048_576.0, "g": 1_073_741_824.0][last.lowercased()] {
-            multiplier = unit
-            digits.removeLast()
+        switch bytes.last.map({ $0 | 0x20 }) {
+        case UInt8(ascii: "k"): multiplier = 1024
+        case UInt8(ascii: "m"): multiplier = 1_048_576
+        case UInt8(ascii: "g"): multiplier = 1_073_741_824
+        default: break
         }
-        guard !digits.isEmpty, digits.allSatisfy({ $0.isASCII && ($0.isNumber || $0 == ".") }),
-            let value = Double(digits),
+        if multiplier > 1 { bytes.removeLast() }
+        guard !bytes.isEmpty,
+            bytes.allSatisfy({ ($0 >= UInt8(ascii: "0") && $0 <= UInt8(ascii: "9")) || $0 == UInt8(ascii: ".") }),
+            let value = Double(String(decoding: bytes, as: UTF8.self)),
             value > 0, value * multiplier < 1e15
         else { return nil }
         return max(1, Int64(value * multiplier))
