@@ -46,7 +46,7 @@ public struct TokenBucket: Sendable, Equatable {
     /// curl and wget). Nil when malformed or not positive.
     public static func parseRate(_ text: String) -> Int64? {
         // Read as bytes: a rate is ASCII, and the first use of Foundation's character sets and Unicode's number
-        // property cost every `haul get` more than the rest of reading its options.
+        // property cost every `haul get` about a million instructions at its start.
         var bytes = Array(text.trimmingHTTPSpace.utf8)
         var multiplier: Double = 1
         switch bytes.last.map({ $0 | 0x20 }) {
