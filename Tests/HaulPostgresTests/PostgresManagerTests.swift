@@ -262,6 +262,39 @@ struct PostgresManagerTests {
         await run.value
     }
 
+    @Test("a worker counts the fleet's downloads again once its count is due, on its idle clock")
+    func fleetCountsFollow() async throws {
+        let (server, web, folder) = try await Self.setUp()
+        let location = try PostgresLocation(server.url(database: try server.createDatabase()))
+        let stores = (
+            try await PostgresStore.open(location, worker: "a"), try await PostgresStore.open(location, worker: "b")
+        )
+        Teardowns.add {
+            await stores.0.close()
+            await stores.1.close()
+        }
+        let clock = JumpClock()
+        var configuration = DownloadManager.Configuration(stateDirectory: nil)
+        configuration.store = stores.0
+        configuration.idleClock = clock
+        let counting = try DownloadManager(configuration: configuration)
+        configuration.store = stores.1
+        configuration.idleClock = ContinuousClock()
+        let adding = try DownloadManager(configuration: configuration)
+
+        await counting.followFleet()
+        let requests = (0..<20).map { index in
+            DownloadRequest(url: web.url("/\(index).bin"), destination: .file(folder + "/\(index).bin"), isPaused: true)
+        }
+        _ = try await adding.add(requests)
+        // Past any count's due time (a second, or twenty times what counting took).
+        clock.jump(by: .seconds(60))
+        await counting.followFleet()
+        #expect(await counting.stats().counts[.paused, default: 0] == 20)
+        await counting.shutdown()
+        await adding.shutdown()
+    }
+
     /// With a short lease, the renewal finds it lost; with a long one, the next checkpoint's write is refused by its
     /// fence.
     @Test(

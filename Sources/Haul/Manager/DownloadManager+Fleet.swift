@@ -156,7 +156,7 @@ extension DownloadManager {
     /// Reads what the fleet changed since the last read and claims for free slots (once a second, from `run()`).
     func followFleet() async {
         guard let leasing else { return }
-        let now = EngineClock(configuration.idleClock).now()
+        let now = engineIdleClock.now()
         let countsDue = countsDue.map { now >= $0 } ?? true
         let position = fleetPosition
         let prunes = prunedAt.map { now - $0 >= Self.eventPruneInterval } ?? true
@@ -308,7 +308,7 @@ extension DownloadManager {
         _ command: FleetCommand, for id: String, to holder: String, until isDone: (DownloadRecord) -> Bool
     ) async throws(DownloadError) {
         guard let leasing else { return }
-        let clock = EngineClock(configuration.idleClock)
+        let clock = engineIdleClock
         let started = clock.now()
         var sent: Duration?
         while clock.now() - started < .seconds(10) {

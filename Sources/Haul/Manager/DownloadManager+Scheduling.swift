@@ -137,13 +137,12 @@ extension DownloadManager {
             configuration.logger.notice(
                 "\(record.url): insecure: the server's TLS certificate is not verified; the server is not proven")
         }
-        let clock = EngineClock(configuration.clock)
-        let ownLimiter = RateLimiter(bytesPerSecond: record.rateLimit, clock: clock)
+        let ownLimiter = RateLimiter(bytesPerSecond: record.rateLimit, clock: engineClock)
         downloadLimiters[id] = ownLimiter
         let environment = RunnerEnvironment(
             transport: transport,
-            clock: clock,
-            idleClock: EngineClock(configuration.idleClock),
+            clock: engineClock,
+            idleClock: engineIdleClock,
             metronome: metronome,
             events: hub,
             settings: configuration.engine,

@@ -22,6 +22,10 @@ public actor DownloadManager {
     let hub: EventHub
     /// The running downloads' shared ticks.
     let metronome: Metronome
+    /// The clocks every run and limiter reads (`Configuration.clock`, `idleClock`): made once, as each is a set of
+    /// closures its users share.
+    let engineClock: EngineClock
+    let engineIdleClock: EngineClock
     /// The downloads: every one on one machine; in a fleet, those that run here (`DownloadManager+Lookups`).
     let catalog = Catalog()
     /// A fleet's counts per state, as the store had them at the last count, and when the next count is due (on the
@@ -132,8 +136,10 @@ public actor DownloadManager {
             logger.error("a state database write was lost: \(error.message); the record keeps its earlier values")
         }
         self.transport = transport ?? LiveTransport()
+        engineClock = EngineClock(configuration.clock)
+        engineIdleClock = EngineClock(configuration.idleClock)
         metronome = Metronome(
-            clock: EngineClock(configuration.idleClock),
+            clock: engineIdleClock,
             interval: min(configuration.engine.progressInterval, .milliseconds(100)))
         if let leasing {
             // Where the fleet's events begin for this worker: what changes from now on is read, under the store's ids.
@@ -156,7 +162,7 @@ public actor DownloadManager {
         let now = configuration.calendar.now
         scheduleEffect = timetable.effect(at: now.date, in: now.timeZone)
         globalLimiter = RateLimiter(
-            bytesPerSecond: scheduleEffect?.rate ?? settings.rateLimit, clock: EngineClock(configuration.clock))
+            bytesPerSecond: scheduleEffect?.rate ?? settings.rateLimit, clock: engineClock)
         hostConnections = HostConnections(limit: settings.maxConnectionsPerHost, granted: leasing != nil)
         if let leasing {
             // A worker of a fleet reads no downloads at start: it claims what it will run, and asks the store the
@@ -202,7 +208,7 @@ public actor DownloadManager {
     /// heartbeat (`EventSubscription.AsyncIterator.nextDelivery()`), so a quiet stream can say it is alive.
     public func run(heartbeatEvery heartbeatInterval: Int = 15) async {
         try? start()
-        let clock = EngineClock(configuration.idleClock)
+        let clock = engineIdleClock
         let renewals = Task { await renewLeases(clock: clock) }
         var seconds = 0
         while !Task.isCancelled {
