@@ -31,15 +31,30 @@ final class EventHub: Sendable {
         var subscribers: [UInt64: EventSubscriber] = [:]
         var nextSubscriber: UInt64 = 0
         var isFinished = false
-        /// Downloads that have ended (completed, failed, cancelled, removed) and not been started again.
-        var ended: Set<DownloadID> = []
-        /// Downloads whose newest event left them queued or running: while any is, more events are on their way.
-        var busy: Set<DownloadID> = []
+        /// Where each download's newest event left it, for the downloads it left busy or ended (one table, so an
+        /// event looks its download up once).
+        var phases: [DownloadID: Phase] = [:]
+        /// How many of `phases` are busy: while any is, more events are on their way.
+        var busyCount = 0
         /// A fleet's worker: ids come from the store's event log (the newest is `next - 1`'s place: `lastLogged`).
         var isFleet = false
         var lastLogged = EventID(run: 0, sequence: 0)
         /// A fleet's worker: the replay window holds every logged event after this id.
         var covered = EventID(run: 0, sequence: 0)
+
+        /// Sets where `id`'s newest event left it; nil for neither busy nor ended (paused, waiting for the network).
+        mutating func set(_ id: DownloadID, _ phase: Phase?) {
+            let old: Phase?
+            if let phase { old = phases.updateValue(phase, forKey: id) } else { old = phases.removeValue(forKey: id) }
+            busyCount += (phase == .busy ? 1 : 0) - (old == .busy ? 1 : 0)
+        }
+    }
+
+    private enum Phase {
+        /// Queued or running.
+        case busy
+        /// Completed, failed, cancelled or removed, and not started again.
+        case ended
     }
 
     private let state: Mutex<State>
@@ -129,26 +144,20 @@ final class EventHub: Sendable {
         var ends: Bool?
         switch kind.name {
         case .added, .changed:
+            let phase: Phase?
             switch kind.state {
-            case .completed, .failed, .cancelled: ends = true
-            default: ends = false
+            case .completed, .failed, .cancelled: phase = .ended
+            case .queued, .running: phase = .busy
+            default: phase = nil
             }
-            if let downloadID {
-                if kind.state == .queued || kind.state == .running {
-                    state.busy.insert(downloadID)
-                } else {
-                    state.busy.remove(downloadID)
-                }
-            }
+            ends = phase == .ended
+            if let downloadID { state.set(downloadID, phase) }
         case .removed:
             ends = true
-            if let downloadID { state.busy.remove(downloadID) }
+            if let downloadID { state.set(downloadID, .ended) }
         case .progress:
             if case .progress(let latest) = made().event { hub.progress.withLock { $0[latest.id] = latest } }
         default: break
-        }
-        if let downloadID, let ends {
-            if ends { state.ended.insert(downloadID) } else { state.ended.remove(downloadID) }
         }
         var closed: [UInt64] = []
         for (key, subscriber) in state.subscribers where subscriber.filter == nil || subscriber.filter == downloadID {
@@ -168,12 +177,14 @@ final class EventHub: Sendable {
     /// Whether the newest events left some download queued or running, so that more events are coming soon. A
     /// download loaded from the store that has sent no event yet is not counted until it does.
     var isBusy: Bool {
-        state.withLock { !$0.busy.isEmpty }
+        state.withLock { $0.busyCount > 0 }
     }
 
     /// Marks downloads that ended before this run (a subscription to one of them ends at once).
     func markEnded(_ ids: some Sequence<DownloadID>) {
-        state.withLock { $0.ended.formUnion(ids) }
+        state.withLock { state in
+            for id in ids { state.set(id, .ended) }
+        }
     }
 
     /// The newest progress of a download that is running, nil when none was reported since it started.
@@ -237,7 +248,7 @@ final class EventHub: Sendable {
                 let id = state.isFleet ? state.lastLogged : EventID(run: state.run, sequence: state.next - 1)
                 subscriber.prefill([SequencedEvent(id: id, event: snapshot())])
             }
-            if state.isFinished || (subscriber.endsWithDownload && filter.map(state.ended.contains) == true) {
+            if state.isFinished || (subscriber.endsWithDownload && filter.map { state.phases[$0] == .ended } == true) {
                 subscriber.finish()
             } else {
                 state.subscribers[state.nextSubscriber] = subscriber
