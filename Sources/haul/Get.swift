@@ -20,6 +20,10 @@ extension HaulCommand {
                 """
         )
 
+        /// The downloads added in one transaction after the first batch: large enough that a long list takes few
+        /// commits, small enough that the running downloads' reports wait little behind an add.
+        static let addBatch = 128
+
         @Argument(
             help: "The http, https or ftp URLs to download (ftpes:// for FTP with AUTH TLS, ftps:// for implicit TLS).")
         var urls: [String] = []
@@ -186,10 +190,7 @@ extension HaulCommand {
                 await output.render(events, single: list.count == 1) { id in try? await manager.result(of: id) }
             }
             var outcomes: [(url: String, outcome: Result<DownloadResult, any Error>)] = []
-            var ids: [(String, DownloadID)] = []
-            // The whole list in one transaction (a thousand single adds committed a thousand times while the first
-            // downloads ran); an item that cannot be added is told and left out, and the rest added again.
-            var pending = list.map { entry in
+            let requests = list.map { entry in
                 var options = options
                 options.mirrors = entry.mirrors
                 options.pieces = entry.pieces
@@ -205,17 +206,7 @@ extension HaulCommand {
                         options: options, origin: .commandLine)
                 )
             }
-            while !pending.isEmpty {
-                do {
-                    let added = try await manager.add(pending.map(\.request))
-                    ids += zip(pending, added).map { ($0.url, $1.id) }
-                    pending = []
-                } catch {
-                    let failed = pending.remove(at: error.index)
-                    outcomes.append((failed.url, .failure(error.error)))
-                    output.failedToAdd(url: failed.url, error.error)
-                }
-            }
+            var ids = await add(requests, to: manager, output: output, signals: signals, failures: &outcomes)
             // One wait for the whole batch (a shutdown by a signal ends it too).
             var results = await manager.results(of: ids.map(\.1))
             // A URL that answered a Metalink of several files: the others were added as downloads of their own.
@@ -236,6 +227,53 @@ extension HaulCommand {
             await manager.shutdown(pausing: true)
             await board.value
             try output.conclude(outcomes, count: list.count, signal: signals.received)
+        }
+
+        /// Adds the list in batches, the first of twice the downloads at once, so that downloads start while the rest
+        /// is added; each batch is one transaction (a thousand single adds committed a thousand times), written by the
+        /// store's thread while the manager goes on. An item that cannot be added is told and left out, and the rest
+        /// of its batch added again; a batch the store could not write is told item by item. After a signal the
+        /// manager has shut down, and what is not added yet is left out untold. Returns the downloads, in list order.
+        private func add(
+            _ requests: [(url: String, request: DownloadRequest)], to manager: DownloadManager, output: Output,
+            signals: SignalWatcher, failures: inout [(url: String, outcome: Result<DownloadResult, any Error>)]
+        ) async -> [(String, DownloadID)] {
+            var batches: [(urls: [String], added: [DownloadManager.Added], commit: DownloadStore.Commit)] = []
+            var next = 0
+            adding: while next < requests.count, signals.received == nil {
+                let size = next == 0 ? max(32, 2 * jobs) : Self.addBatch
+                var pending = requests[next..<min(requests.count, next + size)]
+                next = pending.endIndex
+                while !pending.isEmpty {
+                    do {
+                        let (added, commit) = try await manager.addDeferringCommit(pending.map(\.request))
+                        batches.append((pending.map(\.url), added, commit))
+                        pending = []
+                    } catch {
+                        if signals.received != nil { break adding }
+                        let failed = pending.remove(at: pending.startIndex + error.index)
+                        failures.append((failed.url, .failure(error.error)))
+                        output.failedToAdd(url: failed.url, error.error)
+                    }
+                }
+            }
+            var ids: [(String, DownloadID)] = []
+            for batch in batches {
+                do {
+                    try await manager.committed(batch.commit, rollingBack: batch.added)
+                    ids += zip(batch.urls, batch.added).map { ($0, $1.id) }
+                } catch {
+                    for (url, added) in zip(batch.urls, batch.added) {
+                        if added.isNew {
+                            failures.append((url, .failure(error)))
+                            output.failedToAdd(url: url, error)
+                        } else {
+                            ids.append((url, added.id))
+                        }
+                    }
+                }
+            }
+            return ids
         }
     }
 }
