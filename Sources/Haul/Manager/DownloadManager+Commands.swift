@@ -187,8 +187,7 @@ extension DownloadManager {
         settings = new
         self.timetable = timetable
         self.sorting = sorting
-        let now = configuration.calendar.now
-        scheduleEffect = timetable.effect(at: now.date, in: now.timeZone)
+        scheduleEffect = Self.effect(of: timetable, at: configuration.calendar)
         globalLimiter.setRate(rateShare(of: rateInForce))
         hostConnections.setLimit(new.maxConnectionsPerHost)
         hub.emit(.settings(reported(new)))

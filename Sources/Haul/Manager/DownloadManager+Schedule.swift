@@ -34,8 +34,7 @@ extension DownloadManager {
     /// pauses. A rule that lowers `jobs` lets the running downloads finish, as lowering `-j` does. `run()` calls it
     /// every second.
     public func checkSchedule() {
-        let now = configuration.calendar.now
-        let effect = timetable.effect(at: now.date, in: now.timeZone)
+        let effect = Self.effect(of: timetable, at: configuration.calendar)
         guard effect != scheduleEffect else { return }
         scheduleEffect = effect
         configuration.logger.notice(
@@ -49,5 +48,14 @@ extension DownloadManager {
             }
         }
         try? schedule()
+    }
+
+    /// What `timetable`'s rules change at `calendar`'s time now; nil without rules, and then the calendar is not read
+    /// (a read makes the current time zone, and the rules a Gregorian calendar in it: a start without a schedule
+    /// needs neither).
+    static func effect(of timetable: Schedule, at calendar: any CalendarClock) -> Schedule.Effect? {
+        guard !timetable.rules.isEmpty else { return nil }
+        let now = calendar.now
+        return timetable.effect(at: now.date, in: now.timeZone)
     }
 }

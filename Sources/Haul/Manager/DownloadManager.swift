@@ -159,8 +159,7 @@ public actor DownloadManager {
         settingsMirror = Mutex(settings)
         sorting = try SortRules(parsing: settings.sortRules)
         timetable = (try? Schedule(parsing: settings.schedule)) ?? Schedule()
-        let now = configuration.calendar.now
-        scheduleEffect = timetable.effect(at: now.date, in: now.timeZone)
+        scheduleEffect = Self.effect(of: timetable, at: configuration.calendar)
         globalLimiter = RateLimiter(
             bytesPerSecond: scheduleEffect?.rate ?? settings.rateLimit, clock: engineClock)
         hostConnections = HostConnections(limit: settings.maxConnectionsPerHost, granted: leasing != nil)
