@@ -36,4 +36,40 @@ struct StoreMigrationTests {
         #expect(abs((record?.createdAt.timeIntervalSince1970 ?? 0) - expected.timeIntervalSince1970) < 0.001)
         #expect(record?.completedAt != nil && record?.state == .completed)
     }
+
+    @Test("a new store gets in one step the schema the migrations make, with every migration marked applied")
+    func newStoreInOneStep() throws {
+        let stepwise = try DatabaseQueue()
+        try DownloadStore.migrator.migrate(stepwise)
+        let direct = try DatabaseQueue()
+        try DownloadStore.prepareSchema(direct)
+        let expected = try Self.schema(of: stepwise)
+        #expect(expected.contains { $0.contains("notice") }, "the schema lists the columns: \(expected)")
+        #expect(try Self.schema(of: direct) == expected)
+        let applied = try direct.read { db in try DownloadStore.migrator.appliedMigrations(db) }
+        #expect(applied == DownloadStore.migrator.migrations)
+        // A store that has its schema is left as it is.
+        try DownloadStore.prepareSchema(stepwise)
+        #expect(try Self.schema(of: stepwise) == expected)
+    }
+
+    /// Every table and index, with each column's name, type, constraints and default, and each index's columns
+    /// and condition.
+    static func schema(of queue: DatabaseQueue) throws -> [String] {
+        try queue.read { db in
+            var lines: [String] = []
+            for row in try Row.fetchAll(db, sql: "SELECT type, name, tbl_name, sql FROM sqlite_master ORDER BY name") {
+                let type: String = row["type"]
+                let name: String = row["name"]
+                let table: String = row["tbl_name"]
+                lines.append("\(type) \(name) on \(table)")
+                let pragma = type == "table" ? "table_xinfo" : "index_xinfo"
+                for column in try Row.fetchAll(db, sql: "PRAGMA \(pragma)(\(name.quotedDatabaseIdentifier))") {
+                    lines.append("  \(column)")
+                }
+                if type == "index", let sql: String = row["sql"] { lines.append("  \(sql)") }
+            }
+            return lines
+        }
+    }
 }

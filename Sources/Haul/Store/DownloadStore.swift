@@ -47,7 +47,7 @@ public struct DownloadStore: DownloadStoring {
             } else {
                 writer = try DatabasePool(path: path, configuration: configuration)
             }
-            try Self.migrator.migrate(writer)
+            try Self.prepareSchema(writer)
             folder.sync()
             self.writer = writer
             queue = CommitQueue(writer: writer, describe: Self.writeError)
@@ -62,7 +62,7 @@ public struct DownloadStore: DownloadStoring {
     public init() throws(DownloadError) {
         do {
             let queue = try DatabaseQueue()
-            try Self.migrator.migrate(queue)
+            try Self.prepareSchema(queue)
             writer = queue
             self.queue = CommitQueue(writer: queue, describe: Self.writeError)
             path = nil
@@ -82,109 +82,6 @@ public struct DownloadStore: DownloadStoring {
             }
         }
         return String(describing: error)
-    }
-
-    /// The schema's history; named, append-only, never edited once shipped.
-    static var migrator: DatabaseMigrator {
-        var migrator = DatabaseMigrator()
-        migrator.registerMigration("v1: downloads") { db in
-            try db.create(table: "download") { table in
-                table.primaryKey("id", .text)
-                table.column("url", .text).notNull()
-                table.column("finalURL", .text)
-                table.column("directory", .text)
-                table.column("destination", .text)
-                table.column("state", .text).notNull()
-                table.column("totalLength", .integer)
-                table.column("durableOffset", .integer).notNull()
-                table.column("etag", .text)
-                table.column("lastModified", .text)
-                table.column("isLastModifiedStrong", .boolean).notNull()
-                table.column("isResumable", .boolean)
-                table.column("isPartVerified", .boolean).notNull()
-                table.column("mayReplaceDestination", .boolean).notNull()
-                table.column("attempts", .integer).notNull()
-                table.column("lastError", .text)
-                table.column("options", .text).notNull()
-                table.column("priority", .integer).notNull()
-                table.column("createdAt", .datetime).notNull()
-                table.column("updatedAt", .datetime).notNull()
-            }
-            try db.create(index: "download_on_url", on: "download", columns: ["url"])
-        }
-        migrator.registerMigration("v2: queue order, prerequisites, rate limits") { db in
-            try db.alter(table: "download") { table in
-                table.add(column: "queuePosition", .double).notNull().defaults(to: 0)
-                table.add(column: "prerequisites", .text).notNull().defaults(to: "[]")
-                table.add(column: "rateLimit", .integer)
-            }
-            try db.execute(sql: "UPDATE download SET queuePosition = rowid")
-        }
-        migrator.registerMigration("v3: segments and connections") { db in
-            try db.alter(table: "download") { table in
-                table.add(column: "segments", .text)
-                table.add(column: "activeConnections", .integer).notNull().defaults(to: 0)
-            }
-        }
-        migrator.registerMigration("v3: errors, origin, completion, runs, settings") { db in
-            try db.alter(table: "download") { table in
-                table.add(column: "errorCode", .text)
-                table.add(column: "errorStatus", .integer)
-                table.add(column: "origin", .text).notNull().defaults(to: DownloadOrigin.library.rawValue)
-                table.add(column: "completedAt", .datetime)
-            }
-            // One row each time a manager opens the store: event ids carry the run, so they never repeat.
-            try db.create(table: "run") { table in
-                table.autoIncrementedPrimaryKey("id")
-                table.column("startedAt", .datetime).notNull()
-            }
-            try db.create(table: "setting") { table in
-                table.primaryKey("name", .text)
-                table.column("value", .text).notNull()
-            }
-        }
-        migrator.registerMigration("v4: destination index") { db in
-            // Choosing a folder download's name asks whether another download has it: without an index that read
-            // every row, for every download.
-            try db.create(index: "download_on_destination", on: "download", columns: ["destination"])
-        }
-        migrator.registerMigration("v5: dates as numbers") { db in
-            // New rows store seconds since 1970; earlier ones held text, which would sort after every number.
-            for column in ["createdAt", "updatedAt", "completedAt"] {
-                try db.execute(
-                    sql: """
-                        UPDATE download SET \(column) = (julianday(\(column)) - 2440587.5) * 86400.0
-                        WHERE typeof(\(column)) = 'text'
-                        """)
-            }
-        }
-        migrator.registerMigration("v6: no index on url") { db in
-            // Nothing looks a download up by URL in the store (the manager keeps its own index in memory), and every
-            // add paid for this index with a page written to the WAL.
-            try db.drop(index: "download_on_url")
-        }
-        migrator.registerMigration("v7: destination index without folder downloads") { db in
-            // A folder download has no destination until its first answer; its row needs no entry in the index
-            // (the lookup is always for a name). Every add into a folder paid for one.
-            try db.drop(index: "download_on_destination")
-            try db.execute(
-                sql: "CREATE INDEX download_on_destination ON download(destination) WHERE destination IS NOT NULL")
-        }
-        migrator.registerMigration("v8: folder and part file identities") { db in
-            // Haul writes only into the folder and the part file it recorded (device and inode); rows from before
-            // have none, and take what they find at their next start.
-            try db.alter(table: "download") { table in
-                table.add(column: "folderDevice", .integer)
-                table.add(column: "folderInode", .integer)
-                table.add(column: "partDevice", .integer)
-                table.add(column: "partInode", .integer)
-            }
-        }
-        migrator.registerMigration("v9: notices") { db in
-            // The notice of a download's end that a hook or webhook has yet to hear, as JSON (`PendingNotice`).
-            try db.alter(table: "download") { table in table.add(column: "notice", .text) }
-        }
-        return migrator
     }
 
     @Sendable private static func writeError(_ error: any Error) -> DownloadError {
