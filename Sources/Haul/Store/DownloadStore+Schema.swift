@@ -20,45 +20,101 @@ extension DownloadStore {
     }
 
     /// What `migrator` makes of an empty database, made at once: the same tables, columns (in the same order, with
-    /// the same types, constraints and defaults) and indexes, and `grdb_migrations` listing every migration.
-    /// `StoreMigrationTests` compares the two; a new migration changes both.
+    /// the same types, constraints and defaults) and indexes, and `grdb_migrations` listing every migration. The
+    /// columns and tables are the migrations' own definitions (`firstColumns`, `laterColumns`, `createRunAndSettings`);
+    /// `StoreMigrationTests` compares the two schemas.
     static func createCurrentSchema(_ db: Database) throws {
         try db.create(table: "download") { table in
-            table.primaryKey("id", .text)
-            table.column("url", .text).notNull()
-            table.column("finalURL", .text)
-            table.column("directory", .text)
-            table.column("destination", .text)
-            table.column("state", .text).notNull()
-            table.column("totalLength", .integer)
-            table.column("durableOffset", .integer).notNull()
-            table.column("etag", .text)
-            table.column("lastModified", .text)
-            table.column("isLastModifiedStrong", .boolean).notNull()
-            table.column("isResumable", .boolean)
-            table.column("isPartVerified", .boolean).notNull()
-            table.column("mayReplaceDestination", .boolean).notNull()
-            table.column("attempts", .integer).notNull()
-            table.column("lastError", .text)
-            table.column("options", .text).notNull()
-            table.column("priority", .integer).notNull()
-            table.column("createdAt", .datetime).notNull()
-            table.column("updatedAt", .datetime).notNull()
-            table.column("queuePosition", .double).notNull().defaults(to: 0)
-            table.column("prerequisites", .text).notNull().defaults(to: "[]")
-            table.column("rateLimit", .integer)
-            table.column("segments", .text)
-            table.column("activeConnections", .integer).notNull().defaults(to: 0)
-            table.column("errorCode", .text)
-            table.column("errorStatus", .integer)
-            table.column("origin", .text).notNull().defaults(to: DownloadOrigin.library.rawValue)
-            table.column("completedAt", .datetime)
-            table.column("folderDevice", .integer)
-            table.column("folderInode", .integer)
-            table.column("partDevice", .integer)
-            table.column("partInode", .integer)
-            table.column("notice", .text)
+            firstColumns(of: table)
+            for column in laterColumns { column.define(table.column(column.name, column.type)) }
         }
+        try createRunAndSettings(db)
+        try db.execute(sql: destinationIndex)
+        try db.execute(sql: "CREATE TABLE grdb_migrations (identifier TEXT NOT NULL PRIMARY KEY)")
+        let insert = try db.makeStatement(sql: "INSERT INTO grdb_migrations (identifier) VALUES (?)")
+        for identifier in migrator.migrations { try insert.execute(arguments: [identifier]) }
+    }
+
+    /// The download table's columns of the first version, in order.
+    private static func firstColumns(of table: TableDefinition) {
+        table.primaryKey("id", .text)
+        table.column("url", .text).notNull()
+        table.column("finalURL", .text)
+        table.column("directory", .text)
+        table.column("destination", .text)
+        table.column("state", .text).notNull()
+        table.column("totalLength", .integer)
+        table.column("durableOffset", .integer).notNull()
+        table.column("etag", .text)
+        table.column("lastModified", .text)
+        table.column("isLastModifiedStrong", .boolean).notNull()
+        table.column("isResumable", .boolean)
+        table.column("isPartVerified", .boolean).notNull()
+        table.column("mayReplaceDestination", .boolean).notNull()
+        table.column("attempts", .integer).notNull()
+        table.column("lastError", .text)
+        table.column("options", .text).notNull()
+        table.column("priority", .integer).notNull()
+        table.column("createdAt", .datetime).notNull()
+        table.column("updatedAt", .datetime).notNull()
+    }
+
+    /// A column of the download table added by a later migration.
+    private struct LaterColumn: Sendable {
+        let migration: String
+        let name: String
+        let type: Database.ColumnType
+        var notNull = false
+        var defaultValue: DatabaseValue?
+
+        func define(_ column: ColumnDefinition) {
+            if notNull { column.notNull() }
+            if let defaultValue { column.defaults(to: defaultValue) }
+        }
+    }
+
+    private static let queueOrder = "v2: queue order, prerequisites, rate limits"
+    private static let segments = "v3: segments and connections"
+    private static let errors = "v3: errors, origin, completion, runs, settings"
+    private static let identities = "v8: folder and part file identities"
+    private static let notices = "v9: notices"
+
+    /// The columns the migrations after the first added, in the order they added them.
+    private static let laterColumns: [LaterColumn] = [
+        LaterColumn(
+            migration: queueOrder, name: "queuePosition", type: .double, notNull: true, defaultValue: 0.databaseValue),
+        LaterColumn(
+            migration: queueOrder, name: "prerequisites", type: .text, notNull: true, defaultValue: "[]".databaseValue),
+        LaterColumn(migration: queueOrder, name: "rateLimit", type: .integer),
+        LaterColumn(migration: segments, name: "segments", type: .text),
+        LaterColumn(
+            migration: segments, name: "activeConnections", type: .integer, notNull: true, defaultValue: 0.databaseValue
+        ),
+        LaterColumn(migration: errors, name: "errorCode", type: .text),
+        LaterColumn(migration: errors, name: "errorStatus", type: .integer),
+        LaterColumn(
+            migration: errors, name: "origin", type: .text, notNull: true,
+            defaultValue: DownloadOrigin.library.rawValue.databaseValue),
+        LaterColumn(migration: errors, name: "completedAt", type: .datetime),
+        LaterColumn(migration: identities, name: "folderDevice", type: .integer),
+        LaterColumn(migration: identities, name: "folderInode", type: .integer),
+        LaterColumn(migration: identities, name: "partDevice", type: .integer),
+        LaterColumn(migration: identities, name: "partInode", type: .integer),
+        LaterColumn(migration: notices, name: "notice", type: .text),
+    ]
+
+    /// Adds the columns `migration` added to the download table.
+    private static func addColumns(of migration: String, in db: Database) throws {
+        try db.alter(table: "download") { table in
+            for column in laterColumns where column.migration == migration {
+                column.define(table.add(column: column.name, column.type))
+            }
+        }
+    }
+
+    /// The run and setting tables, as the third migration made them. One row of `run` each time a manager opens the
+    /// store: event ids carry the run, so they never repeat.
+    private static func createRunAndSettings(_ db: Database) throws {
         try db.create(table: "run") { table in
             table.autoIncrementedPrimaryKey("id")
             table.column("startedAt", .datetime).notNull()
@@ -67,71 +123,28 @@ extension DownloadStore {
             table.primaryKey("name", .text)
             table.column("value", .text).notNull()
         }
-        try db.execute(
-            sql: "CREATE INDEX download_on_destination ON download(destination) WHERE destination IS NOT NULL")
-        try db.execute(sql: "CREATE TABLE grdb_migrations (identifier TEXT NOT NULL PRIMARY KEY)")
-        let insert = try db.makeStatement(sql: "INSERT INTO grdb_migrations (identifier) VALUES (?)")
-        for identifier in migrator.migrations { try insert.execute(arguments: [identifier]) }
     }
+
+    /// A folder download has no destination until its first answer; its row needs no entry in the index (the lookup
+    /// is always for a name).
+    private static let destinationIndex =
+        "CREATE INDEX download_on_destination ON download(destination) WHERE destination IS NOT NULL"
 
     /// The schema's history; named, append-only, never edited once shipped.
     static var migrator: DatabaseMigrator {
         var migrator = DatabaseMigrator()
         migrator.registerMigration("v1: downloads") { db in
-            try db.create(table: "download") { table in
-                table.primaryKey("id", .text)
-                table.column("url", .text).notNull()
-                table.column("finalURL", .text)
-                table.column("directory", .text)
-                table.column("destination", .text)
-                table.column("state", .text).notNull()
-                table.column("totalLength", .integer)
-                table.column("durableOffset", .integer).notNull()
-                table.column("etag", .text)
-                table.column("lastModified", .text)
-                table.column("isLastModifiedStrong", .boolean).notNull()
-                table.column("isResumable", .boolean)
-                table.column("isPartVerified", .boolean).notNull()
-                table.column("mayReplaceDestination", .boolean).notNull()
-                table.column("attempts", .integer).notNull()
-                table.column("lastError", .text)
-                table.column("options", .text).notNull()
-                table.column("priority", .integer).notNull()
-                table.column("createdAt", .datetime).notNull()
-                table.column("updatedAt", .datetime).notNull()
-            }
+            try db.create(table: "download") { table in firstColumns(of: table) }
             try db.create(index: "download_on_url", on: "download", columns: ["url"])
         }
-        migrator.registerMigration("v2: queue order, prerequisites, rate limits") { db in
-            try db.alter(table: "download") { table in
-                table.add(column: "queuePosition", .double).notNull().defaults(to: 0)
-                table.add(column: "prerequisites", .text).notNull().defaults(to: "[]")
-                table.add(column: "rateLimit", .integer)
-            }
+        migrator.registerMigration(queueOrder) { db in
+            try addColumns(of: queueOrder, in: db)
             try db.execute(sql: "UPDATE download SET queuePosition = rowid")
         }
-        migrator.registerMigration("v3: segments and connections") { db in
-            try db.alter(table: "download") { table in
-                table.add(column: "segments", .text)
-                table.add(column: "activeConnections", .integer).notNull().defaults(to: 0)
-            }
-        }
-        migrator.registerMigration("v3: errors, origin, completion, runs, settings") { db in
-            try db.alter(table: "download") { table in
-                table.add(column: "errorCode", .text)
-                table.add(column: "errorStatus", .integer)
-                table.add(column: "origin", .text).notNull().defaults(to: DownloadOrigin.library.rawValue)
-                table.add(column: "completedAt", .datetime)
-            }
-            // One row each time a manager opens the store: event ids carry the run, so they never repeat.
-            try db.create(table: "run") { table in
-                table.autoIncrementedPrimaryKey("id")
-                table.column("startedAt", .datetime).notNull()
-            }
-            try db.create(table: "setting") { table in
-                table.primaryKey("name", .text)
-                table.column("value", .text).notNull()
-            }
+        migrator.registerMigration(segments) { db in try addColumns(of: segments, in: db) }
+        migrator.registerMigration(errors) { db in
+            try addColumns(of: errors, in: db)
+            try createRunAndSettings(db)
         }
         migrator.registerMigration("v4: destination index") { db in
             // Choosing a folder download's name asks whether another download has it: without an index that read
@@ -154,26 +167,15 @@ extension DownloadStore {
             try db.drop(index: "download_on_url")
         }
         migrator.registerMigration("v7: destination index without folder downloads") { db in
-            // A folder download has no destination until its first answer; its row needs no entry in the index
-            // (the lookup is always for a name). Every add into a folder paid for one.
+            // Every add into a folder paid for an entry in the index.
             try db.drop(index: "download_on_destination")
-            try db.execute(
-                sql: "CREATE INDEX download_on_destination ON download(destination) WHERE destination IS NOT NULL")
+            try db.execute(sql: destinationIndex)
         }
-        migrator.registerMigration("v8: folder and part file identities") { db in
-            // Haul writes only into the folder and the part file it recorded (device and inode); rows from before
-            // have none, and take what they find at their next start.
-            try db.alter(table: "download") { table in
-                table.add(column: "folderDevice", .integer)
-                table.add(column: "folderInode", .integer)
-                table.add(column: "partDevice", .integer)
-                table.add(column: "partInode", .integer)
-            }
-        }
-        migrator.registerMigration("v9: notices") { db in
-            // The notice of a download's end that a hook or webhook has yet to hear, as JSON (`PendingNotice`).
-            try db.alter(table: "download") { table in table.add(column: "notice", .text) }
-        }
+        // Haul writes only into the folder and the part file it recorded (device and inode); rows from before have
+        // none, and take what they find at their next start.
+        migrator.registerMigration(identities) { db in try addColumns(of: identities, in: db) }
+        // The notice of a download's end that a hook or webhook has yet to hear, as JSON (`PendingNotice`).
+        migrator.registerMigration(notices) { db in try addColumns(of: notices, in: db) }
         return migrator
     }
 }
