@@ -35,7 +35,8 @@ extension DownloadStore {
         for identifier in migrator.migrations { try insert.execute(arguments: [identifier]) }
     }
 
-    /// The download table's columns of the first version, in order.
+    /// The download table's columns of the first version, in order. Shipped: the first migration makes exactly these,
+    /// so a change of the table is a new migration, never an edit here.
     private static func firstColumns(of table: TableDefinition) {
         table.primaryKey("id", .text)
         table.column("url", .text).notNull()
@@ -79,7 +80,8 @@ extension DownloadStore {
     private static let identities = "v8: folder and part file identities"
     private static let notices = "v9: notices"
 
-    /// The columns the migrations after the first added, in the order they added them.
+    /// The columns the migrations after the first added, in the order they added them. A new column is a new entry at
+    /// the end under a new migration; a shipped entry is never edited.
     private static let laterColumns: [LaterColumn] = [
         LaterColumn(
             migration: queueOrder, name: "queuePosition", type: .double, notNull: true, defaultValue: 0.databaseValue),
