@@ -403,8 +403,9 @@ func collectURLs(
         }
         do { list += try URLList.entries(text) } catch { throw ValidationError(error.message) }
     }
+    // An input file alone is deduplicated as it is read (`URLList.entries`): a second pass hashed every URL again.
     var seen = Set<String>()
-    let entries = list.filter { seen.insert($0.url).inserted }
+    let entries = arguments.isEmpty ? list : list.filter { seen.insert($0.url).inserted }
     if output, entries.count > 1 {
         throw ValidationError("-o PATH takes one file, and there are \(entries.count): use -d DIR for several")
     }

@@ -12,7 +12,9 @@ final class FolderSyncs: @unchecked Sendable {
     /// The process's syncs: every download's renames go through the same one.
     static let shared = FolderSyncs()
 
-    private struct Progress {
+    /// One folder's syncs. A class: a caller looks its folder up once and then reads and changes this in place
+    /// while it waits (each read through the dictionary hashed the folder's identity again).
+    private final class Progress {
         /// Requests made (each a ticket), and the newest ticket covered by a finished sync.
         var requested: UInt64 = 0
         var synced: UInt64 = 0
@@ -34,28 +36,33 @@ final class FolderSyncs: @unchecked Sendable {
     /// Returns once a `perform` of the folder `folder` that started after this call has finished; `perform` syncs it.
     func sync(_ folder: FileIdentity, perform: () -> Void) {
         condition.lock()
-        var progress = folders[folder, default: Progress()]
+        let progress: Progress
+        if let known = folders[folder] {
+            progress = known
+        } else {
+            progress = Progress()
+            folders[folder] = progress
+        }
         progress.requested += 1
         let ticket = progress.requested
-        folders[folder] = progress
-        while folders[folder]!.synced < ticket {
-            if folders[folder]!.isSyncing {
+        while progress.synced < ticket {
+            if progress.isSyncing {
                 condition.wait()
                 continue
             }
             // This caller syncs, for itself and every request made until now.
-            folders[folder]!.isSyncing = true
-            let covered = folders[folder]!.requested
+            progress.isSyncing = true
+            let covered = progress.requested
             condition.unlock()
             perform()
             condition.lock()
             syncs += 1
-            folders[folder]!.synced = covered
-            folders[folder]!.isSyncing = false
+            progress.synced = covered
+            progress.isSyncing = false
             condition.broadcast()
         }
-        // The entry stays (a few numbers for each folder downloads went to): a waiter woken by this sync still reads
-        // it.
+        // The entry stays (a few numbers for each folder downloads went to): the next request for the folder shares
+        // its count.
         condition.unlock()
     }
 }

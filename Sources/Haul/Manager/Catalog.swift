@@ -91,6 +91,13 @@ final class Catalog {
 
     subscript(id: String) -> DownloadRecord? { boxes[id]?.record }
 
+    /// The prerequisites of download `id`, read in place (`nil` for an unknown id): `schedule` asks for every queued
+    /// download it looks at, and a copy of the record retains each of its strings and arrays.
+    func prerequisites(of id: String) -> [String]? { boxes[id]?.record.prerequisites }
+
+    /// The URL of download `id`, read in place.
+    func url(of id: String) -> String? { boxes[id]?.record.url }
+
     /// The id of the newest record of `target`.
     func newest(at target: Target) -> String? { byTarget[target] }
 

@@ -25,25 +25,29 @@ extension DownloadManager {
             // A `where free > 0` clause would walk the rest of the queue after the last free slot is taken: with a
             // batch of thousands queued, each finished download paid for every queued one.
             guard free > 0 else { break }
+            // The fields it needs are read from the catalog in place: a copy of the record retains each of its
+            // strings and arrays.
             guard tasks[key.id] == nil, configuration.startsStoredDownloads || sessionIDs.contains(key.id),
-                let record = catalog[key.id]
+                let prerequisites = catalog.prerequisites(of: key.id)
             else { continue }
-            if let perHost, hosts[Self.host(of: record), default: 0] >= perHost { continue }
+            let host = perHost == nil ? "" : catalog.url(of: key.id).map(Self.host(of:)) ?? ""
+            if let perHost, hosts[host, default: 0] >= perHost { continue }
             queued.append(key.id)
-            if case .ready = prerequisiteStatus(of: record) {
+            if case .ready = prerequisiteStatus(of: prerequisites) {
                 free -= 1
-                if perHost != nil { hosts[Self.host(of: record), default: 0] += 1 }
+                if perHost != nil { hosts[host, default: 0] += 1 }
             }
         }
         var failedAny = false
         for id in queued {
             guard transferring < jobLimit else { break }
-            guard let record = catalog[id] else { continue }
-            switch prerequisiteStatus(of: record) {
-            case .ready: try start(record)
+            guard let prerequisites = catalog.prerequisites(of: id) else { continue }
+            switch prerequisiteStatus(of: prerequisites) {
+            case .ready:
+                if let record = catalog[id] { try start(record) }
             case .waiting: continue
             case .failed(let reason):
-                failDependent(record, reason: reason)
+                if let record = catalog[id] { failDependent(record, reason: reason) }
                 failedAny = true
             }
         }
@@ -52,8 +56,11 @@ extension DownloadManager {
     }
 
     /// The host a download counts against for `maxDownloadsPerHost`: its URL's, lowercased.
-    static func host(of record: DownloadRecord) -> String {
-        URL(string: record.url)?.host?.lowercased() ?? ""
+    static func host(of record: DownloadRecord) -> String { host(of: record.url) }
+
+    /// The host of `url`, lowercased; empty when it has none.
+    static func host(of url: String) -> String {
+        URL(string: url)?.host?.lowercased() ?? ""
     }
 
     /// How many downloads of each host transfer now.
@@ -68,8 +75,13 @@ extension DownloadManager {
     enum PrerequisiteStatus { case ready, waiting, failed(String) }
 
     func prerequisiteStatus(of record: DownloadRecord) -> PrerequisiteStatus {
+        prerequisiteStatus(of: record.prerequisites)
+    }
+
+    /// Whether the downloads of `prerequisites` let a download that waits for them start.
+    func prerequisiteStatus(of prerequisites: [String]) -> PrerequisiteStatus {
         var waiting = false
-        for id in record.prerequisites {
+        for id in prerequisites {
             guard let prerequisite = known(id) else { return .failed("download \(id) it waits for was removed") }
             switch prerequisite.state {
             case .completed: continue
@@ -121,7 +133,7 @@ extension DownloadManager {
         if !stopWaiters.isEmpty { tellStopWaiters(record.id, holdsWork: false) }
     }
 
-    func start(_ record: DownloadRecord) throws(DownloadError) {
+    func start(_ record: consuming DownloadRecord) throws(DownloadError) {
         var record = record
         try record.apply(.started)
         // The row says it runs from the download's first write (its answer's, or its first retry's), not from a
