@@ -29,20 +29,42 @@ struct HaulCommand: AsyncParsableCommand {
 @main
 enum Main {
     static func main() async {
+        let arguments = Array(CommandLine.arguments.dropFirst())
+        // `haul get` is parsed as a command of its own: through the root, swift-argument-parser first tries the
+        // arguments as a request for a completion script (two more commands parsed) and reads the subcommand's
+        // arguments twice, and each of those steps asks the runtime for conformances it has not seen yet, each a scan
+        // of the whole binary's conformance records. `Get` names `haul` as its super-command, so its usage, help and
+        // errors read as they do through the root; completion scripts come from `haul --generate-completion-script`.
+        if arguments.first == HaulCommand.Get.configuration.commandName {
+            await run(HaulCommand.Get.self, Array(arguments.dropFirst()))
+        } else {
+            await run(HaulCommand.self, arguments)
+        }
+    }
+
+    /// Parses `arguments` with `command` as the root and runs what they name; a usage error exits 2, as the
+    /// interface promises (ArgumentParser's own default is 64).
+    static func run(_ root: any ParsableCommand.Type, _ arguments: [String]) async {
         do {
-            var command = try HaulCommand.parseAsRoot()
+            var command = try root.parseAsRoot(arguments)
             if var asyncCommand = command as? any AsyncParsableCommand {
                 try await asyncCommand.run()
             } else {
                 try command.run()
             }
         } catch {
-            // Bad usage exits 2, as the interface promises (ArgumentParser's own default is 64).
-            if HaulCommand.exitCode(for: error) == .validationFailure {
-                FileHandle.standardError.write(Data((HaulCommand.fullMessage(for: error) + "\n").utf8))
+            if root.exitCode(for: error) == .validationFailure {
+                var message = root.fullMessage(for: error)
+                if let parent = root.configuration._superCommandName {
+                    // ArgumentParser's pointer to the help leaves the super-command out.
+                    let name = root._commandName
+                    message = message.replacingOccurrences(
+                        of: "See '\(name) --help'", with: "See '\(parent) \(name) --help'")
+                }
+                FileHandle.standardError.write(Data((message + "\n").utf8))
                 exit(2)
             }
-            HaulCommand.exit(withError: error)
+            root.exit(withError: error)
         }
     }
 }

@@ -177,6 +177,19 @@ struct CommandTests {
         let help = try await HaulProcess.run(["help", "get"], in: workspace)
         #expect(help.status == 0)
         #expect(help.stdout.contains("--checksum"))
+        // `haul get` is parsed as a command of its own (`Main`); it reads as the root's subcommand all the same.
+        let ownHelp = try await HaulProcess.run(["get", "--help"], in: workspace)
+        #expect(ownHelp.status == 0)
+        #expect(ownHelp.stdout.contains("USAGE: haul get "))
+        #expect(ownHelp.stdout.contains("--checksum"))
+        #expect(ownHelp.stdout.contains("--version"))
+        let ownVersion = try await HaulProcess.run(["get", "--version"], in: workspace)
+        #expect(ownVersion.status == 0)
+        #expect(ownVersion.stdout.contains(HaulVersion.current))
+        let usage = try await HaulProcess.run(["get", "--no-such-flag"], in: workspace)
+        #expect(usage.status == 2)
+        #expect(usage.stderr.contains("Usage: haul get "))
+        #expect(usage.stderr.contains("See 'haul get --help'"))
         await server.stop()
     }
 

@@ -49,6 +49,40 @@ struct StoreRowTests {
         #expect(try store.record(id: "name")?.destination == "/tmp/other")
     }
 
+    @Test("a store this process made starts empty until something is written through it; a manager reads the rest")
+    func startedEmpty() async throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("haul-empty-\(UUID())").path
+        try FileManager.default.createDirectory(
+            atPath: directory, withIntermediateDirectories: false,
+            attributes: [.posixPermissions: 0o700])
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let made = try DownloadStore(directory: directory)
+        #expect(made.startedEmpty)
+        // The manager on it has nothing to read back, and runs as usual.
+        var configuration = DownloadManager.Configuration(stateDirectory: nil)
+        configuration.store = made
+        configuration.startsStoredDownloads = false
+        let first = try DownloadManager(configuration: configuration)
+        #expect(try await first.snapshots().isEmpty)
+        #expect(!made.startedEmpty)
+        await first.shutdown()
+        // Written before a manager starts on it: the manager reads it back.
+        let other = "\(directory)/other"
+        try FileManager.default.createDirectory(
+            atPath: other, withIntermediateDirectories: false,
+            attributes: [.posixPermissions: 0o700])
+        let written = try DownloadStore(directory: other)
+        try written.insert([Self.queued(id: "kept", url: "http://h/k", finalURL: nil, destination: "/tmp/k", etag: nil)]
+        )
+        #expect(!written.startedEmpty)
+        configuration.store = written
+        let second = try DownloadManager(configuration: configuration)
+        #expect(try await second.snapshots().map(\.id.rawValue) == ["kept"])
+        await second.shutdown()
+        // Opened again, the store was not made by this opening.
+        #expect(!(try DownloadStore(directory: other)).startedEmpty)
+    }
+
     /// A queued download's record with the given text columns.
     static func queued(id: String, url: String, finalURL: String?, destination: String, etag: String?)
         -> DownloadRecord

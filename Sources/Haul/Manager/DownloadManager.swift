@@ -129,6 +129,8 @@ public actor DownloadManager {
         } else {
             store = try DownloadStore()
         }
+        // Asked before this manager's own first write (its run).
+        let isEmpty = store.startedEmpty
         leasing = store as? any LeasingStore
         workerName = leasing?.worker ?? ProcessInfo.processInfo.hostName
         let logger = configuration.logger
@@ -169,7 +171,7 @@ public actor DownloadManager {
             fleetCounts = try leasing.counts()
         } else {
             var recovered: [DownloadRecord] = []
-            for var record in try store.allRecords() {
+            for var record in isEmpty ? [] : try store.allRecords() {
                 if record.state.isActive, configuration.recoversInterruptedDownloads {
                     // Running when the process died: queued again, in its old place.
                     try record.apply(.interruptedByExit)

@@ -82,6 +82,13 @@ package final class CommitQueue<Connection>: @unchecked Sendable {
         return isDraining
     }
 
+    /// Whether no write was ever queued.
+    package var isUntouched: Bool {
+        condition.lock()
+        defer { condition.unlock() }
+        return nextTicket == 1
+    }
+
     /// Commits made, and the writes they held.
     package var statistics: (commits: Int, writes: Int) {
         condition.lock()

@@ -6,17 +6,22 @@ extension DownloadStore {
     /// (`createCurrentSchema`), with every migration marked applied; one made by an earlier version gets the
     /// migrations it has not had. Each `ALTER TABLE` of a migration makes SQLite read the whole schema again, and every
     /// `haul get` into a new state folder, every first start of a daemon and most tests open a new store.
-    static func prepareSchema(_ writer: any DatabaseWriter) throws {
-        try writer.writeWithoutTransaction { db in
+    /// Returns whether the database was empty, and now holds the schema this call made.
+    @discardableResult
+    static func prepareSchema(_ writer: any DatabaseWriter) throws -> Bool {
+        let isNew = try writer.writeWithoutTransaction { db in
+            var isNew = false
             try db.inTransaction(.immediate) {
                 // Checked in the transaction that creates it: of two processes opening a new store at once, the
                 // second finds the schema the first made.
-                let isNew = try Int.fetchOne(db, sql: "SELECT count(*) FROM sqlite_master") == 0
+                isNew = try Int.fetchOne(db, sql: "SELECT count(*) FROM sqlite_master") == 0
                 if isNew { try createCurrentSchema(db) }
                 return .commit
             }
+            return isNew
         }
         try migrator.migrate(writer)
+        return isNew
     }
 
     /// What `migrator` makes of an empty database, made at once: the same tables, columns (in the same order, with

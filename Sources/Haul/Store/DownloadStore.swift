@@ -11,6 +11,8 @@ public struct DownloadStore: DownloadStoring {
     private let queue: CommitQueue<Database>
     /// Where the database lives; nil in memory.
     public let path: String?
+    /// Whether opening it made it.
+    private let isNew: Bool
 
     /// Opens (creating when needed) the store in `directory`, as `haul.sqlite`. Errors name the path and the cause
     /// (locked by another process, unreadable, not a database).
@@ -47,7 +49,7 @@ public struct DownloadStore: DownloadStoring {
             } else {
                 writer = try DatabasePool(path: path, configuration: configuration)
             }
-            try Self.prepareSchema(writer)
+            isNew = try Self.prepareSchema(writer)
             folder.sync()
             self.writer = writer
             queue = CommitQueue(writer: writer, describe: Self.writeError)
@@ -62,7 +64,7 @@ public struct DownloadStore: DownloadStoring {
     public init() throws(DownloadError) {
         do {
             let queue = try DatabaseQueue()
-            try Self.prepareSchema(queue)
+            isNew = try Self.prepareSchema(queue)
             writer = queue
             self.queue = CommitQueue(writer: queue, describe: Self.writeError)
             path = nil
@@ -167,6 +169,10 @@ public struct DownloadStore: DownloadStoring {
     public func flush() {
         queue.settle()
     }
+
+    /// Whether opening it made it and nothing was written through it since (`DownloadStoring.startedEmpty`): every
+    /// write of this store goes through its queue.
+    public var startedEmpty: Bool { isNew && queue.isUntouched }
 
     /// Commits made and writes they held since the store was opened (several writes a commit when they come
     /// together).

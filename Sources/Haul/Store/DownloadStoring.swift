@@ -30,6 +30,10 @@ public protocol DownloadStoring: Sendable {
     func saveSettings(_ settings: ManagerSettings) throws(DownloadError)
     /// Every record, oldest first.
     func allRecords() throws(DownloadError) -> [DownloadRecord]
+    /// Whether the store was made when it was opened and nothing was written through it since: a manager starting
+    /// on it has nothing to read back (a SQLite store's first read opens a connection of its own, a twentieth of a
+    /// one-file `haul get`). What another process adds meanwhile is known as what it adds after the start is.
+    var startedEmpty: Bool { get }
     /// Forgets a record.
     func delete(id: String) throws(DownloadError)
 }
@@ -212,6 +216,9 @@ public enum FleetCommand: Codable, Sendable, Equatable {
 }
 
 extension DownloadStoring {
+    /// A store that does not tell is read.
+    public var startedEmpty: Bool { false }
+
     /// Queues `update`; no one waits for it.
     @discardableResult
     public func submit(_ update: DownloadStore.RowUpdate) -> StoreCommit { submit(update, awaited: false) }
