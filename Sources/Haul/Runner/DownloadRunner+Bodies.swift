@@ -3,9 +3,9 @@ import HaulCore
 import Logging
 import NIOCore
 
-/// What a connection's task does, with only what it needs of the runner: it sends the request, reports the answer
-/// and waits to hear whether to take its body, then reports each chunk and waits to hear whether to read on. It never
-/// touches the machine or the part file; the loop does.
+/// What a connection's task does, with only what it needs of the runner: it sends the request and reports the answer,
+/// then reads a file's body on at once (`readsAtOnce`) or waits to hear whether to take it, and reports each chunk,
+/// reading on within the credit the loop gives back. It never touches the machine or the part file; the loop does.
 struct Connector: Sendable {
     let environment: RunnerEnvironment
     let source: String
@@ -45,12 +45,31 @@ struct Connector: Sendable {
             events.yield(.failed(id, generation, connectionError(error)))
             return
         }
+        if Self.readsAtOnce(response, source: request.source) {
+            let credit = BodyCredit()
+            let answer = DownloadRunner.Answer(response: response, take: nil, credit: credit)
+            guard events.yield(.responded(id, generation, answer)) else { return }
+            await stream(id, generation, response: response, credit: credit, events: events)
+            return
+        }
         let credit = await withCheckedContinuation { (take: CheckedContinuation<BodyCredit?, Never>) in
-            if !events.yield(.responded(id, generation, response, take: take)) {
+            let answer = DownloadRunner.Answer(response: response, take: take, credit: nil)
+            if !events.yield(.responded(id, generation, answer)) {
                 take.resume(returning: nil)
             }
         }
         if let credit { await stream(id, generation, response: response, credit: credit, events: events) }
+    }
+
+    /// Whether a task reads its answer's body on at once, within a credit of its own, while the loop decides: a 200 or
+    /// a 206 of a file, which the machine nearly always takes. Waiting for the loop's word cost a round trip between
+    /// the two tasks for every answer; a declined answer's chunks are dropped and its reading stopped, having read at
+    /// most a credit's window. A Metalink, a playlist or a manifest waits for the word (the loop may read that body
+    /// itself), as does any other status (an error's body, or a 416, is not wanted).
+    static func readsAtOnce(_ response: TransportResponse, source: Int) -> Bool {
+        let status = response.head.status
+        guard status == 200 || status == 206 else { return false }
+        return source != 0 || DownloadRunner.body(of: response.head, url: response.finalURL) == .file
     }
 
     /// Hands each chunk of an accepted answer's body to the loop, which writes it, reading ahead within the body's

@@ -121,9 +121,10 @@ enum RunOutcome: Sendable {
 ///
 /// One serial context drives the machine: the task that runs the runner. Connections are tasks that only report what
 /// happened to them as events (an answer, a chunk, a break, the end of a body) and wait for the loop's word where it
-/// decides (take this body? read on?); the loop hands every event to the machine, performs its actions, and writes
-/// every byte itself. So the machine, the part file and the runner's state are touched by that one task, no write
-/// can be in flight when the loop truncates, syncs or moves the file, and every run ends through `end(_:)`.
+/// decides (read on? take a body that may not be a file's?); the loop hands every event to the machine, performs its
+/// actions, and writes every byte itself. So the machine, the part file and the runner's state are touched by that one
+/// task, no write can be in flight when the loop truncates, syncs or moves the file, and every run ends through
+/// `end(_:)`.
 final class DownloadRunner {
     let environment: RunnerEnvironment
     let id: DownloadID
@@ -174,9 +175,8 @@ final class DownloadRunner {
         /// Events of an older generation of the same connection are stale.
         var generation: UInt64
         var task: Task<Void, Never>?
-        /// An answer whose body waits for the machine's decision; its task waits for `take` (a credit to read the
-        /// body with, or nil to drop it).
-        var answer: (response: TransportResponse, take: CheckedContinuation<BodyCredit?, Never>)?
+        /// An answer whose body waits for the machine's decision (`Event.responded`).
+        var answer: Answer?
         /// The flow control of the body it reads; stopped once the loop reads no further of it.
         var credit: BodyCredit?
         var writeback: WritebackStarter?
@@ -186,10 +186,24 @@ final class DownloadRunner {
         init(generation: UInt64) { self.generation = generation }
     }
 
+    /// An answer's head, and how its task reads the body: it waits for `take` (a credit to read the body with, or nil
+    /// to drop it), or it already reads within `credit` (`Connector.readsAtOnce`).
+    struct Answer: Sendable {
+        let response: TransportResponse
+        let take: CheckedContinuation<BodyCredit?, Never>?
+        let credit: BodyCredit?
+
+        /// The body is not taken: a waiting task hears so, a reading one stops.
+        func decline() {
+            take?.resume(returning: nil)
+            credit?.stop()
+        }
+    }
+
     /// Something that happened, for the loop. The continuations are the loop's word to the task that waits.
     enum Event: Sendable {
-        /// An answer's head arrived; its task waits to hear whether to read the body.
-        case responded(Int, UInt64, TransportResponse, take: CheckedContinuation<BodyCredit?, Never>)
+        /// An answer's head arrived.
+        case responded(Int, UInt64, Answer)
         /// A request failed, or a body failed with an error of its own kind.
         case failed(Int, UInt64, DownloadError)
         /// A chunk of a body; its task reads on within its credit's window.
@@ -210,7 +224,7 @@ final class DownloadRunner {
         /// Answers a task that waits for the loop's word with "no": the event is dropped.
         func decline() {
             switch self {
-            case .responded(_, _, _, let take): take.resume(returning: nil)
+            case .responded(_, _, let answer): answer.decline()
             case .chunk(_, _, let chunk, let credit): credit.release(chunk.readableBytes, stop: true)
             default: break
             }
@@ -336,13 +350,13 @@ final class DownloadRunner {
     func handle(_ event: Event) -> [TransferMachine.Action] {
         let time = now()
         switch event {
-        case .responded(let id, let generation, let response, let take):
+        case .responded(let id, let generation, let answer):
             guard isCurrent(id, generation) else {
-                take.resume(returning: nil)
+                answer.decline()
                 return []
             }
-            connections[id]?.answer = (response, take)
-            return machine.responseReceived(id, response.head, now: time)
+            connections[id]?.answer = answer
+            return machine.responseReceived(id, answer.response.head, now: time)
         case .failed(let id, let generation, let error):
             guard isReading(id, generation) else { return [] }
             return machine.connectionFailed(id, error, now: time, jitter: environment.settings.jitter())
@@ -452,13 +466,13 @@ final class DownloadRunner {
                 ? Self.body(of: answer.response.head, url: answer.response.finalURL) : .file
             if part == nil, kind == .metalink, !options.followedMetalink {
                 // The URL answers a Metalink: read it (it is small), and the run ends for the download to follow it.
-                defer { answer.take.resume(returning: nil) }
+                defer { answer.decline() }
                 metalink = try await readMetalink(answer.response)
                 return machine.stop()
             }
             if kind == .playlist || kind == .manifest {
                 // The URL answers an HLS playlist or a DASH manifest: read it, and the run downloads its stream instead.
-                defer { answer.take.resume(returning: nil) }
+                defer { answer.decline() }
                 let text = try await Self.readSmall(
                     answer.response, largest: Self.largestPlaylist, what: "the playlist of \(source)")
                 playlist = (text, answer.response.finalURL)
@@ -467,13 +481,18 @@ final class DownloadRunner {
             do {
                 try await prepareBody(answer.response, source: connections[id]?.source ?? 0)
             } catch {
-                answer.take.resume(returning: nil)
+                answer.decline()
                 throw error
             }
             if let part { connections[id]?.writeback = WritebackStarter(part: part, from: body.start) }
-            let credit = BodyCredit()
-            connections[id]?.credit = credit
-            answer.take.resume(returning: credit)
+            if let credit = answer.credit {
+                // Its task reads already; its chunks wait in the inbox behind the answer.
+                connections[id]?.credit = credit
+            } else {
+                let credit = BodyCredit()
+                connections[id]?.credit = credit
+                answer.take?.resume(returning: credit)
+            }
         case .discard(let id), .close(let id):
             closeConnection(id)
         case .truncate(let length):
@@ -556,7 +575,7 @@ final class DownloadRunner {
     /// still reports is stale.
     func closeConnection(_ id: Int) {
         guard let connection = connections.removeValue(forKey: id) else { return }
-        connection.answer?.take.resume(returning: nil)
+        connection.answer?.decline()
         connection.credit?.stop()
         if let task = connection.task {
             task.cancel()
