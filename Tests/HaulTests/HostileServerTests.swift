@@ -108,6 +108,25 @@ struct HostileServerTests {
         #expect(requests[2].range == nil)
     }
 
+    @Test("a declined 206 is not read on: its connection closes at once, not at the body's end")
+    func declinedBodyStops() async throws {
+        // A file's 200 or 206 is read on while the loop decides (`Connector.readsAtOnce`); this one is declined. The
+        // server sends 8 MiB a second and counts what went out until the client closed.
+        let large = testBytes(16 << 20)
+        let h = try await Harness.make()
+        var resource = FaultServer.Resource(body: large) { index, _ in
+            index == 0 ? .cut(afterBytes: Self.cut) : index == 1 ? .wrongStart(shift: 1000) : nil
+        }
+        resource.bytesPerSecond = 8 << 20
+        h.server.serve("/f", resource)
+        _ = try await h.fetch("/f")
+        #expect(h.holds("file.bin", large))
+        let requests = h.server.requests(to: "/f")
+        #expect(requests.count == 3)
+        // Read to its end, the declined answer would have sent all 16 MiB but the first 120 KB, over two seconds.
+        #expect(requests[1].bodyBytesSent < 8 << 20, "the declined body was read on: \(requests[1].bodyBytesSent)")
+    }
+
     @Test("8: a 206 to a request without Range is rejected")
     func partialWithoutRange() async throws {
         let h = try await Harness.make()
