@@ -10,7 +10,8 @@ extension HaulCommand {
         static let configuration = CommandConfiguration(
             commandName: "add",
             abstract: "Queue downloads with the running haul serve and print their ids.",
-            discussion: "Returns at once; `haul watch` shows them. The same URL to the same place is added once.")
+            discussion: "Returns at once; `haul watch` shows them. The same URL to the same place is added once."
+        ).parsedAlone()
 
         @Argument(help: "The http, https or ftp URLs.")
         var urls: [String] = []
@@ -67,14 +68,16 @@ extension HaulCommand {
     struct Pause: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
             commandName: "pause",
-            abstract: "Pause downloads of the running haul serve (their exact offsets are kept).")
+            abstract: "Pause downloads of the running haul serve (their exact offsets are kept)."
+        ).parsedAlone()
         @OptionGroup var target: Targets
         func run() async throws { try await target.apply("pause", done: "paused") }
     }
 
     struct Resume: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
-            commandName: "resume", abstract: "Queue paused downloads of haul serve again.")
+            commandName: "resume", abstract: "Queue paused downloads of haul serve again."
+        ).parsedAlone()
         @OptionGroup var target: Targets
         func run() async throws { try await target.apply("resume", done: "resumed") }
     }
@@ -82,7 +85,8 @@ extension HaulCommand {
     struct Cancel: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
             commandName: "cancel",
-            abstract: "Cancel downloads of haul serve (their part files are deleted; `haul retry` starts them again).")
+            abstract: "Cancel downloads of haul serve (their part files are deleted; `haul retry` starts them again)."
+        ).parsedAlone()
         @OptionGroup var target: Targets
         func run() async throws { try await target.apply("cancel", done: "cancelled") }
     }
@@ -95,7 +99,8 @@ extension HaulCommand {
             discussion: """
                 Asks the daemon of the state folder (or --server). Without a shared store (haul serve --store), \
                 the one worker is that daemon.
-                """)
+                """
+        ).parsedAlone()
 
         @Flag(help: "Print a JSON array for scripts.")
         var json = false
@@ -134,7 +139,8 @@ extension HaulCommand {
                 is queued or running: 0 when none failed, 1 otherwise. With --until-done --quiet it does not follow \
                 the event stream: the daemon answers one long poll when they have stopped, and the failures are \
                 printed then.
-                """)
+                """
+        ).parsedAlone()
 
         @Argument(help: "Ids, or the unique start or end of one (default: all).")
         var ids: [String] = []

@@ -8,11 +8,8 @@ import Logging
 extension HaulCommand {
     /// `haul get URL…`: download files, resuming whatever is on disk.
     struct Get: AsyncParsableCommand {
-        /// With `haul` as its super-command: `Main` parses `haul get` as a command of its own
-        /// (`HaulCommand.parse(_:)`), and its usage and help still say `haul get`.
         static let configuration = CommandConfiguration(
             commandName: "get",
-            _superCommandName: "haul",
             abstract: "Download URLs, resuming what is already on disk.",
             discussion: """
                 Several URLs (as arguments or with -i) run -j at a time; the same URL given twice is fetched once, \
@@ -20,10 +17,8 @@ extension HaulCommand {
                 are handed to it (and run under its -j) and their progress is shown from its event stream. Exit \
                 status: 0 all done; 1 a download failed; 2 bad usage; 130 after SIGINT and 143 after SIGTERM \
                 (downloads are paused with their exact offsets saved; run the same command again to resume).
-                """,
-            // Its own, as the root's: `haul get --version` answers when it is parsed alone.
-            version: HaulVersion.current
-        )
+                """
+        ).parsedAlone()
 
         /// The downloads added in one transaction after the first batch: large enough that a long list takes few
         /// commits, small enough that the running downloads' reports wait little behind an add.

@@ -10,8 +10,10 @@ import HaulCore
 /// several protocol conformances, a scan of the whole static binary's conformance records the first time, at every
 /// command's start.
 struct HaulCommand: AsyncParsableCommand {
+    /// The name `Main` gives each subcommand it parses on its own (`parsedAlone`).
+    static let name = "haul"
     static let configuration = CommandConfiguration(
-        commandName: "haul",
+        commandName: name,
         abstract: "A resumable download manager that never loses a byte it already has.",
         discussion: """
             Downloads go to NAME.part beside the destination; the destination name appears only when the file is \
@@ -30,13 +32,17 @@ struct HaulCommand: AsyncParsableCommand {
 enum Main {
     static func main() async {
         let arguments = Array(CommandLine.arguments.dropFirst())
-        // `haul get` is parsed as a command of its own: through the root, swift-argument-parser first tries the
+        // A subcommand is parsed as a command of its own: through the root, swift-argument-parser first tries the
         // arguments as a request for a completion script (two more commands parsed) and reads the subcommand's
         // arguments twice, and each of those steps asks the runtime for conformances it has not seen yet, each a scan
-        // of the whole binary's conformance records. `Get` names `haul` as its super-command, so its usage, help and
-        // errors read as they do through the root; completion scripts come from `haul --generate-completion-script`.
-        if arguments.first == HaulCommand.Get.configuration.commandName {
-            await run(HaulCommand.Get.self, Array(arguments.dropFirst()))
+        // of the whole binary's conformance records. Each subcommand names `haul` as its super-command
+        // (`parsedAlone`), so its usage, help and errors read as they do through the root; completion scripts come
+        // from `haul --generate-completion-script`. A subcommand given nothing goes through the root all the same:
+        // parsed alone, one that needs an argument would answer with its whole help instead of the usage error.
+        if arguments.count > 1, let name = arguments.first,
+            let command = HaulCommand.configuration.subcommands.first(where: { $0._commandName == name })
+        {
+            await run(command, Array(arguments.dropFirst()))
         } else {
             await run(HaulCommand.self, arguments)
         }
@@ -66,5 +72,17 @@ enum Main {
             }
             root.exit(withError: error)
         }
+    }
+}
+
+extension CommandConfiguration {
+    /// A subcommand's configuration as `Main` parses it on its own, with `haul` as the root: `haul` as its
+    /// super-command, so that its usage and help name it `haul NAME`, and the root's version (`haul NAME --version`
+    /// answers, and the help lists it, as through the root).
+    func parsedAlone() -> CommandConfiguration {
+        var configuration = self
+        configuration._superCommandName = HaulCommand.name
+        configuration.version = HaulVersion.current
+        return configuration
     }
 }

@@ -16,7 +16,8 @@ extension HaulCommand {
                 download whose link expired (a signed URL) or whose file moved: the bytes held are kept when NEW \
                 serves the same file (the same length, and the same ETag or the same bytes before each offset); \
                 another file starts again from 0, and haul says so.
-                """)
+                """
+        ).parsedAlone()
 
         @OptionGroup var target: Targets
 

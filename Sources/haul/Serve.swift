@@ -19,7 +19,7 @@ extension HaulCommand {
                 SIGTERM or SIGINT stop it within 5 s: running downloads stop with their exact offsets and resume \
                 on the next start. Settings given here (-j, --limit-rate, -x) replace the stored ones.
                 """
-        )
+        ).parsedAlone()
 
         @Option(
             help:

@@ -194,7 +194,8 @@ extension HaulCommand {
     struct List: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
             commandName: "ls",
-            abstract: "List the downloads: id, state, progress, size, open connections, destination.")
+            abstract: "List the downloads: id, state, progress, size, open connections, destination."
+        ).parsedAlone()
 
         @OptionGroup var state: StateOptions
 
@@ -268,7 +269,7 @@ extension HaulCommand {
                 Without a daemon a running download cannot be removed (stop that haul first); through a daemon it is \
                 cancelled first.
                 """
-        )
+        ).parsedAlone()
 
         @OptionGroup var state: StateOptions
 
@@ -324,7 +325,8 @@ extension HaulCommand {
     struct Clean: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
             commandName: "clean",
-            abstract: "Forget completed, cancelled and failed downloads (their files stay).")
+            abstract: "Forget completed, cancelled and failed downloads (their files stay)."
+        ).parsedAlone()
 
         @OptionGroup var state: StateOptions
 

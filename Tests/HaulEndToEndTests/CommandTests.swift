@@ -177,7 +177,7 @@ struct CommandTests {
         let help = try await HaulProcess.run(["help", "get"], in: workspace)
         #expect(help.status == 0)
         #expect(help.stdout.contains("--checksum"))
-        // `haul get` is parsed as a command of its own (`Main`); it reads as the root's subcommand all the same.
+        // A subcommand is parsed as a command of its own (`Main`); it reads as the root's subcommand all the same.
         let ownHelp = try await HaulProcess.run(["get", "--help"], in: workspace)
         #expect(ownHelp.status == 0)
         #expect(ownHelp.stdout.contains("USAGE: haul get "))
@@ -190,6 +190,15 @@ struct CommandTests {
         #expect(usage.status == 2)
         #expect(usage.stderr.contains("Usage: haul get "))
         #expect(usage.stderr.contains("See 'haul get --help'"))
+        let other = try await HaulProcess.run(["ls", "--no-such-flag"], in: workspace)
+        #expect(other.status == 2)
+        #expect(other.stderr.contains("Usage: haul ls "))
+        #expect(other.stderr.contains("See 'haul ls --help'"))
+        // Given nothing, a subcommand that needs an argument answers with its usage error, not its whole help.
+        let bare = try await HaulProcess.run(["pause"], in: workspace)
+        #expect(bare.status == 2)
+        #expect(bare.stderr.contains("Usage: haul pause "))
+        #expect(!bare.stderr.contains("OVERVIEW"))
         await server.stop()
     }
 
