@@ -45,15 +45,17 @@ struct Connector: Sendable {
             events.yield(.failed(id, generation, connectionError(error)))
             return
         }
-        if Self.readsAtOnce(response, source: request.source) {
+        // Only the download's own URL may answer a Metalink or a playlist; a mirror's answer is the file.
+        let body = request.source == 0 ? DownloadRunner.body(of: response.head, url: response.finalURL) : .file
+        if Self.readsAtOnce(status: response.head.status, body: body) {
             let credit = BodyCredit()
-            let answer = DownloadRunner.Answer(response: response, take: nil, credit: credit)
+            let answer = DownloadRunner.Answer(response: response, body: body, take: nil, credit: credit)
             guard events.yield(.responded(id, generation, answer)) else { return }
             await stream(id, generation, response: response, credit: credit, events: events)
             return
         }
         let credit = await withCheckedContinuation { (take: CheckedContinuation<BodyCredit?, Never>) in
-            let answer = DownloadRunner.Answer(response: response, take: take, credit: nil)
+            let answer = DownloadRunner.Answer(response: response, body: body, take: take, credit: nil)
             if !events.yield(.responded(id, generation, answer)) {
                 take.resume(returning: nil)
             }
@@ -66,10 +68,8 @@ struct Connector: Sendable {
     /// the two tasks for every answer; a declined answer's chunks are dropped and its reading stopped, having read at
     /// most a credit's window. A Metalink, a playlist or a manifest waits for the word (the loop may read that body
     /// itself), as does any other status (an error's body, or a 416, is not wanted).
-    static func readsAtOnce(_ response: TransportResponse, source: Int) -> Bool {
-        let status = response.head.status
-        guard status == 200 || status == 206 else { return false }
-        return source != 0 || DownloadRunner.body(of: response.head, url: response.finalURL) == .file
+    static func readsAtOnce(status: Int, body: DownloadRunner.AnswerBody) -> Bool {
+        (status == 200 || status == 206) && body == .file
     }
 
     /// Hands each chunk of an accepted answer's body to the loop, which writes it, reading ahead within the body's

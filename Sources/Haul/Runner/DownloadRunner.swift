@@ -186,10 +186,13 @@ final class DownloadRunner {
         init(generation: UInt64) { self.generation = generation }
     }
 
-    /// An answer's head, and how its task reads the body: it waits for `take` (a credit to read the body with, or nil
-    /// to drop it), or it already reads within `credit` (`Connector.readsAtOnce`).
+    /// An answer's head, what its body is, and how its task reads the body: it waits for `take` (a credit to read
+    /// the body with, or nil to drop it), or it already reads within `credit` (`Connector.readsAtOnce`).
     struct Answer: Sendable {
         let response: TransportResponse
+        /// Judged once, by the connection's task: whether it reads on at once and whether the loop reads the body
+        /// itself (a Metalink, a playlist) are the same judgement, so that a body never has two readers.
+        let body: AnswerBody
         let take: CheckedContinuation<BodyCredit?, Never>?
         let credit: BodyCredit?
 
@@ -461,9 +464,7 @@ final class DownloadRunner {
         case .stream(let id, let body):
             guard let answer = connections[id]?.answer else { return [] }
             connections[id]?.answer = nil
-            let kind =
-                connections[id]?.source == 0
-                ? Self.body(of: answer.response.head, url: answer.response.finalURL) : .file
+            let kind = answer.body
             if part == nil, kind == .metalink, !options.followedMetalink {
                 // The URL answers a Metalink: read it (it is small), and the run ends for the download to follow it.
                 defer { answer.decline() }
