@@ -27,7 +27,7 @@ only() { [ -z "${BENCH_ONLY:-}" ] || [[ ",$BENCH_ONLY," == *",$1,"* ]]; }
 for tool in aria2c nginx python3 cc curl taskset; do
     command -v "$tool" >/dev/null 2>&1 || { echo "bench: $tool is missing" >&2; exit 2; }
 done
-swift build -c release --static-swift-stdlib --product haul >/dev/null
+scripts/build-release haul >/dev/null
 haul="$(swift build -c release --show-bin-path)/haul"
 work=$(mktemp -d /tmp/haul-daemon-bench.XXXXXX)
 pids=()

@@ -29,7 +29,7 @@ only() { [ -z "${BENCH_ONLY:-}" ] || [[ ",$BENCH_ONLY," == *",$1,"* ]]; }
 for tool in nginx python3 curl runuser "$pgbin/initdb" "$pgbin/pg_ctl" "$pgbin/psql"; do
     command -v "$tool" >/dev/null 2>&1 || { echo "bench: $tool is missing" >&2; exit 2; }
 done
-swift build -c release --static-swift-stdlib --product haul >/dev/null
+scripts/build-release haul >/dev/null
 haul="$(swift build -c release --show-bin-path)/haul"
 # A worker that crashes prints its threads' backtraces into workers.err (a static binary needs the static backtracer).
 export SWIFT_BACKTRACE="enable=yes,swift-backtrace=$(dirname "$(readlink -f "$(command -v swift)")")/../libexec/swift/linux/swift-backtrace-static"

@@ -11,7 +11,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 source "$root/bench/lib.sh"
 rounds=${1:-3}
 make_work http2
-cd "$root" && swift build -c release --static-swift-stdlib --product haul >/dev/null
+cd "$root" && scripts/build-release haul >/dev/null
 haul=$root/.build/release/haul
 
 mkdir -p "$work/www"

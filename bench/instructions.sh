@@ -20,8 +20,8 @@ for tool in nginx curl valgrind callgrind_annotate objcopy python3; do
     command -v "$tool" >/dev/null 2>&1 || { echo "bench: $tool is missing (apt-get install nginx-light curl valgrind)" >&2; exit 2; }
 done
 
-swift build -c release --static-swift-stdlib --product haul >/dev/null
-swift build -c release --static-swift-stdlib --product haul-floor >/dev/null
+scripts/build-release haul >/dev/null
+scripts/build-release haul-floor >/dev/null
 bin="$(swift build -c release --show-bin-path)"
 
 make_work bench

@@ -21,7 +21,7 @@ for tool in nginx curl python3; do
     command -v "$tool" >/dev/null 2>&1 || { echo "killstorm: $tool is missing (apt-get install nginx-light curl)" >&2; exit 2; }
 done
 
-swift build -c release --static-swift-stdlib --product haul >/dev/null
+scripts/build-release haul >/dev/null
 haul="$(swift build -c release --show-bin-path 2>/dev/null)/haul"
 
 nginx_pid=

@@ -17,7 +17,7 @@ rounds=${1:-5}
 for tool in nginx curl aria2c /usr/bin/time python3; do
     command -v "$tool" >/dev/null 2>&1 || { echo "bench: $tool is missing (apt-get install nginx-light curl aria2 time)" >&2; exit 2; }
 done
-swift build -c release --static-swift-stdlib --product haul >/dev/null
+scripts/build-release haul >/dev/null
 haul="$(swift build -c release --show-bin-path)/haul"
 
 make_work mirrors

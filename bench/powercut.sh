@@ -15,7 +15,7 @@ cd "$(dirname "$0")/.."
 export PATH="/opt/swift/usr/bin:/usr/sbin:/sbin:$PATH"
 cuts=${1:-500}
 if [ -z "${HAUL:-}" ]; then
-    swift build -c release --static-swift-stdlib --product haul >/dev/null
+    scripts/build-release haul >/dev/null
     HAUL="$(swift build -c release --show-bin-path)/haul"
 fi
 exec /usr/bin/python3 -u bench/powercut.py --cuts "$cuts" --haul "$HAUL" ${POWERCUT_SEED:+--seed "$POWERCUT_SEED"}

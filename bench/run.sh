@@ -27,9 +27,9 @@ for tool in nginx curl aria2c /usr/bin/time python3 cc; do
     command -v "$tool" >/dev/null 2>&1 || { echo "bench: $tool is missing (apt-get install nginx-light curl aria2 time gcc)" >&2; exit 2; }
 done
 
-swift build -c release --static-swift-stdlib --product haul >/dev/null
+scripts/build-release haul >/dev/null
 haul="$(swift build -c release --show-bin-path)/haul"
-if only small; then swift build -c release --static-swift-stdlib --product haul-floor >/dev/null; fi
+if only small; then scripts/build-release haul-floor >/dev/null; fi
 
 # The bench never changes the machine's settings. On a VM whose host takes back free memory (virtio free page
 # reporting), a round that writes into pages handed back runs two to three times slower, whatever the tool; that is
