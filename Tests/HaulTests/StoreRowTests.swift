@@ -83,6 +83,28 @@ struct StoreRowTests {
         #expect(!(try DownloadStore(directory: other)).startedEmpty)
     }
 
+    @Test("each run is numbered and stamped with its start, stored as GRDB stores a date")
+    func runs() throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("haul-runs-\(UUID())").path
+        try FileManager.default.createDirectory(
+            atPath: directory, withIntermediateDirectories: false,
+            attributes: [.posixPermissions: 0o700])
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let before = Date()
+        let store = try DownloadStore(directory: directory)
+        let first = try store.beginRun()
+        #expect(try store.beginRun() == first + 1)
+        let after = Date()
+        let stamps = try DatabaseQueue(path: "\(directory)/haul.sqlite").read { db in
+            try Date.fetchAll(db, sql: "SELECT startedAt FROM run ORDER BY id")
+        }
+        #expect(stamps.count == 2)
+        // Stored to the millisecond, in UTC.
+        for stamp in stamps {
+            #expect(stamp.timeIntervalSince(before) > -0.001 && after.timeIntervalSince(stamp) > -0.001)
+        }
+    }
+
     /// A queued download's record with the given text columns.
     static func queued(id: String, url: String, finalURL: String?, destination: String, etag: String?)
         -> DownloadRecord

@@ -131,7 +131,7 @@ public actor DownloadManager {
         }
         // Asked before this manager's own first write (its run).
         let isEmpty = store.startedEmpty
-        leasing = store as? any LeasingStore
+        leasing = store.leasing
         workerName = leasing?.worker ?? ProcessInfo.processInfo.hostName
         let logger = configuration.logger
         store.onLostWrite { error in

@@ -245,7 +245,10 @@ public struct DownloadStore: DownloadStoring {
     /// Records a new run of a manager on this store and returns its number (1 for the first; always growing).
     public func beginRun() throws(DownloadError) -> Int64 {
         try write { db in
-            try db.execute(sql: "INSERT INTO run (startedAt) VALUES (?)", arguments: [Date()])
+            // The time as GRDB writes a date (UTC, "YYYY-MM-DD HH:MM:SS.SSS"), made by SQLite: a `Date` argument is
+            // formatted through a Gregorian calendar, which Foundation builds on its first use, and nothing else of
+            // a run needs one.
+            try db.execute(sql: "INSERT INTO run (startedAt) VALUES (strftime('%Y-%m-%d %H:%M:%f', 'now'))")
             return db.lastInsertedRowID
         }
     }

@@ -34,6 +34,9 @@ public protocol DownloadStoring: Sendable {
     /// on it has nothing to read back (a SQLite store's first read opens a connection of its own, a twentieth of a
     /// one-file `haul get`). What another process adds meanwhile is known as what it adds after the start is.
     var startedEmpty: Bool { get }
+    /// The store as one several workers share, nil for a store of one machine. Asked of the store, not found by a cast:
+    /// a cast that fails looks through every conformance the program has.
+    var leasing: (any LeasingStore)? { get }
     /// Forgets a record.
     func delete(id: String) throws(DownloadError)
 }
@@ -219,9 +222,17 @@ extension DownloadStoring {
     /// A store that does not tell is read.
     public var startedEmpty: Bool { false }
 
+    /// A store of one machine.
+    public var leasing: (any LeasingStore)? { nil }
+
     /// Queues `update`; no one waits for it.
     @discardableResult
     public func submit(_ update: DownloadStore.RowUpdate) -> StoreCommit { submit(update, awaited: false) }
+}
+
+extension LeasingStore {
+    /// A store several workers share.
+    public var leasing: (any LeasingStore)? { self }
 }
 
 /// A commit to wait for: `committed(_:)` returns when the writes before it are in the store.
