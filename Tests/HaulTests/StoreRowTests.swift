@@ -95,11 +95,17 @@ struct StoreRowTests {
         let first = try store.beginRun()
         #expect(try store.beginRun() == first + 1)
         let after = Date()
-        let stamps = try DatabaseQueue(path: "\(directory)/haul.sqlite").read { db in
-            try Date.fetchAll(db, sql: "SELECT startedAt FROM run ORDER BY id")
+        let (texts, stamps) = try DatabaseQueue(path: "\(directory)/haul.sqlite").read { db in
+            (
+                try String.fetchAll(db, sql: "SELECT startedAt FROM run ORDER BY id"),
+                try Date.fetchAll(db, sql: "SELECT startedAt FROM run ORDER BY id")
+            )
         }
         #expect(stamps.count == 2)
-        // Stored to the millisecond, in UTC.
+        // Text as GRDB writes a date, to the millisecond; read as GRDB reads one (UTC), the time of the run.
+        for text in texts {
+            #expect(text.wholeMatch(of: /\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}\.\d{3}/) != nil, "startedAt \(text)")
+        }
         for stamp in stamps {
             #expect(stamp.timeIntervalSince(before) > -0.001 && after.timeIntervalSince(stamp) > -0.001)
         }
