@@ -105,7 +105,7 @@ struct NetworkReachTests {
             ("0.0.0.0/0", "8.8.8.8", true), ("::1", "[::1]", true), ("[::1]", "::1", true),
             ("fd00::/8", "fd12:3456::1", true), ("fd00::/8", "fe80::1", false), ("10.0.0.0/8", "::ffff:1", false),
             ("localhost:80", "localhost", false), ("", "a.com", false), ("10.0.0.0/99", "10.0.0.1", false),
-            ("1.com", "10.0.0.1", false),
+            ("1.com", "10.0.0.1", false), ("a\u{600},*", "b.org", true), ("a\u{600} b.com", "b.com", true),
         ])
     func noProxy(list: String, host: String, expected: Bool) {
         #expect(NoProxyList(list).matches(host: host) == expected, "\(list) vs \(host)")

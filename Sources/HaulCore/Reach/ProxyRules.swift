@@ -210,10 +210,11 @@ public struct NoProxyList: Sendable, Hashable {
     /// The entries, trimmed and lower-cased.
     public let entries: [String]
 
-    /// Reads a list.
+    /// Reads a list. It is cut at separator scalars, not characters: a prepending mark such as U+0600 makes one
+    /// grapheme of itself and the comma after it, and that comma must still end the entry.
     public init(_ text: String) {
-        entries = text.split(whereSeparator: { $0 == "," || $0 == " " || $0 == "\t" || $0 == "\n" })
-            .map { $0.lowercased() }
+        entries = text.unicodeScalars.split(whereSeparator: { $0 == "," || $0 == " " || $0 == "\t" || $0 == "\n" })
+            .map { String(String.UnicodeScalarView($0)).lowercased() }
             .filter { !$0.isEmpty }
     }
 
