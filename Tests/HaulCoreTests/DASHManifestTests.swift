@@ -78,7 +78,32 @@ struct DASHManifestTests {
             ),
             ("<MPD mediaPresentationDuration=\"1S\"><Period/></MPD>", "the duration"),
         ]
-        for (text, why) in cases {
+        // Numbers a server may send that do not fit: each is refused, not a trap converting it to an integer.
+        func template(_ attributes: String, _ timeline: String = "") -> String {
+            "<MPD mediaPresentationDuration=\"PT3S\"><Period><AdaptationSet><Representation id=\"x\">"
+                + "<SegmentTemplate media=\"$Number$\" \(attributes)>\(timeline)</SegmentTemplate>"
+                + "</Representation></AdaptationSet></Period></MPD>"
+        }
+        let numbers: [(String, String)] = [
+            (template("timescale=\"100E0615\" duration=\"1000000\""), "timescale or startNumber"),
+            (template("timescale=\"inf\" duration=\"1\""), "timescale or startNumber"),
+            (template("duration=\"1e400\""), "neither a duration"),
+            (template("timescale=\"1e300\" duration=\"1e290\""), "more than 1000000 segments"),
+            (template("timescale=\"1e19\" duration=\"1e17\""), "segment times past 2^63"),
+            (template("startNumber=\"9223372036854775807\" duration=\"1\""), "timescale or startNumber"),
+            (
+                template("timescale=\"1e300\"", "<SegmentTimeline><S d=\"1\" r=\"-1\"/></SegmentTimeline>"),
+                "timescale of"
+            ),
+            (template("", "<SegmentTimeline><S d=\"1\" r=\"9223372036854775807\"/></SegmentTimeline>"), "more than"),
+            (
+                template("", "<SegmentTimeline><S t=\"9223372036854775806\" d=\"5\" r=\"1\"/></SegmentTimeline>"),
+                "past 2^63"
+            ),
+            (template("", "<SegmentTimeline><S t=\"-4\" d=\"5\"/></SegmentTimeline>"), "the time t="),
+            (template("timescale=\"1e18\"", "<SegmentTimeline><S d=\"1\" r=\"-1\"/></SegmentTimeline>"), "more than"),
+        ]
+        for (text, why) in cases + numbers {
             #expect(throws: DownloadError.self) { _ = try DASHManifest.parse(text) }
             do { _ = try DASHManifest.parse(text) } catch {
                 #expect(error.message.contains(why), "\(error.message)")

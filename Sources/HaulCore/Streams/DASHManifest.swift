@@ -34,6 +34,9 @@ public struct DASHManifest: Sendable, Equatable {
     /// The most segments a representation may have.
     public static let mostSegments = 1_000_000
 
+    /// Times in timescale units must stay below this, where a Double still converts to an Int64.
+    private static let largestTime = 9.2e18
+
     /// The representation of `kind` with the highest bandwidth; a video one may be named by `choice` as an HLS
     /// variant is (`1280x720`, `720p`, a bandwidth, or its id).
     public func best(_ kind: Kind, choice: String? = nil) -> Representation? {
@@ -120,9 +123,13 @@ public struct DASHManifest: Sendable, Equatable {
             func attribute(_ name: String) -> String? { templates.lazy.compactMap { $0.attributes[name] }.first }
             let timeline = templates.lazy.compactMap { $0.first("SegmentTimeline") }.first
             guard let media = attribute("media") else { throw failure("a SegmentTemplate without media") }
+            // Every count and time below is checked before it becomes an integer: a manifest is a server's text, and
+            // a timescale of 1e617 (infinity), a repeat count of Int.max or a t near 2^63 must be refused, not trap.
             let start = attribute("startNumber").flatMap { Int($0) } ?? 1
             let timescale = attribute("timescale").flatMap { Double($0) } ?? 1
-            guard timescale > 0, start >= 0 else { throw failure("a SegmentTemplate's timescale or startNumber") }
+            guard timescale.isFinite, timescale > 0, start >= 0, start <= Int.max - mostSegments else {
+                throw failure("a SegmentTemplate's timescale or startNumber")
+            }
             if let initial = attribute("initialization") {
                 made.initialization = Reference(
                     uri: try expand(initial, id: made.id, bandwidth: made.bandwidth, number: nil, time: nil),
@@ -131,31 +138,48 @@ public struct DASHManifest: Sendable, Equatable {
             var times: [(time: Int64, number: Int)] = []
             if let timeline {
                 var time: Int64 = 0
-                let end = total.map { Int64(($0 * timescale).rounded()) }
+                let end = try total.map { total throws(DownloadError) in
+                    let scaled = (total * timescale).rounded()
+                    guard scaled < Self.largestTime else {
+                        throw failure("a timescale of \(timescale) for the duration")
+                    }
+                    return Int64(scaled)
+                }
                 for entry in timeline.all("S") {
                     guard let length = entry.attributes["d"].flatMap({ Int64($0) }), length > 0 else {
                         throw failure("a SegmentTimeline S without a positive d")
                     }
-                    if let given = entry.attributes["t"].flatMap({ Int64($0) }) { time = given }
+                    if let text = entry.attributes["t"] {
+                        guard let given = Int64(text), given >= 0 else { throw failure("the time t=\"\(text)\"") }
+                        time = given
+                    }
                     let repeats = entry.attributes["r"].flatMap { Int($0) } ?? 0
+                    guard repeats < mostSegments else { throw failure("more than \(mostSegments) segments") }
                     var count = repeats + 1
                     if repeats < 0 {
                         guard let end else { throw failure("r=-1 in a timeline without a known duration") }
-                        count = Int(max(0, (end - time + length - 1) / length))
+                        // In floating point: end - time + length - 1 may pass 2^63.
+                        let left = (Double(end - time) / Double(length)).rounded(.up)
+                        guard left <= Double(mostSegments) else { throw failure("more than \(mostSegments) segments") }
+                        count = Int(max(0, left))
                     }
                     for _ in 0..<count {
                         guard times.count < mostSegments else { throw failure("more than \(mostSegments) segments") }
                         times.append((time, start + times.count))
-                        time += length
+                        let (next, overflow) = time.addingReportingOverflow(length)
+                        guard !overflow else { throw failure("segment times past 2^63") }
+                        time = next
                     }
                 }
             } else {
-                guard let length = attribute("duration").flatMap({ Double($0) }), length > 0 else {
+                guard let length = attribute("duration").flatMap({ Double($0) }), length.isFinite, length > 0 else {
                     throw failure("a SegmentTemplate with neither a duration nor a SegmentTimeline")
                 }
                 guard let total else { throw failure("an MPD without a duration: the segments cannot be counted") }
-                let count = Int((total * timescale / length).rounded(.up))
-                guard count <= mostSegments else { throw failure("more than \(mostSegments) segments") }
+                let segments = (total * timescale / length).rounded(.up)
+                guard segments <= Double(mostSegments) else { throw failure("more than \(mostSegments) segments") }
+                let count = Int(segments)
+                guard Double(count) * length < Self.largestTime else { throw failure("segment times past 2^63") }
                 times = (0..<count).map { (Int64(Double($0) * length), start + $0) }
             }
             made.segments = try times.map { entry throws(DownloadError) in
