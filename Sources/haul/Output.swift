@@ -255,7 +255,7 @@ enum Format {
 
     static func bar(_ progress: DownloadProgress) -> String {
         let speed =
-            bytes(Int64(progress.bytesPerSecond)) + "/s"
+            bytes(progress.bytesPerSecond < 9e18 ? Int64(max(0, progress.bytesPerSecond)) : .max) + "/s"
             + (progress.connections > 1 ? " x\(progress.connections)" : "")
         guard let total = progress.totalBytes, total > 0 else {
             return "\(bytes(progress.receivedBytes))  \(speed)"
@@ -265,7 +265,8 @@ enum Format {
         let filled = Int(fraction * Double(width))
         let bar = String(repeating: "#", count: filled) + String(repeating: ".", count: width - filled)
         var eta = "--:--"
-        if let left = progress.secondsRemaining, left.isFinite {
+        // A server may claim an exabyte and send a byte a second: beyond 100,000 hours there is no ETA to show.
+        if let left = progress.secondsRemaining, left.isFinite, left >= 0, left < 360_000_000 {
             let whole = Int(left.rounded())
             eta = String(format: "%d:%02d", whole / 60, whole % 60)
         }

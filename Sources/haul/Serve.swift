@@ -201,7 +201,8 @@ extension HaulCommand {
                 scale = unit.seconds
                 break
             }
-            guard let value = Double(number), value.isFinite, value > 0 else { return nil }
+            // Beyond about 290 million years the milliseconds pass Int64: such a value is refused, as a bad one is.
+            guard let value = Double(number), value.isFinite, value > 0, value * scale < 9e15 else { return nil }
             return .milliseconds(Int64((value * scale * 1000).rounded()))
         }
 

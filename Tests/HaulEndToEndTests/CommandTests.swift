@@ -165,7 +165,8 @@ struct CommandTests {
         for arguments in [
             ["get", "not a url"], ["get", "sftp://x/y"], ["get"], ["get", "http://x/y", "--timeout", "0"],
             ["get", "http://x/y", "--checksum", "sha256=12"], ["get", "http://x/y", "--header", "no colon"],
-            ["get", "http://x/y", "-o", "a", "-d", "b"], ["frobnicate"],
+            ["get", "http://x/y", "-o", "a", "-d", "b"], ["get", "http://x/y", "--hook-timeout", "1e300h"],
+            ["frobnicate"],
         ] {
             let outcome = try await HaulProcess.run(arguments, in: workspace)
             #expect(outcome.status == 2, "\(arguments): \(outcome.stderr)")
