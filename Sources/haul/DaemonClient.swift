@@ -345,7 +345,8 @@ struct RemoteEvents: Sendable {
                 error: DownloadError(
                     DownloadError.Code(named: retrying.error.code) ?? .invalidResponse, retrying.error.message,
                     status: retrying.error.httpStatus),
-                delay: .milliseconds(Int64(retrying.delaySeconds * 1000)))
+                // The daemon's number, kept within what a Duration of milliseconds holds.
+                delay: .milliseconds(Int64(min(max(0, retrying.delaySeconds), 9e15) * 1000)))
         case "restarted":
             let restarted = try decoder.decode(Components.Schemas.Restarted.self, from: data)
             return .restarted(DownloadID(restarted.id), reason: restarted.reason)

@@ -219,8 +219,8 @@ struct StreamTests {
     }
 
     /// A live playlist of the ts stream's first `count` segments, ended or not.
-    static func live(_ count: Int, ended: Bool) -> String {
-        var text = "#EXTM3U\n#EXT-X-VERSION:3\n#EXT-X-TARGETDURATION:1\n#EXT-X-MEDIA-SEQUENCE:0\n"
+    static func live(_ count: Int, ended: Bool, target: String = "1") -> String {
+        var text = "#EXTM3U\n#EXT-X-VERSION:3\n#EXT-X-TARGETDURATION:\(target)\n#EXT-X-MEDIA-SEQUENCE:0\n"
         for index in 0..<count { text += "#EXTINF:1.000000,\n../ts/index\(index).ts\n" }
         return text + (ended ? "#EXT-X-ENDLIST\n" : "")
     }
@@ -255,8 +255,9 @@ struct StreamTests {
         let whole = try await Self.probe(workspace.path("grown.ts"))
         #expect(whole.decodes && abs(whole.duration - 6) < 0.5, "\(whole)")
 
-        // Stopped (Ctrl-C) after three segments: the recording completes with them.
-        try Self.live(3, ended: false).write(toFile: playlist, atomically: true, encoding: .utf8)
+        // Stopped (Ctrl-C) after three segments: the recording completes with them. The playlist's target duration
+        // is absurd (1e300 seconds): the recording waits to reload it, and neither traps nor ignores the stop.
+        try Self.live(3, ended: false, target: "1e300").write(toFile: playlist, atomically: true, encoding: .utf8)
         let stopping = try HaulProcess(["get", url, "-o", "stopped.ts"], in: workspace)
         #expect(await waitUntil { held("stopped.ts") >= 3 })
         stopping.signal(SIGINT)

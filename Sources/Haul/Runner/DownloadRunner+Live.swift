@@ -75,7 +75,10 @@ extension DownloadRunner {
             }
             if media.isEnded { break }
             do {
-                try await environment.clock.sleep(.milliseconds(Int64(max(0.5, media.targetDuration / 2) * 1000)))
+                // Half the target duration between reloads, within half a second and an hour: the playlist is a
+                // server's text, and a target of 1e300 seconds must neither trap nor stop the recording for ever.
+                let wait = min(max(0.5, media.targetDuration / 2), 3600)
+                try await environment.clock.sleep(.milliseconds(Int64(wait * 1000)))
                 let response = try await fetcher.fetch(base, range: nil)
                 guard response.head.status == 200 else {
                     throw LinkExpiry.error(for: response.head) ?? DownloadError.httpStatus(response.head.status)

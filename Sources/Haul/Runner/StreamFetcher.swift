@@ -172,7 +172,8 @@ struct StreamFetcher: Sendable {
         let (bytes, done, total) = counter.now
         guard counter.shouldReport(at: environment.idleClock.now()) else { return }
         // The total is not known before every segment is: it is estimated from the segments held so far.
-        let estimate = done > 0 ? bytes * Int64(total) / Int64(done) : nil
+        let scaled = bytes.multipliedReportingOverflow(by: Int64(total))
+        let estimate = done > 0 && !scaled.overflow ? scaled.partialValue / Int64(done) : nil
         environment.events.emit(
             .progress(
                 DownloadProgress(
