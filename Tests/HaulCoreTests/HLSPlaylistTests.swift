@@ -70,6 +70,13 @@ struct HLSPlaylistTests {
             ("#EXTM3U\n#EXTINF:1,\n#EXT-X-BYTERANGE:10\nseg.ts", "without an offset"),
             ("#EXTM3U\n#EXT-X-STREAM-INF:RESOLUTION=1x1\nv.m3u8", "BANDWIDTH"),
             ("#EXTM3U\n#EXT-X-MAP:URI=\"unclosed", "unclosed"),
+            // Ranges of 2^50 bytes that follow each other, each starting where the one before ended: refused once the
+            // offset passes 2^50, long before 8,192 of them would pass Int64.
+            (
+                "#EXTM3U\n#EXTINF:1,\n#EXT-X-BYTERANGE:1125899906842624@0\nseg.ts\n"
+                    + String(repeating: "#EXTINF:1,\n#EXT-X-BYTERANGE:1125899906842624\nseg.ts\n", count: 9000),
+                "line 10: a byte range's offset must be a number up to 2^50"
+            ),
         ]
         for (text, why) in cases {
             #expect(throws: DownloadError.self) { _ = try HLSPlaylist.parse(text) }

@@ -109,6 +109,11 @@ public enum HLSPlaylist: Sendable, Equatable {
                     if let given = byteRange.offset {
                         offset = given
                     } else if let last = lastRange, last.uri == line {
+                        // A chain of ranges stays within the bound a given offset has: thousands of large ranges
+                        // in a row must not add up past Int64.
+                        guard last.end <= 1 << 50 else {
+                            throw failure(number, "a byte range's offset must be a number up to 2^50")
+                        }
                         offset = last.end
                     } else {
                         throw failure(number, "EXT-X-BYTERANGE without an offset follows no range of the same URI")
