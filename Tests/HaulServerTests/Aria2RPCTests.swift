@@ -113,7 +113,7 @@ struct Aria2RPCTests {
         // Pieces 0, 1 (first segment), 4 to 8 (second, the last piece short): 1100 1111 1000 0000.
         #expect(Aria2Status.bitfield(of: Self.snapshot(.running, total: 9 << 20 - 5, segments: segments)) == "cf80")
         #expect(Aria2Status.bitfield(of: Self.snapshot(.queued)) == nil)
-        // A length a server claims within a piece of Int64.max: too many pieces to draw, and no overflow.
+        // A length within a piece of Int64.max: too many pieces to draw, and no overflow.
         #expect(Aria2Status.bitfield(of: Self.snapshot(.running, total: .max, segments: nil)) == nil)
     }
 

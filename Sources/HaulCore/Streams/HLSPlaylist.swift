@@ -70,6 +70,9 @@ public enum HLSPlaylist: Sendable, Equatable {
     /// The most segments a playlist may list.
     public static let mostSegments = 1_000_000
 
+    /// The largest byte range's length and offset, given or reached by a chain of ranges without offsets.
+    static let largestRange: Int64 = 1 << 50
+
     /// Parses `text`; the error names the line that is wrong.
     public static func parse(_ text: String) throws(DownloadError) -> HLSPlaylist {
         var lines = text.split(omittingEmptySubsequences: false, whereSeparator: { $0 == "\n" || $0 == "\r\n" })
@@ -111,7 +114,7 @@ public enum HLSPlaylist: Sendable, Equatable {
                     } else if let last = lastRange, last.uri == line {
                         // A chain of ranges stays within the bound a given offset has: thousands of large ranges
                         // in a row must not add up past Int64.
-                        guard last.end <= 1 << 50 else {
+                        guard last.end <= largestRange else {
                             throw failure(number, "a byte range's offset must be a number up to 2^50")
                         }
                         offset = last.end
@@ -237,11 +240,11 @@ public enum HLSPlaylist: Sendable, Equatable {
     /// `n[@o]`.
     private static func parseRange(_ text: String, line: Int) throws(DownloadError) -> (length: Int64, offset: Int64?) {
         let parts = text.split(separator: "@", maxSplits: 1, omittingEmptySubsequences: false)
-        guard let length = Int64(parts[0]), length > 0, length <= 1 << 50 else {
+        guard let length = Int64(parts[0]), length > 0, length <= largestRange else {
             throw failure(line, "a byte range needs a positive length")
         }
         guard parts.count == 2 else { return (length, nil) }
-        guard let offset = Int64(parts[1]), offset >= 0, offset <= 1 << 50 else {
+        guard let offset = Int64(parts[1]), offset >= 0, offset <= largestRange else {
             throw failure(line, "a byte range's offset must be a number")
         }
         return (length, offset)

@@ -144,7 +144,7 @@ enum Aria2Status {
     /// every byte of it is held.
     static func bitfield(of snapshot: DownloadSnapshot) -> String? {
         guard let total = snapshot.totalBytes, total > 0 else { return nil }
-        // Rounded up without adding first: a length a server claims may lie within a piece of Int64.max.
+        // Rounded up without adding first: HTTP lengths stop at 2^60, but the snapshot's type allows Int64.max.
         let count = Int(total / pieceLength + (total % pieceLength == 0 ? 0 : 1))
         // 2 MiB of hex for a 4 TiB file at most; more than a client would draw.
         guard count <= 1 << 22 else { return nil }
