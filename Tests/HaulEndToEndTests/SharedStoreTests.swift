@@ -133,7 +133,10 @@ struct SharedStoreTests {
 
         // a wakes: its lease is gone, so it stops the download; it stored nothing, and the file is as b left it.
         a.haul.signal(SIGCONT)
-        try await waitUntilState("completed", of: id, on: a)
+        // One long poll of a's answers once a hears the download ended: it completed on b.
+        let waited = try await a.call(.GET, "/api/v1/wait?download=\(id)&timeout=20").body as? [String: Any] ?? [:]
+        #expect(waited["done"] as? Bool == true, "\(waited)")
+        #expect((waited["downloads"] as? [[String: Any]])?.first?["state"] as? String == "completed", "\(waited)")
         #expect(try await a.download(id)["state"] as? String == "completed")
         let stopped = await a.stop(SIGTERM)
         #expect(stopped.stderr.contains("download \(id) was taken over by another worker"), "\(stopped.stderr)")
@@ -249,7 +252,7 @@ struct SharedStoreTests {
         let ids = try await workers[0].add(bodies.indices.map { web.url("/\($0).bin") }, into: shared.files)
         #expect(ids.count == bodies.count)
         // Mid-run: some done, some transferring.
-        try await waitUntilState("completed", of: ids[0], on: workers[0])
+        #expect(try await workers[0].waitUntilStopped(ids[0])["state"] as? String == "completed")
         try database.stopServer()
         try database.start()
         for id in ids {
@@ -447,20 +450,13 @@ struct Fleet {
     func execute(_ sql: String) throws -> String { try database.execute(sql, database: name) }
 }
 
-/// Returns once `worker` shows download `id` with at least `bytes` received (mid-download), polling its API.
+/// Returns once `worker`'s event stream shows download `id` with at least `bytes` received (mid-download): in the
+/// snapshot the stream opens with, or in a progress event after it.
 func waitUntilReceived(_ bytes: Int, of id: String, on worker: DaemonProcess) async throws {
-    let deadline = ContinuousClock.now + .seconds(30)
-    while try await worker.download(id)["receivedBytes"] as? Int ?? 0 < bytes, ContinuousClock.now < deadline {
-        try await Task.sleep(for: .milliseconds(20))
+    let events = try await readEvents(from: worker, after: nil, download: id) { events in
+        events.contains { $0.download == id && $0.receivedBytes ?? 0 >= bytes }
     }
-}
-
-/// Returns once `worker` shows download `id` in `state`, polling its API.
-func waitUntilState(_ state: String, of id: String, on worker: DaemonProcess) async throws {
-    let deadline = ContinuousClock.now + .seconds(30)
-    while try await worker.download(id)["state"] as? String != state, ContinuousClock.now < deadline {
-        try await Task.sleep(for: .milliseconds(20))
-    }
+    #expect(events.contains { $0.download == id && $0.receivedBytes ?? 0 >= bytes }, "\(bytes) bytes of \(id) arrived")
 }
 
 /// An event id (`TRANSACTION-NUMBER` in a fleet) as numbers that order as the ids do.
@@ -473,19 +469,23 @@ struct StreamEvent: Sendable {
     var event: String
     var download: String?
     var state: String?
+    /// The download's bytes, in a progress event or a snapshot of the stream of one download.
+    var receivedBytes: Int?
 }
 
-/// Reads `daemon`'s event stream (with `Last-Event-ID: after` when given) until `done` holds for the events read, or
-/// 30 s have passed; curl reads the stream, and is stopped then.
+/// Reads `daemon`'s event stream (with `Last-Event-ID: after` when given; only `download`'s events when given) until
+/// `done` holds for the events read, or 30 s have passed; curl reads the stream, and is stopped then.
 func readEvents(
-    from daemon: DaemonProcess, after: String?, until done: @escaping @Sendable ([StreamEvent]) -> Bool
+    from daemon: DaemonProcess, after: String?, download: String? = nil,
+    until done: @escaping @Sendable ([StreamEvent]) -> Bool
 ) async throws -> [StreamEvent] {
     let curl = try #require(executable("curl"), "curl is installed by .ci/run")
     let process = Process()
     process.executableURL = URL(fileURLWithPath: curl)
     process.arguments =
         ["-sN", "--max-time", "30", "-H", "Authorization: Bearer \(daemon.token)"]
-        + (after.map { ["-H", "Last-Event-ID: \($0)"] } ?? []) + ["\(daemon.url)/api/v1/events"]
+        + (after.map { ["-H", "Last-Event-ID: \($0)"] } ?? [])
+        + ["\(daemon.url)/api/v1/events" + (download.map { "?download=\($0)" } ?? "")]
     let output = Pipe()
     process.standardOutput = output
     try process.run()
@@ -512,10 +512,20 @@ func readEvents(
                         {
                             event.download = object["id"] as? String
                             event.state = object["state"] as? String
-                        } else if name == "removed", let data = current["data"]?.data(using: .utf8),
+                        } else if ["removed", "progress"].contains(name),
+                            let data = current["data"]?.data(using: .utf8),
                             let object = try? JSONSerialization.jsonObject(with: data) as? [String: Any]
                         {
                             event.download = object["id"] as? String
+                            event.receivedBytes = object["receivedBytes"] as? Int
+                        } else if name == "snapshot", download != nil, let data = current["data"]?.data(using: .utf8),
+                            let object = try? JSONSerialization.jsonObject(with: data) as? [String: Any],
+                            let shown = (object["downloads"] as? [[String: Any]])?.first
+                        {
+                            // A stream of one download opens with that download alone.
+                            event.download = shown["id"] as? String
+                            event.state = shown["state"] as? String
+                            event.receivedBytes = shown["receivedBytes"] as? Int
                         }
                         events.append(event)
                         if done(events) { return events }

@@ -337,4 +337,64 @@ struct PostgresManagerTests {
         #expect(!store.holds(id.rawValue))
         #expect(try server.execute("SELECT worker FROM download WHERE id = '\(id)'", database: database) == "thief")
     }
+
+    @Test(
+        "a worker hears from the fleet's feed that its running download completed elsewhere, then finds its lease lost: waits for it end, its result is the finished file, and its subscribers hear it completed"
+    )
+    func completedElsewhereWhileRunningHere() async throws {
+        let (server, web, folder) = try await Self.setUp()
+        let body = testBytes(8 << 20, seed: 9)
+        web.serve("/slow.bin", .init(body: body, bytesPerSecond: 1 << 20))
+        let database = try server.createDatabase()
+        let store = try await PostgresStore.open(
+            try PostgresLocation(server.url(database: database)), worker: "a", lease: .seconds(60))
+        Teardowns.add { await store.close() }
+        var configuration = DownloadManager.Configuration(stateDirectory: nil)
+        configuration.store = store
+        configuration.engine.jitter = { 1 }
+        // No checkpoint's write meets the fence: the test says when the lease is found lost. Without `run()`, no
+        // renewal or read of the feed comes but those the test makes.
+        configuration.engine.checkpointInterval = .seconds(3_600)
+        configuration.engine.checkpointBytes = 1 << 40
+        let manager = try DownloadManager(configuration: configuration)
+        let path = folder + "/slow.bin"
+        let id = try await manager.add(web.url("/slow.bin"), to: .file(path))
+        for await event in manager.events(for: id) {
+            if case .progress(let progress) = event, progress.receivedBytes > 0 { break }
+        }
+
+        // Another worker took it over and finished it: the file is in place and the row says so.
+        #expect(FileManager.default.createFile(atPath: path, contents: Data(body)))
+        try server.execute(
+            "UPDATE download SET worker = 'thief', lease = nextval('lease_number'), "
+                + "\"leaseExpires\" = now() + interval '1 hour', state = 'completed', \"durableOffset\" = \(body.count), "
+                + "\"totalLength\" = \(body.count) WHERE id = '\(id)'",
+            database: database)
+        // This worker reads of it while its own run still holds the download, then finds its lease lost.
+        await manager.followFleet()
+        let events = manager.events(for: id)
+        #expect(!(await manager.haveStopped([id])), "the run here goes on until the lease is found lost")
+        await manager.leaseLost(id.rawValue)
+
+        // Bounded, so that a wait that is never told fails the test instead of hanging it.
+        let told = await withTaskGroup(of: Bool.self) { group in
+            group.addTask {
+                await manager.waitUntilStopped([id])
+                for await event in events where event.state == .completed { return true }
+                return false
+            }
+            group.addTask {
+                try? await Task.sleep(for: .seconds(30))
+                return false
+            }
+            let first = await group.next() ?? false
+            group.cancelAll()
+            return first
+        }
+        #expect(told, "the wait for the download ended, and a subscriber heard it completed")
+        #expect(await manager.haveStopped([id]))
+        let result = try await manager.result(of: id)
+        #expect(result.path == path && result.bytes == Int64(body.count) && result.wasAlreadyComplete)
+        await manager.shutdown()
+    }
 }
