@@ -65,6 +65,26 @@ extension DownloadManager {
         task.cancel()
     }
 
+    /// A run here ended on a lost lease: another worker holds the download now, and nothing of this run is stored. The
+    /// fleet's feed passed over what it told of the download while this run held it (`adopt`), so it is taken in as
+    /// the store has it now: waits for it and subscribers hear how it stands (it may have completed elsewhere
+    /// meanwhile).
+    func runEndedOnLostLease(_ id: String) {
+        if let record = catalog[id] { catalog.forget(record) }
+        leasing?.release(id)
+        do {
+            if let current = try current(id) {
+                adopt([current])
+                emitChanged(current)
+            }
+        } catch {
+            configuration.logger.error(
+                "cannot read download \(id), taken over by another worker: \(error.message); waits for it here hear of it with the fleet's next change of it"
+            )
+        }
+        try? schedule()
+    }
+
     /// Renews this worker's leases (and tells its heartbeat) at once and then every third of their length, until the
     /// calling task is cancelled.
     func renewLeases(clock: EngineClock) async {

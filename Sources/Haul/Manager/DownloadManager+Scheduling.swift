@@ -263,22 +263,7 @@ extension DownloadManager {
         var reason = stopReasons.removeValue(forKey: id)
         if let leasing, !leasing.holds(id) { reason = .leaseLost }
         if reason == .leaseLost {
-            // Another worker holds it now: nothing of this run is stored. The fleet's feed passed over what it told of
-            // the download while this run held it (`adopt`), so it is taken in as the store has it now: waits for it
-            // and subscribers hear how it stands (it may have completed elsewhere meanwhile).
-            if let record = catalog[id] { catalog.forget(record) }
-            leasing?.release(id)
-            do {
-                if let current = try current(id) {
-                    adopt([current])
-                    emitChanged(current)
-                }
-            } catch {
-                configuration.logger.error(
-                    "cannot read download \(id), taken over by another worker: \(error.message); waits for it here hear of it with the fleet's next change of it"
-                )
-            }
-            try? schedule()
+            runEndedOnLostLease(id)
             return
         }
         defer { leasing?.release(id) }
