@@ -185,6 +185,7 @@ let package = Package(
             dependencies: [
                 "Haul", "HaulTesting", .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Tracing", package: "swift-distributed-tracing"),
+                .product(name: "NIOEmbedded", package: "swift-nio"), .product(name: "NIOHTTP1", package: "swift-nio"),
             ]
         ),
         .testTarget(
@@ -201,7 +202,9 @@ let package = Package(
         ),
         .testTarget(
             name: "HaulPostgresTests",
-            dependencies: ["HaulPostgres", "Haul", "HaulTesting", .product(name: "PostgresNIO", package: "postgres-nio")]
+            dependencies: [
+                "HaulPostgres", "Haul", "HaulTesting", .product(name: "PostgresNIO", package: "postgres-nio"),
+            ]
         ),
         .testTarget(
             name: "HaulServerTests",

@@ -79,17 +79,26 @@ struct Connector: Sendable {
     ) async {
         let limiters = environment.limiters
         do {
+            var isLeft = false
             for try await chunk in response.body {
                 let count = chunk.readableBytes
-                if !events.yield(.chunk(id, generation, chunk, credit: credit)) { return }
-                guard await credit.handOver(count) else { return }
+                guard events.yield(.chunk(id, generation, chunk, credit: credit)), await credit.handOver(count) else {
+                    isLeft = true
+                    break
+                }
                 for limiter in limiters {
                     try await limiter.acquire(count) { events.yield(.throttled(id, generation)) }
                 }
             }
+            // Left before its end (its reader is gone with the loop): the host's slot is held until the connection
+            // is closed, as the server sees it.
+            if isLeft { return await response.settled?() ?? () }
             events.yield(.bodyEnded(id, generation))
         } catch {
-            if Task.isCancelled || error is CancellationError { return }
+            if Task.isCancelled || error is CancellationError {
+                await response.settled?()
+                return
+            }
             if let error = error as? DownloadError {
                 events.yield(.failed(id, generation, error))
                 return

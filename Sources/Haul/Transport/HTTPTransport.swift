@@ -45,12 +45,21 @@ public struct TransportResponse: Sendable {
     public var finalURL: URL
     /// The body chunks, in order; throws when the connection breaks.
     public var body: any AsyncSequence<ByteBuffer, any Error> & Sendable
+    /// For a body left before its end (its iterator dropped): returns once the transport has closed the connection
+    /// that carried it, or that connection finished the answer after all. A limit of connections to a host counts
+    /// the connection until then (`HostConnections`): the server still has it open. Nil when the transport has no
+    /// connection to wait for.
+    public var settled: (@Sendable () async -> Void)?
 
     /// Makes a response.
-    public init(head: ResponseHead, finalURL: URL, body: any AsyncSequence<ByteBuffer, any Error> & Sendable) {
+    public init(
+        head: ResponseHead, finalURL: URL, body: any AsyncSequence<ByteBuffer, any Error> & Sendable,
+        settled: (@Sendable () async -> Void)? = nil
+    ) {
         self.head = head
         self.finalURL = finalURL
         self.body = body
+        self.settled = settled
     }
 }
 

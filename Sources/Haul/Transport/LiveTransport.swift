@@ -23,6 +23,10 @@ public final class LiveTransport: HTTPTransport {
     private static let sharedClient = HTTPClient(
         eventLoopGroupProvider: .shared(MultiThreadedEventLoopGroup.singleton), configuration: baseConfiguration())
 
+    /// Whether the clients may use HTTP/2 (`HAUL_HTTP_VERSION=2`, for the benchmark): then one connection carries
+    /// several requests, and no request is watched (`ConnectionWatch`).
+    static let usesHTTP2 = ProcessInfo.processInfo.environment["HAUL_HTTP_VERSION"] == "2"
+
     /// The configuration of every client of the process (the shared one and one per tunnelling proxy).
     static func baseConfiguration() -> HTTPClient.Configuration {
         var configuration = HTTPClient.Configuration(
@@ -41,8 +45,7 @@ public final class LiveTransport: HTTPTransport {
         // HTTP/1.1: several connections per file mean several TCP connections, each with its own window; with
         // HTTP/2, AsyncHTTPClient multiplexes every request to a host onto one connection, and measured slower
         // (bench/http2.sh, README "Networks"). `HAUL_HTTP_VERSION=2` turns it on, for that benchmark.
-        configuration.httpVersion =
-            ProcessInfo.processInfo.environment["HAUL_HTTP_VERSION"] == "2" ? .automatic : .http1Only
+        configuration.httpVersion = usesHTTP2 ? .automatic : .http1Only
         // Larger socket reads mean fewer body chunks, and so fewer hops between the event loop and the writing task:
         // a measured difference on fast links. The bound per read keeps memory flat.
         configuration.http1_1ConnectionDebugInitializer = { channel in
@@ -59,6 +62,9 @@ public final class LiveTransport: HTTPTransport {
                     // Between AsyncHTTPClient's request writer and the encoder: the plain-proxy route's target.
                     let encoder = try pipeline.handler(type: HTTPRequestEncoder.self)
                     try pipeline.addHandler(ProxyTargetHandler(), position: .after(encoder))
+                    // Where requests and answers are HTTP parts: when each request is settled.
+                    let decoder = try pipeline.handler(type: ByteToMessageHandler<HTTPResponseDecoder>.self)
+                    try pipeline.addHandler(ConnectionWatchHandler(), position: .after(decoder))
                 }
             }
         }
@@ -96,7 +102,7 @@ public final class LiveTransport: HTTPTransport {
                 // Credentials are for the host they were given for, never for a mirror or a redirect's target.
                 headers.removeAll { headerNamesEqual($0.name, "authorization") || headerNamesEqual($0.name, "cookie") }
             }
-            let response = try await exchange(
+            let (response, watched) = try await exchange(
                 url: url, host: host ?? "", headers: headers, tls: request.tls, network: request.network,
                 isOwnHost: isOwnHost, environment: environment)
             let status = Int(response.status.code)
@@ -107,7 +113,9 @@ public final class LiveTransport: HTTPTransport {
                     headers: response.headers.map { (name: $0.name, value: $0.value) }
                 )
                 if LinkExpiry.readsBody(status: status) { head.errorText = await Self.errorText(of: response) }
-                return TransportResponse(head: head, finalURL: url, body: response.body)
+                var settled: (@Sendable () async -> Void)?
+                if let watched { settled = { await ConnectionWatch.shared.settled(watched) } }
+                return TransportResponse(head: head, finalURL: url, body: response.body, settled: settled)
             }
             guard let next = URL(string: location, relativeTo: url)?.absoluteURL,
                 let scheme = next.scheme?.lowercased(), scheme == "http" || scheme == "https"
@@ -145,11 +153,12 @@ public final class LiveTransport: HTTPTransport {
     }
 
     /// One request to `url` (no redirect followed): through the proxy the rules choose, with the cookies that match,
-    /// answering the server's challenge with the download's credentials (only on its own host) or `.netrc`'s.
+    /// answering the server's challenge with the download's credentials (only on its own host) or `.netrc`'s. Returns
+    /// the answer and the token its request was watched under (`ConnectionWatch`).
     private func exchange(
         url: URL, host: String, headers: [(name: String, value: String)], tls options: TLSOptions,
         network: NetworkOptions, isOwnHost: Bool, environment: [String: String]
-    ) async throws -> HTTPClientResponse {
+    ) async throws -> (HTTPClientResponse, watched: UInt64?) {
         let scheme = url.scheme?.lowercased() ?? "http"
         // Only a TLS connection reads the roots: on plain HTTP (as curl does) no certificate is loaded, and the
         // request's configuration stays nil, which AsyncHTTPClient would otherwise hash into the connection pool's
@@ -180,18 +189,18 @@ public final class LiveTransport: HTTPTransport {
                 sent.append(("Authorization", authorization))
                 answeredChallenge = true
             }
-            let response = try await execute(url: url, headers: sent, tls: tls, proxy: proxy)
+            let (response, watched) = try await execute(url: url, headers: sent, tls: tls, proxy: proxy)
             if response.status.code == 407, let proxy, proxy.kind == .http, scheme == "http" {
                 throw Self.proxyAuthenticationError(proxy)
             }
-            guard response.status.code == 401, !userAuthorizes, retries < 2 else { return response }
+            guard response.status.code == 401, !userAuthorizes, retries < 2 else { return (response, watched) }
             if !lookedUp {
                 credentials = try Self.credentials(for: url, network: network, isOwnHost: isOwnHost)
                 lookedUp = true
             }
-            guard let credentials else { return response }
+            guard let credentials else { return (response, watched) }
             let challenges = AuthChallenge.parse(response.headers["WWW-Authenticate"])
-            guard let chosen = HTTPAuthentication.choose(challenges) else { return response }
+            guard let chosen = HTTPAuthentication.choose(challenges) else { return (response, watched) }
             let stale = chosen.parameters["stale"]?.lowercased() == "true"
             if answeredChallenge, !stale {
                 throw DownloadError(
@@ -246,7 +255,7 @@ public final class LiveTransport: HTTPTransport {
     private func execute(
         url: URL, headers: [(name: String, value: String)], tls: TLSConfiguration?, proxy: ProxyEndpoint?
     )
-        async throws -> HTTPClientResponse
+        async throws -> (HTTPClientResponse, watched: UInt64?)
     {
         var request: HTTPClientRequest
         var client = self.client
@@ -272,8 +281,10 @@ public final class LiveTransport: HTTPTransport {
         request.method = .GET
         request.tlsConfiguration = tls
         for (name, value) in headers { request.headers.add(name: name, value: value) }
+        let watched = Self.usesHTTP2 ? nil : ConnectionWatch.shared.token()
+        if let watched { request.headers.add(name: ConnectionWatch.header, value: String(watched)) }
         do {
-            return try await client.execute(request, timeout: .hours(24 * 365))
+            return (try await client.execute(request, timeout: .hours(24 * 365)), watched)
         } catch {
             if proxy == nil, url.scheme?.lowercased() == "https", let host = url.host,
                 case .certificateRejected = Self.classify(error, connecting: true),
