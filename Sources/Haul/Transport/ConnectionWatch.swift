@@ -6,10 +6,10 @@ import Synchronization
 ///
 /// AsyncHTTPClient closes such a connection when the body's reader goes away, on the connection's event loop, a
 /// moment after the reader stopped; it says nothing of it to the reader. A limit of connections to a host
-/// (`HostConnections`) that freed the connection's slot when the reader stopped let the next connection open while
-/// the server still had the old one: one more than the limit, for that moment. So each request carries a token in a
-/// header of its own (`header`), which `ConnectionWatchHandler` takes out of the request in the connection's pipeline,
-/// and the token is in flight until the connection finishes the answer or closes (`settled`).
+/// (`HostConnections`) must count the connection until then: were its slot freed when the reader stopped, the next
+/// connection could open while the server still has the old one, one more than the limit. So each request carries a
+/// token in a header of its own (`header`), which `ConnectionWatchHandler` takes out of the request in the
+/// connection's pipeline, and the token is in flight until the connection finishes the answer or closes (`settled`).
 final class ConnectionWatch: Sendable {
     static let shared = ConnectionWatch()
 
