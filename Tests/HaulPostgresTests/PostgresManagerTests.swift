@@ -339,7 +339,7 @@ struct PostgresManagerTests {
     }
 
     @Test(
-        "a worker hears from the fleet's feed that its running download completed elsewhere, then finds its lease lost: waits for it end, its result is the finished file, and its subscribers hear it completed"
+        "a worker hears from the fleet's feed that its running download completed elsewhere, then finds its lease lost: its waits end, its result is the finished file, and its subscribers hear it completed"
     )
     func completedElsewhereWhileRunningHere() async throws {
         let (server, web, folder) = try await Self.setUp()

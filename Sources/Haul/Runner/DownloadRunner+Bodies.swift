@@ -92,7 +92,10 @@ struct Connector: Sendable {
             }
             // Left before its end (its reader is gone with the loop): the host's slot is held until the connection
             // is closed, as the server sees it.
-            if isLeft { return await response.settled?() ?? () }
+            if isLeft {
+                await response.settled?()
+                return
+            }
             events.yield(.bodyEnded(id, generation))
         } catch {
             if Task.isCancelled || error is CancellationError {
