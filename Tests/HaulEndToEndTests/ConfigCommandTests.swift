@@ -113,19 +113,14 @@ struct ConfigCommandTests {
 
         try Self.write("jobs = 7\non-complete = '''\(Self.hook(second))'''\n", to: config)
         daemon.haul.signal(SIGHUP)
-        let reread = await waitUntil {
-            let semaphore = DispatchSemaphore(value: 0)
-            nonisolated(unsafe) var jobs: Int?
-            Task {
-                jobs =
-                    (try? await daemon.call(.GET, "/api/v1/settings").body as? [String: Any])?[
-                        "maxConcurrentDownloads"] as? Int
-                semaphore.signal()
-            }
-            semaphore.wait()
-            return jobs == 7
+        // The stream's snapshot holds the settings, and a settings event tells their change: whether the stream
+        // opens before the file is read again or after, the new value arrives.
+        let events = try await readEvents(from: daemon, after: nil) { events in
+            events.contains { $0.maxConcurrentDownloads == 7 }
         }
-        #expect(reread)
+        #expect(events.contains { $0.maxConcurrentDownloads == 7 }, "SIGHUP read jobs = 7")
+        let reread = try await daemon.call(.GET, "/api/v1/settings").body as? [String: Any]
+        #expect(reread?["maxConcurrentDownloads"] as? Int == 7, "\(reread ?? [:])")
         let b = try await daemon.add(server.url("/b.bin"))
         #expect(try await daemon.waitUntilStopped(b)["state"] as? String == "completed")
         #expect(await waitUntil { Self.lines(second).count == 1 })

@@ -303,7 +303,7 @@ struct DaemonTests {
         made.standardOutput = FileHandle.nullDevice
         made.standardError = FileHandle.nullDevice
         try made.run()
-        made.waitUntilExit()
+        await onOwnThread { made.waitUntilExit() }
         #expect(made.terminationStatus == 0)
         let daemon = try await DaemonProcess(
             workspace, extra: ["--tls-cert", workspace.root + "/cert.pem", "--tls-key", workspace.root + "/key.pem"])
@@ -318,7 +318,7 @@ struct DaemonTests {
         let status = Pipe()
         fetch.standardOutput = status
         try fetch.run()
-        fetch.waitUntilExit()
+        await onOwnThread { fetch.waitUntilExit() }
         let code = String(decoding: status.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
         #expect(code == "200")
         let stats = FileManager.default.contents(atPath: workspace.root + "/stats.json") ?? Data()

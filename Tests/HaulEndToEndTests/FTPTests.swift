@@ -230,7 +230,7 @@ struct FTPTests {
     func ftps() async throws {
         let workspace = try setUp()
         defer { workspace.remove() }
-        try makeCertificates(in: workspace.root)
+        try await makeCertificates(in: workspace.root)
         let explicit = try startVsftpd(workspace, port: freePort(), tls: "explicit")
         defer { explicit.stop() }
         let implicit = try startVsftpd(workspace, port: freePort(), tls: "implicit")

@@ -36,7 +36,7 @@ struct NetworkTests {
     func privateCA() async throws {
         let workspace = try Workspace()
         defer { workspace.remove() }
-        try makeCertificates(in: workspace.root)
+        try await makeCertificates(in: workspace.root)
         let port = freePort()
         let server = try startTLSNginx(workspace, port: port)
         defer { server.stop() }
@@ -77,7 +77,7 @@ struct NetworkTests {
     func wrongName() async throws {
         let workspace = try Workspace()
         defer { workspace.remove() }
-        try makeCertificates(in: workspace.root, names: "DNS:elsewhere.test")
+        try await makeCertificates(in: workspace.root, names: "DNS:elsewhere.test")
         let port = freePort()
         let server = try startTLSNginx(workspace, port: port)
         defer { server.stop() }
@@ -97,13 +97,13 @@ struct NetworkTests {
     func clientCertificate() async throws {
         let workspace = try Workspace()
         defer { workspace.remove() }
-        try makeCertificates(in: workspace.root)
-        try openssl(
+        try await makeCertificates(in: workspace.root)
+        try await openssl(
             [
                 "req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=haul client", "-keyout", "client.key", "-out",
                 "client.csr",
             ], in: workspace.root)
-        try openssl(
+        try await openssl(
             [
                 "x509", "-req", "-in", "client.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial", "-days",
                 "2", "-out", "client.pem",
@@ -142,7 +142,7 @@ struct NetworkTests {
     func expired() async throws {
         let workspace = try Workspace()
         defer { workspace.remove() }
-        try makeCertificates(in: workspace.root, days: -1)
+        try await makeCertificates(in: workspace.root, days: -1)
         let port = freePort()
         let server = try startTLSNginx(workspace, port: port)
         defer { server.stop() }

@@ -179,7 +179,7 @@ struct NoticeTests {
         let setup = try await Setup.make()
         setup.server.serve("/a", .init(body: body))
         let secret = "whsec_" + Data((0..<24).map { UInt8($0 * 7 + 1) }).base64EncodedString()
-        let receiver = try WebhookReceiver(
+        let receiver = try await WebhookReceiver(
             secret: secret, log: setup.logs + "/webhook", failFirst: 2, workspace: setup.workspace)
         var notices = Notices()
         notices.webhooks = [try Webhook(url: "http://127.0.0.1:\(receiver.port)/hook", secret: secret)]
@@ -228,7 +228,7 @@ struct NoticeTests {
 struct WebhookReceiver {
     let port: Int
 
-    init(secret: String, log: String, failFirst: Int, workspace: Workspace) throws {
+    init(secret: String, log: String, failFirst: Int, workspace: Workspace) async throws {
         let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
             .appendingPathComponent("support/webhook_receiver.py").path
         let python = try #require(executable("python3"), "python3 is installed by .ci/run")
@@ -244,12 +244,15 @@ struct WebhookReceiver {
             kill(process.processIdentifier, SIGKILL)
             await onOwnThread { process.waitUntilExit() }
         }
-        let deadline = Date().addingTimeInterval(20)
-        var port: Int?
-        while port == nil, Date() < deadline, process.isRunning {
-            let text = String(decoding: FileManager.default.contents(atPath: portFile) ?? Data(), as: UTF8.self)
-            if text.hasSuffix("\n") { port = Int(text.trimmingCharacters(in: .whitespacesAndNewlines)) }
-            if port == nil { usleep(10_000) }
+        // The receiver writes its port once it listens; the file is read until then, on a thread of its own.
+        let port = await onOwnThread { () -> Int? in
+            let deadline = Date().addingTimeInterval(20)
+            while Date() < deadline, process.isRunning {
+                let text = String(decoding: FileManager.default.contents(atPath: portFile) ?? Data(), as: UTF8.self)
+                if text.hasSuffix("\n") { return Int(text.trimmingCharacters(in: .whitespacesAndNewlines)) }
+                usleep(10_000)
+            }
+            return nil
         }
         self.port = try #require(port, "the webhook receiver did not start (is standardwebhooks installed?)")
     }

@@ -120,7 +120,7 @@ struct ReachTests {
         let workspace = try Workspace()
         defer { workspace.remove() }
         let network = NetworkTests()
-        try makeCertificates(in: workspace.root)
+        try await makeCertificates(in: workspace.root)
         let (tlsPort, proxyPort, webPort) = (freePort(), freePort(), freePort())
         let tls = try network.startTLSNginx(workspace, port: tlsPort)
         defer { tls.stop() }

@@ -471,6 +471,8 @@ struct StreamEvent: Sendable {
     var state: String?
     /// The download's bytes, in a progress event or a snapshot of the stream of one download.
     var receivedBytes: Int?
+    /// The settings' `maxConcurrentDownloads`, in a settings event or a snapshot.
+    var maxConcurrentDownloads: Int?
 }
 
 /// Reads `daemon`'s event stream (with `Last-Event-ID: after` when given; only `download`'s events when given) until
@@ -526,6 +528,12 @@ func readEvents(
                             event.download = shown["id"] as? String
                             event.state = shown["state"] as? String
                             event.receivedBytes = shown["receivedBytes"] as? Int
+                        }
+                        if ["snapshot", "settings"].contains(name), let data = current["data"]?.data(using: .utf8),
+                            let object = try? JSONSerialization.jsonObject(with: data) as? [String: Any]
+                        {
+                            let settings = name == "snapshot" ? object["settings"] as? [String: Any] : object
+                            event.maxConcurrentDownloads = settings?["maxConcurrentDownloads"] as? Int
                         }
                         events.append(event)
                         if done(events) { return events }

@@ -132,15 +132,6 @@ func poll(seconds: Double, _ condition: () -> Bool) -> Bool {
     return condition()
 }
 
-/// Runs `work` on a thread of its own and returns its result: the tests' waits (for processes, for conditions) block
-/// threads, and neither the cooperative pool nor Dispatch's core-wide global queues may be starved by them.
-func onOwnThread<T: Sendable>(_ work: @escaping @Sendable () -> T) async -> T {
-    await withCheckedContinuation { continuation in
-        let thread = Thread { continuation.resume(returning: work()) }
-        thread.start()
-    }
-}
-
 /// Finds an executable on PATH or in the usual system folders.
 func executable(_ name: String) -> String? {
     let path = (ProcessInfo.processInfo.environment["PATH"] ?? "") + ":/usr/sbin:/sbin:/usr/bin:/bin"
@@ -148,7 +139,7 @@ func executable(_ name: String) -> String? {
 }
 
 /// Runs openssl with `arguments` in `folder`; fails the test when it fails.
-func openssl(_ arguments: [String], in folder: String) throws {
+func openssl(_ arguments: [String], in folder: String) async throws {
     let tool = try #require(executable("openssl"), "openssl is installed by .ci/run")
     let process = Process()
     process.executableURL = URL(fileURLWithPath: tool)
@@ -157,25 +148,25 @@ func openssl(_ arguments: [String], in folder: String) throws {
     process.standardOutput = FileHandle.nullDevice
     process.standardError = FileHandle.nullDevice
     try process.run()
-    process.waitUntilExit()
+    await onOwnThread { process.waitUntilExit() }
     #expect(process.terminationStatus == 0, "openssl \(arguments.joined(separator: " "))")
 }
 
 /// A CA of the test's own (`ca.pem`) and a server certificate it signed for `names` (`server.pem`, `server.key`).
-func makeCertificates(in folder: String, names: String = "DNS:localhost,IP:127.0.0.1", days: Int = 2) throws {
-    try openssl(
+func makeCertificates(in folder: String, names: String = "DNS:localhost,IP:127.0.0.1", days: Int = 2) async throws {
+    try await openssl(
         [
             "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=Haul Test CA",
             "-keyout", "ca.key", "-out", "ca.pem",
         ], in: folder)
-    try openssl(
+    try await openssl(
         [
             "req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=localhost", "-keyout", "server.key", "-out",
             "server.csr",
         ],
         in: folder)
     try "subjectAltName=\(names)\n".write(toFile: folder + "/ext.cnf", atomically: true, encoding: .utf8)
-    try openssl(
+    try await openssl(
         [
             "x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial", "-days",
             "\(days)", "-extfile", "ext.cnf", "-out", "server.pem",

@@ -166,8 +166,9 @@ struct FastDoorTests {
                 // The router's to honour: the connection ends after its answer.
                 "GET /api/v1/downloads/\(existing.id) HTTP/1.1\r\n\(auth)Connection: close\r\n\r\n",
             ]
-            let answers = try Self.exchange(
-                port: port, sending: requests.joined(), answers: requests.count, thenClosed: true)
+            let answers = try await onOwnThread {
+                try Self.exchange(port: port, sending: requests.joined(), answers: requests.count, thenClosed: true)
+            }
             #expect(answers.map(\.status) == [200, 404, 201, 200, 401, 200, 200])
             #expect(answers[0].body.contains(#""id":"\#(existing.id)""#))
             #expect(answers[1].body.contains("notFound"))
@@ -179,13 +180,14 @@ struct FastDoorTests {
     }
 
     /// Sends `text` on a new connection to `port` and reads `answers` answers (each with a Content-Length); with
-    /// `thenClosed`, expects the server to end the connection after them.
+    /// `thenClosed`, expects the server to end the connection after them. It blocks on its socket, so a test runs it
+    /// `onOwnThread` and it throws what went wrong.
     static func exchange(port: Int, sending text: String, answers count: Int, thenClosed: Bool = false) throws -> [(
         status: Int, body: String
     )] {
         // Close-on-exec: a test running beside this one may start a process, which must not inherit the socket.
         let socket = Glibc.socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
-        #expect(socket >= 0)
+        guard socket >= 0 else { throw ExchangeFailure("no socket: errno \(errno)") }
         defer { close(socket) }
         var address = sockaddr_in()
         address.sin_family = sa_family_t(AF_INET)
@@ -196,14 +198,14 @@ struct FastDoorTests {
                 connect(socket, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
             }
         }
-        try #require(connected == 0)
+        guard connected == 0 else { throw ExchangeFailure("no connection to port \(port): errno \(errno)") }
         var timeout = timeval(tv_sec: 20, tv_usec: 0)
         setsockopt(socket, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
         let bytes = Array(text.utf8)
         var sent = 0
         while sent < bytes.count {
             let wrote = bytes[sent...].withUnsafeBytes { send(socket, $0.baseAddress, $0.count, 0) }
-            try #require(wrote > 0)
+            guard wrote > 0 else { throw ExchangeFailure("sending failed after \(sent) bytes: errno \(errno)") }
             sent += wrote
         }
         var received: [UInt8] = []
@@ -216,14 +218,23 @@ struct FastDoorTests {
                 continue
             }
             let got = buffer.withUnsafeMutableBytes { recv(socket, $0.baseAddress, $0.count, 0) }
-            try #require(got > 0, "the connection ended after \(answers.count) answers")
+            guard got > 0 else {
+                throw ExchangeFailure("the connection ended after \(answers.count) answers (recv \(got), errno \(errno))")
+            }
             received += buffer[..<got]
         }
         if thenClosed {
             let got = buffer.withUnsafeMutableBytes { recv(socket, $0.baseAddress, $0.count, 0) }
-            #expect(got == 0 && received.isEmpty, "the connection stayed open")
+            guard got == 0, received.isEmpty else {
+                throw ExchangeFailure("the connection stayed open (recv \(got), \(received.count) bytes left over)")
+            }
         }
         return answers
+    }
+
+    struct ExchangeFailure: Error, CustomStringConvertible {
+        let description: String
+        init(_ description: String) { self.description = description }
     }
 
     /// One whole answer at the start of `bytes`, and how many bytes it took.
