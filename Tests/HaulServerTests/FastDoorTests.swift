@@ -219,7 +219,8 @@ struct FastDoorTests {
             }
             let got = buffer.withUnsafeMutableBytes { recv(socket, $0.baseAddress, $0.count, 0) }
             guard got > 0 else {
-                throw ExchangeFailure("the connection ended after \(answers.count) answers (recv \(got), errno \(errno))")
+                let why = "recv \(got), errno \(errno)"
+                throw ExchangeFailure("the connection ended after \(answers.count) answers (\(why))")
             }
             received += buffer[..<got]
         }
