@@ -2,6 +2,7 @@ import Foundation
 import GRDB
 import GRDBSQLite
 import HaulCore
+import HaulTesting
 import Synchronization
 import Testing
 
@@ -31,7 +32,7 @@ struct CommitQueueTests {
             try db.execute(sql: "INSERT INTO t (id, value) VALUES (10, 'first')")
             ran.signal()
         }
-        #expect(ran.wait(timeout: .now() + 0.5) == .timedOut)
+        #expect(await onOwnThread { ran.wait(timeout: .now() + 0.5) } == .timedOut)
         #expect(queue.statistics.commits == 0)
         let lazy =
             [first]
