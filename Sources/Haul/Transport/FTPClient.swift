@@ -238,10 +238,10 @@ enum FTPClient {
     {
         try await ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
             .connectTimeout(.seconds(10))
-            // Large reads, as for HTTP: fewer chunks to hand to the writing task.
+            // Large reads, as for HTTP: fewer chunks to hand to the writing task; from 64 KiB, growing as reads fill.
             .channelOption(
                 ChannelOptions.recvAllocator,
-                value: AdaptiveRecvByteBufferAllocator(minimum: 64 * 1024, initial: 256 * 1024, maximum: 256 * 1024)
+                value: AdaptiveRecvByteBufferAllocator(minimum: 64 * 1024, initial: 64 * 1024, maximum: 256 * 1024)
             )
             .connect(to: address) { channel in
                 channel.eventLoop.makeCompletedFuture {
