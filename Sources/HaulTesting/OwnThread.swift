@@ -5,7 +5,7 @@ import Foundation
 /// global queues may be starved by them: the code under test needs those threads to answer.
 ///
 /// `work` runs outside the test's task, so it reports a failure by throwing (or in what it returns), not with
-/// `#expect`, whose issues would not reach the test.
+/// `#expect`: Swift Testing finds the test an issue belongs to through the task, which a thread of its own lacks.
 public func onOwnThread<T: Sendable>(_ work: @escaping @Sendable () throws -> T) async throws -> T {
     try await withCheckedThrowingContinuation { continuation in
         let thread = Thread { continuation.resume(with: Result { try work() }) }
