@@ -508,32 +508,30 @@ func readEvents(
                 if line.isEmpty {
                     if let id = current["id"], let name = current["event"] {
                         var event = StreamEvent(id: id, event: name)
-                        if let data = current["data"]?.data(using: .utf8),
-                            let object = try? JSONSerialization.jsonObject(with: data) as? [String: Any],
-                            ["added", "changed"].contains(name)
-                        {
+                        let object =
+                            current["data"]?.data(using: .utf8).flatMap {
+                                try? JSONSerialization.jsonObject(with: $0) as? [String: Any]
+                            } ?? [:]
+                        switch name {
+                        case "added", "changed":
                             event.download = object["id"] as? String
                             event.state = object["state"] as? String
-                        } else if ["removed", "progress"].contains(name),
-                            let data = current["data"]?.data(using: .utf8),
-                            let object = try? JSONSerialization.jsonObject(with: data) as? [String: Any]
-                        {
+                        case "removed", "progress":
                             event.download = object["id"] as? String
                             event.receivedBytes = object["receivedBytes"] as? Int
-                        } else if name == "snapshot", download != nil, let data = current["data"]?.data(using: .utf8),
-                            let object = try? JSONSerialization.jsonObject(with: data) as? [String: Any],
-                            let shown = (object["downloads"] as? [[String: Any]])?.first
-                        {
+                        case "snapshot":
                             // A stream of one download opens with that download alone.
-                            event.download = shown["id"] as? String
-                            event.state = shown["state"] as? String
-                            event.receivedBytes = shown["receivedBytes"] as? Int
-                        }
-                        if ["snapshot", "settings"].contains(name), let data = current["data"]?.data(using: .utf8),
-                            let object = try? JSONSerialization.jsonObject(with: data) as? [String: Any]
-                        {
-                            let settings = name == "snapshot" ? object["settings"] as? [String: Any] : object
-                            event.maxConcurrentDownloads = settings?["maxConcurrentDownloads"] as? Int
+                            if download != nil, let shown = (object["downloads"] as? [[String: Any]])?.first {
+                                event.download = shown["id"] as? String
+                                event.state = shown["state"] as? String
+                                event.receivedBytes = shown["receivedBytes"] as? Int
+                            }
+                            event.maxConcurrentDownloads =
+                                (object["settings"] as? [String: Any])?["maxConcurrentDownloads"] as? Int
+                        case "settings":
+                            event.maxConcurrentDownloads = object["maxConcurrentDownloads"] as? Int
+                        default:
+                            break
                         }
                         events.append(event)
                         if done(events) { return events }
