@@ -177,6 +177,8 @@ public struct DownloadOptions: Codable, Sendable, Equatable {
     public static let connectionLimit = DownloadRules.connections.upperBound
     /// The default of `minimumSplitSize`: 4 MiB.
     public static let defaultMinimumSplitSize: Int64 = 4 << 20
+    /// Every field at its default, which the encoding leaves out.
+    private static let defaults = DownloadOptions().storage.values
 
     /// Options with the defaults of the `haul get` command.
     public init(
@@ -247,22 +249,34 @@ public struct DownloadOptions: Codable, Sendable, Equatable {
         streamMux = try container.decodeIfPresent(Bool.self, forKey: .streamMux) ?? false
     }
 
-    /// Encodes every field, as the synthesised encoding of the former stored properties did.
+    /// Encodes the fields that differ from the defaults (`init()`'s): the decoder gives a missing field its default,
+    /// and rows written with every field read back alike. Each stored row holds its download's options, and the
+    /// defaults written out were most of a row's bytes; with fewer bytes a row, more rows share a page, and the store
+    /// writes fewer pages with each commit.
     public func encode(to encoder: any Encoder) throws {
         let values = storage.values
+        let defaults = Self.defaults
         var container = encoder.container(keyedBy: CodingKeys.self)
-        try container.encode(values.headers, forKey: .headers)
+        if !values.headers.isEmpty { try container.encode(values.headers, forKey: .headers) }
         try container.encodeIfPresent(values.userAgent, forKey: .userAgent)
         try container.encodeIfPresent(values.checksum, forKey: .checksum)
-        try container.encode(values.overwrite, forKey: .overwrite)
-        try container.encode(values.continuePartial, forKey: .continuePartial)
-        try container.encode(values.idleTimeoutSeconds, forKey: .idleTimeoutSeconds)
-        try container.encode(values.maximumAttemptsWithoutProgress, forKey: .maximumAttemptsWithoutProgress)
-        try container.encode(values.computesSHA256, forKey: .computesSHA256)
-        try container.encode(values.maxConnectionsPerDownload, forKey: .maxConnectionsPerDownload)
-        try container.encode(values.minimumSplitSize, forKey: .minimumSplitSize)
-        try container.encode(values.tls, forKey: .tls)
-        try container.encode(values.network, forKey: .network)
+        if values.overwrite { try container.encode(true, forKey: .overwrite) }
+        if values.continuePartial { try container.encode(true, forKey: .continuePartial) }
+        if values.idleTimeoutSeconds != defaults.idleTimeoutSeconds {
+            try container.encode(values.idleTimeoutSeconds, forKey: .idleTimeoutSeconds)
+        }
+        if values.maximumAttemptsWithoutProgress != defaults.maximumAttemptsWithoutProgress {
+            try container.encode(values.maximumAttemptsWithoutProgress, forKey: .maximumAttemptsWithoutProgress)
+        }
+        if values.computesSHA256 { try container.encode(true, forKey: .computesSHA256) }
+        if values.maxConnectionsPerDownload != defaults.maxConnectionsPerDownload {
+            try container.encode(values.maxConnectionsPerDownload, forKey: .maxConnectionsPerDownload)
+        }
+        if values.minimumSplitSize != defaults.minimumSplitSize {
+            try container.encode(values.minimumSplitSize, forKey: .minimumSplitSize)
+        }
+        if !values.tls.isDefault { try container.encode(values.tls, forKey: .tls) }
+        if !values.network.isDefault { try container.encode(values.network, forKey: .network) }
         if !values.mirrors.isEmpty { try container.encode(values.mirrors, forKey: .mirrors) }
         try container.encodeIfPresent(values.pieces, forKey: .pieces)
         try container.encodeIfPresent(values.preferredName, forKey: .preferredName)

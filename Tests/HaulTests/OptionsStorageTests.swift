@@ -35,7 +35,7 @@ struct OptionsStorageTests {
         #expect(other.sharingStorage(with: one) == other)
     }
 
-    @Test("the JSON is the same as before the fields moved into the storage (stored rows read back alike)")
+    @Test("the JSON holds what differs from the defaults, and rows written with every field read back alike")
     func coding() throws {
         var options = DownloadOptions(
             headers: [RequestHeader(name: "X-A", value: "1")], userAgent: "ua", overwrite: true,
@@ -45,10 +45,22 @@ struct OptionsStorageTests {
         encoder.outputFormatting = .sortedKeys
         let text = String(decoding: try encoder.encode(options), as: UTF8.self)
         #expect(
-            text.hasPrefix(#"{"computesSHA256":false,"continuePartial":false,"headers":[{"name":"X-A","value":"1"}]"#))
-        #expect(text.contains(#""maxConnectionsPerDownload":3"#) && text.contains(#""userAgent":"ua""#))
-        #expect(text.contains(#""tls":{"caCertificates":"\/ca.pem""#) && !text.contains("checksum"))
+            text == #"{"headers":[{"name":"X-A","value":"1"}],"maxConnectionsPerDownload":3,"overwrite":true,"#
+                + #""tls":{"caCertificates":"\/ca.pem","insecure":false},"userAgent":"ua"}"#)
         #expect(try JSONDecoder().decode(DownloadOptions.self, from: Data(text.utf8)) == options)
+        #expect(String(decoding: try encoder.encode(DownloadOptions()), as: UTF8.self) == "{}")
+        // Every field that has a default, away from it, comes back.
+        var changed = DownloadOptions(
+            overwrite: true, continuePartial: true, idleTimeoutSeconds: 7, maximumAttemptsWithoutProgress: 2,
+            computesSHA256: true, maxConnectionsPerDownload: 9, minimumSplitSize: 1 << 20)
+        changed.network = NetworkOptions(usesNetrc: false)
+        #expect(try JSONDecoder().decode(DownloadOptions.self, from: try encoder.encode(changed)) == changed)
+        // A row written with every field, as earlier versions wrote them, reads back as the same options.
+        let full = Data(
+            (#"{"computesSHA256":false,"continuePartial":false,"headers":[],"idleTimeoutSeconds":30,"#
+                + #""maxConnectionsPerDownload":4,"maximumAttemptsWithoutProgress":5,"minimumSplitSize":4194304,"#
+                + #""network":{},"overwrite":false,"tls":{"insecure":false}}"#).utf8)
+        #expect(try JSONDecoder().decode(DownloadOptions.self, from: full) == DownloadOptions())
         // A row written before `tls` and `network` existed still reads, with their defaults.
         let old = try JSONDecoder().decode(DownloadOptions.self, from: Data(#"{"overwrite":true}"#.utf8))
         #expect(old.overwrite && old.tls == TLSOptions() && old.maxConnectionsPerDownload == 4)
