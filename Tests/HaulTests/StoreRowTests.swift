@@ -24,29 +24,26 @@ struct StoreRowTests {
         #expect(updated.finalURL == "\u{1F600}" && updated.destination == "" && updated.etag == "")
     }
 
-    @Test("an update that keeps the name writes every other column and leaves the stored destination")
-    func keepingName() throws {
+    @Test("a transfer update and a completion write every column they name, the state and the name with them")
+    func updates() throws {
         let store = try DownloadStore()
         var record = Self.queued(id: "name", url: "http://h/f", finalURL: nil, destination: "/tmp/f", etag: nil)
         try store.insert([record])
-        // Values that differ from the row's: the ones the update sets land (the state with them: a started
-        // download's first transfer write stores that it runs), the destination does not.
+        // A started download's first transfer write stores that it runs.
         try record.apply(.started)
         record.destination = "/tmp/other"
         record.durableOffset = 4096
         record.finalURL = "http://h/g"
-        try store.save(try .transfer(record, keepingName: true))
+        try store.save(try .transfer(record))
         var stored = try #require(try store.record(id: "name"))
-        #expect(stored.destination == "/tmp/f" && stored.durableOffset == 4096 && stored.finalURL == "http://h/g")
+        #expect(stored.destination == "/tmp/other" && stored.durableOffset == 4096 && stored.finalURL == "http://h/g")
         #expect(stored.state == .running)
         try record.apply(.finished)
-        record.complete(at: "/tmp/other", bytes: 4096)
-        try store.save(try .completion(record, keepingName: true))
-        stored = try #require(try store.record(id: "name"))
-        #expect(stored.destination == "/tmp/f" && stored.state == .completed && stored.completedAt != nil)
-        // Without it, the name is written.
+        record.complete(at: "/tmp/last", bytes: 8192)
         try store.save(try .completion(record))
-        #expect(try store.record(id: "name")?.destination == "/tmp/other")
+        stored = try #require(try store.record(id: "name"))
+        #expect(stored.destination == "/tmp/last" && stored.state == .completed && stored.completedAt != nil)
+        #expect(stored.totalLength == 8192 && stored.durableOffset == 8192)
     }
 
     @Test("a store this process made starts empty until something is written through it; a manager reads the rest")

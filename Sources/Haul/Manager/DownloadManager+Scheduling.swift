@@ -209,11 +209,11 @@ extension DownloadManager {
             keep(record)
             // A folder download's name is news for subscribers; facts and offsets are not (progress tells the bytes).
             if named { emitChanged(record) }
-            return store.submit(try .transfer(record, keepingName: !named), awaited: waiting)
+            return store.submit(try .transfer(record), awaited: waiting)
         case .checkpoint(let mark):
             record.store(mark)
             keep(record)
-            return store.submit(try .transfer(record, keepingName: true), awaited: true)
+            return store.submit(try .transfer(record), awaited: true)
         case .finishing:
             // Its file is synced and moved while the next download transfers: with many small files, the syncs
             // (waits for the disk) no longer leave slots idle. Bounded, so a slow disk cannot gather every
@@ -278,8 +278,6 @@ extension DownloadManager {
             }
             return
         }
-        // The name the store holds: each report that changed it stored it (`runnerReported`).
-        let storedName = record.destination
         record.adopt(transfer)
         record.activeConnections = 0
         switch outcome {
@@ -290,7 +288,7 @@ extension DownloadManager {
             // Queued: should it not reach the store, the next run recognises the finished file as its own. Its
             // notice goes out once it is stored.
             var commit: StoreCommit?
-            do { commit = store.submit(try .completion(record, keepingName: record.destination == storedName)) } catch {
+            do { commit = store.submit(try .completion(record)) } catch {
                 configuration.logger.error("\(record.url): completed, but storing that failed: \(error.message)")
             }
             keep(record)

@@ -34,7 +34,6 @@ extension DownloadStore {
             for column in laterColumns { column.define(table.column(column.name, column.type)) }
         }
         try createRunAndSettings(db)
-        try db.execute(sql: destinationIndex)
         try db.execute(sql: "CREATE TABLE grdb_migrations (identifier TEXT NOT NULL PRIMARY KEY)")
         let insert = try db.makeStatement(sql: "INSERT INTO grdb_migrations (identifier) VALUES (?)")
         for identifier in migrator.migrations { try insert.execute(arguments: [identifier]) }
@@ -132,8 +131,8 @@ extension DownloadStore {
         }
     }
 
-    /// A folder download has no destination until its first answer; its row needs no entry in the index (the lookup
-    /// is always for a name).
+    /// The index `v7` made and `v10` dropped: a folder download has no destination until its first answer, and its
+    /// row needed no entry in it (the lookup was always for a name).
     private static let destinationIndex =
         "CREATE INDEX download_on_destination ON download(destination) WHERE destination IS NOT NULL"
 
@@ -183,6 +182,12 @@ extension DownloadStore {
         migrator.registerMigration(identities) { db in try addColumns(of: identities, in: db) }
         // The notice of a download's end that a hook or webhook has yet to hear, as JSON (`PendingNotice`).
         migrator.registerMigration(notices) { db in try addColumns(of: notices, in: db) }
+        migrator.registerMigration("v10: no destination index") { db in
+            // Nothing reads it: on one machine the manager holds every download's name in memory and checks claims
+            // there, and a fleet's store is PostgreSQL. Every download that took a name paid for an entry, a page
+            // written to the WAL with the commit before its first byte.
+            try db.execute(sql: "DROP INDEX download_on_destination")
+        }
         return migrator
     }
 }

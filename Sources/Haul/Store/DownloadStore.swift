@@ -275,8 +275,6 @@ public struct DownloadStore: DownloadStoring {
     /// the time of a thousand small downloads.
     public struct RowUpdate: Sendable {
         fileprivate let sql: String
-        /// The value of `values` that `sql` leaves out: the destination of an update that keeps the stored name.
-        fileprivate let unbound: Int?
         fileprivate let updatedAt: Double
         /// The row, and the columns this update sets with their values: what another store writes
         /// (`updatedAt` comes with every update, stamped by the store).
@@ -284,42 +282,27 @@ public struct DownloadStore: DownloadStoring {
         package let columns: [String]
         package let values: [DatabaseValue]
 
-        /// `UPDATE download SET` these columns, `updatedAt`, `WHERE id`, and the same without `destination`: each
-        /// kind's text is made once, not for each of the few updates every download makes. The values of each kind
-        /// below are in its columns' order.
+        /// `UPDATE download SET` these columns, `updatedAt`, `WHERE id`: each kind's text is made once, not for each
+        /// of the few updates every download makes. The values of each kind below are in its columns' order.
         private struct Statement: Sendable {
             let columns: [String]
             let sql: String
-            /// Without the destination, and where its value is: setting the column, even to the value it holds,
-            /// rewrites its index entry (SQLite deletes and inserts it), which an update of a download's transfer or
-            /// its end has no need of unless the download took a name.
-            let keepingName: (sql: String, destination: Int)?
 
             init(_ columns: [String]) {
-                func text(_ columns: [String]) -> String {
-                    "UPDATE download SET " + (columns.map { "\($0) = ?" } + ["updatedAt = ?"]).joined(separator: ", ")
-                        + " WHERE id = ?"
-                }
                 self.columns = columns
-                sql = text(columns)
-                keepingName = columns.firstIndex(of: "destination").map { index in
-                    (text(columns.filter { $0 != "destination" }), index)
-                }
+                sql =
+                    "UPDATE download SET " + (columns.map { "\($0) = ?" } + ["updatedAt = ?"]).joined(separator: ", ")
+                    + " WHERE id = ?"
             }
         }
 
         /// Turned into database values here, and bound straight to SQLite when written (`execute`): GRDB's
-        /// `StatementArguments` boxes each value as an existential, which cost more than the update itself. With
-        /// `keepingName`, the store's destination stays as it is (the values still hold it, for other stores).
-        private init(_ id: String, _ statement: Statement, _ values: [DatabaseValue], keepingName: Bool = false) {
+        /// `StatementArguments` boxes each value as an existential, which cost more than the update itself.
+        private init(_ id: String, _ statement: Statement, _ values: [DatabaseValue]) {
             self.id = id
             columns = statement.columns
             self.values = values
-            if keepingName, let kept = statement.keepingName {
-                (sql, unbound) = (kept.sql, kept.destination)
-            } else {
-                (sql, unbound) = (statement.sql, nil)
-            }
+            sql = statement.sql
             updatedAt = Date().timeIntervalSince1970
         }
 
@@ -333,7 +316,7 @@ public struct DownloadStore: DownloadStoring {
                 sqlite3_clear_bindings(handle)
             }
             var parameter: CInt = 1
-            for (offset, value) in values.enumerated() where offset != unbound {
+            for value in values {
                 DownloadStore.bind(value, to: handle, at: parameter)
                 parameter += 1
             }
@@ -350,11 +333,8 @@ public struct DownloadStore: DownloadStoring {
 
         /// What a response and the transfer change (final URL, destination, remote facts, offsets), with the state,
         /// without encoding the rest of the record: the common write, a few times for every download. A started
-        /// download's first one stores that it runs (`DownloadManager.start` writes nothing of its own). With
-        /// `keepingName`, the record's destination is the one stored.
-        public static func transfer(_ record: DownloadRecord, keepingName: Bool = false) throws(DownloadError)
-            -> RowUpdate
-        {
+        /// download's first one stores that it runs (`DownloadManager.start` writes nothing of its own).
+        public static func transfer(_ record: DownloadRecord) throws(DownloadError) -> RowUpdate {
             RowUpdate(
                 record.id, transferStatement,
                 [
@@ -365,7 +345,7 @@ public struct DownloadStore: DownloadStoring {
                     record.isPartVerified.databaseValue, try DownloadStore.json(record.segments).databaseValue,
                     record.folderDevice.databaseValue, record.folderInode.databaseValue,
                     record.partDevice.databaseValue, record.partInode.databaseValue,
-                ], keepingName: keepingName)
+                ])
         }
 
         private static let completionStatement = Statement([
@@ -373,11 +353,8 @@ public struct DownloadStore: DownloadStoring {
             "errorStatus", "completedAt", "mayReplaceDestination", "segments", "activeConnections", "notice",
         ])
 
-        /// A finished download: its place, state and counters, with what `transfer` writes. With `keepingName`, the
-        /// record's destination is the one stored.
-        public static func completion(_ record: DownloadRecord, keepingName: Bool = false) throws(DownloadError)
-            -> RowUpdate
-        {
+        /// A finished download: its place, state and counters, with what `transfer` writes.
+        public static func completion(_ record: DownloadRecord) throws(DownloadError) -> RowUpdate {
             RowUpdate(
                 record.id, completionStatement,
                 [
@@ -387,7 +364,7 @@ public struct DownloadStore: DownloadStoring {
                     record.errorStatus.databaseValue, record.completedAt?.timeIntervalSince1970.databaseValue ?? .null,
                     record.mayReplaceDestination.databaseValue, try DownloadStore.json(record.segments).databaseValue,
                     record.activeConnections.databaseValue, try PendingNotice.column(record.notice),
-                ], keepingName: keepingName)
+                ])
         }
 
         private static let noticeStatement = Statement(["notice"])
@@ -484,7 +461,8 @@ public struct DownloadStore: DownloadStoring {
         try read { db in try DownloadRecord.order(DownloadRecord.Columns.createdAt).fetchAll(db) }
     }
 
-    /// Whether any record other than `excluding` uses `destination`.
+    /// Whether any record other than `excluding` uses `destination`. It reads every row: the manager asks its
+    /// catalog, which holds every name in memory.
     public func isDestinationClaimed(_ destination: String, excluding id: String) throws(DownloadError) -> Bool {
         try read { db in
             try DownloadRecord.filter(
