@@ -461,18 +461,6 @@ public struct DownloadStore: DownloadStoring {
         try read { db in try DownloadRecord.order(DownloadRecord.Columns.createdAt).fetchAll(db) }
     }
 
-    /// Whether any record other than `excluding` uses `destination`. It reads every row: the manager asks its
-    /// catalog, which holds every name in memory.
-    public func isDestinationClaimed(_ destination: String, excluding id: String) throws(DownloadError) -> Bool {
-        try read { db in
-            try DownloadRecord.filter(
-                DownloadRecord.Columns.destination == destination && DownloadRecord.Columns.id != id
-            )
-            .filter(DownloadRecord.Columns.state != DownloadState.cancelled.rawValue)
-            .fetchCount(db) > 0
-        }
-    }
-
     /// Forgets a record.
     public func delete(id: String) throws(DownloadError) {
         _ = try write { db in try DownloadRecord.deleteOne(db, key: id) }
