@@ -70,16 +70,21 @@ struct InteropTests {
         return try DownloadManager(configuration: configuration)
     }
 
-    /// Starts a download, pauses it after its first progress, resumes it, and returns its result.
+    /// Starts a download held at 2 MB/s by its own rate limit, so it is still running however fast the server is,
+    /// pauses it after its first progress, lifts the limit, resumes it, and returns its result.
     func pauseAndResume(_ manager: DownloadManager, url: URL, to path: String) async throws -> (
         DownloadResult, DownloadManager.Snapshot
     ) {
-        let id = try await manager.add(url, to: .file(path))
+        let id = try await manager.add([DownloadRequest(url: url, destination: .file(path), rateLimit: 2_000_000)])[0]
+            .id
         for await event in manager.events(for: id) {
             if case .progress(let progress) = event, progress.receivedBytes > 0 { break }
         }
+        let running = try await manager.snapshot(id)
+        try #require(running.state == .running, "before the pause: \(running.state) \(running.error?.message ?? "")")
         try await manager.pause(id)
         let paused = try await manager.snapshot(id)
+        try await manager.setRateLimit(nil, for: id)
         try await manager.resume(id)
         return (try await manager.result(of: id), paused)
     }
