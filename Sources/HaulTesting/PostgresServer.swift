@@ -4,24 +4,6 @@ import Foundation
     import Glibc
 #endif
 
-/// A free TCP port on 127.0.0.1.
-public func freePort() -> Int {
-    let socket = Glibc.socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-    defer { close(socket) }
-    var address = sockaddr_in()
-    address.sin_family = sa_family_t(AF_INET)
-    address.sin_addr.s_addr = inet_addr("127.0.0.1")
-    address.sin_port = 0
-    var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-    _ = withUnsafePointer(to: &address) {
-        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(socket, $0, length) }
-    }
-    _ = withUnsafeMutablePointer(to: &address) {
-        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(socket, $0, &length) }
-    }
-    return Int(UInt16(bigEndian: address.sin_port))
-}
-
 /// A PostgreSQL 15 server of the test's own, from Debian's packages: a cluster made with `initdb` in a temporary
 /// folder, started with `pg_ctl` on a free port of 127.0.0.1 and a socket folder of its own, asking for a password
 /// (SCRAM) like a real deployment, and deleted by `stop()`. PostgreSQL refuses to run as root, so every program of it

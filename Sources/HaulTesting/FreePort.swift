@@ -1,0 +1,59 @@
+import Foundation
+import Synchronization
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// A TCP port of 127.0.0.1 that is free now, for a server process a test starts on it.
+///
+/// Asking the kernel for one (bind to port 0, close) is not enough when tests run in parallel: the port is free
+/// again at once, so another test's request, or an outgoing connection, can be given the same port before the
+/// server binds it, and the test then talks to the wrong server. So ports come from below the kernel's ephemeral
+/// range, which it never hands out by itself, each at most once a process, from a random start so that two test
+/// processes rarely meet; a port something already holds is passed over.
+public func freePort() -> Int {
+    PortPool.shared.next()
+}
+
+final class PortPool: Sendable {
+    static let shared = PortPool()
+
+    /// The ports handed out: below the ephemeral range, above the well-known and registered ports most services use.
+    let range: Range<Int>
+    let cursor = Mutex(0)
+
+    init() {
+        let ephemeralStart =
+            (try? String(contentsOfFile: "/proc/sys/net/ipv4/ip_local_port_range", encoding: .utf8))
+            .flatMap { $0.split(whereSeparator: \.isWhitespace).first }.flatMap { Int($0) } ?? 32768
+        range = 20000..<max(ephemeralStart, 20001)
+        cursor.withLock { $0 = Int.random(in: range) }
+    }
+
+    func next() -> Int {
+        for _ in 0..<range.count {
+            let port = cursor.withLock { next in
+                defer { next = next + 1 == range.upperBound ? range.lowerBound : next + 1 }
+                return next
+            }
+            if Self.isFree(port) { return port }
+        }
+        preconditionFailure("no free port in \(range) of 127.0.0.1")
+    }
+
+    /// Whether a listener could bind `port` now (bound without SO_REUSEADDR, so a port in TIME_WAIT counts as taken).
+    static func isFree(_ port: Int) -> Bool {
+        let socket = Glibc.socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        defer { close(socket) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        address.sin_port = in_port_t(UInt16(port).bigEndian)
+        return withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                bind(socket, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) == 0
+            }
+        }
+    }
+}
