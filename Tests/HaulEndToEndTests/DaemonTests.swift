@@ -237,15 +237,7 @@ struct DaemonTests {
         defer { close(socket) }
         var receive: Int32 = 4096
         setsockopt(socket, SOL_SOCKET, SO_RCVBUF, &receive, socklen_t(MemoryLayout<Int32>.size))
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        address.sin_port = in_port_t(UInt16(port).bigEndian)
-        let connected = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                connect(socket, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
-            }
-        }
+        let connected = withLoopbackAddress(port: port) { connect(socket, $0, $1) }
         #expect(connected == 0)
         let request =
             "GET /api/v1/events HTTP/1.1\r\nHost: 127.0.0.1:\(port)\r\nAuthorization: Bearer \(daemon.token)\r\n\r\n"
