@@ -16,19 +16,25 @@ public func freePort() -> Int {
     PortPool.shared.next()
 }
 
+/// Ports handed out in turn from a range, each once, passing over those something holds.
 final class PortPool: Sendable {
-    static let shared = PortPool()
-
-    /// The ports handed out: below the ephemeral range, above the well-known and registered ports most services use.
-    let range: Range<Int>
-    let cursor = Mutex(0)
-
-    init() {
+    /// The process's pool: from 20000 (above the ports local services commonly listen on) up to the kernel's
+    /// ephemeral range, from a random start.
+    static let shared: PortPool = {
         let ephemeralStart =
             (try? String(contentsOfFile: "/proc/sys/net/ipv4/ip_local_port_range", encoding: .utf8))
             .flatMap { $0.split(whereSeparator: \.isWhitespace).first }.flatMap { Int($0) } ?? 32768
-        range = 20000..<max(ephemeralStart, 20001)
-        cursor.withLock { $0 = Int.random(in: range) }
+        let range = 20000..<max(ephemeralStart, 20001)
+        return PortPool(range, from: Int.random(in: range))
+    }()
+
+    let range: Range<Int>
+    /// The next port to try.
+    let cursor: Mutex<Int>
+
+    init(_ range: Range<Int>, from start: Int) {
+        self.range = range
+        cursor = Mutex(start)
     }
 
     func next() -> Int {
