@@ -6,7 +6,9 @@ import Synchronization
 extension DownloadManager {
     // MARK: Commands
 
-    /// Pauses a queued or running download; a running one stops after flushing its exact offset.
+    /// Pauses a queued or running download; a running one stops after flushing its exact offset, and this returns once
+    /// it has stopped. One already finishing its file (every byte in, the file being checked and moved into place)
+    /// completes instead: it is then `completed`, not `paused`, as its events and snapshot say.
     public func pause(_ id: DownloadID) async throws(DownloadError) {
         var record = try require(id)
         try record.apply(.pauseRequested)
