@@ -21,12 +21,15 @@ final class PortPool: Sendable {
     /// The process's pool: from 20000 (above the ports local services commonly listen on) up to the kernel's
     /// ephemeral range, from a random start.
     static let shared: PortPool = {
-        let ephemeralStart =
-            (try? String(contentsOfFile: "/proc/sys/net/ipv4/ip_local_port_range", encoding: .utf8))
-            .flatMap { $0.split(whereSeparator: \.isWhitespace).first }.flatMap { Int($0) } ?? 32768
         let range = 20000..<max(ephemeralStart, 20001)
         return PortPool(range, from: Int.random(in: range))
     }()
+
+    /// The first port of the kernel's ephemeral range (Linux's default when it cannot be read). The setting is only
+    /// read, to keep out of the range; nothing here changes it.
+    static let ephemeralStart =
+        (try? String(contentsOfFile: "/proc/sys/net/ipv4/ip_local_port_range", encoding: .utf8))
+        .flatMap { $0.split(whereSeparator: \.isWhitespace).first }.flatMap { Int($0) } ?? 32768
 
     let range: Range<Int>
     /// The next port to try.
