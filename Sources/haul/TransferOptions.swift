@@ -419,6 +419,10 @@ func checkTargets(urls: [String], inputFile: String?, output: String?, directory
     if output != nil, urls.count + (inputFile == nil ? 0 : 2) > 1 {
         throw ValidationError("-o PATH takes one URL; use -d DIR for several")
     }
+    // A name ending in '/' is a folder's (as curl's and wget's -o/-O refuse it); the folder form is -d.
+    if let output, output.hasSuffix("/") {
+        throw ValidationError("-o PATH names a file, and '\(output)' ends with '/'; to download into it, use -d")
+    }
     if `continue`, output == nil {
         throw ValidationError("-c/--continue needs -o PATH: it adopts the file at that path")
     }

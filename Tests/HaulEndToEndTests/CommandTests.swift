@@ -172,6 +172,8 @@ struct CommandTests {
             #expect(outcome.status == 2, "\(arguments): \(outcome.stderr)")
             #expect(!outcome.stderr.isEmpty)
         }
+        let folder = try await HaulProcess.run(["get", "http://x/y", "-o", "downloads/"], in: workspace)
+        #expect(folder.status == 2 && folder.stderr.contains("use -d"), "\(folder.stderr)")
         let version = try await HaulProcess.run(["--version"], in: workspace)
         #expect(version.status == 0)
         #expect(version.stdout.contains(HaulVersion.current))
