@@ -22,7 +22,9 @@ extension HaulCommand {
         @Option(name: .shortAndLong, help: "Write to this path (one URL only).")
         var output: String?
 
-        @Option(name: .shortAndLong, help: "Write into this folder (default: the current folder).")
+        @Option(
+            name: .shortAndLong,
+            help: "Write into this folder (default: the current folder; with --server, the daemon's download folder).")
         var directory: String?
 
         @Option(help: "high, normal or low.")
@@ -55,7 +57,7 @@ extension HaulCommand {
             let network = try transfer.networkForDaemon()
             let items = try list.map { entry in
                 try transfer.item(
-                    entry, output: output, directory: directory,
+                    entry, output: output, directory: directory, isLocal: client.isLocal,
                     continuePartial: `continue`, computesSHA256: false,
                     network: network, paused: paused, priority: Components.Schemas.Priority(rawValue: priority))
             }

@@ -13,7 +13,7 @@ extension HaulCommand.Get {
         let list = entries.map(\.url)
         let items = try entries.map { entry in
             try transfer.item(
-                entry, output: self.output, directory: directory,
+                entry, output: self.output, directory: directory, isLocal: client.isLocal,
                 continuePartial: `continue`,
                 computesSHA256: json, network: network)
         }

@@ -39,7 +39,10 @@ extension HaulCommand {
         var output: String?
 
         @Option(
-            name: .shortAndLong, help: "Write into this folder under the server's names (default: the current folder).")
+            name: .shortAndLong,
+            help: ArgumentHelp(
+                "Write into this folder under the server's names (default: the current folder; with --server, the "
+                    + "daemon's download folder)."))
         var directory: String?
 
         @Option(

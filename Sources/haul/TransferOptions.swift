@@ -279,22 +279,28 @@ struct TransferOptions: ParsableArguments {
         return options
     }
 
-    /// One download as the daemon's API takes it: to `output` (a file) or into `directory`, both made absolute here
-    /// (the daemon does not share this process's current folder).
+    /// One download as the daemon's API takes it: to `output` (a file) or into `directory`.
+    ///
+    /// The daemon of this machine (`isLocal`, its socket) is given both made absolute here, and the current folder
+    /// when neither is given, as `haul get` without a daemon: it does not share this process's current folder.
+    /// Another machine's daemon (`--server`) is given them as they are, naming its own folders: relative to its
+    /// download folder, or absolute inside a folder it allows; with neither, the download goes to its download
+    /// folder (as aria2's RPC does without `dir`). This machine's current folder means nothing there.
     func item(
-        _ entry: URLList.Entry, output: String?, directory: String?, continuePartial: Bool,
+        _ entry: URLList.Entry, output: String?, directory: String?, isLocal: Bool, continuePartial: Bool,
         computesSHA256: Bool,
         network: NetworkOptions, paused: Bool = false, priority: Components.Schemas.Priority? = nil
     ) throws -> Components.Schemas.AddDownload {
         let url = entry.url
         let mirrors = entry.mirrors
         let checksum = entry.checksum?.description ?? givenChecksum
-        var folder = Self.absolute(directory ?? FileManager.default.currentDirectoryPath)
+        var folder = isLocal ? Self.absolute(directory ?? FileManager.default.currentDirectoryPath) : directory
         var filename = entry.name
         if let output {
-            let path = Self.absolute(output)
-            folder = (path as NSString).deletingLastPathComponent
-            filename = (path as NSString).lastPathComponent
+            let path = (isLocal ? Self.absolute(output) : output) as NSString
+            let parent = path.deletingLastPathComponent
+            folder = parent.isEmpty ? nil : parent
+            filename = path.lastPathComponent
         }
         var headerFields: [String: String] = [:]
         for header in try headers.map({ try DownloadOptions.Header(parsing: $0) }) {

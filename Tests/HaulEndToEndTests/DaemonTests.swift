@@ -342,6 +342,25 @@ struct DaemonTests {
         #expect(refused.status == 1 && refused.stderr.contains("Authorization: Bearer"), "\(refused.stderr)")
         let missing = try await HaulProcess.run(["ls", "--server", daemon.url] + elsewhere, in: workspace)
         #expect(missing.status == 2 && missing.stderr.contains("token"))
+        // Paths name the daemon's folders, not this machine's: from a current folder the daemon may not write to,
+        // no -d means its download folder, and a relative -d or -o is beneath it.
+        server.serve("/b.bin", .init(body: body))
+        let remote = ["--server", daemon.url, "--token", daemon.token] + elsewhere
+        var ids: [String] = []
+        for placed in [[], ["-d", "sub"], ["-o", "deep/named.bin"], ["-o", "named.bin"]] {
+            let outcome = try await HaulProcess.run(
+                ["add", server.url("/b.bin").absoluteString] + placed + remote, in: workspace, folder: workspace.root)
+            #expect(outcome.status == 0, "\(placed): \(outcome.stderr)")
+            ids += outcome.stdout.split(separator: "\n").map(String.init)
+        }
+        let watched = try await HaulProcess.run(["watch", "--until-done", "--quiet"] + ids + remote, in: workspace)
+        #expect(watched.status == 0, "\(watched.stderr)")
+        for path in ["b.bin", "sub/b.bin", "deep/named.bin", "named.bin"] {
+            #expect(FileManager.default.contents(atPath: workspace.files + "/" + path) == Data(body), "\(path)")
+        }
+        let outside = try await HaulProcess.run(
+            ["add", server.url("/b.bin").absoluteString, "-d", workspace.root] + remote, in: workspace)
+        #expect(outside.status == 1 && outside.stderr.contains("outside the folders"), "\(outside.stderr)")
         _ = await daemon.stop(SIGTERM)
     }
 }

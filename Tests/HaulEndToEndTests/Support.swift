@@ -52,9 +52,11 @@ final class HaulProcess: @unchecked Sendable {
     let errPath: String
 
     /// With a `launcher` (a program and its arguments), that program runs and is handed the `haul` binary and its
-    /// arguments to run in its place (a seccomp filter installed first, say).
+    /// arguments to run in its place (a seccomp filter installed first, say). It runs in `folder`, by default the
+    /// workspace's files folder.
     init(
-        _ arguments: [String], in workspace: Workspace, environment: [String: String] = [:], launcher: [String] = []
+        _ arguments: [String], in workspace: Workspace, environment: [String: String] = [:], launcher: [String] = [],
+        folder: String? = nil
     ) throws {
         let stamp = UUID().uuidString
         outPath = workspace.root + "/haul-\(stamp).out"
@@ -71,7 +73,7 @@ final class HaulProcess: @unchecked Sendable {
             process.executableURL = URL(fileURLWithPath: haulBinary)
             process.arguments = arguments
         }
-        process.currentDirectoryURL = URL(fileURLWithPath: workspace.files)
+        process.currentDirectoryURL = URL(fileURLWithPath: folder ?? workspace.files)
         process.standardOutput = FileHandle(forWritingAtPath: outPath)
         process.standardError = FileHandle(forWritingAtPath: errPath)
         process.standardInput = FileHandle.nullDevice
@@ -109,10 +111,12 @@ final class HaulProcess: @unchecked Sendable {
         )
     }
 
-    static func run(_ arguments: [String], in workspace: Workspace, environment: [String: String] = [:]) async throws
+    static func run(
+        _ arguments: [String], in workspace: Workspace, environment: [String: String] = [:], folder: String? = nil
+    ) async throws
         -> (status: Int32, stdout: String, stderr: String)
     {
-        try await HaulProcess(arguments, in: workspace, environment: environment).finish()
+        try await HaulProcess(arguments, in: workspace, environment: environment, folder: folder).finish()
     }
 }
 
