@@ -157,7 +157,7 @@ struct NetworkTests {
         #expect(requestCount(workspace) == 0)
     }
 
-    @Test("a name that does not resolve fails at once with curl's words; a refused port names host, port and cause")
+    @Test("an unknown name fails at once in curl's words; a refused port, https to plain HTTP: each names its cause")
     func plainErrors() async throws {
         let workspace = try Workspace()
         defer { workspace.remove() }
@@ -175,6 +175,27 @@ struct NetworkTests {
         #expect(
             refused.stderr.contains("could not connect to 127.0.0.1:\(port): connection refused"), "\(refused.stderr)")
         #expect(!refused.stderr.contains("errno") && !refused.stderr.contains("error set"), "\(refused.stderr)")
+
+        // https:// to servers of plain HTTP: nginx answers the TLS hello with an HTTP error, which is no TLS record;
+        // the fault server closes the connection. Each error says which.
+        let plainPort = freePort()
+        let nginx = try runNginx(
+            in: workspace, port: plainPort, http: "server { listen 127.0.0.1:\(plainPort); root \(workspace.root); }")
+        defer { nginx.stop() }
+        #expect(await nginx.ready())
+        let wrong = try await HaulProcess.run(["get", "https://127.0.0.1:\(plainPort)/x.bin"], in: workspace)
+        #expect(wrong.status == 1)
+        #expect(
+            wrong.stderr.contains(
+                "the TLS handshake with 127.0.0.1:\(plainPort) failed (wrong version number: the server does not speak TLS"
+            ),
+            "\(wrong.stderr)")
+        let server = try await FaultServer.start()
+        let plain = server.url("/x.bin").absoluteString.replacingOccurrences(of: "http://", with: "https://")
+        let closed = try await HaulProcess.run(["get", plain], in: workspace)
+        #expect(closed.status == 1)
+        #expect(closed.stderr.contains("failed (the server closed the connection during it)"), "\(closed.stderr)")
+        await server.stop()
     }
 
     @Test("TLS flags are checked before anything runs")

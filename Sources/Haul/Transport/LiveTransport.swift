@@ -409,11 +409,21 @@ public final class LiveTransport: HTTPTransport {
         return .other(connecting ? "the connection failed" : "the connection broke")
     }
 
-    /// The reason words of a BoringSSL error text (`...:SSL routines:OPENSSL_internal:NO_SHARED_CIPHER` → "no shared
-    /// cipher").
+    /// The reason words of a BoringSSL error text (`error:…:SSL routines:OPENSSL_internal:NO_SHARED_CIPHER at …` →
+    /// "no shared cipher"): the first field that is a code alone (capitals, digits and underscores), so that neither
+    /// the library's `OPENSSL_internal` nor a path is taken for it. A plain-HTTP server answering a TLS hello is the
+    /// common case of `WRONG_VERSION_NUMBER`, said as such, as curl's words alone leave the user guessing; a server
+    /// that closes instead (BoringSSL's "EOF during handshake") is said to have closed.
     static func reason(_ text: String) -> String? {
-        let codes = text.split(whereSeparator: { !($0.isUppercase || $0 == "_" || $0.isNumber) })
-            .filter { $0.count > 3 && $0.contains("_") }
-        return codes.first.map { $0.replacingOccurrences(of: "_", with: " ").lowercased() }
+        if text.contains("EOF during handshake") { return "the server closed the connection during it" }
+        let isCode: (Substring) -> Bool = { field in
+            field.count > 3 && field.contains("_")
+                && field.allSatisfy { ($0.isASCII && $0.isUppercase) || $0 == "_" || $0.isNumber }
+        }
+        guard let code = text.split(whereSeparator: { ":[]() ".contains($0) }).first(where: isCode) else { return nil }
+        if code == "WRONG_VERSION_NUMBER" {
+            return "wrong version number: the server does not speak TLS there; is the URL meant to be http://?"
+        }
+        return code.replacingOccurrences(of: "_", with: " ").lowercased()
     }
 }
