@@ -56,10 +56,19 @@ public enum DownloadRules {
     }
 
     /// `text` parsed, when it is a URL a download may have (`checkURL(_:)`).
+    /// A space or a control character is named: a pasted URL with a space is the common case, and it is an http URL
+    /// in every other respect. It is refused, not encoded: the URL stored and requested is the one given.
     public static func checkedURL(_ text: String) throws(RuleViolation) -> URL {
-        guard let parsed = URL(string: text),
-            !text.unicodeScalars.contains(where: { $0.value <= 0x20 || $0.value == 0x7F })
-        else { throw RuleViolation(rule: .url, problem: "is not an http, https or ftp URL") }
+        if let bad = text.unicodeScalars.first(where: { $0.value <= 0x20 || $0.value == 0x7F }) {
+            let problem =
+                bad == " "
+                ? "contains a space (percent-encode it as %20)"
+                : "contains a control character (U+\(String(format: "%04X", bad.value)))"
+            throw RuleViolation(rule: .url, problem: problem)
+        }
+        guard let parsed = URL(string: text) else {
+            throw RuleViolation(rule: .url, problem: "is not an http, https or ftp URL")
+        }
         try checkURL(parsed)
         return parsed
     }

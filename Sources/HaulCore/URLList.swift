@@ -121,11 +121,10 @@ public enum URLList {
 
     /// `url` parsed, when it is an http, https or ftp URL with a host (`check(_:line:)`).
     static func checked(_ url: String, line: Int?) throws(DownloadError) -> URL {
-        guard let parsed = try? DownloadRules.checkedURL(url) else {
+        do { return try DownloadRules.checkedURL(url) } catch {
             let place = line.map { " (line \($0))" } ?? ""
-            throw DownloadError(.invalidArgument, "'\(url)'\(place) is not an http, https or ftp URL")
+            throw DownloadError(.invalidArgument, "'\(url)'\(place) \(error.problem)")
         }
-        return parsed
     }
 
     /// Whether `url` is one a download may have (`DownloadRules.checkURL`).

@@ -99,6 +99,22 @@ struct DownloadRulesTests {
             DownloadRules.RuleViolation(rule: .connections, problem: "must be between 1 and 16, not 40"),
             subject: "connections")
         #expect(error.code == .invalidArgument && error.message == "connections must be between 1 and 16, not 40")
+        // A URL's refusal names what is wrong with it, and a list's line says the same.
+        for (text, problem) in [
+            ("http://host/a b.iso", "contains a space (percent-encode it as %20)"),
+            ("http://host/a\u{7}", "contains a control character (U+0007)"),
+            ("http:///no-host", "has no host"), ("gopher://host/", "is not an http, https or ftp URL"),
+        ] {
+            #expect(throws: DownloadRules.RuleViolation(rule: .url, problem: problem)) {
+                try DownloadRules.checkURL(text)
+            }
+            do {
+                _ = try URLList.parse("http://host/ok\n\(text)\n")
+                Issue.record("'\(text)' is refused in a list")
+            } catch {
+                #expect(error.message == "'\(text)' (line 2) \(problem)")
+            }
+        }
     }
 
     @Test(
