@@ -1,6 +1,7 @@
 import Foundation
 import HTTPTypes
 import Haul
+import HaulAPI
 import HaulCore
 import HaulWire
 import NIOCore
@@ -161,7 +162,7 @@ extension APIError {
             } else if ctx.codingPath.isEmpty {
                 return APIError(.badRequest, "malformedJSON", "the body is not valid JSON: \(ctx.debugDescription)")
             } else {
-                problem = "is not valid: \(ctx.debugDescription)"
+                problem = Self.outsideEnumeration(ctx.debugDescription) ?? "is not valid: \(ctx.debugDescription)"
             }
         @unknown default:
             return APIError(.badRequest, "malformedJSON", "the body cannot be read: \(error)")
@@ -176,6 +177,27 @@ extension APIError {
             return APIError(.badRequest, "invalidBody", place + problem, index: index)
         }
         return .invalidField(names.joined(separator: "."), problem, index: index)
+    }
+
+    /// The values of the document's string enumerations, by the name of the type generated for each: a value
+    /// outside one is told with the values the field takes, not in the decoder's words (which name that type).
+    private static let enumerations: [String: [String]] = [
+        "State": Components.Schemas.State.allCases.map(\.rawValue),
+        "Priority": Components.Schemas.Priority.allCases.map(\.rawValue),
+        "Origin": Components.Schemas.Origin.allCases.map(\.rawValue),
+        "ToPayload": Components.Schemas.Move.ToPayload.allCases.map(\.rawValue),
+    ]
+
+    /// The problem of a value outside a string enumeration, from the decoder's "Cannot initialize TYPE from invalid
+    /// String value VALUE"; nil for any other text.
+    static func outsideEnumeration(_ description: String) -> String? {
+        let prefix = "Cannot initialize ", middle = " from invalid String value "
+        guard description.hasPrefix(prefix), let split = description.range(of: middle) else { return nil }
+        let type = String(
+            description[description.index(description.startIndex, offsetBy: prefix.count)..<split.lowerBound])
+        let value = description[split.upperBound...]
+        guard let values = enumerations[type] else { return "'\(value)' is not one of the values it takes" }
+        return "'\(value)' is not one of \(values.joined(separator: ", "))"
     }
 
     private static func typeName(_ type: Any.Type) -> String {
