@@ -166,6 +166,11 @@ struct RouterTests {
                 #expect(response.status == .badRequest, "\(url)")
                 #expect(try apiError(response).field == "url")
             }
+            let spaced = try await client.post("/api/v1/downloads", #"{"url": "http://h/a b.iso"}"#)
+            #expect(
+                try apiError(spaced).message == "url: 'http://h/a b.iso' contains a space (percent-encode it as %20)")
+            let nonASCII = try await client.post("/api/v1/downloads", #"{"url": "http://h/ä"}"#)
+            #expect(try apiError(nonASCII).message.hasSuffix("(ASCII host; percent-encode the rest)"))
             let checksum = try await client.post("/api/v1/downloads", #"{"url": "http://h/a", "checksum": "crc=1"}"#)
             #expect(try apiError(checksum).field == "checksum")
             let header = try await client.post(

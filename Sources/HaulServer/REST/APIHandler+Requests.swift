@@ -17,9 +17,7 @@ extension APIHandler {
         // The document's pattern for the field (ASCII, percent-encoded), then the engine's rule for a download's URL.
         guard Self.isAcceptedURL(item.url), let url = URL(string: item.url), (try? DownloadRules.checkURL(url)) != nil
         else {
-            throw .invalidField(
-                "url", "'\(item.url)' is not an http, https or ftp URL (ASCII host; percent-encode the rest)",
-                index: index)
+            throw .invalidField("url", Self.urlRefusal(item.url), index: index)
         }
         let connections = item.connections ?? defaults.connectionsPerDownload
         let minSplitSize = item.minSplitSize ?? DownloadOptions.defaultMinimumSplitSize
@@ -47,9 +45,7 @@ extension APIHandler {
             try DownloadRules.checkMirrors(mirrors)
         }
         if let bad = mirrors.first(where: { !Self.isAcceptedURL($0) }) {
-            throw .invalidField(
-                "mirrors", "'\(bad)' is not an http, https or ftp URL (ASCII host; percent-encode the rest)",
-                index: index)
+            throw .invalidField("mirrors", Self.urlRefusal(bad), index: index)
         }
         if let userAgent = item.userAgent, !DownloadOptions.Header.isValidValue(userAgent) {
             throw .invalidField("userAgent", "has a line break or another control character", index: index)
@@ -195,6 +191,13 @@ extension APIHandler {
     /// Whether `text` matches `urlPattern`, checked by hand, byte by byte: a `Regex` (or sets of bytes) for every
     /// item of a list of thousands costs more than the rest of its checks. (A test checks the two agree on thousands
     /// of strings.)
+    /// Why a download's URL is refused: the engine's rule's words when the rule refuses it (a space, a control
+    /// character, no host, another scheme), else the document's pattern's.
+    static func urlRefusal(_ text: String) -> String {
+        do { _ = try DownloadRules.checkedURL(text) } catch { return "'\(text)' \(error.problem)" }
+        return "'\(text)' is not an http, https or ftp URL (ASCII host; percent-encode the rest)"
+    }
+
     static func isAcceptedURL(_ text: String) -> Bool {
         var text = text
         return text.withUTF8 { isAcceptedURL(bytes: $0) }

@@ -202,9 +202,7 @@ public struct APIHandler: APIProtocol {
         if let text = update.url {
             guard Self.isAcceptedURL(text), let url = URL(string: text), (try? DownloadRules.checkURL(url)) != nil
             else {
-                throw .invalidField(
-                    "url", "'\(text)' is not an http, https or ftp URL (ASCII host; percent-encode the rest)",
-                    index: nil)
+                throw .invalidField("url", Self.urlRefusal(text), index: nil)
             }
             link = url
         }
