@@ -74,6 +74,8 @@ struct NoticeOptions: ParsableArguments {
             notices.onError = try onError.map { text throws(DownloadError) in try Hook(commandLine: text) }
             notices.refreshLink = try refreshCommand.map { text throws(DownloadError) in try Hook(commandLine: text) }
         } catch { throw ValidationError(error.message) }
+        for hook in notices.onComplete + notices.onError { try Self.checkRunnable(hook, kind: "hook") }
+        if let refresh = notices.refreshLink { try Self.checkRunnable(refresh, kind: "refresh command's") }
         if let hookTimeout {
             guard let timeout = HaulCommand.Serve.parseDuration(hookTimeout) else {
                 throw ValidationError("--hook-timeout '\(hookTimeout)' is not a duration such as 60s or 5m")
@@ -95,5 +97,26 @@ struct NoticeOptions: ParsableArguments {
         }
         notices.downloadJSON = { DownloadJSON.bytes(of: $0) }
         return notices
+    }
+
+    /// Refuses a hook whose program cannot be run: a path that is no executable file, or a name found in no folder
+    /// of `PATH` (where the hook's process looks it up). Checked when the flags are read, so that a mistyped program
+    /// fails before the first download instead of after each one.
+    static func checkRunnable(_ hook: Hook, kind: String) throws {
+        let program = hook.arguments[0]
+        let candidates =
+            program.contains("/")
+            ? [program]
+            : (ProcessInfo.processInfo.environment["PATH"] ?? "/usr/local/bin:/usr/bin:/bin")
+                .split(separator: ":", omittingEmptySubsequences: false)
+                .map { ($0.isEmpty ? "." : String($0)) + "/" + program }
+        let isRunnable = candidates.contains { path in
+            var status = stat()
+            return stat(path, &status) == 0 && status.st_mode & S_IFMT == S_IFREG && access(path, X_OK) == 0
+        }
+        guard isRunnable else {
+            let place = program.contains("/") ? "is not an executable file" : "is not found in any folder of PATH"
+            throw ValidationError("the \(kind) program '\(program)' \(place)")
+        }
     }
 }

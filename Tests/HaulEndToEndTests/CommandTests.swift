@@ -166,12 +166,16 @@ struct CommandTests {
             ["get", "not a url"], ["get", "sftp://x/y"], ["get"], ["get", "http://x/y", "--timeout", "0"],
             ["get", "http://x/y", "--checksum", "sha256=12"], ["get", "http://x/y", "--header", "no colon"],
             ["get", "http://x/y", "-o", "a", "-d", "b"], ["get", "http://x/y", "--hook-timeout", "1e300h"],
+            ["get", "http://x/y", "--on-complete", "/nonexistent/notify"],
+            ["get", "http://x/y", "--on-error", "nosuchprog"],
             ["frobnicate"],
         ] {
             let outcome = try await HaulProcess.run(arguments, in: workspace)
             #expect(outcome.status == 2, "\(arguments): \(outcome.stderr)")
             #expect(!outcome.stderr.isEmpty)
         }
+        let hook = try await HaulProcess.run(["get", "http://x/y", "--on-error", "nosuchprog --flag"], in: workspace)
+        #expect(hook.stderr.contains("the hook program 'nosuchprog' is not found in any folder of PATH"))
         let folder = try await HaulProcess.run(["get", "http://x/y", "-o", "downloads/"], in: workspace)
         #expect(folder.status == 2 && folder.stderr.contains("use -d"), "\(folder.stderr)")
         let version = try await HaulProcess.run(["--version"], in: workspace)
