@@ -123,8 +123,9 @@ func openFleetStore(_ location: PostgresLocation) async throws -> PostgresStore 
     }
 }
 
-/// The downloads named by each of `names` (a whole id, or its start or end); one matching none or several is an
-/// error. The list is read a page at a time, keeping only the matches (a fleet's queue may hold millions).
+/// The downloads named by each of `names` (a whole id, or its start or end); one matching none or several exits 1
+/// naming it, as the same command through a daemon does (it is no usage error). The list is read a page at a time,
+/// keeping only the matches (a fleet's queue may hold millions).
 func resolve(_ names: [String], in manager: DownloadManager) async throws -> [DownloadSnapshot] {
     var found: [[DownloadSnapshot]] = Array(repeating: [], count: names.count)
     var cursor: DownloadManager.QueueCursor?
@@ -139,8 +140,10 @@ func resolve(_ names: [String], in manager: DownloadManager) async throws -> [Do
     } while cursor != nil
     return try zip(names, found).map { name, matches in
         guard matches.count == 1 else {
-            throw ValidationError(
-                matches.isEmpty ? "no download with id \(name)" : "id \(name) matches \(matches.count) downloads")
+            let problem =
+                matches.isEmpty ? "no download with id \(name)" : "id \(name) matches \(matches.count) downloads"
+            FileHandle.standardError.write(Data("haul: error: \(problem)\n".utf8))
+            throw ExitCode(1)
         }
         return matches[0]
     }

@@ -193,8 +193,10 @@ struct BatchCommandTests {
         #expect(removed.status == 0, "\(removed.stderr)")
         #expect(removed.stdout == "haul: forgot \(shown) b.bin and deleted its file\n", "\(removed.stdout)")
         #expect(!FileManager.default.fileExists(atPath: workspace.path("b.bin")))
+        // An id that names no download exits 1 naming it, as the same command through a daemon does.
         let unknown = try await HaulProcess.run(["rm", "zzzz"] + state, in: workspace)
-        #expect(unknown.status == 2)
+        #expect(unknown.status == 1)
+        #expect(unknown.stderr == "haul: error: no download with id zzzz\n", "\(unknown.stderr)")
         let cleaned = try await HaulProcess.run(["clean"] + state, in: workspace)
         #expect(cleaned.stdout.contains("forgot 2 downloads"), "the completed and the failed one")
         #expect(workspace.holds("a.bin", body), "clean keeps the files")
