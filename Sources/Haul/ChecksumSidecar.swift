@@ -14,17 +14,29 @@ public enum ChecksumSidecar {
     static let largest = 1 << 20
 
     /// The checksum of `url`'s file: from `list` when given (a checksum file that names it, or holds one digest),
-    /// else from the first of `ChecksumList.sidecars(of:)` that answers 200 and has it. Nil when none has it; the
-    /// requests go out with `options`' proxies, TLS and credentials, as the download's would.
+    /// else from the first of `ChecksumList.sidecars(of:)` that answers 200 and has it. Nil when no sidecar has it.
+    /// A `list` the user named is asked for on purpose: one that cannot be read, or that has no checksum for the
+    /// file, throws, saying which, rather than leave the file unverified. The requests go out with `options`'
+    /// proxies, TLS and credentials, as the download's would.
     public static func find(
         for url: String, list: String? = nil, options: DownloadOptions = DownloadOptions(),
         transport: any HTTPTransport = LiveTransport()
-    ) async -> Found? {
+    ) async throws(DownloadError) -> Found? {
         let name = fileName(of: url)
-        let candidates: [(url: String, algorithm: Checksum.Algorithm?, isList: Bool)] =
-            list.map { [($0, nil, false)] } ?? ChecksumList.sidecars(of: url).map { ($0.url, $0.algorithm, $0.isList) }
-        for candidate in candidates {
-            guard let text = await fetch(candidate.url, options: options, transport: transport),
+        if let list {
+            let text: String
+            switch await fetch(list, options: options, transport: transport) {
+            case .success(let body): text = body
+            case .failure(let unreadable):
+                throw DownloadError(.invalidArgument, "the checksum list \(list) cannot be read \(unreadable.reason)")
+            }
+            guard let checksum = ChecksumList.checksum(in: text, for: name, algorithm: nil, isList: false) else {
+                throw DownloadError(.invalidArgument, "the checksum list \(list) has no checksum for \(name)")
+            }
+            return Found(checksum: checksum, source: list)
+        }
+        for candidate in ChecksumList.sidecars(of: url) {
+            guard case .success(let text) = await fetch(candidate.url, options: options, transport: transport),
                 let checksum = ChecksumList.checksum(
                     in: text, for: name, algorithm: candidate.algorithm, isList: candidate.isList)
             else { continue }
@@ -39,9 +51,12 @@ public enum ChecksumSidecar {
         return (path as NSString).lastPathComponent
     }
 
-    /// The body of a 200 answer to `url`, at most `largest` bytes; nil for any other answer or a failure.
-    private static func fetch(_ url: String, options: DownloadOptions, transport: any HTTPTransport) async -> String? {
-        guard let target = URL(string: url) else { return nil }
+    /// The body of a 200 answer to `url`, at most `largest` bytes; otherwise why not, in words that follow "cannot be
+    /// read".
+    private static func fetch(
+        _ url: String, options: DownloadOptions, transport: any HTTPTransport
+    ) async -> Result<String, Unreadable> {
+        guard let target = URL(string: url) else { return .failure(Unreadable("(not a URL)")) }
         var headers: [(name: String, value: String)] = [("Accept-Encoding", "identity")]
         if let agent = options.userAgent { headers.append(("User-Agent", agent)) }
         headers += options.headers.map { ($0.name, $0.value) }
@@ -49,15 +64,21 @@ public enum ChecksumSidecar {
             url: target, headers: headers, tls: options.tls, network: options.network, ownHost: target.host)
         do {
             let response = try await transport.send(request)
-            guard response.head.status == 200 else { return nil }
+            guard response.head.status == 200 else { return .failure(Unreadable("(HTTP \(response.head.status))")) }
             var bytes: [UInt8] = []
             for try await chunk in response.body {
                 bytes += chunk.readableBytesView
-                if bytes.count > largest { return nil }
+                if bytes.count > largest { return .failure(Unreadable("(larger than 1 MiB)")) }
             }
-            return String(decoding: bytes, as: UTF8.self)
+            return .success(String(decoding: bytes, as: UTF8.self))
         } catch {
-            return nil
+            return .failure(Unreadable("(\((error as? DownloadError)?.message ?? String(describing: error)))"))
         }
+    }
+
+    /// Why a checksum file cannot be read.
+    struct Unreadable: Error {
+        let reason: String
+        init(_ reason: String) { self.reason = reason }
     }
 }

@@ -350,8 +350,9 @@ extension TransferOptions {
     var givenChecksum: String? { checksum?.lowercased() == "auto" ? nil : checksum }
 
     /// `list` with each file's checksum found beside it (`--checksum auto`) or in `--checksum-url`, saying which file
-    /// gave it, or that none did (the file is then not verified, and the download does not fail for it). A file that
-    /// has a checksum already (a Metalink's) keeps it.
+    /// gave it. With `auto`, a file none of whose sidecars has one is said to be unverified, and its download does
+    /// not fail for it; a `--checksum-url` the user named that cannot be read, or that has no checksum for a file,
+    /// exits 1 before anything is fetched. A file that has a checksum already (a Metalink's) keeps it.
     func withSidecars(_ list: [URLList.Entry], quiet: Bool) async throws -> [URLList.Entry] {
         guard checksum?.lowercased() == "auto" || checksumURL != nil else { return list }
         var options = DownloadOptions(
@@ -360,7 +361,13 @@ extension TransferOptions {
         var resolved = list
         for index in resolved.indices where resolved[index].checksum == nil {
             let url = resolved[index].url
-            if let found = await ChecksumSidecar.find(for: url, list: checksumURL, options: options) {
+            let found: ChecksumSidecar.Found?
+            do { found = try await ChecksumSidecar.find(for: url, list: checksumURL, options: options) } catch {
+                FileHandle.standardError.write(
+                    Data("haul: error: \(Output.shown(url)): \(error.message); nothing fetched\n".utf8))
+                throw ExitCode(1)
+            }
+            if let found {
                 resolved[index].checksum = found.checksum
                 if !quiet {
                     let name = ChecksumSidecar.fileName(of: url)
@@ -370,7 +377,7 @@ extension TransferOptions {
                                 .utf8))
                 }
             } else {
-                let tried = checksumURL ?? "URL.sha256, URL.sha512, URL.sha256sum, SHA256SUMS and SHA512SUMS"
+                let tried = "URL.sha256, URL.sha512, URL.sha256sum, SHA256SUMS and SHA512SUMS"
                 FileHandle.standardError.write(
                     Data("haul: \(Output.shown(url)): no checksum found (tried \(tried)); not verifying\n".utf8))
             }

@@ -42,7 +42,9 @@ struct SidecarCommandTests {
         #expect(!FileManager.default.fileExists(atPath: workspace.path("file.iso")))
     }
 
-    @Test("a folder's SHA256SUMS names the file; --checksum-url names the list; none found says so and succeeds")
+    @Test(
+        "a folder's SHA256SUMS names the file; --checksum-url names the list, and one that fails fails; auto finding none says so and succeeds"
+    )
     func lists() async throws {
         let workspace = try Workspace()
         defer { workspace.remove() }
@@ -62,8 +64,22 @@ struct SidecarCommandTests {
         let named = try await run(
             server, ["--checksum-url", server.url("/sums/release.txt").absoluteString], in: workspace)
         #expect(named.status == 0 && named.stderr.contains("/sums/release.txt"), "\(named.stderr)")
-
+        // A list the user named is asked for on purpose: one that has no line for the file, or cannot be read,
+        // fails before the file is fetched, rather than leave it unverified.
         try FileManager.default.removeItem(atPath: workspace.path("file.iso"))
+        _ = try? FileManager.default.removeItem(atPath: workspace.state)
+        let fetched = server.requests(to: "/pub/file.iso").count
+        let others = "SHA256 (other.iso) = \(digest)\nSHA256 (third.iso) = \(digest)\n"
+        server.serve("/sums/other.txt", .init(body: Array(others.utf8)))
+        for (list, problem) in [
+            ("/sums/other.txt", "has no checksum for file.iso"), ("/sums/missing.txt", "cannot be read (HTTP 404)"),
+        ] {
+            let failed = try await run(server, ["--checksum-url", server.url(list).absoluteString], in: workspace)
+            #expect(failed.status == 1 && failed.stderr.contains(problem), "\(failed.stderr)")
+        }
+        #expect(server.requests(to: "/pub/file.iso").count == fetched, "the file itself was not requested")
+        #expect(!FileManager.default.fileExists(atPath: workspace.path("file.iso")))
+
         _ = try? FileManager.default.removeItem(atPath: workspace.state)
         server.serve("/pub/SHA256SUMS", .init(body: Array("nothing here\n".utf8)))
         let none = try await run(server, ["--checksum", "auto"], in: workspace)
