@@ -25,9 +25,9 @@ final class PortPool: Sendable {
         return PortPool(range, from: Int.random(in: range))
     }()
 
-    /// The first port of the kernel's ephemeral range (Linux's default when it cannot be read). The setting is only
-    /// read, to keep out of the range; nothing here changes it.
+    /// The first port of the kernel's ephemeral range (Linux's default when it cannot be read).
     static let ephemeralStart =
+        // Read-only: the kernel's setting is read to keep out of its range; nothing here writes it.
         (try? String(contentsOfFile: "/proc/sys/net/ipv4/ip_local_port_range", encoding: .utf8))
         .flatMap { $0.split(whereSeparator: \.isWhitespace).first }.flatMap { Int($0) } ?? 32768
 
