@@ -47,7 +47,8 @@ public struct DownloadOptions: Codable, Sendable, Equatable {
         body(&storage.values)
     }
 
-    /// Extra request headers.
+    /// Extra request headers. An add refuses one that `DownloadRules.checkHeader` refuses: Haul's own (`Range`,
+    /// `If-Range`, …) and an `Accept-Encoding` other than `identity`.
     public var headers: [Header] {
         get { storage.values.headers }
         set { change { $0.headers = newValue } }

@@ -32,7 +32,7 @@ public enum DownloadRules {
         /// Which rule.
         public enum Rule: String, Sendable {
             case url, connections, minimumSplitSize, concurrentDownloads, connectionsPerHost, rate, timeout, retries,
-                pageSize, nameLength, mirrors, pieces, downloadsPerHost
+                pageSize, nameLength, mirrors, pieces, downloadsPerHost, header
         }
 
         /// The rule broken.
@@ -178,6 +178,38 @@ public enum DownloadRules {
         if mirrors.isEmpty { return [] }
         var seen: Set<String> = [url]
         return mirrors.filter { seen.insert($0).inserted }
+    }
+
+    /// The request headers Haul sets itself, by lower-case name: it asks for the bytes it lacks, and for the version
+    /// it holds, with them. A user's would have the server answer other bytes than those Haul asked for.
+    public static let ownedHeaders = ["range", "if-range", "if-match", "if-unmodified-since"]
+
+    /// A request header a user adds: a valid name and value (`RequestHeader.isValidName`, `isValidValue`), not one
+    /// of `ownedHeaders`, and no `Accept-Encoding` but `identity` (Haul saves the file's own bytes, and its ranges
+    /// count them, not the bytes of a compressed body).
+    public static func checkHeader(_ header: RequestHeader) throws(RuleViolation) {
+        guard RequestHeader.isValidName(header.name) else {
+            throw RuleViolation(rule: .header, problem: "'\(header.name)' is not a valid HTTP field name")
+        }
+        guard RequestHeader.isValidValue(header.value) else {
+            throw RuleViolation(
+                rule: .header, problem: "'\(header.name)' has a line break or another control character in its value")
+        }
+        let name = header.name.lowercased()
+        if ownedHeaders.contains(name) {
+            throw RuleViolation(
+                rule: .header,
+                problem:
+                    "'\(header.name)' is Haul's to set: it asks for the bytes it lacks, and for the version it holds, "
+                    + "itself")
+        }
+        if name == "accept-encoding", header.value.lowercased() != "identity" {
+            throw RuleViolation(
+                rule: .header,
+                problem:
+                    "'Accept-Encoding: \(header.value)' would have the server send other bytes than the file's; Haul "
+                    + "asks for identity, the file as it is")
+        }
     }
 
     /// Attempts without progress.

@@ -46,17 +46,19 @@ extension HaulCommand {
         var directory: String?
 
         @Option(
-            name: .shortAndLong, help: "Downloads transferring at once (without a daemon; a daemon runs its own -j).")
+            name: .shortAndLong, parsing: .unconditional,
+            help: "Downloads transferring at once (without a daemon; a daemon runs its own -j).")
         var jobs: Int = 3
 
         @Option(
+            parsing: .unconditional,
             help: ArgumentHelp(
                 "The most connections to one host across all the downloads (without a daemon; a daemon keeps its "
                     + "own, `haul serve --max-connections-per-host`).", valueName: "N"))
         var maxConnectionsPerHost: Int?
 
         @Option(
-            name: .customLong("max-per-host"),
+            name: .customLong("max-per-host"), parsing: .unconditional,
             help: ArgumentHelp(
                 "The most downloads of one host transferring at once (without a daemon; a daemon keeps its own, "
                     + "`haul serve --max-per-host`).", valueName: "N"))

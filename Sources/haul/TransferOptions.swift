@@ -6,7 +6,10 @@ import HaulCore
 
 /// How each download is fetched: the flags `haul get` and `haul add` share.
 struct TransferOptions: ParsableArguments {
+    // Numbers are taken as given, a minus sign too (`.unconditional`), so `--retries -1` is refused by its rule
+    // rather than reported as a missing value.
     @Option(
+        parsing: .unconditional,
         help: """
             Limit all downloads together to RATE bytes a second (e.g. 500K, 2M; K, M, G are powers of 1024); \
             through a daemon, each download of this command gets this limit.
@@ -14,7 +17,7 @@ struct TransferOptions: ParsableArguments {
     var limitRate: String?
 
     @Option(
-        name: [.customShort("x"), .customLong("connections")],
+        name: [.customShort("x"), .customLong("connections")], parsing: .unconditional,
         help: "The most connections per download, 1 to 16 (Haul adds them one at a time while they make it faster).")
     var connections: Int?
 
@@ -25,7 +28,9 @@ struct TransferOptions: ParsableArguments {
                 + "file's mirrors on its line, separated by tabs).", valueName: "URL"))
     var mirrors: [String] = []
 
-    @Option(help: "Start no segment smaller than SIZE when splitting a file over connections (e.g. 4M; at least 1M).")
+    @Option(
+        parsing: .unconditional,
+        help: "Start no segment smaller than SIZE when splitting a file over connections (e.g. 4M; at least 1M).")
     var minSplitSize: String = "4M"
 
     @Flag(help: "Replace a file at the destination that Haul did not create.")
@@ -59,10 +64,10 @@ struct TransferOptions: ParsableArguments {
     @Option(help: "The User-Agent header.")
     var userAgent: String?
 
-    @Option(help: "Seconds without a byte before the connection is abandoned and retried.")
+    @Option(parsing: .unconditional, help: "Seconds without a byte before the connection is abandoned and retried.")
     var timeout: Double = 30
 
-    @Option(help: "Failed attempts in a row without progress before giving up.")
+    @Option(parsing: .unconditional, help: "Failed attempts in a row without progress before giving up.")
     var retries: Int = 5
 
     @Option(help: "Trust the CA certificates in this PEM FILE too (besides the system's, or SSL_CERT_FILE's).")
@@ -185,10 +190,12 @@ struct TransferOptions: ParsableArguments {
             }
         }
         for header in headers {
-            if case .failure(let error) = Result(catching: { () throws(DownloadError) in
-                try DownloadOptions.Header(parsing: header)
-            }) {
-                throw ValidationError(error.message)
+            switch Result(catching: { () throws(DownloadError) in try DownloadOptions.Header(parsing: header) }) {
+            case .failure(let error): throw ValidationError(error.message)
+            case .success(let parsed):
+                do { try DownloadRules.checkHeader(parsed) } catch {
+                    throw ValidationError("--header \(error.problem)")
+                }
             }
         }
     }
@@ -436,13 +443,20 @@ func checkTargets(urls: [String], inputFile: String?, output: String?, directory
     if let output, output.hasSuffix("/") {
         throw ValidationError("-o PATH names a file, and '\(output)' ends with '/'; to download into it, use -d")
     }
+    // curl's and wget's `-o -` write to standard output. Haul only writes files it can resume and check, so it
+    // refuses instead of making a file named '-' (one of that name is `-o ./-`).
+    if output == "-" {
+        throw ValidationError(
+            "-o - would mean standard output, and Haul writes only files (resumable, checked): give -o FILE, "
+                + "or -o ./- for a file named '-'"
+        )
+    }
     if `continue`, output == nil {
         throw ValidationError("-c/--continue needs -o PATH: it adopts the file at that path")
     }
     for url in urls where !isMetalinkFile(url) { try checkURL(url) }
 }
 
-/// Throws a usage error when `url` is not an http or https URL with a host.
 /// Whether a `haul get` or `haul add` argument names a Metalink file (`.meta4`, `.metalink`) on this machine.
 func isMetalinkFile(_ argument: String) -> Bool {
     let lowered = argument.lowercased()
@@ -465,6 +479,7 @@ func metalinkEntries(_ path: String, checksum: String?) throws -> [URLList.Entry
     }
 }
 
+/// Throws a usage error naming what is wrong with `url` (`DownloadRules.checkedURL`'s words).
 func checkURL(_ url: String) throws {
     do { try URLList.check(url) } catch { throw ValidationError(error.message) }
 }

@@ -118,6 +118,22 @@ struct DownloadRulesTests {
     }
 
     @Test(
+        "a user's header: any valid one but Haul's own and an Accept-Encoding other than identity",
+        arguments: [
+            ("X-Token", "1", true), ("User-Agent", "mine/1", true), ("Accept-Encoding", "identity", true),
+            ("accept-encoding", "IDENTITY", true), ("Cookie", "a=b", true), ("Range", "bytes=0-5", false),
+            ("range", "bytes=0-", false), ("If-Range", "\"e\"", false), ("IF-MATCH", "\"e\"", false),
+            ("If-Unmodified-Since", "Tue, 01 Sep 2026 10:00:00 GMT", false), ("Accept-Encoding", "gzip", false),
+            ("Bad Name", "x", false), ("X-A", "1\r\nX-B: 2", false),
+        ])
+    func header(_ name: String, _ value: String, _ accepted: Bool) {
+        var refusal: DownloadRules.RuleViolation?
+        do { try DownloadRules.checkHeader(RequestHeader(name: name, value: value)) } catch { refusal = error }
+        #expect((refusal == nil) == accepted, "\(name): \(refusal?.description ?? "accepted")")
+        #expect(refusal.map { $0.rule == .header && $0.problem.contains("'\(name)") } ?? true)
+    }
+
+    @Test(
         "a download's URL: the five schemes with a host; anything else, spaces and control characters refused",
         arguments: [
             ("https://example.com/f", true), ("HTTP://example.com/", true), ("ftp://host/file", true),

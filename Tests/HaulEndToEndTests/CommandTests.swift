@@ -165,6 +165,8 @@ struct CommandTests {
         for arguments in [
             ["get", "not a url"], ["get", "sftp://x/y"], ["get"], ["get", "http://x/y", "--timeout", "0"],
             ["get", "http://x/y", "--checksum", "sha256=12"], ["get", "http://x/y", "--header", "no colon"],
+            ["get", "http://x/y", "--header", "Range: bytes=0-5"],
+            ["get", "http://x/y", "--header", "Accept-Encoding: gzip"],
             ["get", "http://x/y", "-o", "a", "-d", "b"], ["get", "http://x/y", "--hook-timeout", "1e300h"],
             ["get", "http://x/y", "--on-complete", "/nonexistent/notify"],
             ["get", "http://x/y", "--on-error", "nosuchprog"],
@@ -178,6 +180,17 @@ struct CommandTests {
         #expect(hook.stderr.contains("the hook program 'nosuchprog' is not found in any folder of PATH"))
         let folder = try await HaulProcess.run(["get", "http://x/y", "-o", "downloads/"], in: workspace)
         #expect(folder.status == 2 && folder.stderr.contains("use -d"), "\(folder.stderr)")
+        // A negative number is the flag's value, refused by its rule, not a "missing value".
+        for (flag, words) in [
+            ("--retries", "--retries must be 0 or more"), ("--timeout", "--timeout must be a positive number"),
+            ("-j", "-j must be between 1 and 1000, not -1"), ("--limit-rate", "is not a positive rate"),
+        ] {
+            let negative = try await HaulProcess.run(["get", "http://x/y", flag, "-1"], in: workspace)
+            #expect(negative.status == 2 && negative.stderr.contains(words), "\(flag): \(negative.stderr)")
+        }
+        let pipe = try await HaulProcess.run(["get", "http://x/y", "-o", "-"], in: workspace)
+        #expect(pipe.status == 2 && pipe.stderr.contains("-o ./-"), "\(pipe.stderr)")
+        #expect(!FileManager.default.fileExists(atPath: workspace.path("-")))
         let version = try await HaulProcess.run(["--version"], in: workspace)
         #expect(version.status == 0)
         #expect(version.stdout.contains(HaulVersion.current))

@@ -198,6 +198,8 @@ struct RouterTests {
                 (#"{"url": "http://h/a", "connections": null}"#, "connections"),
                 (#"[{"url": "http://h/a"}, {"url": "http://h/b", "priority": null}]"#, "priority"),
                 (#"{"url": "http://h/a", "headers": {"X-A": "1\r\nX-B: 2"}}"#, "headers"),
+                (#"{"url": "http://h/a", "headers": {"Range": "bytes=0-5"}}"#, "headers"),
+                (#"{"url": "http://h/a", "headers": {"Accept-Encoding": "gzip"}}"#, "headers"),
                 (#"{"url": "http://h/a", "userAgent": "a\nb"}"#, "userAgent"),
                 (#"{"url": "HTTP://h/a"}"#, "url"),
                 (#"{"url": "http://h/a b"}"#, "url"),

@@ -299,6 +299,10 @@ struct SchedulerTests {
             (DownloadOptions(minimumSplitSize: 1000), "the minimum split size must be at least 1048576"),
             (DownloadOptions(idleTimeoutSeconds: 0), "the idle timeout must be a positive number of seconds"),
             (DownloadOptions(maximumAttemptsWithoutProgress: -1), "the attempts without progress must be between"),
+            (
+                DownloadOptions(headers: [RequestHeader(name: "Range", value: "bytes=0-5")]),
+                "a header 'Range' is Haul's to set"
+            ),
         ] {
             do {
                 _ = try await manager.add(url, to: .directory(h.folder), options: options)

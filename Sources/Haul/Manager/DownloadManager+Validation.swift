@@ -125,6 +125,7 @@ extension DownloadManager {
             try DownloadRules.checkRetries(options.maximumAttemptsWithoutProgress)
             try DownloadRules.checkMirrors(options.mirrors)
             if let pieces = options.pieces { try DownloadRules.checkPieces(pieces) }
+            for header in options.headers { try DownloadRules.checkHeader(header) }
         } catch {
             throw DownloadError(error, subject: subject(of: error.rule))
         }
@@ -146,6 +147,7 @@ extension DownloadManager {
         case .nameLength: "a name"
         case .mirrors: "the mirrors"
         case .pieces: "the piece hashes"
+        case .header: "a header"
         }
     }
 

@@ -180,9 +180,9 @@ extension DownloadRunner {
             headers.removeAll { headerNamesEqual($0.name, header.name) }
             headers.append((header.name, header.value))
         }
-        // Haul owns these: a user header must not break the resume logic.
-        let owned = ["range", "if-range", "if-match", "if-unmodified-since"]
-        headers.removeAll { header in owned.contains { headerNamesEqual(header.name, $0) } }
+        // Haul owns these: a user header must not break the resume logic. Requests refuse them
+        // (`DownloadRules.checkHeader`); a record stored before they did may still hold one.
+        headers.removeAll { header in DownloadRules.ownedHeaders.contains { headerNamesEqual(header.name, $0) } }
         headers.append(("Accept-Encoding", "identity"))
         headers.removeAll { headerNamesEqual($0.name, "accept-encoding") && $0.value != "identity" }
         if let range { headers.append(("Range", range)) }

@@ -66,6 +66,11 @@ extension APIHandler {
             do { headers.append(try DownloadOptions.Header(parsing: "\(name): \(value)")) } catch {
                 throw .invalidField("headers", error.message, index: index)
             }
+            if let header = headers.last {
+                try APIError.checking("headers", index: index) { () throws(DownloadRules.RuleViolation) in
+                    try DownloadRules.checkHeader(header)
+                }
+            }
         }
         if let filename = item.filename, filename.isEmpty {
             throw .invalidField("filename", "must not be empty", index: index)
