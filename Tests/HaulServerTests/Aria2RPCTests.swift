@@ -152,7 +152,18 @@ struct Aria2RPCTests {
         #expect(item.credentials?.user == "u" && item.credentials?.password == "p")
         #expect(item.tls?.insecure == true)
 
+        // `out` is a path relative to `dir`, as aria2 reads it: its folders go beneath the add's directory.
+        for (options, directory, filename) in [
+            (["out": "sub/y.bin"] as [String: JSONValue], "sub", "y.bin"),
+            (["dir": "/d/", "out": "a/b/y.bin"], "/d/a/b", "y.bin"),
+            (["dir": "/d", "out": "/y.bin"], "/d", "y.bin"),
+            (["dir": "/d", "out": "../../etc/x"], "/d/../../etc", "x"),
+        ] {
+            let placed = try Aria2Options.addDownload(uri: "http://h/f", options: options)
+            #expect(placed.directory == directory && placed.filename == filename, "\(options)")
+        }
         let bad: [([String: JSONValue], String)] = [
+            (["out": "sub/"], "option 'out': 'sub/' ends with '/'"),
             (["max-download-limit": "fast"], "option 'max-download-limit': 'fast' is not a size"),
             (["split": "0"], "option 'split': '0' is not a number from 1 to 16"),
             (["pause": "yes"], "option 'pause': 'yes' is not true or false"),
@@ -379,6 +390,14 @@ struct Aria2RPCTests {
             (_, answer) = try await rpc(client, "aria2.remove", [mirrored])
             (_, answer) = try await rpc(client, "aria2.addUri", [[.string(url)], ["dir": "/etc"]])
             #expect(answer["error"]?.object?["message"]?.string?.contains("outside the folders") == true)
+
+            // `out` with folders, as aria2 reads it: beneath the download folder, created there; never out of it.
+            (_, answer) = try await rpc(client, "aria2.addUri", [[.string(url + "?n")], ["out": "nested/two.bin"]])
+            let nested = try #require(answer["result"]?.string)
+            (_, answer) = try await rpc(client, "aria2.getFiles", [.string(nested)])
+            #expect(answer["result"]?.array?.first?.object?["path"] == .string(h.path("nested/two.bin")))
+            (_, answer) = try await rpc(client, "aria2.addUri", [[.string(url + "?o")], ["out": "../../outside.bin"]])
+            #expect(answer["error"]?.object?["message"]?.string?.contains("outside the folders") == true, "\(answer)")
             (_, answer) = try await rpc(client, "aria2.addUri", [["gopher://h/x"]])
             #expect(answer["error"]?.object?["message"]?.string?.contains("is not an http, https or ftp URL") == true)
 

@@ -86,8 +86,8 @@ extension DownloadManager {
         guard options.overwrite else {
             throw DownloadError(
                 .destinationExists,
-                "\(destination) already exists and Haul did not create it; use --overwrite to replace it or -c to "
-                    + "continue it"
+                "\(destination) already exists and Haul did not create it; it is replaced only when asked (--overwrite, "
+                    + "the API's overwrite, aria2's allow-overwrite), or continued with -c (the API's continuePartial)"
             )
         }
         if existing.kind != .regular {

@@ -81,7 +81,7 @@ enum Aria2Options {
         for (name, value) in options.sorted(by: { $0.key < $1.key }) {
             switch name {
             case "dir": item.directory = value
-            case "out": item.filename = value
+            case "out": try out(value, into: &item)
             case "split", "max-connection-per-server":
                 connectionLimits.append(try count(name, value, in: DownloadRules.connections))
             case "min-split-size": item.minSplitSize = try size(name, value)
@@ -134,6 +134,25 @@ enum Aria2Options {
         }
         if !headers.isEmpty { item.headers = .init(additionalProperties: headers) }
         return item
+    }
+
+    /// aria2's `out`: a path relative to `dir` (aria2 reads even a leading `/` so), whose folders are beneath it:
+    /// `sub/file.iso` goes to `DIR/sub/file.iso`. Its folder part joins the add's directory, so a way out of the
+    /// allowed folders (`../`) is refused as any directory is; only its last name is the file name. Called after
+    /// `dir` (options are read in name order).
+    private static func out(_ value: String, into item: inout Components.Schemas.AddDownload) throws(Failure) {
+        var path = Substring(value)
+        while path.hasPrefix("/") { path = path.dropFirst() }
+        guard !value.hasSuffix("/") else {
+            throw Failure(message: "option 'out': '\(value)' ends with '/', a folder's name; give the file's name")
+        }
+        guard let slash = path.lastIndex(of: "/") else {
+            item.filename = String(path)
+            return
+        }
+        item.filename = String(path[path.index(after: slash)...])
+        let folder = String(path[..<slash])
+        item.directory = item.directory.map { $0.hasSuffix("/") ? $0 + folder : $0 + "/" + folder } ?? folder
     }
 
     /// The options `aria2.changeOption` takes for one download.
