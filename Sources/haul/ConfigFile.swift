@@ -99,6 +99,9 @@ struct ConfigFile {
         case .string: value.string
         case .int: value.int.map(String.init)
         case .bool: value.bool.map(String.init)
+        // As written, for the flag to take or refuse by its own rule: `hook-timeout = 1.5` is a time, `jobs = 2.5`
+        // is "not a whole number".
+        case .double: value.double.map { String($0) }
         default: nil
         }
     }

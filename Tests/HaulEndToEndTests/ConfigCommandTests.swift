@@ -68,6 +68,7 @@ struct ConfigCommandTests {
             ),
             ("jobs = 2\n[webhooks]\nurl = \"x\"\n", "config.toml:2: webhooks: not a setting of Haul"),
             ("jobs = [1, 2]\n", "config.toml:1: jobs: takes one value, not a list"),
+            ("jobs = 2.5\n", "config.toml:1: jobs: '2.5' is not a whole number"),
             (
                 "jobs = 2\non-complete = \"say 'unclosed\"\n",
                 "config.toml:2: on-complete: the hook 'say 'unclosed' has an unclosed '"
