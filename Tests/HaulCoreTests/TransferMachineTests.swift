@@ -162,7 +162,7 @@ struct TransferMachineSingleTests {
         #expect(actions.contains(.truncate(to: 0)))
         #expect(actions.last == .stream(0, .init(start: 0, compareUntil: 0, end: 1000)))
         #expect(!actions.contains { $0.sent != nil || $0.isWait })
-        #expect(!d.machine.wasResumed)
+        #expect(!d.machine.wasResumed && d.machine.resumedFrom == 0)
     }
 
     @Test(
@@ -215,9 +215,12 @@ struct TransferMachineSingleTests {
         let first = d.machine.claim(0, count: 70_000)
         #expect(first == .init(offset: 34_464, compare: 65_536, write: 4_464, stop: false, overrun: false))
         _ = d.machine.wrote(0, now: d.now)
+        #expect(d.machine.resumedFrom == 100_000)
         let differed = d.machine.overlapDiffered(0, now: d.now)
         #expect(differed.contains { $0.restartReason?.contains("differ") == true })
         #expect(differed.last?.sent == .whole)
+        // Started again: nothing held before is kept, so the result says it was fetched whole, not resumed.
+        #expect(d.machine.resumedFrom == 0 && !d.machine.wasResumed)
     }
 
     @Test("a body longer than announced: what fits is written, the excess is not, and the connection fails")

@@ -43,6 +43,7 @@ extension TransferMachine {
             durable = 0
             lastCheckpoint.bytes = 0
             wasResumed = false
+            resumedFrom = 0
             actions.append(.report(.factsLearned(known)))
             return actions + accept(id, Body(start: 0, compareUntil: 0, end: length), now: now)
         case .write(let offset, let overlap, let length, let known):

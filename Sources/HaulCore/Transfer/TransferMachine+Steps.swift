@@ -107,6 +107,7 @@ extension TransferMachine {
         written = 0
         lastCheckpoint.bytes = 0
         wasResumed = false
+        resumedFrom = 0
         shownConnections = 0
         actions.append(.truncate(to: 0))
         if let (id, head) = keeping {
