@@ -118,6 +118,9 @@ struct Output: Sendable {
         // anew (it failed, its link was refreshed, and it completed) shows that too, whichever events between the two
         // the subscription carries (`wantedEvents`).
         var ended: [DownloadID: String] = [:]
+        /// Each download's URL, to say whose a retry or a restart is when there are several.
+        var urls: [DownloadID: String] = [:]
+        func whose(_ id: DownloadID) -> String { single ? "" : urls[id].map { "\($0): " } ?? "" }
         var lastDraw = ContinuousClock.now - .seconds(1)
         func say(_ text: String) {
             if isTerminal { board.clear() }
@@ -128,6 +131,7 @@ struct Output: Sendable {
             switch event {
             case .added(let download), .changed(let download):
                 let id = download.id
+                if !single && !quiet { urls[id] = download.url }
                 // The names are drawn only on a terminal's board.
                 if isTerminal && !quiet, let path = download.path { board.names[id] = PathName.lastComponent(of: path) }
                 switch download.state {
@@ -169,10 +173,10 @@ struct Output: Sendable {
                 lastDraw = now
                 board.clear()
                 board.draw()
-            case .retrying(_, let error, let delay):
-                if !quiet { say("haul: \(error.message); retrying in \(Format.duration(delay))") }
-            case .restarted(_, let reason):
-                if !quiet { say("haul: \(reason)") }
+            case .retrying(let id, let error, let delay):
+                if !quiet { say("haul: \(whose(id))\(error.message); retrying in \(Format.duration(delay))") }
+            case .restarted(let id, let reason):
+                if !quiet { say("haul: \(whose(id))\(reason)") }
             default:
                 break
             }

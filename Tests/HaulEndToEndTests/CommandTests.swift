@@ -122,6 +122,22 @@ struct CommandTests {
         await server.stop()
     }
 
+    @Test("with several downloads, a retry's line names the download it is about")
+    func retryLineNamesTheDownload() async throws {
+        let workspace = try Workspace()
+        defer { workspace.remove() }
+        let server = try await FaultServer.start()
+        server.serve("/a", .init(body: body))
+        server.serve(
+            "/b", .init(body: body) { index, _ in index == 0 ? .status(503, headers: ["Retry-After": "0"]) : nil })
+        let b = server.url("/b").absoluteString
+        let run = try await HaulProcess.run(["get", server.url("/a").absoluteString, b], in: workspace)
+        #expect(run.status == 0, "\(run.stderr)")
+        #expect(run.stderr.contains("haul: \(b): server answered HTTP 503"), "\(run.stderr)")
+        #expect(workspace.holds("a", body) && workspace.holds("b", body))
+        await server.stop()
+    }
+
     @Test("names: Content-Disposition, hostile names, existing files")
     func names() async throws {
         let workspace = try Workspace()

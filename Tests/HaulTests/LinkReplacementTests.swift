@@ -198,7 +198,7 @@ struct LinkReplacementTests {
         _ = try await manager.result(of: id)
         #expect(h.holds("file.bin", other))
         let reasons = await watcher.value
-        #expect(reasons == ["the bytes held differ from the server's"], "\(reasons)")
+        #expect(reasons == ["the bytes held differ from the server's; fetching it again from 0"], "\(reasons)")
 
         // Another length: said at the first answer.
         h.server.serve("/old2", FaultServer.Resource.signed(body, deadline: 1_200_000))
