@@ -256,6 +256,10 @@ struct CommandTests {
             ["get", server.url("/big").absoluteString, "-o", "big.bin"], in: workspace)
         #expect(second.status == 1)
         #expect(second.stderr.contains("another process"))
+        // The download is the first process's: the second one's refusal is not stored as its failure.
+        let listed = try await HaulProcess.run(["ls", "--json", "--state-dir", workspace.state], in: workspace)
+        #expect(listed.status == 0 && listed.stdout.contains(#""state":""#), "\(listed.stdout)")
+        #expect(!listed.stdout.contains(#""state":"failed""#), "\(listed.stdout)")
         server.release()
         let outcome = await first.finish()
         #expect(outcome.status == 0)

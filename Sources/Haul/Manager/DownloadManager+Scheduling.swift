@@ -294,6 +294,13 @@ extension DownloadManager {
             keep(record)
             if record.notice != nil { deliverNotice(of: record, after: commit) }
             finish(id, with: .success(result))
+        case .failed(let error) where reason == nil && error.code == .locked:
+            // Another process holds the download (its part file's lock): the row is that process's to write, and
+            // the download has not failed there. Only this process's caller hears that it could not run it.
+            settle(&record, on: .failedPermanently)
+            record.error = error
+            keep(record)
+            finish(id, with: .failure(error))
         case .failed(let error) where reason == nil:
             settle(&record, on: .failedPermanently)
             record.error = error
