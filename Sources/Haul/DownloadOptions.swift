@@ -125,7 +125,8 @@ public struct DownloadOptions: Codable, Sendable, Equatable {
     }
 
     /// For a download into a folder: the name its file takes there instead of the server's (a Metalink's name for
-    /// it), made safe the same way, and `name (1)` … when taken.
+    /// it), made safe the same way, and `name (1)` … when taken. A Metalink's name may hold folders (`docs/a.txt`):
+    /// they are made beneath the download's folder when missing, each name made safe.
     public var preferredName: String? {
         get { storage.values.preferredName }
         set { change { $0.preferredName = newValue } }

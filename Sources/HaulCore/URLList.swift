@@ -16,7 +16,8 @@ public enum URLList {
         public var checksum: Checksum?
         /// The hashes of its pieces (a Metalink's).
         public var pieces: Metalink.Pieces?
-        /// Its name in the folder (a Metalink's), instead of the server's.
+        /// Its name in the folder (a Metalink's), instead of the server's: a safe name, or safe folders and a name
+        /// (`docs/read me.txt`, beneath the folder).
         public var name: String?
         /// Its length (a Metalink's).
         public var size: Int64?
@@ -54,7 +55,7 @@ public enum URLList {
         /// The download of one file of a Metalink.
         public init(_ plan: Metalink.File.Plan) {
             self.init(
-                url: plan.url, mirrors: plan.mirrors, checksum: plan.checksum, pieces: plan.pieces, name: plan.name)
+                url: plan.url, mirrors: plan.mirrors, checksum: plan.checksum, pieces: plan.pieces, name: plan.path)
             size = plan.size
         }
     }

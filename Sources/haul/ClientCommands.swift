@@ -54,6 +54,7 @@ extension HaulCommand {
                 transfer.entries(urls, inputFile: inputFile, output: output), quiet: false)
             defer { Task { await client.shutdown() } }
             if let directory, client.isLocal { try createFolder(directory) }
+            if output == nil, client.isLocal { try createFolders(of: list, in: directory) }
             let network = try transfer.networkForDaemon()
             let items = try list.map { entry in
                 try transfer.item(

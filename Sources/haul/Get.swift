@@ -135,6 +135,7 @@ extension HaulCommand {
             switch try state.connect() {
             case .standalone:
                 if let directory { try createFolder(directory) }
+                if self.output == nil { try createFolders(of: list, in: directory) }
                 try await runHere(list, output: output, notices: try hooks.notices())
             case .fleet:
                 FileHandle.standardError.write(
@@ -160,6 +161,7 @@ extension HaulCommand {
                     throw ExitCode(2)
                 }
                 if let directory, client.isLocal { try createFolder(directory) }
+                if self.output == nil, client.isLocal { try createFolders(of: list, in: directory) }
                 try await runThroughDaemon(client, list: list, output: output)
             }
         }

@@ -303,6 +303,13 @@ struct TransferOptions: ParsableArguments {
         let checksum = entry.checksum?.description ?? givenChecksum
         var folder = isLocal ? Self.absolute(directory ?? FileManager.default.currentDirectoryPath) : directory
         var filename = entry.name
+        // A Metalink's file in folders (`docs/a.txt`): the folders go beneath the add's folder, which the daemon
+        // makes when missing (inside its allowed folders), and the name is the file's.
+        if let name = entry.name, name.contains("/") {
+            let inside = (name as NSString).deletingLastPathComponent
+            folder = folder.map { $0 + "/" + inside } ?? inside
+            filename = (name as NSString).lastPathComponent
+        }
         if let output {
             let path = (isLocal ? Self.absolute(output) : output) as NSString
             let parent = path.deletingLastPathComponent
@@ -492,6 +499,17 @@ func createFolder(_ path: String) throws {
     do { _ = try HeldFolder.make(path) } catch {
         FileHandle.standardError.write(Data("haul: error: cannot create the folder \(path): \(error.message)\n".utf8))
         throw ExitCode(1)
+    }
+}
+
+/// Creates the folders a Metalink's names put files in (`docs/a.txt`) beneath `folder` (`-d`, else the current
+/// folder), as `createFolder` makes `-d`'s: for downloads run here or by the daemon on this machine, which makes no
+/// folder for its own user's socket. (A daemon reached with `--server` makes them inside its allowed folders.) The
+/// Metalink's plan refused a name leading out.
+func createFolders(of list: [URLList.Entry], in folder: String?) throws {
+    let base = folder ?? FileManager.default.currentDirectoryPath
+    for name in Set(list.compactMap(\.name)) where name.contains("/") {
+        try createFolder(base + "/" + (name as NSString).deletingLastPathComponent)
     }
 }
 

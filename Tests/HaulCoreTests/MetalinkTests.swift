@@ -47,6 +47,30 @@ struct MetalinkTests {
         #expect(metalink.files[1].urls.map(\.url) == ["http://example.com/read me.txt?x=1&y=2"])
     }
 
+    @Test(
+        "a file's name is a path beneath the folder (RFC 5854): folders kept, each made safe; a way out is refused",
+        arguments: [
+            ("docs/read me.txt", "docs/read me.txt"), ("a.iso", "a.iso"), ("a/./b//c.txt", "a/b/c.txt"),
+            ("./x.bin", "x.bin"), (".hidden/x", "hidden/x"), ("../evil.sh", nil), ("a/../../b", nil),
+            ("/etc/passwd", nil), ("a\\b/c", "b/c"),
+        ] as [(String, String?)])
+    func namePath(_ name: String, _ path: String?) throws {
+        let document = """
+            <metalink xmlns="urn:ietf:params:xml:ns:metalink">
+              <file name="\(name)"><url>http://h/f</url></file>
+            </metalink>
+            """
+        let file = try #require(try Metalink.parse(document).files.first)
+        do {
+            let plan = try file.plan(checksum: nil)
+            #expect(plan.path == path, "\(name)")
+            #expect(plan.folders + [plan.name] == plan.path.split(separator: "/").map(String.init))
+        } catch {
+            #expect(path == nil, "\(name): \(error.message)")
+            #expect(error.message.contains("leads out of its folder"))
+        }
+    }
+
     @Test("a Metalink 3 document: preference 100 is best, hashes and pieces under verification")
     func metalink3() throws {
         let document = """

@@ -56,6 +56,33 @@ struct MetalinkCommandTests {
         #expect(try servers[1].requests().count > 1)
     }
 
+    @Test("a Metalink file's names with folders land beneath -d; a name leading out is refused before any fetch")
+    func namesWithFolders() async throws {
+        let workspace = try Workspace()
+        defer { workspace.remove() }
+        let server = try await FaultServer.start()
+        let body = testBytes(4096, seed: 5)
+        server.serve("/a", .init(body: body))
+        let file = workspace.root + "/two.meta4"
+        func write(_ name: String) throws {
+            try """
+            <?xml version="1.0"?>
+            <metalink xmlns="urn:ietf:params:xml:ns:metalink">
+              <file name="\(name)"><url>\(server.url("/a").absoluteString)</url></file>
+            </metalink>
+            """.write(toFile: file, atomically: true, encoding: .utf8)
+        }
+        try write("sub/deeper/a.bin")
+        let run = try await HaulProcess.run(["get", file, "-d", workspace.files], in: workspace)
+        #expect(run.status == 0, "\(run.stderr)")
+        #expect(workspace.holds("sub/deeper/a.bin", body))
+        try write("../outside.bin")
+        let refused = try await HaulProcess.run(["get", file, "-d", workspace.files], in: workspace)
+        #expect(refused.status == 2 && refused.stderr.contains("leads out of its folder"), "\(refused.stderr)")
+        #expect(server.requests(to: "/a").count == 1)
+        await server.stop()
+    }
+
     @Test("--checksum that disagrees with the Metalink's hash: an error before any byte is fetched")
     func checksumDisagrees() async throws {
         let workspace = try Workspace()
@@ -89,7 +116,7 @@ struct MetalinkCommandTests {
         var document = Self.metalink(
             body, name: "release.iso", urls: [servers[0].url, servers[1].url], pieceLength: 1 << 20)
         let second = """
-              <file name="NOTES.txt">
+              <file name="docs/NOTES.txt">
                 <size>\(notes.count)</size>
                 <hash type="sha-256">\(Self.hex(SHA256.hash(data: notes)))</hash>
                 <url>http://127.0.0.1:\(servers[0].port)/notes.txt</url>
@@ -105,7 +132,8 @@ struct MetalinkCommandTests {
             ], in: workspace)
         #expect(run.status == 0, "\(run.stderr)")
         #expect(workspace.holds("release.iso", body))
-        #expect(workspace.holds("NOTES.txt", notes))
+        // Its name's folder is made beneath the download's folder.
+        #expect(workspace.holds("docs/NOTES.txt", notes))
         #expect(workspace.contents("release.meta4") == nil, "the Metalink itself is not saved")
         // Both servers served a share of the file the Metalink names.
         #expect(try servers[1].bytesSent() > 1 << 20)

@@ -25,7 +25,7 @@ extension DownloadManager {
             own.mirrors = plan.mirrors
             own.checksum = plan.checksum
             own.pieces = plan.pieces
-            own.preferredName = plan.name
+            own.preferredName = plan.path
             own.expectedLength = plan.size
             return own
         }

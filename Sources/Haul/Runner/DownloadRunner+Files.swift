@@ -96,19 +96,25 @@ extension DownloadRunner {
         guard var folder else {
             throw DownloadError(.fileSystem, "download \(id) has no folder open")
         }
+        // A preferred name's folders (a Metalink's `docs/a.txt`), each made safe; `..` and empty ones are dropped (the
+        // Metalink's plan refused a name leading out before this).
+        var preferred = options.preferredName.map { $0.split(separator: "/").map(String.init) } ?? []
+        let named = preferred.popLast()
+        let inside = preferred.filter { $0 != "." && $0 != ".." }.map(FileNameSanitizer.sanitize)
         let name =
-            options.preferredName.map(FileNameSanitizer.sanitize)
+            named.map(FileNameSanitizer.sanitize)
             ?? FileNameSanitizer.name(
                 contentDisposition: response.head.value("Content-Disposition"),
                 finalURLPath: response.finalURL.decodedPath
             )
-        if let sub = environment.sorting.folder(
+        let sorted = environment.sorting.folder(
             name: name, contentType: response.head.value("Content-Type"), url: record.url)
-        {
+        let sub = ([sorted].compactMap { $0 } + inside).joined(separator: "/")
+        if !sub.isEmpty {
             folder = DownloadFolder(try folder.folder.folder(at: sub, creating: true))
             self.folder = folder
             record.folderIdentity = folder.folder.identity
-            environment.logger.info("\(source): sorted into \(folder.path)")
+            if sorted != nil { environment.logger.info("\(source): sorted into \(folder.path)") }
         }
         try await claimName(name, in: folder, from: 0, lease: environment.lease)
     }
