@@ -412,6 +412,25 @@ struct LocalStateTests {
         #expect(h.server.requests(to: "/f").count == 1)
     }
 
+    @Test("one manager (a daemon): a completed file deleted since is fetched again when added again, not reported")
+    func deletedAfterCompletion() async throws {
+        let h = try await Harness.make()
+        h.server.serve("/f", .init(body: body))
+        let manager = try h.manager()
+        let url = h.server.url("/f")
+        let first = try await manager.result(of: try await manager.add(url, to: .file(h.path("file.bin"))))
+        #expect(!first.wasAlreadyComplete && h.holds("file.bin", body))
+        try FileManager.default.removeItem(atPath: h.path("file.bin"))
+        let again = try await manager.result(of: try await manager.add(url, to: .file(h.path("file.bin"))))
+        #expect(!again.wasAlreadyComplete)
+        #expect(h.holds("file.bin", body))
+        #expect(h.server.requests(to: "/f").count == 2)
+        // Still there: the next add fetches nothing.
+        let third = try await manager.result(of: try await manager.add(url, to: .file(h.path("file.bin"))))
+        #expect(third.path == h.path("file.bin") && h.server.requests(to: "/f").count == 2)
+        await manager.shutdown()
+    }
+
     // MARK: Control and events
 
     @Test("pause flushes the exact offset; resume continues from it")

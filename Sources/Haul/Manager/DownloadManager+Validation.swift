@@ -40,12 +40,14 @@ extension DownloadManager {
     }
 
     /// The result for a completed record whose file is still in place, nil when the file is gone or changed size.
+    /// The disk is looked at every time, before the result kept from the run: a file deleted since (by its user,
+    /// while a daemon runs on) is fetched again by the next add, not reported complete.
     func alreadyComplete(_ record: DownloadRecord) throws(DownloadError) -> DownloadResult? {
-        if let result = results[record.id] { return result }
         guard record.state == .completed, let path = record.destination, let total = record.totalLength,
             let folder = try? DownloadFolder.open(for: record, allowed: allowedFolders),
             let file = try? folder.entry(PathName.lastComponent(of: path)), file.kind == .regular, file.size == total
         else { return nil }
+        if let result = results[record.id] { return result }
         var digest: String?
         if record.options.computesSHA256 {
             let descriptor = try folder.open(PathName.lastComponent(of: path), as: file)
