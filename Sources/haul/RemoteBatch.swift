@@ -23,6 +23,9 @@ actor RemoteBatch {
     private var held: [DownloadEvent] = []
     private var latest: [DownloadID: DownloadSnapshot] = [:]
     private var first: [DownloadID: DownloadSnapshot] = [:]
+    /// When each download was first seen running: a finished one's time is counted from then, not from when the
+    /// command began (`haul watch` may begin long before a download starts, or a download wait in the queue).
+    private var runningSince: [DownloadID: ContinuousClock.Instant] = [:]
     private var isStarted = false
     private var startWaiters: [CheckedContinuation<Void, Never>] = []
     private var doneWaiters: [CheckedContinuation<Void, Never>] = []
@@ -119,6 +122,9 @@ actor RemoteBatch {
         switch event {
         case .added(let download), .changed(let download):
             latest[download.id] = download
+            if download.state == .running, runningSince[download.id] == nil {
+                runningSince[download.id] = .now
+            }
             recount(download.id)
         case .removed(let id):
             latest[id] = nil
@@ -211,13 +217,18 @@ actor RemoteBatch {
     }
 
     /// The board of `output` drawn from this batch's events until they end; completed downloads are reported with
-    /// the time since `started`.
+    /// the time since they were first seen running, or since `started` for one already running then.
     nonisolated func render(on output: Output, single: Bool, since started: ContinuousClock.Instant) async {
         await output.render(events, single: single) { id in
             guard let last = await self.download(id) else { return nil }
-            return HaulCommand.Get.result(of: last, since: started, resumedFrom: await self.initial(id)?.receivedBytes)
+            return HaulCommand.Get.result(
+                of: last, since: await self.startedRunning(id) ?? started,
+                resumedFrom: await self.initial(id)?.receivedBytes)
         }
     }
+
+    /// When `id` was first seen running, nil when it was running before this batch began following it.
+    func startedRunning(_ id: DownloadID) -> ContinuousClock.Instant? { runningSince[id] }
 }
 
 extension RemoteBatch {
