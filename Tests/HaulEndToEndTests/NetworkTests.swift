@@ -175,6 +175,9 @@ struct NetworkTests {
         #expect(
             refused.stderr.contains("could not connect to 127.0.0.1:\(port): connection refused"), "\(refused.stderr)")
         #expect(!refused.stderr.contains("errno") && !refused.stderr.contains("error set"), "\(refused.stderr)")
+        // An IPv6 address is written as a URL writes it, so its port can be told from it.
+        let six = try await HaulProcess.run(["get", "http://[::1]:\(port)/x.bin", "--retries", "1"], in: workspace)
+        #expect(six.status != 0 && six.stderr.contains("could not connect to [::1]:\(port)"), "\(six.stderr)")
 
         // https:// to servers of plain HTTP: nginx answers the TLS hello with an HTTP error, which is no TLS record;
         // the fault server closes the connection. Each error says which.
