@@ -243,6 +243,10 @@ struct LocalStateTests {
         #expect(h.server.requests.isEmpty)
         _ = try await h.fetch("/f", options: DownloadOptions(overwrite: true))
         #expect(h.holds("file.bin", body))
+        // A link there is refused as a link at once, overwrite or not: asking to overwrite would not help.
+        try FileManager.default.createSymbolicLink(atPath: h.path("link.bin"), withDestinationPath: h.path("file.bin"))
+        let linked = await h.fetchError("/f", to: "link.bin")
+        #expect(linked?.code == .untrustedFile && linked?.message.contains("is a symbolic link") == true)
     }
 
     @Test("-c adopts an existing file after comparing an overlap; a different file restarts")

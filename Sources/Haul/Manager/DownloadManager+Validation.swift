@@ -85,16 +85,18 @@ extension DownloadManager {
             guard code == 0 else { throw PartFile.fileError(code, "cannot rename \(destination) to \(name).part") }
             return
         }
+        // Whatever is asked: a link, a FIFO or a device is never followed nor replaced, and saying so first spares
+        // a user the --overwrite that would be refused next.
+        if existing.kind != .regular {
+            throw DownloadError(
+                .untrustedFile, "\(destination) is \(existing.kindInWords); Haul neither follows nor replaces it")
+        }
         guard options.overwrite else {
             throw DownloadError(
                 .destinationExists,
                 "\(destination) already exists and Haul did not create it; it is replaced only when asked (--overwrite, "
                     + "the API's overwrite, aria2's allow-overwrite), or continued with -c (the API's continuePartial)"
             )
-        }
-        if existing.kind != .regular {
-            throw DownloadError(
-                .untrustedFile, "\(destination) is \(existing.kindInWords); Haul neither follows nor replaces it")
         }
         record.mayReplaceDestination = true
     }
