@@ -288,6 +288,13 @@ struct StreamTests {
             ["get", "http://127.0.0.1:\(servers[0].port)/master.m3u8", "-o", "none.ts", "--variant", "1080p"],
             in: workspace)
         #expect(missing.status == 1 && missing.stderr.contains("no variant"), "\(missing.stderr)")
+        // A segment the server does not have: the error names it.
+        try "#EXTM3U\n#EXT-X-TARGETDURATION:1\n#EXTINF:1.0,\ngone.ts\n#EXT-X-ENDLIST\n".write(
+            toFile: servers[0].root + "/broken.m3u8", atomically: true, encoding: .utf8)
+        let broken = try await HaulProcess.run(
+            ["get", "http://127.0.0.1:\(servers[0].port)/broken.m3u8", "-o", "broken.ts"], in: workspace)
+        #expect(broken.status == 1, "\(broken.stderr)")
+        #expect(broken.stderr.contains("/gone.ts: server answered HTTP 404"), "\(broken.stderr)")
     }
 
     @Test("kill -9 mid-stream, then the same command: the file is byte-identical to an uninterrupted run's")

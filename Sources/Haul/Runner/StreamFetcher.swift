@@ -131,7 +131,11 @@ struct StreamFetcher: Sendable {
             throw DownloadError(
                 .invalidResponse, "\(piece.url) ignores Range, and the playlist asks for a byte range of it")
         default:
-            throw LinkExpiry.error(for: head) ?? DownloadError.httpStatus(head.status, retryAfter: head.retryAfter)
+            // Which segment: a playlist has hundreds, and a 404 of one says little without its URL.
+            var error =
+                LinkExpiry.error(for: head) ?? DownloadError.httpStatus(head.status, retryAfter: head.retryAfter)
+            error.message = "\(piece.url): \(error.message)"
+            throw error
         }
         let expected: Int64? = {
             if case .length(let length) = head.contentLength { return held + length }
