@@ -2,6 +2,7 @@ import ArgumentParser
 import Foundation
 import Haul
 import HaulCore
+import Logging
 
 /// The `haul` command: a resumable download manager.
 ///
@@ -28,6 +29,12 @@ struct HaulCommand: AsyncParsableCommand {
     )
 }
 
+/// A command that bootstraps logging itself, at a level its flags choose.
+protocol SetsLogLevel {}
+
+extension HaulCommand.Get: SetsLogLevel {}
+extension HaulCommand.Serve: SetsLogLevel {}
+
 @main
 enum Main {
     static func main() async {
@@ -53,6 +60,11 @@ enum Main {
     static func run(_ root: any ParsableCommand.Type, _ arguments: [String]) async {
         do {
             var command = try root.parseAsRoot(arguments)
+            // `haul get` (-v) and `haul serve` (--log-level) set their own level; every other command prints the
+            // engine's warnings and errors only, in haul's words, not its notices in swift-log's default format.
+            if !(command is any SetsLogLevel) {
+                LoggingSystem.bootstrap { label in StandardErrorLogHandler(label: label, level: .warning) }
+            }
             if var asyncCommand = command as? any AsyncParsableCommand {
                 try await asyncCommand.run()
             } else {
