@@ -61,7 +61,9 @@ extension HaulCommand.Get {
         for ((url, _), first) in zip(added, snapshots) {
             let last = await batch.download(first.id) ?? first
             if last.state == .completed,
-                let result = Self.result(of: last, since: started, resumedFrom: first.receivedBytes)
+                let result = Self.result(
+                    of: last, since: await batch.startedRunning(first.id) ?? started,
+                    resumedFrom: await batch.resumedFrom(first.id))
             {
                 var result = result
                 result.wasAlreadyComplete = first.state == .completed

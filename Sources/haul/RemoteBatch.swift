@@ -26,6 +26,8 @@ actor RemoteBatch {
     /// When each download was first seen running: a finished one's time is counted from then, not from when the
     /// command began (`haul watch` may begin long before a download starts, or a download wait in the queue).
     private var runningSince: [DownloadID: ContinuousClock.Instant] = [:]
+    /// The downloads that started again from the first byte while followed.
+    private var restarted: Set<DownloadID> = []
     private var isStarted = false
     private var startWaiters: [CheckedContinuation<Void, Never>] = []
     private var doneWaiters: [CheckedContinuation<Void, Never>] = []
@@ -79,6 +81,13 @@ actor RemoteBatch {
             startWaiters = []
         }
         guard !isFinished else { return false }
+        // When it arrived, not when it is forwarded: events are held until `track` names the downloads, which may
+        // be after they ended.
+        switch event {
+        case .added(let download), .changed(let download):
+            if download.state == .running, runningSince[download.id] == nil { runningSince[download.id] = .now }
+        default: break
+        }
         if case .snapshot(let snapshot) = event {
             if followsAll, ids == nil {
                 // The first snapshot: where every download stands; nothing to report yet.
@@ -122,13 +131,13 @@ actor RemoteBatch {
         switch event {
         case .added(let download), .changed(let download):
             latest[download.id] = download
-            if download.state == .running, runningSince[download.id] == nil {
-                runningSince[download.id] = .now
-            }
             recount(download.id)
         case .removed(let id):
             latest[id] = nil
             recount(id)
+        case .restarted(let id, _):
+            // Started again from the first byte: none of the bytes it held when followed were kept.
+            restarted.insert(id)
         default: break
         }
         pending.append(event)
@@ -222,10 +231,12 @@ actor RemoteBatch {
         await output.render(events, single: single) { id in
             guard let last = await self.download(id) else { return nil }
             return HaulCommand.Get.result(
-                of: last, since: await self.startedRunning(id) ?? started,
-                resumedFrom: await self.initial(id)?.receivedBytes)
+                of: last, since: await self.startedRunning(id) ?? started, resumedFrom: await self.resumedFrom(id))
         }
     }
+
+    /// The bytes `id` held when following began and kept to the end: none when it started again meanwhile.
+    func resumedFrom(_ id: DownloadID) -> Int64? { restarted.contains(id) ? 0 : first[id]?.receivedBytes }
 
     /// When `id` was first seen running, nil when it was running before this batch began following it.
     func startedRunning(_ id: DownloadID) -> ContinuousClock.Instant? { runningSince[id] }

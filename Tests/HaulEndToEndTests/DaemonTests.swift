@@ -222,6 +222,28 @@ struct DaemonTests {
         _ = await daemon.stop(SIGTERM)
     }
 
+    @Test("haul get through the daemon: a download that starts again (the file changed) is not said to be resumed")
+    func getRestartedNotResumed() async throws {
+        let (workspace, server) = try await Self.setUp()
+        defer { Self.tearDown(workspace, server) }
+        server.serve("/f.bin", .init(body: body, bytesPerSecond: 400_000))
+        let daemon = try await DaemonProcess(workspace)
+        let get = try HaulProcess(["get", server.url("/f.bin").absoluteString, "-o", "f.bin"], in: workspace)
+        #expect(await waitUntil { (workspace.size("f.bin.part") ?? 0) > 200_000 })
+        get.signal(SIGINT)
+        #expect(await get.finish().status == 130)
+        // A new version: the bytes held are of the old one, and the download starts again from the first byte.
+        let changed = body.map { $0 ^ 0x5A }
+        server.serve("/f.bin", .init(body: changed, etag: "\"v2\""))
+        let again = try await HaulProcess.run(
+            ["get", server.url("/f.bin").absoluteString, "-o", "f.bin", "--json"], in: workspace)
+        #expect(again.status == 0, "\(again.stderr)")
+        #expect(workspace.holds("f.bin", changed))
+        let result = try JSONSerialization.jsonObject(with: Data(again.stdout.utf8)) as? [String: Any]
+        #expect(result?["resumed-from"] as? Int == 0, "\(again.stdout)")
+        _ = await daemon.stop(SIGTERM)
+    }
+
     @Test(
         "a reader of the event stream that stops reading: memory stays bounded while 16 downloads run, and its stream is closed once it is 4,096 events behind"
     )
