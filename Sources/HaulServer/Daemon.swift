@@ -93,6 +93,7 @@ public enum Daemon {
         }
         let lock = try lockStateDirectory(state)
         defer { close(lock) }
+        try checkListenAddress(options.listenHost, options.listenPort)
         let token = try options.token ?? storedToken(in: stateFolder)
         var managerConfiguration = DownloadManager.Configuration(stateDirectory: state)
         // Held from the start; the network door's downloads are opened beneath them.
@@ -217,6 +218,40 @@ public enum Daemon {
         } catch {
             await manager.shutdown()
             throw DaemonError(description: "\(error)")
+        }
+    }
+
+    /// Fails with a plain sentence when nothing can listen at `host:port` (another program listens there, or the
+    /// address is not this machine's), before anything starts: the server's own bind fails later, deep in its
+    /// startup, with the system call's text and errors of the services stopped around it. Bound as the server binds
+    /// (`SO_REUSEADDR`), then closed; a program that takes the port in between still fails the server's bind.
+    static func checkListenAddress(_ host: String, _ port: Int) throws {
+        guard port != 0 else { return }
+        let address: SocketAddress
+        do { address = try SocketAddress.makeAddressResolvingHost(host, port: port) } catch {
+            throw DaemonError(description: "cannot listen on \(host):\(port): the name \(host) does not resolve")
+        }
+        let descriptor = socket(Int32(address.protocol.rawValue), Int32(SOCK_STREAM.rawValue), 0)
+        guard descriptor >= 0 else { return }
+        defer { close(descriptor) }
+        var one: Int32 = 1
+        setsockopt(descriptor, SOL_SOCKET, SO_REUSEADDR, &one, socklen_t(MemoryLayout<Int32>.size))
+        let bound = address.withSockAddr { pointer, size in bind(descriptor, pointer, socklen_t(size)) }
+        guard bound != 0 else { return }
+        let code = errno
+        let shown = host.contains(":") ? "[\(host)]:\(port)" : "\(host):\(port)"
+        switch code {
+        case EADDRINUSE:
+            throw DaemonError(
+                description: "cannot listen on \(shown): another program listens there; choose another with --listen "
+                    + "HOST:PORT")
+        case EADDRNOTAVAIL:
+            throw DaemonError(description: "cannot listen on \(shown): \(host) is not an address of this machine")
+        case EACCES:
+            throw DaemonError(
+                description: "cannot listen on \(shown): ports below 1024 need privileges; choose a higher port")
+        default:
+            throw DaemonError(description: "cannot listen on \(shown): \(String(cString: strerror(code)))")
         }
     }
 

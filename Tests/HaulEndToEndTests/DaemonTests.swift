@@ -146,6 +146,22 @@ struct DaemonTests {
         _ = await daemon.stop(SIGTERM)
     }
 
+    @Test("--listen on a port another program listens on, or an address not this machine's: exit 1 in one sentence")
+    func listenRefused() async throws {
+        let (workspace, server) = try await Self.setUp()
+        defer { Self.tearDown(workspace, server) }
+        for (listen, says) in [
+            ("127.0.0.1:\(server.port)", "cannot listen on 127.0.0.1:\(server.port): another program listens there"),
+            ("192.0.2.1:8080", "cannot listen on 192.0.2.1:8080: 192.0.2.1 is not an address of this machine"),
+        ] {
+            let run = try await HaulProcess.run(
+                ["serve", "--listen", listen, "--state-dir", workspace.state], in: workspace)
+            #expect(run.status == 1, "\(run.stderr)")
+            #expect(run.stderr.contains(says), "\(run.stderr)")
+            #expect(!run.stderr.contains("HummingbirdCore") && !run.stderr.contains("errno"), "\(run.stderr)")
+        }
+    }
+
     @Test("haul add, ls, pause, resume, watch --until-done, rm and clean against a running daemon")
     func commandsThroughTheDaemon() async throws {
         let (workspace, server) = try await Self.setUp()
