@@ -49,6 +49,7 @@ extension HaulCommand {
         }
 
         func run() async throws {
+            try checkURLs(urls)
             let client = try state.requireDaemon()
             let list = try await transfer.withSidecars(
                 transfer.entries(urls, inputFile: inputFile, output: output), quiet: false)

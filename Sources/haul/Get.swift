@@ -118,6 +118,7 @@ extension HaulCommand {
         }
 
         func run() async throws {
+            try checkURLs(urls)
             LoggingSystem.bootstrap { label in StandardErrorLogHandler(label: label, level: verbose ? .info : .warning)
             }
             var list = try transfer.entries(urls, inputFile: inputFile, output: output)

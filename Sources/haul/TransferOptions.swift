@@ -461,6 +461,13 @@ func checkTargets(urls: [String], inputFile: String?, output: String?, directory
     if `continue`, output == nil {
         throw ValidationError("-c/--continue needs -o PATH: it adopts the file at that path")
     }
+}
+
+/// Throws a usage error naming the first of `urls` that is not one Haul downloads (nor a Metalink file here).
+/// Called from `run()`, not `validate()`: swift-argument-parser validates before it reports an unknown option, and
+/// `haul add --sort '*.iso=ISO' URL` would be told that `*.iso=ISO` is not a URL instead of that `add` takes no
+/// `--sort`.
+func checkURLs(_ urls: [String]) throws {
     for url in urls where !isMetalinkFile(url) { try checkURL(url) }
 }
 

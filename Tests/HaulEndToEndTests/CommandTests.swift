@@ -204,6 +204,9 @@ struct CommandTests {
             let negative = try await HaulProcess.run(["get", "http://x/y", flag, "-1"], in: workspace)
             #expect(negative.status == 2 && negative.stderr.contains(words), "\(flag): \(negative.stderr)")
         }
+        // An option the command does not take is named as such, not its value taken for a URL.
+        let unknown = try await HaulProcess.run(["add", "--sort", "*.iso=ISO", "http://x/y"], in: workspace)
+        #expect(unknown.status == 2 && unknown.stderr.contains("Unknown option '--sort'"), "\(unknown.stderr)")
         let pipe = try await HaulProcess.run(["get", "http://x/y", "-o", "-"], in: workspace)
         #expect(pipe.status == 2 && pipe.stderr.contains("-o ./-"), "\(pipe.stderr)")
         #expect(!FileManager.default.fileExists(atPath: workspace.path("-")))
