@@ -68,6 +68,17 @@ struct FastDoorTests {
         try await Self.application(h, fast: fast).test(.live) { quick in
             try await Self.application(h, fast: nil).test(.live) { plain in
                 let existing = try await quick.add(h, "/existing.bin", extra: #", "paused": true"#)
+                // One running download holds the only slot, so the existing one, added again unpaused, stays queued
+                // through both doors' answers: free to start, it could start (and end) between them.
+                try await h.manager.setMaxConcurrentDownloads(1)
+                h.server.serve(
+                    "/slot", .init(body: [UInt8](repeating: 1, count: 100_000)) { _, _ in .hold(afterBytes: 1) })
+                let (stalls, stalled) = AsyncStream<Void>.makeStream()
+                h.server.onStall { _ in stalled.yield() }
+                _ = try await quick.add(h, "/slot")
+                var waits = stalls.makeAsyncIterator()
+                _ = await waits.next()
+                defer { h.server.release() }
                 let token = "Bearer \(ServerHarness.token)"
                 var minimal = authorized
                 minimal[.prefer] = "return=minimal"
@@ -122,7 +133,8 @@ struct FastDoorTests {
                         .post, "/api/v1/downloads", [.contentType: "application/json"],
                         #"{"url": "\#(h.server.url("/e"))"}"#, false
                     ),
-                    (.post, "/api/v1/downloads/\(existing.id)/pause", authorized, "", false),
+                    // A command is passed to the router; one for no download answers both doors alike.
+                    (.post, "/api/v1/downloads/no-such-id/pause", authorized, "", false),
                 ]
                 for (index, (method, path, headers, text, taken)) in cases.enumerated() {
                     // Each server adds its own URL (`URL-fast`, `URL-plain`), so both adds are new.
