@@ -183,7 +183,7 @@ extension HaulCommand {
             configuration.notices = notices
             let manager: DownloadManager
             do {
-                manager = try DownloadManager(configuration: configuration)
+                manager = try DownloadManager.runningHere(configuration)
             } catch {
                 output.error(error)
                 throw ExitCode(1)

@@ -62,7 +62,7 @@ extension HaulCommand {
             configuration.startsStoredDownloads = false
             configuration.origin = .commandLine
             let manager: DownloadManager
-            do { manager = try DownloadManager(configuration: configuration) } catch {
+            do { manager = try DownloadManager.runningHere(configuration) } catch {
                 output.error(error)
                 throw ExitCode(1)
             }

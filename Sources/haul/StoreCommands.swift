@@ -382,3 +382,22 @@ extension StateOptions {
         return try await openFleetStore(location)
     }
 }
+
+extension DownloadManager {
+    /// A manager of this process's own that runs downloads on the state folder's store (`haul get` and `haul retry`
+    /// without a daemon), among the other commands doing the same (`StateLock.joinRunners`): it queues again what
+    /// the store holds as running only when it is alone; with others, those downloads may be theirs.
+    static func runningHere(_ configuration: Configuration) throws(DownloadError) -> DownloadManager {
+        var configuration = configuration
+        let runners = configuration.stateDirectory.flatMap(StateLock.joinRunners)
+        if let runners, !runners.isAlone { configuration.recoversInterruptedDownloads = false }
+        do {
+            let manager = try DownloadManager(configuration: configuration)
+            if let runners, runners.isAlone { StateLock.share(runners.descriptor) }
+            return manager
+        } catch {
+            if let runners { close(runners.descriptor) }
+            throw error
+        }
+    }
+}

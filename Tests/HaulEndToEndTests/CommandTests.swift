@@ -255,6 +255,16 @@ struct CommandTests {
         var waits = stalls.makeAsyncIterator()
         _ = await waits.next()
         #expect(await waitUntil { (workspace.size("big.bin.part") ?? 0) > 0 })
+        // A command for another file meanwhile leaves the first's download as the first holds it: running, not
+        // queued again as one a dead process left.
+        server.serve("/small", .init(body: Array(body.prefix(1000))))
+        let other = try await HaulProcess.run(
+            ["get", server.url("/small").absoluteString, "-o", "small.bin"], in: workspace)
+        #expect(other.status == 0 && workspace.holds("small.bin", Array(body.prefix(1000))), "\(other.stderr)")
+        let during = try await HaulProcess.run(["ls", "--json", "--state-dir", workspace.state], in: workspace)
+        let rows = try JSONSerialization.jsonObject(with: Data(during.stdout.utf8)) as? [[String: Any]] ?? []
+        let big = rows.first { ($0["destination"] as? String)?.hasSuffix("/big.bin") == true }
+        #expect(big?["state"] as? String == "running", "\(during.stdout)")
         let second = try await HaulProcess.run(
             ["get", server.url("/big").absoluteString, "-o", "big.bin"], in: workspace)
         #expect(second.status == 1)
@@ -266,6 +276,33 @@ struct CommandTests {
         server.release()
         let outcome = await first.finish()
         #expect(outcome.status == 0)
+        #expect(workspace.holds("big.bin", body))
+        await server.stop()
+    }
+
+    @Test("a download a killed process left running, asked for while another command runs: it runs here, no hang")
+    func staleRowWhileAnotherRuns() async throws {
+        let workspace = try Workspace()
+        defer { workspace.remove() }
+        let server = try await FaultServer.start()
+        server.serve("/big", .init(body: body) { _, _ in .hold(afterBytes: 100_000) })
+        server.serve("/stale", .init(body: body) { index, _ in index == 0 ? .hold(afterBytes: 100_000) : nil })
+        // The first command runs on, holding the store's lock of commands that run downloads.
+        let first = try HaulProcess(["get", server.url("/big").absoluteString, "-o", "big.bin"], in: workspace)
+        #expect(await waitUntil { (workspace.size("big.bin.part") ?? 0) > 0 })
+        // A second one is killed mid-download: its row stays running, and nobody queues it again while the first runs.
+        let killed = try HaulProcess(["get", server.url("/stale").absoluteString, "-o", "stale.bin"], in: workspace)
+        let reached = await killed.signal(SIGKILL) { (workspace.size("stale.bin.part") ?? 0) > 0 }
+        #expect(reached)
+        _ = await killed.finish()
+        let again = try HaulProcess(["get", server.url("/stale").absoluteString, "-o", "stale.bin"], in: workspace)
+        let ended = await waitUntil(seconds: 60) { !again.process.isRunning }
+        if !ended { again.signal(SIGKILL) }
+        let outcome = await again.finish()
+        #expect(ended && outcome.status == 0, "\(outcome.stderr)")
+        #expect(workspace.holds("stale.bin", body))
+        server.release()
+        #expect(await first.finish().status == 0)
         #expect(workspace.holds("big.bin", body))
         await server.stop()
     }

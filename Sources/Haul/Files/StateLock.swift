@@ -31,4 +31,24 @@ public enum StateLock {
         }
         return .acquired(descriptor)
     }
+
+    /// Joins the commands that run downloads on the state folder's store themselves (`haul get` and `haul retry`
+    /// without a daemon), through `run.lock`, and says whether this one is alone. Alone (the lock taken
+    /// exclusively), it may queue again the downloads the store holds as running: no live process runs them. With
+    /// others, those may be theirs, and stay as they are. An alone command calls `share(_:)` once its manager has
+    /// done that, so that the next command sees it; until then a newcomer waits here. Nil when the lock file cannot
+    /// be opened (then every command counts as alone, as before there was this lock). The descriptor holds the lock
+    /// until the process ends.
+    public static func joinRunners(_ state: String) -> (descriptor: Int32, isAlone: Bool)? {
+        guard let descriptor = try? StateFolder.open(state).openOwnFile("run.lock") else { return nil }
+        if flock(descriptor, LOCK_EX | LOCK_NB) == 0 { return (descriptor, true) }
+        // Shared, waiting while an alone one queues what it found running again.
+        flock(descriptor, LOCK_SH)
+        return (descriptor, false)
+    }
+
+    /// Turns an alone runner's exclusive hold of `run.lock` (`joinRunners`) into a shared one.
+    public static func share(_ descriptor: Int32) {
+        flock(descriptor, LOCK_SH)
+    }
 }

@@ -54,7 +54,9 @@ extension DownloadManager {
         public var startsStoredDownloads = true
         /// Whether downloads the store holds as running, left so by a process that ended without stopping them, are
         /// queued again when the manager opens the store. Commands that only edit the list (`haul rm`, `haul clean`)
-        /// turn this off: a download another process runs stays its own, and cannot be removed.
+        /// turn this off: a download another process runs stays its own, and cannot be removed; so does `haul get`
+        /// when other commands run downloads on the store (`StateLock.joinRunners`), and then a running download it
+        /// is asked for again is tried here, where the part file's lock says whether its process still runs it.
         public var recoversInterruptedDownloads = true
         /// Whether this process owns the state folder for as long as the manager runs (the daemon, which holds the
         /// folder's lock): the store is then opened for this process alone, which makes every commit cheaper. Other

@@ -18,6 +18,15 @@ extension DownloadManager {
         throws(DownloadError)
     {
         switch record.state {
+        case .running,
+            .waitingForNetwork
+        where tasks[record.id] == nil && leasing == nil && !configuration.recoversInterruptedDownloads:
+            // Held as running by the store, and not running here: another process's, or one that ended without
+            // stopping it while others ran (nothing queued it again). Asked for, it runs here; the part file's lock
+            // refuses it while the other process runs it.
+            try record.apply(.interruptedByExit)
+            record.activeConnections = 0
+            return
         case .queued, .running, .waitingForNetwork:
             return
         case .paused where staysPaused:
