@@ -54,8 +54,7 @@ extension HaulCommand {
             let list = try await transfer.withSidecars(
                 transfer.entries(urls, inputFile: inputFile, output: output), quiet: false)
             defer { Task { await client.shutdown() } }
-            if let directory, client.isLocal { try createFolder(directory) }
-            if output == nil, client.isLocal { try createFolders(of: list, in: directory) }
+            if client.isLocal { try createFolders(of: list, output: output, directory: directory) }
             let network = try transfer.networkForDaemon()
             let items = try list.map { entry in
                 try transfer.item(

@@ -135,8 +135,7 @@ extension HaulCommand {
             }
             switch try state.connect() {
             case .standalone:
-                if let directory { try createFolder(directory) }
-                if self.output == nil { try createFolders(of: list, in: directory) }
+                try createFolders(of: list, output: self.output, directory: directory)
                 try await runHere(list, output: output, notices: try hooks.notices())
             case .fleet:
                 FileHandle.standardError.write(
@@ -161,8 +160,7 @@ extension HaulCommand {
                                 + "haul serve --sort, in its config file, or in its settings\n").utf8))
                     throw ExitCode(2)
                 }
-                if let directory, client.isLocal { try createFolder(directory) }
-                if self.output == nil, client.isLocal { try createFolders(of: list, in: directory) }
+                if client.isLocal { try createFolders(of: list, output: self.output, directory: directory) }
                 try await runThroughDaemon(client, list: list, output: output)
             }
         }

@@ -509,12 +509,19 @@ func createFolder(_ path: String) throws {
     }
 }
 
-/// Creates the folders a Metalink's names put files in (`docs/a.txt`) beneath `folder` (`-d`, else the current
-/// folder), as `createFolder` makes `-d`'s: for downloads run here or by the daemon on this machine, which makes no
-/// folder for its own user's socket. (A daemon reached with `--server` makes them inside its allowed folders.) The
-/// Metalink's plan refused a name leading out.
-func createFolders(of list: [URLList.Entry], in folder: String?) throws {
-    let base = folder ?? FileManager.default.currentDirectoryPath
+/// Creates the folders the downloads of `list` go to when they are missing, as `createFolder` makes them: `-d`'s,
+/// `-o`'s (as curl's `--create-dirs` does), and those a Metalink's names put files in (`docs/a.txt`) beneath the
+/// folder. For downloads run here or by the daemon on this machine, which makes no folder for its own user's socket.
+/// (A daemon reached with `--server` makes them inside its allowed folders.) The Metalink's plan refused a name
+/// leading out.
+func createFolders(of list: [URLList.Entry], output: String?, directory: String?) throws {
+    if let output {
+        let parent = (output as NSString).deletingLastPathComponent
+        if !parent.isEmpty { try createFolder(parent) }
+        return
+    }
+    if let directory { try createFolder(directory) }
+    let base = directory ?? FileManager.default.currentDirectoryPath
     for name in Set(list.compactMap(\.name)) where name.contains("/") {
         try createFolder(base + "/" + (name as NSString).deletingLastPathComponent)
     }

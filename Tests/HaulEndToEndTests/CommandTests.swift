@@ -122,6 +122,21 @@ struct CommandTests {
         await server.stop()
     }
 
+    @Test("-o into a folder that is missing makes it with its parents, as -d does; -o naming a folder says to use -d")
+    func outputFolders() async throws {
+        let workspace = try Workspace()
+        defer { workspace.remove() }
+        let server = try await FaultServer.start()
+        server.serve("/f", .init(body: body))
+        let run = try await HaulProcess.run(
+            ["get", server.url("/f").absoluteString, "-o", "new/deeper/f.bin"], in: workspace)
+        #expect(run.status == 0, "\(run.stderr)")
+        #expect(workspace.holds("new/deeper/f.bin", body))
+        let folder = try await HaulProcess.run(["get", server.url("/f").absoluteString, "-o", "new"], in: workspace)
+        #expect(folder.status == 1 && folder.stderr.contains("is a folder; to download into it"), "\(folder.stderr)")
+        await server.stop()
+    }
+
     @Test("with several downloads, a retry's line names the download it is about")
     func retryLineNamesTheDownload() async throws {
         let workspace = try Workspace()

@@ -194,13 +194,17 @@ extension DownloadManager {
         switch request.destination {
         case .file(let rawPath):
             if rawPath.hasSuffix("/") {
-                throw DownloadError(.invalidArgument, "\(rawPath) names a folder; use a folder destination for it")
+                throw DownloadError(
+                    .invalidArgument,
+                    "\(rawPath) names a folder; to download into it, give it as the folder (-d, the API's directory)")
             }
             let path = Self.absolute(rawPath)
             folder = try folders.open(PathName.folder(of: path), confined: confined)
             let name = PathName.lastComponent(of: path)
             if (try folder.entry(name))?.kind == .folder {
-                throw DownloadError(.destinationExists, "\(path) is a folder; use a folder destination for it")
+                throw DownloadError(
+                    .destinationExists,
+                    "\(path) is a folder; to download into it, give it as the folder (-d, the API's directory)")
             }
             record.destination = PathName.join(folder.path, name)
             record.folderIdentity = folder.identity
