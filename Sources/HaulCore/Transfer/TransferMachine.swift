@@ -330,7 +330,8 @@ public struct TransferMachine: Sendable {
                 now: now)
         }
         return restart(
-            "the bytes held differ from the server's; fetching it again from 0", closing: Array(connections.keys), now: now)
+            "the bytes held differ from the server's; fetching it again from 0", closing: Array(connections.keys),
+            now: now)
     }
 
     /// The body on `connection` ended cleanly.
