@@ -136,7 +136,7 @@ struct Aria2RPCTests {
             options: [
                 "dir": "sub", "out": "x.bin", "split": "8", "max-connection-per-server": "4",
                 "max-download-limit": "100K", "min-split-size": "2M", "pause": "true",
-                "header": ["X-One: 1", "Referer: http://r/"],
+                "header": ["X-One: 1", "Referer: http://r/", "Accept-Encoding: gzip, br", "range: bytes=0-"],
                 "checksum": .string("sha-1=" + String(repeating: "0", count: 40)),
                 "file-allocation": "none", "max-tries": "0", "http-user": "u", "http-passwd": "p",
                 "check-certificate": "false",

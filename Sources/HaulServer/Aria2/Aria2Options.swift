@@ -73,6 +73,11 @@ enum Aria2Options {
                 throw Failure(message: "option 'header': '\(line)' is not NAME: VALUE")
             }
             let name = line[..<colon].trimmingCharacters(in: .whitespaces)
+            // Browser extensions hand aria2 the page's request headers, `Accept-Encoding: gzip, br` and a `Range`
+            // among them; aria2 sent them on. Haul sets those itself (the REST API refuses them), so they are left
+            // out here rather than failing the add.
+            let lowered = name.lowercased()
+            if lowered == "accept-encoding" || DownloadRules.ownedHeaders.contains(lowered) { continue }
             headers[name] = line[line.index(after: colon)...].trimmingCharacters(in: .whitespaces)
         }
         var connectionLimits: [Int] = []
