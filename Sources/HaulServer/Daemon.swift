@@ -160,9 +160,9 @@ public enum Daemon {
         }
         let scheme = usesTLS ? "https" : "http"
         let readiness = Readiness(count: 2) { port in
-            let host = options.listenHost.contains(":") ? "[\(options.listenHost)]" : options.listenHost
             let file = ServeFile(
-                url: "\(scheme)://\(host):\(port)", token: token, pid: getpid(), socket: socketPath)
+                url: "\(scheme)://\(HostAndPort.shown(options.listenHost, port: port))", token: token, pid: getpid(),
+                socket: socketPath)
             do {
                 try writeServeFile(file, in: stateFolder)
             } catch {
@@ -239,7 +239,7 @@ public enum Daemon {
         let bound = address.withSockAddr { pointer, size in bind(descriptor, pointer, socklen_t(size)) }
         guard bound != 0 else { return }
         let code = errno
-        let shown = host.contains(":") ? "[\(host)]:\(port)" : "\(host):\(port)"
+        let shown = HostAndPort.shown(host, port: port)
         switch code {
         case EADDRINUSE:
             throw DaemonError(

@@ -25,10 +25,12 @@ final class PortPool: Sendable {
         return PortPool(range, from: Int.random(in: range))
     }()
 
+    /// The kernel's setting of its ephemeral port range, only read (to keep out of that range); nothing here writes it.
+    static let portRangeSetting = "/proc/sys/net/ipv4/ip_local_port_range"  // read only: reported, never changed
+
     /// The first port of the kernel's ephemeral range (Linux's default when it cannot be read).
     static let ephemeralStart =
-        // Read-only: the kernel's setting is read to keep out of its range; nothing here writes it.
-        (try? String(contentsOfFile: "/proc/sys/net/ipv4/ip_local_port_range", encoding: .utf8))
+        (try? String(contentsOfFile: portRangeSetting, encoding: .utf8))
         .flatMap { $0.split(whereSeparator: \.isWhitespace).first }.flatMap { Int($0) } ?? 32768
 
     let range: Range<Int>

@@ -107,7 +107,7 @@ struct Connector: Sendable {
                 return
             }
             environment.logger.debug("\(source): \(String(describing: error))")
-            let host = response.finalURL.host.map { LiveTransport.place($0, nil) } ?? source
+            let host = response.finalURL.host.map { HostAndPort.shown($0) } ?? source
             events.yield(
                 .bodyBroke(id, generation, LiveTransport.classify(error, connecting: false).error(host: host)))
         }

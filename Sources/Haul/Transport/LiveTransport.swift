@@ -267,7 +267,7 @@ public final class LiveTransport: HTTPTransport {
             // would open a CONNECT tunnel, which proxies commonly allow to port 443 only.
             var components = URLComponents(url: url, resolvingAgainstBaseURL: false)!
             components.scheme = "http"
-            components.host = proxy.host.contains(":") ? "[\(proxy.host)]" : proxy.host
+            components.host = HostAndPort.shown(proxy.host)
             components.port = proxy.port
             request = HTTPClientRequest(url: components.url!.absoluteString)
             request.headers.add(name: "Host", value: url.port.map { "\(url.host ?? ""):\($0)" } ?? (url.host ?? ""))
@@ -295,7 +295,7 @@ public final class LiveTransport: HTTPTransport {
             {
                 // Say which: expired, for other names, or signed by a CA not trusted here.
                 throw NetworkFailure.certificateInvalid(problem, now: Int64(Date().timeIntervalSince1970))
-                    .error(host: Self.place(host, url.port))
+                    .error(host: HostAndPort.shown(host, port: url.port))
             }
             throw Self.map(error, url: url, proxy: proxy)
         }
@@ -323,18 +323,11 @@ public final class LiveTransport: HTTPTransport {
 
     private static let proxyClients = Mutex<[ProxyEndpoint: HTTPClient]>([:])
 
-    /// `host` with `port` as a URL writes them, for messages: an IPv6 address in brackets (`[::1]:8080`, not
-    /// `::1:8080`, whose port cannot be told from the address).
-    static func place(_ host: String, _ port: Int?) -> String {
-        let shown = host.contains(":") && !host.hasPrefix("[") ? "[\(host)]" : host
-        return port.map { "\(shown):\($0)" } ?? shown
-    }
-
     /// Maps AsyncHTTPClient and NIO errors to `DownloadError`s with one plain sentence each (`NetworkFailure`):
     /// failures to connect are `connectionFailed`, TLS failures `tls`, anything later `connectionLost`.
     static func map(_ error: any Error, url: URL, proxy: ProxyEndpoint? = nil) -> any Error {
         if error is DownloadError || error is CancellationError { return error }
-        let target = url.host.map { Self.place($0, url.port) } ?? url.absoluteString
+        let target = url.host.map { HostAndPort.shown($0, port: url.port) } ?? url.absoluteString
         if let proxy {
             if let client = error as? HTTPClientError {
                 if client == .proxyAuthenticationRequired { return proxyAuthenticationError(proxy) }
@@ -358,7 +351,7 @@ public final class LiveTransport: HTTPTransport {
             let failure = classify(error, connecting: true)
             if failure.isConnectFailure {
                 // The proxy itself could not be reached.
-                return failure.error(host: "the proxy " + Self.place(proxy.host, proxy.port))
+                return failure.error(host: "the proxy " + HostAndPort.shown(proxy.host, port: proxy.port))
             }
         }
         if let client = error as? HTTPClientError, client == .cancelled { return CancellationError() }
@@ -369,7 +362,7 @@ public final class LiveTransport: HTTPTransport {
         {
             return DownloadError(.invalidURL, "cannot fetch \(url.absoluteString)", underlying: error)
         }
-        return classify(error, connecting: true).error(host: Self.place(host, url.port))
+        return classify(error, connecting: true).error(host: HostAndPort.shown(host, port: url.port))
     }
 
     /// What a network error of AsyncHTTPClient, NIO or NIOSSL was, in `NetworkFailure`'s plain terms.

@@ -121,7 +121,7 @@ public struct ProxyEndpoint: Sendable, Hashable {
 
     /// The proxy's address for messages: `kind://host:port`, never the credentials.
     public var display: String {
-        "\(kind.rawValue)://\(host.contains(":") ? "[\(host)]" : host):\(port)"
+        "\(kind.rawValue)://\(HostAndPort.shown(host, port: port))"
     }
 
     /// `text` with the credentials of a proxy URL replaced by `***`, for messages.

@@ -63,14 +63,14 @@ extension APIHandler {
         }
         var headers: [DownloadOptions.Header] = []
         for (name, value) in (item.headers?.additionalProperties ?? [:]).sorted(by: { $0.key < $1.key }) {
-            do { headers.append(try DownloadOptions.Header(parsing: "\(name): \(value)")) } catch {
+            let header: DownloadOptions.Header
+            do { header = try DownloadOptions.Header(parsing: "\(name): \(value)") } catch {
                 throw .invalidField("headers", error.message, index: index)
             }
-            if let header = headers.last {
-                try APIError.checking("headers", index: index) { () throws(DownloadRules.RuleViolation) in
-                    try DownloadRules.checkHeader(header)
-                }
+            try APIError.checking("headers", index: index) { () throws(DownloadRules.RuleViolation) in
+                try DownloadRules.checkHeader(header)
             }
+            headers.append(header)
         }
         if let filename = item.filename, filename.isEmpty {
             throw .invalidField("filename", "must not be empty", index: index)
