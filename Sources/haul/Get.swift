@@ -119,7 +119,9 @@ extension HaulCommand {
 
         func run() async throws {
             try checkURLs(urls)
-            LoggingSystem.bootstrap { label in StandardErrorLogHandler(label: label, level: verbose ? .info : .warning)
+            LoggingSystem.bootstrap { label in
+                StandardErrorLogHandler(
+                    label: label, level: verbose ? .info : .warning, style: .command)
             }
             var list = try transfer.entries(urls, inputFile: inputFile, output: output)
             if list.isEmpty {

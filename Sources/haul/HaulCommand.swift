@@ -61,9 +61,11 @@ enum Main {
         do {
             var command = try root.parseAsRoot(arguments)
             // `haul get` (-v) and `haul serve` (--log-level) set their own level; every other command prints the
-            // engine's warnings and errors only, in haul's words, not its notices in swift-log's default format.
+            // engine's warnings and errors only, in haul's words (`haul: warning: …`), not its notices in swift-log's format.
             if !(command is any SetsLogLevel) {
-                LoggingSystem.bootstrap { label in StandardErrorLogHandler(label: label, level: .warning) }
+                LoggingSystem.bootstrap { label in
+                    StandardErrorLogHandler(label: label, level: .warning, style: .command)
+                }
             }
             if var asyncCommand = command as? any AsyncParsableCommand {
                 try await asyncCommand.run()

@@ -228,7 +228,7 @@ extension HaulCommand {
         /// Runs the daemon with these settings (the config file's merged into `flags`, the command line's).
         private func serve(flags: Serve) async throws {
             let level = Logger.Level(rawValue: logLevel ?? "notice") ?? .notice
-            LoggingSystem.bootstrap { label in StandardErrorLogHandler(label: label, level: level) }
+            LoggingSystem.bootstrap { label in StandardErrorLogHandler(label: label, level: level, style: .daemon) }
             var options = DaemonOptions(stateDirectory: stateDir ?? DownloadManager.defaultStateDirectory())
             let (host, port) = Self.split(listen ?? "127.0.0.1:7165")!
             options.listenHost = host

@@ -153,6 +153,20 @@ struct CommandTests {
         await server.stop()
     }
 
+    @Test("the engine's warnings are written as haul's other lines are, not in swift-log's daemon format")
+    func engineWarningsInHaulsWords() async throws {
+        let workspace = try Workspace()
+        defer { workspace.remove() }
+        let server = try await FaultServer.start()
+        server.serve("/f", .init(body: body))
+        let url = server.url("/f").absoluteString
+        let run = try await HaulProcess.run(["get", url, "-o", "f.bin", "--on-complete", "false"], in: workspace)
+        #expect(run.status == 0, "\(run.stderr)")
+        #expect(run.stderr.contains("haul: warning: \(url): the hook 'false' exited with 1\n"), "\(run.stderr)")
+        #expect(!run.stderr.contains("warning haul:") && !run.stderr.contains("[Haul]"), "\(run.stderr)")
+        await server.stop()
+    }
+
     @Test("names: Content-Disposition, hostile names, existing files")
     func names() async throws {
         let workspace = try Workspace()
