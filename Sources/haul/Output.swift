@@ -75,8 +75,8 @@ struct Output: Sendable {
                 line("haul: \(result.path) is already complete (\(Format.bytes(result.bytes))); nothing fetched")
             } else {
                 let resumed = result.resumedFrom > 0 ? ", resumed from \(Format.bytes(result.resumedFrom))" : ""
-                let seconds = String(format: "%.1f", result.seconds)
-                line("haul: saved \(result.path) (\(Format.bytes(result.bytes)) in \(seconds) s\(resumed))")
+                let took = Format.took(bytes: result.bytes - result.resumedFrom, seconds: result.seconds)
+                line("haul: saved \(result.path) (\(Format.bytes(result.bytes)) in \(took)\(resumed))")
             }
         }
         if json {
@@ -255,6 +255,14 @@ enum Format {
     static func duration(_ duration: Duration) -> String {
         let seconds = Double(duration.components.seconds) + Double(duration.components.attoseconds) / 1e18
         return String(format: "%.1f s", seconds)
+    }
+
+    /// How long a download took, and its speed over the bytes fetched in that time (wget's "(1.6 MB/s)"): two
+    /// decimals below a second, so a small file does not read "0.0 s".
+    static func took(bytes: Int64, seconds: Double) -> String {
+        let time = String(format: seconds < 1 ? "%.2f s" : seconds < 100 ? "%.1f s" : "%.0f s", seconds)
+        guard seconds >= 0.005, bytes > 0, seconds.isFinite else { return time }
+        return time + ", " + Self.bytes(Int64(min(Double(bytes) / seconds, 9e18))) + "/s"
     }
 
     static func bar(_ progress: DownloadProgress) -> String {

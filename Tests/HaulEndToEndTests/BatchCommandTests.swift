@@ -53,6 +53,10 @@ struct BatchCommandTests {
         let a = workspace.path("told/a.bin")
         #expect(told.stderr.contains("haul: \(server.url("/a.bin")) -> \(a)\n"), "\(told.stderr)")
         #expect(told.stderr.contains("haul: saved \(a) (195.3 KiB in "), "\(told.stderr)")
+        // The time with two decimals below a second (not "0.0 s"), and the speed.
+        #expect(
+            told.stderr.contains(/195\.3 KiB in (0\.\d\d|\d+\.\d) s, \d+(\.\d)? (B|KiB|MiB|GiB)\/s\)/), "\(told.stderr)"
+        )
         #expect(told.stderr.contains("haul: error: \(missing): server answered HTTP 404\n"), "\(told.stderr)")
 
         let quiet = try await HaulProcess.run(
