@@ -69,7 +69,7 @@ final class PostgresLink: Sendable {
                 return fresh
             } catch {
                 guard ContinuousClock.now + delay < deadline else { throw error }
-                logger.info("the store at \(location.place) does not answer; trying again in \(delay)")
+                logger.info("the store at \(location.place) does not answer; trying again in \(delay.spoken)")
                 let micros = delay.components.seconds * 1_000_000 + delay.components.attoseconds / 1_000_000_000_000
                 usleep(UInt32(micros))
                 delay = min(delay * 2, .seconds(2))

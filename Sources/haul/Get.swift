@@ -121,7 +121,7 @@ extension HaulCommand {
             try checkURLs(urls)
             LoggingSystem.bootstrap { label in
                 StandardErrorLogHandler(
-                    label: label, level: verbose ? .info : .warning, style: .command)
+                    label: label, level: verbose ? .info : quiet ? .error : .warning, style: .command)
             }
             var list = try transfer.entries(urls, inputFile: inputFile, output: output)
             if list.isEmpty {
@@ -234,6 +234,13 @@ extension HaulCommand {
             }
             await manager.shutdown(pausing: true)
             await board.value
+            let untold = await manager.undeliveredNotices
+            if untold > 0, !quiet {
+                let ends = untold == 1 ? "1 download's end is" : "\(untold) downloads' ends are"
+                output.line(
+                    "haul: warning: \(ends) not told to every hook and webhook yet; kept in the state folder, the next"
+                        + " haul get or haul serve on it with the same hooks and webhooks tells them")
+            }
             try output.conclude(outcomes, count: list.count, signal: signals.received)
         }
 

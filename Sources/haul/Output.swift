@@ -174,7 +174,7 @@ struct Output: Sendable {
                 board.clear()
                 board.draw()
             case .retrying(let id, let error, let delay):
-                if !quiet { say("haul: \(whose(id))\(error.message); retrying in \(Format.duration(delay))") }
+                if !quiet { say("haul: \(whose(id))\(error.message); retrying in \(delay.spoken)") }
             case .restarted(let id, let reason):
                 if !quiet { say("haul: \(whose(id))\(reason)") }
             default:
@@ -250,11 +250,6 @@ enum Format {
     static func fit(_ text: String, _ width: Int) -> String {
         text.count > width
             ? String(text.prefix(width - 1)) + "…" : text.padding(toLength: width, withPad: " ", startingAt: 0)
-    }
-
-    static func duration(_ duration: Duration) -> String {
-        let seconds = Double(duration.components.seconds) + Double(duration.components.attoseconds) / 1e18
-        return String(format: "%.1f s", seconds)
     }
 
     /// How long a download took, and its speed over the bytes fetched in that time (wget's "(1.6 MB/s)"): two

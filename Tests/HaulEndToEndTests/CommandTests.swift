@@ -167,6 +167,30 @@ struct CommandTests {
         await server.stop()
     }
 
+    /// A webhook that fails is tried again after a backoff that `haul get` does not wait out: it says what is left,
+    /// and --quiet leaves the warnings out.
+    @Test("haul get ends with a webhook not yet told: it says the notice is kept for the next run on the state folder")
+    func webhookLeftPending() async throws {
+        let workspace = try Workspace()
+        defer { workspace.remove() }
+        let server = try await FaultServer.start()
+        server.serve("/f", .init(body: body))
+        server.serve("/hook", .init(body: []) { _, _ in .status(500, headers: [:]) })
+        let secret = workspace.path("secret")
+        #expect(FileManager.default.createFile(atPath: secret, contents: Data("whsec_c2VjcmV0c2VjcmV0c2VjcmV0".utf8)))
+        try FileManager.default.setAttributes([.posixPermissions: 0o600], ofItemAtPath: secret)
+        let webhook = ["--webhook", server.url("/hook").absoluteString, "--webhook-secret-file", secret]
+        let run = try await HaulProcess.run(
+            ["get", server.url("/f").absoluteString, "-o", "f.bin"] + webhook, in: workspace)
+        #expect(run.status == 0, "\(run.stderr)")
+        #expect(run.stderr.contains("answered 500; trying again in 5 s"), "\(run.stderr)")
+        #expect(run.stderr.contains("haul: warning: 1 download's end is not told"), "\(run.stderr)")
+        let quiet = try await HaulProcess.run(
+            ["get", server.url("/f").absoluteString, "-o", "g.bin", "--quiet"] + webhook, in: workspace)
+        #expect(quiet.status == 0 && quiet.stderr.isEmpty, "\(quiet.stderr)")
+        await server.stop()
+    }
+
     @Test("names: Content-Disposition, hostile names, existing files")
     func names() async throws {
         let workspace = try Workspace()

@@ -103,7 +103,7 @@ extension DownloadManager {
                 }
                 let backoff = notices.webhookBackoff
                 let delay = backoff.isEmpty ? .seconds(60) : backoff[min(attempts, backoff.count) - 1]
-                logger.warning("\(record.url): \(error.message); trying again in \(delay)")
+                logger.warning("\(record.url): \(error.message); trying again in \(delay.spoken)")
                 await failedAttempt(noticeID, of: id, by: sink, attempts: attempts)
                 do { try await configuration.clock.sleep(for: delay) } catch { return }
             }
@@ -133,6 +133,18 @@ extension DownloadManager {
             try await store.committed(commit)
         } catch {
             configuration.logger.error("\(record.url): cannot store its notice's delivery: \(error.message)")
+        }
+    }
+
+    /// How many downloads' ends are stored and not yet told to one of this manager's hooks and webhooks (a webhook
+    /// that did not answer, a manager shut down while a delivery waited to try again): the next manager on this store
+    /// with that hook or webhook tells them.
+    public var undeliveredNotices: Int {
+        let records = leasing.map { (try? $0.pendingNotices()) ?? [] } ?? catalog.all.filter { $0.notice != nil }
+        return records.reduce(0) { count, record in
+            guard let notice = record.notice else { return count }
+            let configured = Set(notices.sinks(for: notice.event))
+            return count + (notice.pending.contains(where: configured.contains) ? 1 : 0)
         }
     }
 

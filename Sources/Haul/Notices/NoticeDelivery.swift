@@ -61,7 +61,7 @@ enum NoticeDelivery {
         Thread { child.write(body) }.start()
         let watchdog = Task.detached {
             try await Task.sleep(for: timeout)
-            logger.error("\(name) ran longer than \(timeout): stopping it")
+            logger.error("\(name) ran longer than \(timeout.spoken): stopping it")
             child.signal(SIGTERM)
             try await Task.sleep(for: .seconds(5))
             child.signal(SIGKILL)

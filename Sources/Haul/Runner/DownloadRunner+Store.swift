@@ -109,7 +109,7 @@ extension DownloadRunner {
             environment.logger.notice("\(source): \(reason)")
             try await tellManager(.restarted(reason))
         case .retrying(let error, let delay, let attempts):
-            environment.logger.info("\(source): \(error.message); retrying in \(delay)")
+            environment.logger.info("\(source): \(error.message); retrying in \(delay.spoken)")
             try await tellManager(.retrying(error, delay: delay, attempts: attempts))
         case .waitingForNetwork(let error):
             environment.logger.info("\(source): \(error.message); waiting for the network")

@@ -84,7 +84,7 @@ struct StreamFetcher: Sendable {
                 switch environment.settings.retryPolicy.decide(failures: failures, error: error, jitter: 1) {
                 case .giveUp: throw error
                 case .retry(let delay):
-                    environment.logger.notice("\(piece.url): \(error.message); retrying in \(delay)")
+                    environment.logger.notice("\(piece.url): \(error.message); retrying in \(delay.spoken)")
                     try await environment.clock.sleep(delay)
                 }
             }
