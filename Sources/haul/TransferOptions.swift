@@ -306,15 +306,15 @@ struct TransferOptions: ParsableArguments {
         // A Metalink's file in folders (`docs/a.txt`): the folders go beneath the add's folder, which the daemon
         // makes when missing (inside its allowed folders), and the name is the file's.
         if let name = entry.name, name.contains("/") {
-            let inside = (name as NSString).deletingLastPathComponent
+            let inside = PathName.folder(of: name)
             folder = folder.map { $0 + "/" + inside } ?? inside
             filename = (name as NSString).lastPathComponent
         }
         if let output {
-            let path = (isLocal ? Self.absolute(output) : output) as NSString
-            let parent = path.deletingLastPathComponent
+            let path = isLocal ? Self.absolute(output) : output
+            let parent = PathName.folder(of: path)
             folder = parent.isEmpty ? nil : parent
-            filename = path.lastPathComponent
+            filename = PathName.lastComponent(of: path)
         }
         var headerFields: [String: String] = [:]
         for header in try headers.map({ try DownloadOptions.Header(parsing: $0) }) {
@@ -516,14 +516,14 @@ func createFolder(_ path: String) throws {
 /// leading out.
 func createFolders(of list: [URLList.Entry], output: String?, directory: String?) throws {
     if let output {
-        let parent = (output as NSString).deletingLastPathComponent
+        let parent = PathName.folder(of: output)
         if !parent.isEmpty { try createFolder(parent) }
         return
     }
     if let directory { try createFolder(directory) }
     let base = directory ?? FileManager.default.currentDirectoryPath
     for name in Set(list.compactMap(\.name)) where name.contains("/") {
-        try createFolder(base + "/" + (name as NSString).deletingLastPathComponent)
+        try createFolder(base + "/" + PathName.folder(of: name))
     }
 }
 

@@ -132,6 +132,9 @@ struct CommandTests {
             ["get", server.url("/f").absoluteString, "-o", "new/deeper/f.bin"], in: workspace)
         #expect(run.status == 0, "\(run.stderr)")
         #expect(workspace.holds("new/deeper/f.bin", body))
+        // A one-character name, whose folder Foundation's NSString cannot work out (it traps).
+        let short = try await HaulProcess.run(["get", server.url("/f").absoluteString, "-o", "x"], in: workspace)
+        #expect(short.status == 0 && workspace.holds("x", body), "\(short.stderr)")
         let folder = try await HaulProcess.run(["get", server.url("/f").absoluteString, "-o", "new"], in: workspace)
         #expect(folder.status == 1 && folder.stderr.contains("is a folder; to download into it"), "\(folder.stderr)")
         await server.stop()

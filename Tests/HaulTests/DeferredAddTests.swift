@@ -135,6 +135,18 @@ struct PathNameTests {
         }
     }
 
+    /// Foundation's `deletingLastPathComponent` traps on a one-character name ("x", "x/", "é"), as `-o x` gives.
+    @Test(
+        "the folder of a relative or untidy path, as NSString gives it, without Foundation",
+        arguments: [
+            ("x", ""), ("x/", ""), ("a//", ""), ("é", ""), (".", ""), ("ab", ""), ("./x", "."), ("../f", ".."),
+            ("a/b/", "a"), ("a//b", "a"), ("/", "/"), ("//", "/"), ("", ""), ("/x", "/"), ("/ab/", "/"),
+            ("new/deeper/f.bin", "new/deeper"),
+        ])
+    func folderOfAnyPath(_ path: String, _ folder: String) {
+        #expect(PathName.folder(of: path) == folder)
+    }
+
     @Test("a folder opens and is writable; a file, a missing path, a file's child and a link do not open")
     func heldFolders() throws {
         let root = NSTemporaryDirectory() + "haul-paths-" + UUID().uuidString

@@ -59,14 +59,20 @@ public enum PathName {
         return normalized((base ?? FileManager.default.currentDirectoryPath) + "/" + expanded)
     }
 
-    /// The folder of `path`: `NSString.deletingLastPathComponent`, which for a normalised absolute path (the common
-    /// case, checked without Foundation) is the text before the last `/`. Foundation's version bridges to `NSString`
-    /// and fixes slashes first, for every download.
-    static func folder(of path: String) -> String {
-        guard isNormalizedAbsolute(path), let slash = path.utf8.lastIndex(of: UInt8(ascii: "/")) else {
-            return (path as NSString).deletingLastPathComponent
+    /// The folder of `path`, as `NSString.deletingLastPathComponent` gives it ("" for a name alone, "/" for a name
+    /// in the root, trailing and repeated slashes left out), worked out on the bytes: Foundation's crashes on a
+    /// one-character name ("x", "x/"), and bridges to `NSString` for every download.
+    public static func folder(of path: String) -> String {
+        let slash = UInt8(ascii: "/")
+        if isNormalizedAbsolute(path), let last = path.utf8.lastIndex(of: slash) {
+            return last == path.utf8.startIndex ? "/" : String(path[..<last])
         }
-        return slash == path.utf8.startIndex ? "/" : String(path[..<slash])
+        var bytes = Array(path.utf8)
+        while bytes.count > 1, bytes.last == slash { bytes.removeLast() }
+        guard let last = bytes.lastIndex(of: slash) else { return "" }
+        var end = last
+        while end > 0, bytes[end - 1] == slash { end -= 1 }
+        return end == 0 ? "/" : String(decoding: bytes[..<end], as: UTF8.self)
     }
 
     /// The name of `path`: `NSString.lastPathComponent`, without Foundation for a normalised absolute path.

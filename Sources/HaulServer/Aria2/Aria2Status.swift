@@ -75,7 +75,7 @@ enum Aria2Status {
 
     /// The folder of a download, as `dir`.
     static func directory(of snapshot: DownloadSnapshot) -> String {
-        if let path = snapshot.path { return (path as NSString).deletingLastPathComponent }
+        if let path = snapshot.path { return PathName.folder(of: path) }
         return snapshot.directory ?? ""
     }
 
