@@ -3,9 +3,10 @@ import Foundation
 /// Rules that change the limits by the local time of day and the day of the week, such as `mon-fri 09:00-18:00
 /// rate=512K`, `00:00-06:00 jobs=8 rate=0` or `sat,sun pause`.
 ///
-/// A rule is some days (`mon`, `mon-fri`, `sat,sun`, `fri-mon`; every day when left out), a span of time (`HH:MM-HH:MM`,
-/// its end not included; the whole day when left out) and what applies then: `rate=RATE` (all downloads together;
-/// `0` for no limit), `jobs=N` (downloads at once; a fleet's total in a fleet) and `pause` (none transfers). A span
+/// A rule is some days (`mon`, `mon-fri`, `sat,sun`, `fri-mon`, `monday`, `daily`, `weekdays`, `weekends`; every day
+/// when left out), a span of time (`HH:MM-HH:MM`, its end not included; the whole day when left out) and what applies
+/// then: `rate=RATE` (all downloads together; `0` for no limit), `jobs=N` (downloads at once; a fleet's total in a
+/// fleet) and `pause` (none transfers). A span
 /// whose end is not after its start runs past midnight and belongs to the day it starts on (`fri 22:00-02:00` holds
 /// until Saturday 02:00). The rules are read in order and a later one that holds overrides what it sets, so a general
 /// rule comes first and its exceptions after it. Outside every rule the settings apply as they are.
@@ -93,7 +94,7 @@ public struct Schedule: Sendable, Equatable {
                 !words[index].contains("=")
             {
                 guard let parsed = Self.days(words[index].lowercased()) else {
-                    throw refuse("'\(words[index])' is not days such as mon-fri or sat,sun")
+                    throw refuse("'\(words[index])' is not days such as mon-fri, sat,sun, daily, weekdays or weekends")
                 }
                 days = parsed
                 index += 1
@@ -145,12 +146,24 @@ public struct Schedule: Sendable, Equatable {
             return (minute >= span.start && days.contains(day)) || (minute < span.end && days.contains((day + 6) % 7))
         }
 
+        /// Words for sets of days, as qBittorrent's and Transmission's schedulers name them.
+        static let daySets: [String: Set<Int>] = [
+            "daily": Set(0..<7), "weekdays": Set(0..<5), "weekends": [5, 6], "weekend": [5, 6],
+        ]
+
+        static let fullDayNames = ["monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday"]
+
+        /// The day a name gives: `mon` or `monday`.
+        static func day(_ name: String) -> Int? {
+            dayNames.firstIndex(of: name) ?? fullDayNames.firstIndex(of: name)
+        }
+
         static func days(_ text: String) -> Set<Int>? {
+            if let set = daySets[text] { return set }
             var days: Set<Int> = []
             for part in text.split(separator: ",", omittingEmptySubsequences: false) {
                 let ends = part.split(separator: "-", omittingEmptySubsequences: false).map(String.init)
-                guard (1...2).contains(ends.count), let first = dayNames.firstIndex(of: ends[0]),
-                    let last = dayNames.firstIndex(of: ends[ends.count - 1])
+                guard (1...2).contains(ends.count), let first = day(ends[0]), let last = day(ends[ends.count - 1])
                 else { return nil }
                 var day = first
                 while true {

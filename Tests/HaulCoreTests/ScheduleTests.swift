@@ -82,7 +82,7 @@ struct ScheduleTests {
     @Test("a rule that does not read is refused, naming the rule and the part")
     func badRules() {
         let cases: [(String, String)] = [
-            ("weekdays rate=1M", "'weekdays' is not days"),
+            ("workdays rate=1M", "'workdays' is not days"), ("mo-fr rate=1M", "'mo-fr' is not days"),
             ("mon-fri 9-18 rate=1M", "'9-18' is not a time span"),
             ("mon 25:00-26:00 pause", "'25:00-26:00' is not a time span"),
             ("mon-fri 09:00-18:00", "it says what applies"),
@@ -101,5 +101,15 @@ struct ScheduleTests {
         }
         #expect((try? Schedule.Rule("  sat,sun   pause ").text) == "sat,sun pause")
         #expect((try? Schedule.Rule("fri-mon 00:00-24:00 rate=0"))?.days == [4, 5, 6, 0])
+    }
+
+    @Test(
+        "days by their names, whole or short, and the words schedulers use for sets of them",
+        arguments: [
+            ("daily", Set(0..<7)), ("weekdays", Set(0..<5)), ("weekends", [5, 6]), ("Weekend", [5, 6]),
+            ("monday-wednesday", [0, 1, 2]), ("saturday,sun", [5, 6]), ("Fri", [4]),
+        ] as [(String, Set<Int>)])
+    func dayWords(_ words: String, _ days: Set<Int>) throws {
+        #expect(try Schedule.Rule("\(words) 09:00-18:00 rate=1M").days == days)
     }
 }
