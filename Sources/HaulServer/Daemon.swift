@@ -31,7 +31,7 @@ public struct DaemonOptions: Sendable {
     public var allowedHosts: [String] = []
     /// Settings given on the command line; they replace the stored ones (and are stored).
     public var maxConcurrentDownloads: Int?
-    /// The global rate limit given on the command line.
+    /// The global rate limit given on the command line; 0 removes it.
     public var rateLimit: Int64?
     /// The most connections to one host across all downloads (the fleet's, on a shared store); 0 removes the limit,
     /// nil leaves it as stored.
@@ -354,6 +354,7 @@ struct ManagerService: Service {
 /// restart.
 public struct DaemonReload: Sendable {
     public var maxConcurrentDownloads: Int?
+    /// 0 removes the limit.
     public var rateLimit: Int64?
     public var connections: Int?
     /// 0 removes the limit.
@@ -382,7 +383,7 @@ public struct DaemonReload: Sendable {
         await manager.setNotices(notices)
         var settings = await manager.currentSettings()
         if let maxConcurrentDownloads { settings.maxConcurrentDownloads = maxConcurrentDownloads }
-        if let rateLimit { settings.rateLimit = rateLimit }
+        if let rateLimit { settings.rateLimit = rateLimit == 0 ? nil : rateLimit }
         if let connections { settings.connectionsPerDownload = connections }
         if let perHost = maxConnectionsPerHost { settings.maxConnectionsPerHost = perHost == 0 ? nil : perHost }
         if let perHost = maxDownloadsPerHost { settings.maxDownloadsPerHost = perHost == 0 ? nil : perHost }

@@ -70,7 +70,7 @@ extension HaulCommand.Serve {
                 let serve = try original.withConfig()
                 var options = DaemonOptions(stateDirectory: "")
                 options.maxConcurrentDownloads = serve.jobs
-                options.rateLimit = serve.limitRate.flatMap(TokenBucket.parseRate)
+                options.rateLimit = serve.limitRate.flatMap(TokenBucket.parseLimit)
                 options.connections = serve.connections
                 options.maxConnectionsPerHost = serve.maxConnectionsPerHost
                 options.maxDownloadsPerHost = serve.maxDownloadsPerHost

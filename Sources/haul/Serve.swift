@@ -70,7 +70,7 @@ extension HaulCommand {
         @Option(name: .shortAndLong, help: "Downloads transferring at once.")
         var jobs: Int?
 
-        @Option(help: "Limit all downloads together to RATE bytes a second (e.g. 500K, 2M).")
+        @Option(help: "Limit all downloads together to RATE bytes a second (e.g. 500K, 2M; 0 removes the limit).")
         var limitRate: String?
 
         @Option(
@@ -132,8 +132,8 @@ extension HaulCommand {
                     try DownloadRules.checkConcurrentDownloads(jobs)
                 }
             }
-            if let limitRate, TokenBucket.parseRate(limitRate) == nil {
-                throw ValidationError("--limit-rate '\(limitRate)' is not a positive rate such as 500K or 2M")
+            if let limitRate, TokenBucket.parseLimit(limitRate) == nil {
+                throw ValidationError("--limit-rate '\(limitRate)' is not a rate such as 500K or 2M (0: no limit)")
             }
             if let connections {
                 try checkRule("-x/--connections") { () throws(DownloadRules.RuleViolation) in
@@ -237,7 +237,7 @@ extension HaulCommand {
             options.allowedDirectories = allowDirs
             options.allowedHosts = allowHosts
             options.maxConcurrentDownloads = jobs
-            options.rateLimit = limitRate.flatMap(TokenBucket.parseRate)
+            options.rateLimit = limitRate.flatMap(TokenBucket.parseLimit)
             options.connections = connections
             options.maxConnectionsPerHost = maxConnectionsPerHost
             options.maxDownloadsPerHost = maxDownloadsPerHost

@@ -11,8 +11,8 @@ struct TransferOptions: ParsableArguments {
     @Option(
         parsing: .unconditional,
         help: """
-            Limit all downloads together to RATE bytes a second (e.g. 500K, 2M; K, M, G are powers of 1024); \
-            through a daemon, each download of this command gets this limit.
+            Limit all downloads together to RATE bytes a second (e.g. 500K, 2M; K, M, G are powers of 1024; 0: no \
+            limit); through a daemon, each download of this command gets this limit.
             """)
     var limitRate: String?
 
@@ -118,8 +118,8 @@ struct TransferOptions: ParsableArguments {
     var loadCookies: String?
 
     func validate() throws {
-        if let limitRate, TokenBucket.parseRate(limitRate) == nil {
-            throw ValidationError("--limit-rate '\(limitRate)' is not a positive rate such as 500K or 2M")
+        if let limitRate, TokenBucket.parseLimit(limitRate) == nil {
+            throw ValidationError("--limit-rate '\(limitRate)' is not a rate such as 500K or 2M (0: no limit)")
         }
         if !(timeout > 0) || !timeout.isFinite {
             throw ValidationError("--timeout must be a positive number of seconds")
@@ -201,7 +201,8 @@ struct TransferOptions: ParsableArguments {
     }
 
     /// The rate limit in bytes a second, nil for none.
-    var rate: Int64? { limitRate.flatMap(TokenBucket.parseRate) }
+    /// The limit `--limit-rate` gives; nil for none (left out, or 0).
+    var rate: Int64? { limitRate.flatMap(TokenBucket.parseLimit).flatMap { $0 > 0 ? $0 : nil } }
 
     /// How HTTPS servers are trusted (paths made absolute: a daemon or a later run has another current folder).
     var tls: TLSOptions {

@@ -255,7 +255,8 @@ struct CommandTests {
         // A negative number is the flag's value, refused by its rule, not a "missing value".
         for (flag, words) in [
             ("--retries", "--retries must be 0 or more"), ("--timeout", "--timeout must be a positive number"),
-            ("-j", "-j must be between 1 and 1000, not -1"), ("--limit-rate", "is not a positive rate"),
+            ("-j", "-j must be between 1 and 1000, not -1"),
+            ("--limit-rate", "is not a rate such as 500K or 2M (0: no limit)"),
         ] {
             let negative = try await HaulProcess.run(["get", "http://x/y", flag, "-1"], in: workspace)
             #expect(negative.status == 2 && negative.stderr.contains(words), "\(flag): \(negative.stderr)")

@@ -64,7 +64,7 @@ struct ConfigCommandTests {
             ("# the daemon\nlisten = \"127.0.0.1:0\"\njobs = 0\n", "config.toml:3: jobs:"),
             (
                 "jobs = 2\nlimit-rate = \"fast\"\n",
-                "config.toml:2: limit-rate: --limit-rate 'fast' is not a positive rate"
+                "config.toml:2: limit-rate: --limit-rate 'fast' is not a rate"
             ),
             ("jobs = 2\n[webhooks]\nurl = \"x\"\n", "config.toml:2: webhooks: not a setting of Haul"),
             ("jobs = [1, 2]\n", "config.toml:1: jobs: takes one value, not a list"),

@@ -95,6 +95,23 @@ struct DaemonTests {
         _ = await restarted.stop(SIGTERM)
     }
 
+    @Test("--limit-rate given to haul serve replaces the stored limit, and --limit-rate 0 removes it")
+    func limitRateZero() async throws {
+        let (workspace, server) = try await Self.setUp()
+        defer { Self.tearDown(workspace, server) }
+        let limited = try await DaemonProcess(workspace, extra: ["--limit-rate", "1M"])
+        let stored = try await limited.call(.GET, "/api/v1/settings").body as? [String: Any]
+        #expect(stored?["limitRate"] as? Int == 1 << 20, "\(String(describing: stored))")
+        _ = await limited.stop(SIGTERM)
+        let kept = try await DaemonProcess(workspace)
+        #expect((try await kept.call(.GET, "/api/v1/settings").body as? [String: Any])?["limitRate"] as? Int == 1 << 20)
+        _ = await kept.stop(SIGTERM)
+        let unlimited = try await DaemonProcess(workspace, extra: ["--limit-rate", "0"])
+        let removed = try await unlimited.call(.GET, "/api/v1/settings").body as? [String: Any]
+        #expect(removed != nil && removed?["limitRate"] as? Int == nil, "\(String(describing: removed))")
+        _ = await unlimited.stop(SIGTERM)
+    }
+
     @Test("SIGTERM: exit 0, not a hang; serve.json removed; a restart resumes the download where it stopped")
     func sigterm() async throws {
         let (workspace, server) = try await Self.setUp()
