@@ -65,23 +65,41 @@ public enum URLList {
         try entries(text).map(\.url)
     }
 
-    /// The files of `text`, the contents of an input file, each with its mirrors.
+    /// The files of `text`, the contents of an input file, each with its mirrors. A list with lines that are not
+    /// downloadable URLs is refused naming each of them (the first `shownProblems`), so one fix is enough.
     public static func entries(_ text: String) throws(DownloadError) -> [Entry] {
         var entries: [Entry] = []
         var seen = Set<String>()
+        var problems: [String] = []
         for (number, raw) in lines(of: text).enumerated() {
             let line = trim(raw)
             if line.isEmpty || line.utf8.first == UInt8(ascii: "#") { continue }
             let urls = split(line, at: 0x09).map { String(trim($0)) }.filter { !$0.isEmpty }
-            let parsed = try urls.first.map { url throws(DownloadError) in try checked(url, line: number + 1) }
-            for url in urls.dropFirst() { try check(url, line: number + 1) }
-            guard let url = urls.first, seen.insert(url).inserted else { continue }
+            var parsed: URL?
+            do throws(DownloadError) {
+                parsed = try urls.first.map { url throws(DownloadError) in try checked(url, line: number + 1) }
+                for url in urls.dropFirst() { try check(url, line: number + 1) }
+            } catch {
+                problems.append(error.message)
+                continue
+            }
+            guard problems.isEmpty, let url = urls.first, seen.insert(url).inserted else { continue }
             var entry = Entry(url: url, mirrors: DownloadRules.distinctMirrors(Array(urls.dropFirst()), of: url))
             entry.parsedURL = parsed
             entries.append(entry)
         }
+        guard problems.count <= 1 else {
+            var message = "\(problems.count) lines of the list are not URLs to download; nothing was added:"
+            for problem in problems.prefix(shownProblems) { message += "\n  " + problem }
+            if problems.count > shownProblems { message += "\n  and \(problems.count - shownProblems) more" }
+            throw DownloadError(.invalidArgument, message)
+        }
+        if let problem = problems.first { throw DownloadError(.invalidArgument, problem) }
         return entries
     }
+
+    /// How many of a list's bad lines an error names.
+    static let shownProblems = 20
 
     /// The lines of `text`, ended by a line feed or a carriage return and line feed (a file written on Windows).
     public static func lines(of text: String) -> [Substring] {

@@ -51,4 +51,26 @@ struct URLListTests {
             #expect(error.message.contains("(line 3)"), "\(error.message)")
         }
     }
+
+    @Test("a list with several bad lines is refused naming each of them, up to twenty")
+    func everyBadLine() {
+        let lines = ["http://h/a", "not a url", "http://h/b", "ftp://", "http://h/c\tmailto:x@h"]
+        do {
+            _ = try URLList.entries(lines.joined(separator: "\n"))
+            Issue.record("the list was taken")
+        } catch {
+            let said = error.message.split(separator: "\n").map(String.init)
+            #expect(said.first == "3 lines of the list are not URLs to download; nothing was added:", "\(said)")
+            #expect(said.count == 4 && said[1].contains("(line 2)") && said[2].contains("'ftp://' (line 4)"), "\(said)")
+            #expect(said.last?.contains("'mailto:x@h' (line 5)") == true, "\(said)")
+        }
+        let many = (1...25).map { "bad url \($0)" }.joined(separator: "\n")
+        do {
+            _ = try URLList.entries(many)
+            Issue.record("the list was taken")
+        } catch {
+            let said = error.message.split(separator: "\n").map(String.init)
+            #expect(said.count == 22 && said.last == "  and 5 more", "\(said)")
+        }
+    }
 }
