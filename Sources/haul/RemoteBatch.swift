@@ -90,7 +90,8 @@ actor RemoteBatch {
         }
         if case .snapshot(let snapshot) = event {
             if followsAll, ids == nil {
-                // The first snapshot: where every download stands; nothing to report yet.
+                // The first snapshot: where every download stands. Those running are told as if they had just
+                // started (their line off a terminal, their name on its board); the others have nothing to report.
                 ids = Set(snapshot.downloads.map(\.id))
                 // Grown once, not by doubling through a thousand downloads.
                 latest.reserveCapacity(snapshot.downloads.count)
@@ -100,6 +101,9 @@ actor RemoteBatch {
                     latest[download.id] = download
                     startStates[download.id] = download.state
                     recount(download.id)
+                    if download.state == .running || download.state == .waitingForNetwork {
+                        pending.append(.changed(download))
+                    }
                 }
             } else {
                 // After a reconnect that could not be replayed: what changed meanwhile, as changes.

@@ -206,6 +206,9 @@ struct DaemonTests {
         let watch = try await HaulProcess.run(["watch", "--until-done"] + state, in: workspace)
         #expect(watch.status == 0, "\(watch.stderr)")
         #expect(watch.stderr.contains("saved \(workspace.path("slow.bin"))"), "\(watch.stderr)")
+        // Its start line, whether it was already running when watch began (told from the first snapshot) or not.
+        let started = "haul: \(server.url("/slow.bin").absoluteString) -> \(workspace.path("slow.bin"))\n"
+        #expect(watch.stderr.contains(started), "\(watch.stderr)")
         #expect(workspace.holds("slow.bin", body) && workspace.holds("quick.bin", body))
         let removed = try await HaulProcess.run(["rm", String(id.suffix(8)), "--delete-file"] + state, in: workspace)
         #expect(removed.status == 0)
