@@ -29,9 +29,9 @@ struct ScheduleSettingsTests {
             #expect(unscheduled.schedule == [] && unscheduled.scheduleInForce == nil)
             let refused = try await client.execute(
                 uri: "/api/v1/settings", method: .patch, headers: authorized,
-                body: json(#"{"schedule": ["weekdays rate=1M"]}"#))
+                body: json(#"{"schedule": ["workdays rate=1M"]}"#))
             #expect(refused.status == .badRequest)
-            #expect(String(buffer: refused.body).contains("'weekdays' is not days"), "\(String(buffer: refused.body))")
+            #expect(String(buffer: refused.body).contains("'workdays' is not days"), "\(String(buffer: refused.body))")
         }
     }
 }
