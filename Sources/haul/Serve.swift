@@ -30,7 +30,10 @@ extension HaulCommand {
         @Option(help: "HOST:PORT to listen on (port 0 picks a free one; default 127.0.0.1:7165).")
         var listen: String?
 
-        @Option(help: "Where downloads go by default (default: $XDG_DOWNLOAD_DIR, else ~/Downloads, else here).")
+        @Option(
+            help:
+                "Where downloads go by default, made when missing (default: $XDG_DOWNLOAD_DIR, else ~/Downloads, else here)."
+        )
         var downloadDir: String?
 
         @Option(name: .customLong("allow-dir"), help: "A further folder API clients may write to (repeatable).")
@@ -177,10 +180,17 @@ extension HaulCommand {
                 throw ValidationError(
                     "--log-level '\(logLevel)' is not one of trace, debug, info, notice, warning, error, critical")
             }
-            for folder in allowDirs + [downloadDir].compactMap({ $0 }) {
+            // A missing download folder is made when the daemon starts, as aria2 makes its --dir; a missing allowed
+            // folder is more likely a typo than a wish, and is refused.
+            for (flag, folder) in allowDirs.map({ ("--allow-dir", $0) })
+                + [downloadDir].compactMap({ $0 }).map({ ("--download-dir", $0) })
+            {
                 var isDirectory: ObjCBool = false
-                guard FileManager.default.fileExists(atPath: folder, isDirectory: &isDirectory), isDirectory.boolValue
-                else { throw ValidationError("'\(folder)' is not a folder") }
+                if FileManager.default.fileExists(atPath: folder, isDirectory: &isDirectory) {
+                    guard isDirectory.boolValue else { throw ValidationError("\(flag) '\(folder)' is not a folder") }
+                } else if flag == "--allow-dir" {
+                    throw ValidationError("\(flag) '\(folder)': no such folder")
+                }
             }
         }
 
@@ -233,7 +243,10 @@ extension HaulCommand {
             let (host, port) = Self.split(listen ?? "127.0.0.1:7165")!
             options.listenHost = host
             options.listenPort = port
-            if let downloadDir { options.downloadDirectory = (downloadDir as NSString).standardizingPath }
+            if let downloadDir {
+                try createFolder(downloadDir)
+                options.downloadDirectory = (downloadDir as NSString).standardizingPath
+            }
             options.allowedDirectories = allowDirs
             options.allowedHosts = allowHosts
             options.maxConcurrentDownloads = jobs

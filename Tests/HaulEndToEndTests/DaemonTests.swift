@@ -179,6 +179,27 @@ struct DaemonTests {
         }
     }
 
+    @Test("a missing --download-dir is made, as aria2 makes its --dir; a missing --allow-dir or a file is refused")
+    func missingFolders() async throws {
+        let (workspace, server) = try await Self.setUp()
+        defer { Self.tearDown(workspace, server) }
+        let state = ["--listen", "127.0.0.1:0", "--state-dir", workspace.state]
+        for (flags, says) in [
+            (["--allow-dir", workspace.path("typo")], "--allow-dir '\(workspace.path("typo"))': no such folder"),
+            (["--download-dir", "/etc/passwd"], "--download-dir '/etc/passwd' is not a folder"),
+        ] {
+            let run = try await HaulProcess.run(["serve"] + state + flags, in: workspace)
+            #expect(run.status == 2 && run.stderr.contains(says), "\(run.stderr)")
+        }
+        let folder = workspace.path("new/downloads")
+        let daemon = try await DaemonProcess(workspace, extra: ["--download-dir", folder])
+        let settings = try await daemon.call(.GET, "/api/v1/settings").body as? [String: Any]
+        #expect(settings?["downloadDir"] as? String == folder, "\(String(describing: settings))")
+        var isFolder: ObjCBool = false
+        #expect(FileManager.default.fileExists(atPath: folder, isDirectory: &isFolder) && isFolder.boolValue)
+        _ = await daemon.stop(SIGTERM)
+    }
+
     @Test("haul add, ls, pause, resume, watch --until-done, rm and clean against a running daemon")
     func commandsThroughTheDaemon() async throws {
         let (workspace, server) = try await Self.setUp()
