@@ -73,6 +73,9 @@ struct Output: Sendable {
         if !quiet {
             if result.wasAlreadyComplete {
                 line("haul: \(result.path) is already complete (\(Format.bytes(result.bytes))); nothing fetched")
+            } else if result.bytes > 0, result.resumedFrom >= result.bytes {
+                // Adopted whole (-c): only the check of its end was fetched.
+                line("haul: saved \(result.path) (\(Format.bytes(result.bytes)); every byte was already here)")
             } else {
                 let resumed = result.resumedFrom > 0 ? ", resumed from \(Format.bytes(result.resumedFrom))" : ""
                 let took = Format.took(bytes: result.bytes - result.resumedFrom, seconds: result.seconds)

@@ -140,6 +140,26 @@ struct CommandTests {
         await server.stop()
     }
 
+    @Test("-c adopts a file: a beginning is resumed, a whole file is said to be here, a different one is fetched anew")
+    func continueAdopts() async throws {
+        let workspace = try Workspace()
+        defer { workspace.remove() }
+        let server = try await FaultServer.start()
+        server.serve("/f", .init(body: body))
+        let url = server.url("/f").absoluteString
+        for (name, held, says) in [
+            ("whole.bin", body, "haul: saved \(workspace.path("whole.bin")) (2.9 MiB; every byte was already here)"),
+            ("start.bin", Array(body.prefix(100_000)), "resumed from 97.7 KiB)"),
+            ("other.bin", Array(repeating: 7, count: 100_000), "the bytes held differ from the server's"),
+        ] {
+            #expect(FileManager.default.createFile(atPath: workspace.path(name), contents: Data(held)))
+            let run = try await HaulProcess.run(["get", url, "-o", name, "-c"], in: workspace)
+            #expect(run.status == 0 && run.stderr.contains(says), "\(name): \(run.stderr)")
+            #expect(workspace.holds(name, body))
+        }
+        await server.stop()
+    }
+
     @Test("with several downloads, a retry's line names the download it is about")
     func retryLineNamesTheDownload() async throws {
         let workspace = try Workspace()
