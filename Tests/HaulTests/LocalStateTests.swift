@@ -114,6 +114,7 @@ struct LocalStateTests {
             #expect(error?.code == .store)
             #expect(error?.message.contains(path) == true)
             #expect(error?.message.contains("not a Haul database") == true)
+            #expect(error?.message.contains("move it aside to begin a new one") == true, "\(String(describing: error))")
         }
         #expect(FileManager.default.contents(atPath: path) == Data(repeating: 0x42, count: 4096), "nothing lost")
     }

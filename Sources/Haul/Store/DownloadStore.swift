@@ -55,8 +55,13 @@ public struct DownloadStore: DownloadStoring {
             queue = CommitQueue(writer: writer, describe: Self.writeError)
             self.path = path
         } catch {
+            var advice = ""
+            if let error = error as? DatabaseError, [.SQLITE_NOTADB, .SQLITE_CORRUPT].contains(error.resultCode) {
+                // What a user can do: the files on disk are not the database, and a new one adopts none of them.
+                advice = "; move it aside to begin a new one (the downloads it lists are forgotten; their files stay)"
+            }
             throw DownloadError(
-                .store, "cannot open the state database \(path): \(Self.describe(error))", underlying: error)
+                .store, "cannot open the state database \(path): \(Self.describe(error))\(advice)", underlying: error)
         }
     }
 
