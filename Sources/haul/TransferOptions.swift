@@ -505,7 +505,8 @@ func checkURL(_ url: String) throws {
 /// allowed folders.)
 func createFolder(_ path: String) throws {
     do { _ = try HeldFolder.make(path) } catch {
-        FileHandle.standardError.write(Data("haul: error: cannot create the folder \(path): \(error.message)\n".utf8))
+        // The message names the folder and what went wrong ("cannot create the folder …", "… is not a folder").
+        FileHandle.standardError.write(Data("haul: error: \(error.message)\n".utf8))
         throw ExitCode(1)
     }
 }

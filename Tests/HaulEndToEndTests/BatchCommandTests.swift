@@ -123,7 +123,21 @@ struct BatchCommandTests {
         let blocked = try await HaulProcess.run(
             ["get", server.url("/a.bin").absoluteString, "-d", workspace.root + "/plain/sub"], in: workspace)
         #expect(blocked.status == 1)
-        #expect(blocked.stderr.contains("cannot create the folder"))
+        // The file on the way is named.
+        let says =
+            "haul: error: \(workspace.root)/plain is a file, not a folder, so \(workspace.root)/plain/sub cannot be one"
+        #expect(blocked.stderr.contains(says), "\(blocked.stderr)")
+        // A folder that may not be written: making the one inside fails, and says so.
+        let locked = workspace.root + "/locked"
+        try FileManager.default.createDirectory(atPath: locked, withIntermediateDirectories: false)
+        try await SmallDisk.run("chattr", ["+i", locked])
+        let refused = try await HaulProcess.run(
+            ["get", server.url("/a.bin").absoluteString, "-d", locked + "/sub"], in: workspace)
+        try await SmallDisk.run("chattr", ["-i", locked])
+        #expect(refused.status == 1)
+        #expect(
+            refused.stderr.contains("haul: error: cannot create the folder \(locked)/sub (Operation not permitted)"),
+            "\(refused.stderr)")
         await server.stop()
     }
 

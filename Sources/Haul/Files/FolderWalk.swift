@@ -109,7 +109,7 @@ enum FolderWalk {
                     pending.append(name)
                     continue
                 }
-                return .failure(FileSystemErrno(errno))
+                return .failure(FileSystemErrno(errno, creating: true))
             }
             return .failure(FileSystemErrno(code))
         }
@@ -131,9 +131,15 @@ enum FolderWalk {
         return String(decoding: buffer.prefix(count).map { UInt8(bitPattern: $0) }, as: UTF8.self)
     }
 
-    /// The error for a folder that cannot be opened: `shown` is its path, `root` the folder it must lie beneath.
-    static func error(_ code: Int32, _ shown: String, beneath root: String?) -> DownloadError {
+    /// The error for a folder that cannot be opened, or made (`creating`): `shown` is its path, `root` the folder it
+    /// must lie beneath.
+    static func error(_ code: Int32, _ shown: String, beneath root: String?, creating: Bool = false) -> DownloadError {
         let reason = String(cString: strerror(code))
+        if creating {
+            return code == ENOSPC
+                ? DownloadError(.diskFull, "cannot create the folder \(shown): the disk is full (\(reason))")
+                : DownloadError(.destinationNotWritable, "cannot create the folder \(shown) (\(reason))")
+        }
         switch code {
         case EXDEV:
             return DownloadError(

@@ -70,9 +70,30 @@ public final class HeldFolder: Sendable {
             existing = PathName.folder(of: existing)
         }
         let descriptor = Foundation.open(existing, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-        guard descriptor >= 0 else { throw FolderWalk.error(errno, existing, beneath: nil) }
+        guard descriptor >= 0 else {
+            let code = errno
+            // A file on the way (`-d notes.txt/x`): named, rather than the whole path said not to be a folder.
+            if code == ENOTDIR, let file = firstFile(on: existing), file != existing {
+                throw DownloadError(
+                    .destinationNotWritable,
+                    "\(file) is a file, not a folder, so \(PathName.absolute(path)) cannot be one")
+            }
+            throw FolderWalk.error(code, existing, beneath: nil)
+        }
         let base = try HeldFolder(adopting: descriptor, path: existing)
         return missing.isEmpty ? base : try base.folder(at: missing.joined(separator: "/"), creating: true)
+    }
+
+    /// The first of the folders on the way to `path` (absolute) that is something else, following links.
+    private static func firstFile(on path: String) -> String? {
+        var walked = ""
+        for component in path.split(separator: "/") {
+            walked += "/" + component
+            var info = stat()
+            guard stat(walked, &info) == 0 else { return nil }
+            if info.st_mode & S_IFMT != S_IFDIR { return walked }
+        }
+        return nil
     }
 
     /// The folder `relative` names beneath this one. `..` and links are followed while they stay inside it; a link
@@ -82,7 +103,8 @@ public final class HeldFolder: Sendable {
         let shown = relative.isEmpty || relative == "." ? path : PathName.join(path, relative)
         switch FolderWalk.open(relative, beneath: descriptor, creating: creating) {
         case .success(let opened): return try HeldFolder(adopting: opened, path: shown)
-        case .failure(let failure): throw FolderWalk.error(failure.code, shown, beneath: path)
+        case .failure(let failure):
+            throw FolderWalk.error(failure.code, shown, beneath: path, creating: failure.creating)
         }
     }
 
@@ -259,5 +281,10 @@ public final class HeldFolder: Sendable {
 /// An `errno` value as an error.
 struct FileSystemErrno: Error, Equatable {
     let code: Int32
-    init(_ code: Int32) { self.code = code }
+    /// Whether making a missing folder failed, rather than opening one.
+    var creating = false
+    init(_ code: Int32, creating: Bool = false) {
+        self.code = code
+        self.creating = creating
+    }
 }
