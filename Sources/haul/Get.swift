@@ -82,7 +82,7 @@ extension HaulCommand {
         @Flag(name: .shortAndLong, help: "Print errors only.")
         var quiet = false
 
-        @Flag(help: "Print one JSON object per finished download on standard output.")
+        @Flag(help: "Print one JSON object per finished download (completed or failed) on standard output.")
         var json = false
 
         @Flag(name: .shortAndLong, help: "Log retries and restarts.")

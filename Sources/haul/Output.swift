@@ -50,6 +50,23 @@ struct Output: Sendable {
 
     func failedToAdd(url: String, _ error: any Error) {
         line("haul: error: \(Self.shown(url)): \(Self.message(error))")
+        failedJSON(url: url, error)
+    }
+
+    /// With --json, a failed download's object on standard output beside the completed ones': `url`, `error` (the
+    /// message), `code` and the HTTP `status` when there is one, so a script reading the lines sees every end.
+    func failedJSON(url: String, _ error: any Error) {
+        guard json else { return }
+        let failure = error as? DownloadError
+        let object: [String: Any] = [
+            "url": Self.shown(url), "error": Self.message(error), "code": failure?.code.description ?? "unknown",
+            "status": failure?.status ?? NSNull(),
+        ]
+        if let data = try? JSONSerialization.data(
+            withJSONObject: object, options: [.sortedKeys, .withoutEscapingSlashes])
+        {
+            FileHandle.standardOutput.write(data + Data("\n".utf8))
+        }
     }
 
     /// A URL as printed: without the `user:password@` it may carry (the password is never shown).
@@ -161,6 +178,7 @@ struct Output: Sendable {
                     let end = "failed: " + message
                     guard ended.updateValue(end, forKey: id) != end else { continue }
                     board.failed += 1
+                    failedJSON(url: download.url, download.error ?? DownloadError(.invalidResponse, message))
                     if quiet {
                         line("haul: error: \(single ? "" : "\(download.url): ")\(message)")
                     } else {

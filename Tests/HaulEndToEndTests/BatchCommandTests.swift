@@ -75,6 +75,19 @@ struct BatchCommandTests {
         let result = try JSONSerialization.jsonObject(with: Data(json.stdout.utf8)) as? [String: Any]
         #expect(result?["path"] as? String == workspace.path("json/c.bin"))
         #expect(result?["bytes"] as? Int == body.count)
+
+        // A failure has its object too, beside the completed ones'.
+        let mixed = try await HaulProcess.run(
+            ["get", server.url("/c.bin").absoluteString, missing, "-d", workspace.path("mixed"), "--quiet", "--json"],
+            in: workspace)
+        #expect(mixed.status == 1)
+        let objects = mixed.stdout.split(separator: "\n").compactMap {
+            try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any]
+        }
+        #expect(objects.count == 2, "\(mixed.stdout)")
+        let failure = objects.first { $0["error"] != nil }
+        #expect(failure?["url"] as? String == missing && failure?["status"] as? Int == 404, "\(mixed.stdout)")
+        #expect(failure?["code"] as? String == "httpStatus" && failure?["path"] == nil, "\(mixed.stdout)")
         await server.stop()
     }
 
