@@ -147,7 +147,13 @@ struct Output: Sendable {
             line(text)
             if isTerminal && !quiet { board.draw() }
         }
+        // The engine's log lines are held while the board is drawn, and written above it here.
+        let holdsLogLines = isTerminal && !quiet
+        if holdsLogLines { HeldLogLines.start() }
         for await event in events {
+            if holdsLogLines {
+                for held in HeldLogLines.take() { say(String(held.dropLast())) }
+            }
             switch event {
             case .added(let download), .changed(let download):
                 let id = download.id
@@ -203,6 +209,9 @@ struct Output: Sendable {
             }
         }
         if isTerminal { board.clear() }
+        if holdsLogLines {
+            for held in HeldLogLines.stop() { line(String(held.dropLast())) }
+        }
     }
 }
 

@@ -1,5 +1,6 @@
 import Foundation
 import Logging
+import Synchronization
 
 /// Log lines on standard error, with metadata formatted only when a line is written. `StreamLogHandler` formats its
 /// metadata each time a value is set, and Hummingbird sets a request id on every request's logger, for lines that
@@ -45,7 +46,8 @@ struct StandardErrorLogHandler: LogHandler {
             event.metadata = merged.isEmpty ? nil : merged
             stream.log(event: event)
         case .command:
-            FileHandle.standardError.write(Data(Self.commandLine(event.level, "\(event.message)", merged).utf8))
+            let line = Self.commandLine(event.level, "\(event.message)", merged)
+            if !HeldLogLines.hold(line) { FileHandle.standardError.write(Data(line.utf8)) }
         }
     }
 
@@ -59,5 +61,42 @@ struct StandardErrorLogHandler: LogHandler {
         }
         let details = metadata.sorted { $0.key < $1.key }.map { " \($0.key)=\($0.value)" }.joined()
         return "haul: \(kind)\(message)\(details)\n"
+    }
+}
+
+/// A command's log lines while a terminal's progress board is drawn: held for the board's loop to write above the
+/// board. Written straight to the terminal, a line would land below the board, and the next redraw (which goes up
+/// over the board's own lines and clears what follows) would erase it.
+enum HeldLogLines {
+    private static let state = Mutex<(isHolding: Bool, lines: [String])>((false, []))
+
+    /// From now on, lines are held until `take`.
+    static func start() { state.withLock { $0.isHolding = true } }
+
+    /// Stops holding; returns what was held.
+    static func stop() -> [String] {
+        state.withLock { state in
+            state.isHolding = false
+            defer { state.lines = [] }
+            return state.lines
+        }
+    }
+
+    /// The lines held since the last call.
+    static func take() -> [String] {
+        state.withLock { state in
+            guard !state.lines.isEmpty else { return [] }
+            defer { state.lines = [] }
+            return state.lines
+        }
+    }
+
+    /// Holds `line` when lines are being held; false when it is to be written now.
+    static func hold(_ line: String) -> Bool {
+        state.withLock { state in
+            guard state.isHolding else { return false }
+            state.lines.append(line)
+            return true
+        }
     }
 }

@@ -190,6 +190,28 @@ struct CommandTests {
         await server.stop()
     }
 
+    /// On a terminal the board is redrawn by going up over its lines and clearing what follows: a line written below
+    /// it, as a log line was, was erased by the next redraw.
+    @Test("on a terminal, the engine's warnings are written above the progress board and stay on the screen")
+    func warningsAboveTheBoard() async throws {
+        let workspace = try Workspace()
+        defer { workspace.remove() }
+        let server = try await FaultServer.start()
+        server.serve("/quick", .init(body: Array(body.prefix(10_000))))
+        server.serve("/slow", .init(body: Array(body.prefix(1_000_000)), bytesPerSecond: 500_000))
+        let quick = server.url("/quick").absoluteString
+        // A terminal for haul: Python's pty module runs it on one and copies what it draws to standard output.
+        let terminal = ["/usr/bin/python3", "-c", "import pty, sys; sys.exit(pty.spawn(sys.argv[1:]) >> 8)"]
+        let run = try await HaulProcess(
+            ["get", quick, server.url("/slow").absoluteString, "--on-complete", "false"], in: workspace,
+            launcher: terminal
+        ).finish()
+        #expect(run.status == 0, "\(run.stdout)")
+        let screen = TerminalScreen(run.stdout).lines
+        #expect(screen.contains("haul: warning: \(quick): the hook 'false' exited with 1"), "\(screen)")
+        await server.stop()
+    }
+
     /// A webhook that fails is tried again after a backoff that `haul get` does not wait out: it says what is left,
     /// and --quiet leaves the warnings out.
     @Test("haul get ends with a webhook not yet told: it says the notice is kept for the next run on the state folder")
@@ -387,4 +409,46 @@ struct CommandTests {
 
 extension Array where Element == String {
     func prepended(_ first: String) -> [String] { [first] + self }
+}
+
+/// What a terminal shows after `output`: the lines it holds once carriage returns, line feeds, cursor-up
+/// (`ESC [ n A`) and clear-to-end (`ESC [ J`) are applied, as haul's progress board uses them.
+struct TerminalScreen {
+    private(set) var lines: [String] = []
+
+    init(_ output: String) {
+        var rows: [[Character]] = [[]]
+        var row = 0
+        var column = 0
+        var characters = Array(output)[...]
+        while let character = characters.popFirst() {
+            switch character {
+            case "\r": column = 0
+            case "\n", "\r\n":
+                column = 0
+                row += 1
+                if row == rows.count { rows.append([]) }
+            case "\u{1B}":
+                guard characters.first == "[" else { continue }
+                characters.removeFirst()
+                var count = ""
+                while let digit = characters.first, digit.isNumber { count.append(characters.removeFirst()) }
+                switch characters.popFirst() {
+                case "A": row = max(0, row - (Int(count) ?? 1))
+                case "J":
+                    rows[row].removeSubrange(min(column, rows[row].count)...)
+                    rows.removeSubrange((row + 1)...)
+                default: break
+                }
+            default:
+                if column < rows[row].count {
+                    rows[row][column] = character
+                } else {
+                    rows[row].append(character)
+                }
+                column += 1
+            }
+        }
+        lines = rows.map { String($0) }
+    }
 }
