@@ -279,6 +279,18 @@ struct StreamTests {
         #expect(best.status == 0, "\(best.stderr)")
         // The fMP4 variant (900 kb/s), named after the playlist with its kind's extension.
         #expect(try await Self.probe(workspace.path("master.mp4")).decodes)
+        // --sort takes the file a stream becomes as the video it is: by its name, and by its type.
+        for (rule, folder) in [("*.mp4=Clips", "Clips"), ("video/*=Videos", "Videos")] {
+            let sorted = try await HaulProcess.run(
+                [
+                    "get", "http://127.0.0.1:\(servers[0].port)/master.m3u8", "-d", workspace.path(folder), "--sort",
+                    rule,
+                ],
+                in: workspace)
+            #expect(sorted.status == 0, "\(sorted.stderr)")
+            let path = workspace.path("\(folder)/\(folder)/master.mp4")
+            #expect(FileManager.default.fileExists(atPath: path), "\(rule): \(sorted.stderr)")
+        }
         let chosen = try await HaulProcess.run(
             ["get", "http://127.0.0.1:\(servers[0].port)/master.m3u8", "-o", "small.ts", "--variant", "400000"],
             in: workspace)

@@ -93,9 +93,6 @@ extension DownloadRunner {
     /// rule that matches puts it in a folder beneath the download's (made when missing, opened beneath it: a link
     /// there that leads out is refused, as in any folder Haul holds).
     func resolveDestination(response: TransportResponse) async throws {
-        guard var folder else {
-            throw DownloadError(.fileSystem, "download \(id) has no folder open")
-        }
         // A preferred name's folders (a Metalink's `docs/a.txt`), each made safe; `..` and empty ones are dropped (the
         // Metalink's plan refused a name leading out before this).
         var preferred = options.preferredName.map { $0.split(separator: "/").map(String.init) } ?? []
@@ -107,8 +104,16 @@ extension DownloadRunner {
                 contentDisposition: response.head.value("Content-Disposition"),
                 finalURLPath: response.finalURL.decodedPath
             )
-        let sorted = environment.sorting.folder(
-            name: name, contentType: response.head.value("Content-Type"), url: record.url)
+        let folder = try enterFolder(for: name, contentType: response.head.value("Content-Type"), inside: inside)
+        try await claimName(name, in: folder, from: 0, lease: environment.lease)
+    }
+
+    /// The folder a folder download's file `name` goes to: the sort rule's that matches it (by `name`, `contentType`
+    /// or the URL) and then `inside`, beneath the download's folder (made when missing, opened beneath it); the
+    /// download's folder itself when neither applies. It becomes the download's folder.
+    func enterFolder(for name: String, contentType: String?, inside: [String] = []) throws -> DownloadFolder {
+        guard var folder else { throw DownloadError(.fileSystem, "download \(id) has no folder open") }
+        let sorted = environment.sorting.folder(name: name, contentType: contentType, url: record.url)
         let sub = ([sorted].compactMap { $0 } + inside).joined(separator: "/")
         if !sub.isEmpty {
             folder = DownloadFolder(try folder.folder.folder(at: sub, creating: true))
@@ -116,7 +121,7 @@ extension DownloadRunner {
             record.folderIdentity = folder.folder.identity
             if sorted != nil { environment.logger.info("\(source): sorted into \(folder.path)") }
         }
-        try await claimName(name, in: folder, from: 0, lease: environment.lease)
+        return folder
     }
 
     /// Claims the first free name of `name`, `name (1)`, … (from the `first`th) in `folder`: free means that nothing

@@ -163,13 +163,16 @@ extension DownloadRunner {
     /// Downloads `plan` into the download's file, and `extra` (a DASH audio track) into a file beside it; the final
     /// names appear once both are assembled.
     func download(_ plan: StreamPlan, extra: StreamPlan? = nil, base: URL) async throws -> RunOutcome {
-        guard let folder else { throw DownloadError(.fileSystem, "download \(id) has no folder open") }
         if part == nil {
-            // A folder download: named after the playlist, as the file it becomes (fMP4 with init sections, else TS).
+            // A folder download: named after the playlist, as the file it becomes (fMP4 with init sections, else TS),
+            // and sorted as that video is, by its name and its type.
             let stem = (FileNameSanitizer.name(contentDisposition: nil, finalURLPath: url(of: base).path) as NSString)
                 .deletingPathExtension
-            try await claimName(stem + (plan.isFragmented ? ".mp4" : ".ts"), in: folder, from: 0, lease: nil)
+            let name = stem + (plan.isFragmented ? ".mp4" : ".ts")
+            let folder = try enterFolder(for: name, contentType: plan.isFragmented ? "video/mp4" : "video/mp2t")
+            try await claimName(name, in: folder, from: 0, lease: nil)
         }
+        guard let folder else { throw DownloadError(.fileSystem, "download \(id) has no folder open") }
         guard let part, let destination = record.destination else {
             throw DownloadError(.fileSystem, "nothing to write the stream of \(source) to")
         }
