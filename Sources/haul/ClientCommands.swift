@@ -169,7 +169,8 @@ extension HaulCommand {
             }
             let batch = RemoteBatch(followsAll: chosen == nil, endsWhenStopped: untilDone)
             if let chosen { await batch.track(chosen.map(DownloadSnapshot.init)) }
-            let output = Output(quiet: quiet, json: json)
+            var output = Output(quiet: quiet, json: json)
+            output.printsFailuresAsTheyHappen = true
             let started = ContinuousClock.now
             let follower = batch.follow(client, output: output)
             let signals = SignalWatcher { await batch.finish() }

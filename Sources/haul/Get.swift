@@ -304,6 +304,7 @@ extension Output {
             throw ExitCode(128 + signal)
         }
         for case (_, .success(let result)) in outcomes where result.wasAlreadyComplete { finished(result) }
+        for case (let url, .failure(let error)) in outcomes { failedJSON(url: url, error) }
         if count > 1 { summary(outcomes) }
         if outcomes.contains(where: { if case .failure = $0.outcome { true } else { false } }) { throw ExitCode(1) }
     }

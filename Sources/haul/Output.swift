@@ -7,6 +7,9 @@ import HaulCore
 struct Output: Sendable {
     let quiet: Bool
     let json: Bool
+    /// Whether a failure's JSON is printed when the download fails (`haul watch`, a stream of ends), rather than
+    /// with the batch's outcomes (`haul get`, where a download that failed may still complete: a refreshed link).
+    var printsFailuresAsTheyHappen = false
     let isTerminal = isatty(STDERR_FILENO) != 0
 
     /// Whether progress events are drawn (a progress bar on a terminal, unless quiet).
@@ -50,7 +53,6 @@ struct Output: Sendable {
 
     func failedToAdd(url: String, _ error: any Error) {
         line("haul: error: \(Self.shown(url)): \(Self.message(error))")
-        failedJSON(url: url, error)
     }
 
     /// With --json, a failed download's object on standard output beside the completed ones': `url`, `error` (the
@@ -184,7 +186,9 @@ struct Output: Sendable {
                     let end = "failed: " + message
                     guard ended.updateValue(end, forKey: id) != end else { continue }
                     board.failed += 1
-                    failedJSON(url: download.url, download.error ?? DownloadError(.invalidResponse, message))
+                    if printsFailuresAsTheyHappen {
+                        failedJSON(url: download.url, download.error ?? DownloadError(.invalidResponse, message))
+                    }
                     if quiet {
                         line("haul: error: \(single ? "" : "\(download.url): ")\(message)")
                     } else {
