@@ -372,6 +372,15 @@ struct CommandTests {
         let listed = try await HaulProcess.run(["ls", "--json", "--state-dir", workspace.state], in: workspace)
         #expect(listed.status == 0 && listed.stdout.contains(#""state":""#), "\(listed.stdout)")
         #expect(!listed.stdout.contains(#""state":"failed""#), "\(listed.stdout)")
+        // Nor queued again: the row stays as the process that runs it keeps it.
+        let after = try JSONSerialization.jsonObject(with: Data(listed.stdout.utf8)) as? [[String: Any]] ?? []
+        let still = after.first { ($0["destination"] as? String)?.hasSuffix("/big.bin") == true }
+        #expect(still?["state"] as? String == "running", "\(listed.stdout)")
+        // Nor can it be removed from here: only the process that runs it can stop it, and the refusal says so.
+        let id = try #require(big?["id"] as? String)
+        let removed = try await HaulProcess.run(["rm", id, "--state-dir", workspace.state], in: workspace)
+        #expect(removed.status == 1, "\(removed.stderr)")
+        #expect(removed.stderr.contains("another process is running; stop that one first"), "\(removed.stderr)")
         server.release()
         let outcome = await first.finish()
         #expect(outcome.status == 0)

@@ -226,6 +226,16 @@ public final class DownloadFolder: Sendable {
         return folder.removeFile(name, identity: identity)
     }
 
+    /// Whether another process holds `record`'s part file: it is downloading it now, whatever the store says (a
+    /// command that found the row running elsewhere may have queued it again). A fleet's part files are each
+    /// lease's own, on folders where locks may not be shared; the lease says who runs those.
+    static func isPartHeldElsewhere(_ record: DownloadRecord, allowed: AllowedFolders) -> Bool {
+        guard let destination = record.destination, let identity = record.partIdentity,
+            let folder = try? open(for: record, allowed: allowed)
+        else { return false }
+        return folder.folder.isLockedElsewhere(PathName.lastComponent(of: destination) + ".part", identity: identity)
+    }
+
     /// Deletes what Haul made for `record` and nothing else: its part file, and with `includingFile` its completed
     /// file, each only when it is the file whose identity the store recorded, through the download's folder opened
     /// as `open(for:allowed:)` opens it. A folder that is gone or is not the one recorded deletes nothing. This is

@@ -201,6 +201,21 @@ public final class HeldFolder: Sendable {
     /// Deletes `name` when it is the regular file `identity` names: one `unlinkat`, never recursive, never of a
     /// link, a folder or a file Haul did not make. Returns whether it deleted.
     @discardableResult
+    /// Whether another open of the regular file `name`, with `identity`, holds its lock (`PartFile`'s `flock`): a
+    /// live process writes it. Found by asking for the lock without waiting, and giving it back at once.
+    func isLockedElsewhere(_ name: String, identity: FileIdentity) -> Bool {
+        let opened = openat(descriptor, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)
+        guard opened >= 0 else { return false }
+        defer { close(opened) }
+        var info = stat()
+        guard fstat(opened, &info) == 0, info.st_mode & S_IFMT == S_IFREG, FileIdentity(info) == identity else {
+            return false
+        }
+        guard flock(opened, LOCK_SH | LOCK_NB) == 0 else { return errno == EWOULDBLOCK }
+        flock(opened, LOCK_UN)
+        return false
+    }
+
     func removeFile(_ name: String, identity: FileIdentity) -> Bool {
         guard let found = try? entry(name), found.kind == .regular, found.identity == identity else { return false }
         return changing { unlinkat(descriptor, name, 0) == 0 }

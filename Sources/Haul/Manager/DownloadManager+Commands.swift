@@ -219,10 +219,20 @@ extension DownloadManager {
     /// Forgets a download that is not running; with `deletingFile` also deletes its completed file.
     public func remove(_ id: DownloadID, deletingFile: Bool = false) throws(DownloadError) {
         let record = try require(id)
-        // Active without a task of this manager's: another process runs it.
-        guard tasks[id.rawValue] == nil, !record.state.isActive else {
+        guard tasks[id.rawValue] == nil else {
             throw DownloadError(
                 .illegalTransition, "cannot remove a download that is running; pause or cancel it first")
+        }
+        // Active without a task of this manager's, or its part file held: another process runs it, which only that
+        // process can stop.
+        guard !record.state.isActive,
+            leasing != nil || !DownloadFolder.isPartHeldElsewhere(record, allowed: allowedFolders)
+        else {
+            let stop =
+                leasing == nil
+                ? "stop that one first (Ctrl-C where it runs)" : "cancel or pause it through a worker first"
+            throw DownloadError(
+                .illegalTransition, "cannot remove a download that another process is running; \(stop)")
         }
         DownloadFolder.deleteFiles(of: record, includingFile: deletingFile, allowed: allowedFolders)
         try store.delete(id: id.rawValue)

@@ -22,8 +22,11 @@ extension DownloadManager {
             .waitingForNetwork
         where tasks[record.id] == nil && leasing == nil && !configuration.recoversInterruptedDownloads:
             // Held as running by the store, and not running here: another process's, or one that ended without
-            // stopping it while others ran (nothing queued it again). Asked for, it runs here; the part file's lock
-            // refuses it while the other process runs it.
+            // stopping it while others ran (nothing queued it again). Asked for, it runs here, unless the part
+            // file's lock says a live process runs it: then its row stays as that process keeps it.
+            if DownloadFolder.isPartHeldElsewhere(record, allowed: allowedFolders) {
+                throw DownloadError(.locked, "another process is downloading to \(record.destination ?? record.url)")
+            }
             try record.apply(.interruptedByExit)
             record.activeConnections = 0
             return
