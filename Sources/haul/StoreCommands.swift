@@ -209,7 +209,18 @@ extension HaulCommand {
             let rows: [ListedDownload]
             switch try state.connect() {
             case .standalone:
-                rows = try state.openStore().allRecords().map(ListedDownload.init)
+                rows = try state.openStore().allRecords().map { record in
+                    var row = ListedDownload(record)
+                    // Running in the store, its part file made, and no process holding it: the process that ran it
+                    // is gone (killed). The next haul get queues it again and resumes it; it is shown as that.
+                    if record.state.isActive, record.partIdentity != nil,
+                        !DownloadFolder.isPartHeldElsewhere(record, allowed: .none)
+                    {
+                        row.state = DownloadState.queued.rawValue
+                        row.connections = 0
+                    }
+                    return row
+                }
             case .fleet(let location):
                 let store = try await openFleetStore(location)
                 var listed: [ListedDownload] = []

@@ -403,6 +403,15 @@ struct CommandTests {
         let reached = await killed.signal(SIGKILL) { (workspace.size("stale.bin.part") ?? 0) > 0 }
         #expect(reached)
         _ = await killed.finish()
+        // haul ls tells the two apart by their part files' locks: the live one runs, the killed one waits.
+        let listed = try await HaulProcess.run(["ls", "--json", "--state-dir", workspace.state], in: workspace)
+        let rows = try JSONSerialization.jsonObject(with: Data(listed.stdout.utf8)) as? [[String: Any]] ?? []
+        func row(_ name: String) -> [String: Any]? {
+            rows.first { ($0["destination"] as? String)?.hasSuffix("/\(name)") == true }
+        }
+        #expect(row("big.bin")?["state"] as? String == "running", "\(listed.stdout)")
+        #expect(row("stale.bin")?["state"] as? String == "queued", "\(listed.stdout)")
+        #expect(row("stale.bin")?["connections"] as? Int == 0, "\(listed.stdout)")
         let again = try HaulProcess(["get", server.url("/stale").absoluteString, "-o", "stale.bin"], in: workspace)
         let ended = await waitUntil(seconds: 60) { !again.process.isRunning }
         if !ended { again.signal(SIGKILL) }
@@ -412,6 +421,28 @@ struct CommandTests {
         server.release()
         #expect(await first.finish().status == 0)
         #expect(workspace.holds("big.bin", body))
+        await server.stop()
+    }
+}
+
+extension CommandTests {
+    @Test("a download a killed haul left: haul ls shows it waiting, and haul rm forgets it and deletes its part file")
+    func killedThenRemoved() async throws {
+        let workspace = try Workspace()
+        defer { workspace.remove() }
+        let server = try await FaultServer.start()
+        server.serve("/big", .init(body: body) { _, _ in .hold(afterBytes: 100_000) })
+        let killed = try HaulProcess(["get", server.url("/big").absoluteString, "-o", "big.bin"], in: workspace)
+        #expect(await killed.signal(SIGKILL) { (workspace.size("big.bin.part") ?? 0) > 0 })
+        _ = await killed.finish()
+        let state = ["--state-dir", workspace.state]
+        let listed = try await HaulProcess.run(["ls"] + state, in: workspace)
+        #expect(listed.stdout.contains(" queued "), "\(listed.stdout)")
+        let id = String(listed.stdout.prefix(8))
+        let removed = try await HaulProcess.run(["rm", id] + state, in: workspace)
+        #expect(removed.status == 0 && removed.stdout.contains("forgot \(id) big.bin"), "\(removed.stderr)")
+        #expect(workspace.size("big.bin.part") == nil)
+        server.release()
         await server.stop()
     }
 }

@@ -229,7 +229,7 @@ public final class DownloadFolder: Sendable {
     /// Whether another process holds `record`'s part file: it is downloading it now, whatever the store says (a
     /// command that found the row running elsewhere may have queued it again). A fleet's part files are each
     /// lease's own, on folders where locks may not be shared; the lease says who runs those.
-    static func isPartHeldElsewhere(_ record: DownloadRecord, allowed: AllowedFolders) -> Bool {
+    public static func isPartHeldElsewhere(_ record: DownloadRecord, allowed: AllowedFolders) -> Bool {
         guard let destination = record.destination, let identity = record.partIdentity,
             let folder = try? open(for: record, allowed: allowed)
         else { return false }

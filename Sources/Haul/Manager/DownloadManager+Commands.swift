@@ -223,11 +223,15 @@ extension DownloadManager {
             throw DownloadError(
                 .illegalTransition, "cannot remove a download that is running; pause or cancel it first")
         }
-        // Active without a task of this manager's, or its part file held: another process runs it, which only that
-        // process can stop.
-        guard !record.state.isActive,
-            leasing != nil || !DownloadFolder.isPartHeldElsewhere(record, allowed: allowedFolders)
-        else {
+        // Another process runs it, which only that process can stop: its part file's lock is held. Active in the
+        // store without that, the process that ran it is gone (killed) and it may go, once its part file exists (a
+        // run holds the lock from the part file's creation to its end). A fleet's worker holds it by its lease.
+        let runsElsewhere =
+            leasing == nil
+            ? DownloadFolder.isPartHeldElsewhere(record, allowed: allowedFolders)
+                || (record.state.isActive && record.partIdentity == nil)
+            : record.state.isActive
+        guard !runsElsewhere else {
             let stop =
                 leasing == nil
                 ? "stop that one first (Ctrl-C where it runs)" : "cancel or pause it through a worker first"
