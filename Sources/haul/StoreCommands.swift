@@ -75,10 +75,13 @@ struct StateOptions: ParsableArguments {
             throw ExitCode(2)
         case .standalone(let lock):
             close(lock)
-            FileHandle.standardError.write(
-                Data(
-                    ("haul: error: no haul serve runs for \(directory); start one with `haul serve` "
-                        + "(or `systemctl --user start haul`), or name one with --server URL\n").utf8))
+            // A haul get that runs its downloads itself is controlled where it runs; a daemon cannot start beside it.
+            let advice =
+                StateLock.hasRunners(directory)
+                ? "a haul get runs its downloads on it without one: Ctrl-C there pauses them (the same command "
+                    + "resumes them); downloads run under haul serve can be controlled from here"
+                : "start one with `haul serve` (or `systemctl --user start haul`), or name one with --server URL"
+            FileHandle.standardError.write(Data("haul: error: no haul serve runs for \(directory); \(advice)\n".utf8))
             throw ExitCode(1)
         }
     }

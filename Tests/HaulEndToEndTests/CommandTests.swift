@@ -381,6 +381,9 @@ struct CommandTests {
         let removed = try await HaulProcess.run(["rm", id, "--state-dir", workspace.state], in: workspace)
         #expect(removed.status == 1, "\(removed.stderr)")
         #expect(removed.stderr.contains("another process is running; stop that one first"), "\(removed.stderr)")
+        // A daemon's command says where the running downloads are controlled, not to start a daemon that cannot start.
+        let pause = try await HaulProcess.run(["pause", id, "--state-dir", workspace.state], in: workspace)
+        #expect(pause.status == 1 && pause.stderr.contains("a haul get runs its downloads on it"), "\(pause.stderr)")
         server.release()
         let outcome = await first.finish()
         #expect(outcome.status == 0)

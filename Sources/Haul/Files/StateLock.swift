@@ -47,6 +47,13 @@ public enum StateLock {
         return (descriptor, false)
     }
 
+    /// Whether a command runs downloads on the state folder's store itself now (it holds `run.lock`).
+    public static func hasRunners(_ state: String) -> Bool {
+        guard let descriptor = try? StateFolder.open(state).openOwnFile("run.lock") else { return false }
+        defer { close(descriptor) }
+        return flock(descriptor, LOCK_EX | LOCK_NB) != 0
+    }
+
     /// Turns an alone runner's exclusive hold of `run.lock` (`joinRunners`) into a shared one.
     public static func share(_ descriptor: Int32) {
         flock(descriptor, LOCK_SH)
