@@ -15,7 +15,7 @@ extension HaulCommand {
                 Several URLs (as arguments or with -i) run -j at a time; the same URL given twice is fetched once, \
                 and one failure does not stop the others. When a haul serve owns the state folder, the downloads \
                 are handed to it (and run under its -j) and their progress is shown from its event stream. Exit \
-                status: 0 all done; 1 a download failed; 2 bad usage; 130 after SIGINT and 143 after SIGTERM \
+                status: 0 all done; 1 a download failed; 2 bad usage; 130 after SIGINT, 143 after SIGTERM and 129 after SIGHUP \
                 (downloads are paused with their exact offsets saved; run the same command again to resume).
                 """
         ).parsedAlone()
@@ -316,8 +316,11 @@ final class SignalWatcher: @unchecked Sendable {
     private var signal: Int32?
     private var sources: [any DispatchSourceSignal] = []
 
+    /// SIGHUP too: the terminal closed (an SSH session dropped) ends the command as Ctrl-C does, its downloads
+    /// paused at their exact offsets, where by default it would kill it at once and lose what came since the last
+    /// checkpoint.
     init(onSignal: @escaping @Sendable () async -> Void) {
-        for number in [SIGINT, SIGTERM] {
+        for number in [SIGINT, SIGTERM, SIGHUP] {
             Foundation.signal(number, SIG_IGN)
             let source = DispatchSource.makeSignalSource(signal: number, queue: .global())
             source.setEventHandler { [weak self] in

@@ -81,7 +81,8 @@ struct Output: Sendable {
     }
 
     func interrupted(_ signal: Int32) {
-        guard !quiet else { return }
+        // After SIGHUP the terminal is gone: nobody reads the line.
+        guard !quiet, signal != SIGHUP else { return }
         line(
             "haul: \(signal == SIGINT ? "interrupted" : "terminated"); paused with every byte kept. "
                 + "Run the same command to resume.")
