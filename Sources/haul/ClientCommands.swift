@@ -121,7 +121,7 @@ extension HaulCommand {
                 }
                 let data = try JSONSerialization.data(
                     withJSONObject: objects, options: [.sortedKeys, .withoutEscapingSlashes])
-                FileHandle.standardOutput.write(data + Data("\n".utf8))
+                Console.output(data + Data("\n".utf8))
                 return
             }
             for worker in workers {
@@ -254,7 +254,7 @@ struct Targets: ParsableArguments {
                 let name = after.path.map { ($0 as NSString).lastPathComponent } ?? after.url
                 print("haul: \(done) \(Format.shortID(after.id)) \(name)")
             } catch {
-                FileHandle.standardError.write(Data("haul: error: \(Format.shortID(download.id)): \(error)\n".utf8))
+                Console.error(Data("haul: error: \(Format.shortID(download.id)): \(error)\n".utf8))
                 refused = true
             }
         }

@@ -125,14 +125,14 @@ extension HaulCommand {
             }
             var list = try transfer.entries(urls, inputFile: inputFile, output: output)
             if list.isEmpty {
-                FileHandle.standardError.write(Data("Error: no URL to download\n".utf8))
+                Console.error(Data("Error: no URL to download\n".utf8))
                 throw ExitCode(2)
             }
             list = try await transfer.withSidecars(list, quiet: quiet)
             let output = Output(quiet: quiet, json: json)
             var hooks = notices
             do { try hooks.merge(ConfigFile.load(config)) } catch let error as ValidationError {
-                FileHandle.standardError.write(Data("Error: \(error.message)\n".utf8))
+                Console.error(Data("Error: \(error.message)\n".utf8))
                 throw ExitCode(2)
             }
             switch try state.connect() {
@@ -140,7 +140,7 @@ extension HaulCommand {
                 try createFolders(of: list, output: self.output, directory: directory)
                 try await runHere(list, output: output, notices: try hooks.notices())
             case .fleet:
-                FileHandle.standardError.write(
+                Console.error(
                     Data(
                         ("Error: haul get runs downloads here or through a daemon; to give them to a fleet, name one "
                             + "of its workers with --server URL\n").utf8))
@@ -148,7 +148,7 @@ extension HaulCommand {
             case .daemon(let client):
                 defer { Task { await client.shutdown() } }
                 guard notices.isEmpty else {
-                    FileHandle.standardError.write(
+                    Console.error(
                         Data(
                             ("Error: a daemon runs these downloads, and hooks and webhooks are never given to it over "
                                 + "its API: set them with haul serve --on-complete, --on-error and --webhook, or in "
@@ -156,7 +156,7 @@ extension HaulCommand {
                     throw ExitCode(2)
                 }
                 guard sortRules.isEmpty else {
-                    FileHandle.standardError.write(
+                    Console.error(
                         Data(
                             ("Error: a daemon runs these downloads and sorts them by its own rules: set them with "
                                 + "haul serve --sort, in its config file, or in its settings\n").utf8))

@@ -38,6 +38,9 @@ extension HaulCommand.Serve: SetsLogLevel {}
 @main
 enum Main {
     static func main() async {
+        // A reader of standard output or error that goes away (`| head`) must not end a download: its writes fail
+        // and are dropped (`Console`) instead of the signal killing the process.
+        signal(SIGPIPE, SIG_IGN)
         let arguments = Array(CommandLine.arguments.dropFirst())
         // A subcommand is parsed as a command of its own: through the root, swift-argument-parser first tries the
         // arguments as a request for a completion script (two more commands parsed) and reads the subcommand's
@@ -81,7 +84,7 @@ enum Main {
                     message = message.replacingOccurrences(
                         of: "See '\(name) --help'", with: "See '\(parent) \(name) --help'")
                 }
-                FileHandle.standardError.write(Data((message + "\n").utf8))
+                Console.error(Data((message + "\n").utf8))
                 exit(2)
             }
             root.exit(withError: error)

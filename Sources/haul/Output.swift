@@ -40,7 +40,7 @@ struct Output: Sendable {
     }
 
     func line(_ text: String) {
-        FileHandle.standardError.write(Data((text + "\n").utf8))
+        Console.error(Data((text + "\n").utf8))
     }
 
     func error(_ error: any Error) {
@@ -67,7 +67,7 @@ struct Output: Sendable {
         if let data = try? JSONSerialization.data(
             withJSONObject: object, options: [.sortedKeys, .withoutEscapingSlashes])
         {
-            FileHandle.standardOutput.write(data + Data("\n".utf8))
+            Console.output(data + Data("\n".utf8))
         }
     }
 
@@ -110,7 +110,7 @@ struct Output: Sendable {
             if let data = try? JSONSerialization.data(
                 withJSONObject: object, options: [.sortedKeys, .withoutEscapingSlashes])
             {
-                FileHandle.standardOutput.write(data + Data("\n".utf8))
+                Console.output(data + Data("\n".utf8))
             }
         }
     }
@@ -234,7 +234,7 @@ struct Board {
 
     mutating func clear() {
         guard drawn > 0 else { return }
-        FileHandle.standardError.write(Data("\u{1B}[\(drawn)A\r\u{1B}[J".utf8))
+        Console.error(Data("\u{1B}[\(drawn)A\r\u{1B}[J".utf8))
         drawn = 0
     }
 
@@ -251,7 +251,7 @@ struct Board {
                     + "done \(done)  failed \(failed)  running \(running.count)")
         }
         guard !lines.isEmpty else { return }
-        FileHandle.standardError.write(Data(lines.map { $0 + "\n" }.joined().utf8))
+        Console.error(Data(lines.map { $0 + "\n" }.joined().utf8))
         drawn = lines.count
     }
 }

@@ -45,7 +45,7 @@ extension HaulCommand {
                 let name = after.path.map(PathName.lastComponent(of:)) ?? after.url
                 print("haul: new link for \(Format.shortID(after.id)) \(name); \(after.state.rawValue)")
             case .fleet:
-                FileHandle.standardError.write(
+                Console.error(
                     Data(
                         ("haul: error: this command goes through a daemon; name one of the fleet's workers with "
                             + "--server URL\n").utf8))

@@ -229,7 +229,7 @@ extension HaulCommand {
         func run() async throws {
             let serve: Serve
             do { serve = try withConfig() } catch let error as ValidationError {
-                FileHandle.standardError.write(Data("haul: error: \(error.message)\n".utf8))
+                Console.error(Data("haul: error: \(error.message)\n".utf8))
                 throw ExitCode(2)
             }
             try await serve.serve(flags: self)
@@ -263,7 +263,7 @@ extension HaulCommand {
             options.reloads = flags.reloads(logger: options.logger)
             if let tokenFile {
                 guard let data = FileManager.default.contents(atPath: tokenFile) else {
-                    FileHandle.standardError.write(Data("haul: error: cannot read the token file \(tokenFile)\n".utf8))
+                    Console.error(Data("haul: error: cannot read the token file \(tokenFile)\n".utf8))
                     throw ExitCode(2)
                 }
                 options.token = String(decoding: data, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
@@ -271,7 +271,7 @@ extension HaulCommand {
                 options.token = token
             }
             if options.token?.isEmpty == true {
-                FileHandle.standardError.write(Data("haul: error: the token is empty\n".utf8))
+                Console.error(Data("haul: error: the token is empty\n".utf8))
                 throw ExitCode(2)
             }
             var shared: PostgresStore?
@@ -293,7 +293,7 @@ extension HaulCommand {
                 await shared?.close()
             } catch {
                 await shared?.close()
-                FileHandle.standardError.write(Data("haul: error: \(error)\n".utf8))
+                Console.error(Data("haul: error: \(error)\n".utf8))
                 throw ExitCode(1)
             }
         }

@@ -47,7 +47,7 @@ struct StandardErrorLogHandler: LogHandler {
             stream.log(event: event)
         case .command:
             let line = Self.commandLine(event.level, "\(event.message)", merged)
-            if !HeldLogLines.hold(line) { FileHandle.standardError.write(Data(line.utf8)) }
+            if !HeldLogLines.hold(line) { Console.error(Data(line.utf8)) }
         }
     }
 

@@ -58,7 +58,7 @@ struct StateOptions: ParsableArguments {
         case .acquired(let descriptor): return .standalone(lock: descriptor)
         case .held: return .daemon(DaemonClient(socket: ServeFile.socketPath(in: directory)))
         case .failed(let message):
-            FileHandle.standardError.write(Data("haul: error: \(message)\n".utf8))
+            Console.error(Data("haul: error: \(message)\n".utf8))
             throw ExitCode(1)
         }
     }
@@ -68,7 +68,7 @@ struct StateOptions: ParsableArguments {
         switch try connect() {
         case .daemon(let client): return client
         case .fleet:
-            FileHandle.standardError.write(
+            Console.error(
                 Data(
                     ("haul: error: this command goes through a daemon; name one of the fleet's workers with "
                         + "--server URL\n").utf8))
@@ -81,7 +81,7 @@ struct StateOptions: ParsableArguments {
                 ? "a haul get runs its downloads on it without one: Ctrl-C there pauses them (the same command "
                     + "resumes them); downloads run under haul serve can be controlled from here"
                 : "start one with `haul serve` (or `systemctl --user start haul`), or name one with --server URL"
-            FileHandle.standardError.write(Data("haul: error: no haul serve runs for \(directory); \(advice)\n".utf8))
+            Console.error(Data("haul: error: no haul serve runs for \(directory); \(advice)\n".utf8))
             throw ExitCode(1)
         }
     }
@@ -90,7 +90,7 @@ struct StateOptions: ParsableArguments {
         do {
             return try DownloadStore(directory: directory)
         } catch {
-            FileHandle.standardError.write(Data("haul: error: \(error.message)\n".utf8))
+            Console.error(Data("haul: error: \(error.message)\n".utf8))
             throw ExitCode(1)
         }
     }
@@ -106,7 +106,7 @@ struct StateOptions: ParsableArguments {
         do {
             return try DownloadManager(configuration: configuration)
         } catch {
-            FileHandle.standardError.write(Data("haul: error: \(error.message)\n".utf8))
+            Console.error(Data("haul: error: \(error.message)\n".utf8))
             throw ExitCode(1)
         }
     }
@@ -121,7 +121,7 @@ func openFleetStore(_ location: PostgresLocation) async throws -> PostgresStore 
         return try await PostgresStore.open(
             location, worker: "haul-cli@" + PostgresStore.defaultWorkerName, logger: logger)
     } catch {
-        FileHandle.standardError.write(Data("haul: error: \(error.message)\n".utf8))
+        Console.error(Data("haul: error: \(error.message)\n".utf8))
         throw ExitCode(1)
     }
 }
@@ -145,7 +145,7 @@ func resolve(_ names: [String], in manager: DownloadManager) async throws -> [Do
         guard matches.count == 1 else {
             let problem =
                 matches.isEmpty ? "no download with id \(name)" : "id \(name) matches \(matches.count) downloads"
-            FileHandle.standardError.write(Data("haul: error: \(problem)\n".utf8))
+            Console.error(Data("haul: error: \(problem)\n".utf8))
             throw ExitCode(1)
         }
         return matches[0]
@@ -231,7 +231,7 @@ extension HaulCommand {
                 repeat {
                     let page: [DownloadRecord]
                     do { page = try store.page(in: nil, after: cursor, limit: 1000) } catch {
-                        FileHandle.standardError.write(Data("haul: error: \(error.message)\n".utf8))
+                        Console.error(Data("haul: error: \(error.message)\n".utf8))
                         throw ExitCode(1)
                     }
                     listed += page.map(ListedDownload.init)
@@ -253,7 +253,7 @@ extension HaulCommand {
                 }
                 let data = try JSONSerialization.data(
                     withJSONObject: objects, options: [.sortedKeys, .withoutEscapingSlashes])
-                FileHandle.standardOutput.write(data + Data("\n".utf8))
+                Console.output(data + Data("\n".utf8))
                 return
             }
             for row in rows {
@@ -307,7 +307,7 @@ extension HaulCommand {
                 let manager = try state.openManager(in: fleet)
                 for download in try await resolve(ids, in: manager) {
                     do { try await manager.remove(download.id, deletingFile: deleteFile) } catch {
-                        FileHandle.standardError.write(
+                        Console.error(
                             Data("haul: error: \(Format.shortID(download.id.rawValue)): \(error.message)\n".utf8))
                         throw ExitCode(1)
                     }
@@ -354,7 +354,7 @@ extension HaulCommand {
                 let fleet = try await state.openFleet()
                 let manager = try state.openManager(in: fleet)
                 do { count = try await manager.clean() } catch {
-                    FileHandle.standardError.write(Data("haul: error: \(error.message)\n".utf8))
+                    Console.error(Data("haul: error: \(error.message)\n".utf8))
                     throw ExitCode(1)
                 }
                 await manager.shutdown()
@@ -371,10 +371,10 @@ extension HaulCommand {
 /// Runs a daemon call; a failure prints the daemon's message and exits 1.
 func runOrExit<T>(_ body: () async throws -> T) async throws -> T {
     do { return try await body() } catch let error as ClientError {
-        FileHandle.standardError.write(Data("haul: error: \(error.description)\n".utf8))
+        Console.error(Data("haul: error: \(error.description)\n".utf8))
         throw ExitCode(1)
     } catch let error as ValidationError {
-        FileHandle.standardError.write(Data("haul: error: \(error.message)\n".utf8))
+        Console.error(Data("haul: error: \(error.message)\n".utf8))
         throw ExitCode(2)
     }
 }

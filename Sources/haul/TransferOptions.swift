@@ -235,7 +235,7 @@ struct TransferOptions: ParsableArguments {
     func networkForDaemon() throws -> NetworkOptions {
         let options = try network()
         if insecure {
-            FileHandle.standardError.write(
+            Console.error(
                 Data("haul: warning: --insecure: HTTPS certificates are not verified; the server is not proven\n".utf8))
         }
         return options
@@ -281,7 +281,7 @@ struct TransferOptions: ParsableArguments {
         options.tls = tls
         options.network = try network()
         if insecure {
-            FileHandle.standardError.write(
+            Console.error(
                 Data("haul: warning: --insecure: HTTPS certificates are not verified; the server is not proven\n".utf8))
         }
         return options
@@ -356,7 +356,7 @@ extension TransferOptions {
             return try collectURLs(
                 urls, inputFile: inputFile, mirrors: mirrors, checksum: givenChecksum, output: output != nil)
         } catch let error as ValidationError {
-            FileHandle.standardError.write(Data("Error: \(error.message)\n".utf8))
+            Console.error(Data("Error: \(error.message)\n".utf8))
             throw ExitCode(2)
         }
     }
@@ -378,7 +378,7 @@ extension TransferOptions {
             let url = resolved[index].url
             let found: ChecksumSidecar.Found?
             do { found = try await ChecksumSidecar.find(for: url, list: checksumURL, options: options) } catch {
-                FileHandle.standardError.write(
+                Console.error(
                     Data("haul: error: \(Output.shown(url)): \(error.message); nothing fetched\n".utf8))
                 throw ExitCode(1)
             }
@@ -386,14 +386,14 @@ extension TransferOptions {
                 resolved[index].checksum = found.checksum
                 if !quiet {
                     let name = ChecksumSidecar.fileName(of: url)
-                    FileHandle.standardError.write(
+                    Console.error(
                         Data(
                             "haul: \(name): verifying with the \(found.checksum.algorithm.rawValue) of \(found.source)\n"
                                 .utf8))
                 }
             } else {
                 let tried = "URL.sha256, URL.sha512, URL.sha256sum, SHA256SUMS and SHA512SUMS"
-                FileHandle.standardError.write(
+                Console.error(
                     Data("haul: \(Output.shown(url)): no checksum found (tried \(tried)); not verifying\n".utf8))
             }
         }
@@ -506,7 +506,7 @@ func checkURL(_ url: String) throws {
 func createFolder(_ path: String) throws {
     do { _ = try HeldFolder.make(path) } catch {
         // The message names the folder and what went wrong ("cannot create the folder …", "… is not a folder").
-        FileHandle.standardError.write(Data("haul: error: \(error.message)\n".utf8))
+        Console.error(Data("haul: error: \(error.message)\n".utf8))
         throw ExitCode(1)
     }
 }

@@ -91,6 +91,31 @@ struct BatchCommandTests {
         await server.stop()
     }
 
+    @Test("a reader of standard output that went away (| head) ends no download: the rest is fetched, exit 0")
+    func closedStandardOutput() async throws {
+        let workspace = try Workspace()
+        defer { workspace.remove() }
+        let server = try await FaultServer.start()
+        for name in ["a", "b", "c"] { server.serve("/\(name).bin", .init(body: body)) }
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: haulBinary)
+        process.arguments =
+            ["get", "-j", "1", "--json", "-d", workspace.path("out"), "--state-dir", workspace.state]
+            + ["a", "b", "c"].map { server.url("/\($0).bin").absoluteString }
+        let pipe = Pipe()
+        process.standardOutput = pipe
+        process.standardError = FileHandle.nullDevice
+        process.standardInput = FileHandle.nullDevice
+        // Nobody reads: the first JSON line's write fails (EPIPE), as `| head -c 0` would make it.
+        try pipe.fileHandleForReading.close()
+        try process.run()
+        try pipe.fileHandleForWriting.close()
+        await onOwnThread { process.waitUntilExit() }
+        #expect(process.terminationReason == .exit && process.terminationStatus == 0)
+        for name in ["a", "b", "c"] { #expect(workspace.holds("out/\(name).bin", body)) }
+        await server.stop()
+    }
+
     @Test("-i - reads standard input; bad lines are usage errors naming the line")
     func standardInputAndBadLines() async throws {
         let workspace = try Workspace()
