@@ -6,10 +6,10 @@ import Foundation
 /// A rule is some days (`mon`, `mon-fri`, `sat,sun`, `fri-mon`, `monday`, `daily`, `weekdays`, `weekends`; every day
 /// when left out), a span of time (`HH:MM-HH:MM`, its end not included; the whole day when left out) and what applies
 /// then: `rate=RATE` (all downloads together; `0` for no limit), `jobs=N` (downloads at once; a fleet's total in a
-/// fleet) and `pause` (none transfers). A span
-/// whose end is not after its start runs past midnight and belongs to the day it starts on (`fri 22:00-02:00` holds
-/// until Saturday 02:00). The rules are read in order and a later one that holds overrides what it sets, so a general
-/// rule comes first and its exceptions after it. Outside every rule the settings apply as they are.
+/// fleet) and `pause` (none transfers). A span whose end is not after its start runs past midnight and belongs to the
+/// day it starts on (`fri 22:00-02:00` holds until Saturday 02:00). The rules are read in order and a later one that
+/// holds overrides what it sets, so a general rule comes first and its exceptions after it. Outside every rule the
+/// settings apply as they are.
 ///
 /// Times are wall-clock times in the time zone given: a rule keeps its hours across a daylight-saving change (the hour
 /// skipped in spring holds no time; the hour repeated in autumn holds twice).
@@ -118,10 +118,8 @@ public struct Schedule: Sendable, Equatable {
                 }
                 switch pair[0] {
                 case "rate":
-                    if pair[1] == "0" {
-                        rate = .some(nil)
-                    } else if let bytes = TokenBucket.parseRate(pair[1]) {
-                        rate = .some(bytes)
+                    if let limit = TokenBucket.parseLimit(pair[1]) {
+                        rate = .some(limit == 0 ? nil : limit)
                     } else {
                         throw refuse("'\(pair[1])' is not a rate such as 512K or 2M (0: no limit)")
                     }

@@ -155,7 +155,7 @@ struct Output: Sendable {
         if holdsLogLines { HeldLogLines.start() }
         for await event in events {
             if holdsLogLines {
-                for held in HeldLogLines.take() { say(String(held.dropLast())) }
+                for held in HeldLogLines.take() { say(held) }
             }
             switch event {
             case .added(let download), .changed(let download):
@@ -215,7 +215,7 @@ struct Output: Sendable {
         }
         if isTerminal { board.clear() }
         if holdsLogLines {
-            for held in HeldLogLines.stop() { line(String(held.dropLast())) }
+            for held in HeldLogLines.stop() { line(held) }
         }
     }
 }

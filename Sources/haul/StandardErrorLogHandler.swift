@@ -47,11 +47,12 @@ struct StandardErrorLogHandler: LogHandler {
             stream.log(event: event)
         case .command:
             let line = Self.commandLine(event.level, "\(event.message)", merged)
-            if !HeldLogLines.hold(line) { Console.error(Data(line.utf8)) }
+            if !HeldLogLines.hold(line) { Console.error(Data((line + "\n").utf8)) }
         }
     }
 
-    /// One line of a command's: its level named only when it is a warning or worse, its metadata after the message.
+    /// One line of a command's, without its line feed: its level named only when it is a warning or worse, its
+    /// metadata after the message.
     static func commandLine(_ level: Logger.Level, _ message: String, _ metadata: Logger.Metadata) -> String {
         let kind: String
         switch level {
@@ -60,7 +61,7 @@ struct StandardErrorLogHandler: LogHandler {
         case .error, .critical: kind = "error: "
         }
         let details = metadata.sorted { $0.key < $1.key }.map { " \($0.key)=\($0.value)" }.joined()
-        return "haul: \(kind)\(message)\(details)\n"
+        return "haul: \(kind)\(message)\(details)"
     }
 }
 

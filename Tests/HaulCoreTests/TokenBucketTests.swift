@@ -53,7 +53,7 @@ struct TokenBucketTests {
         "a limit is a rate, or 0 for none (curl's --limit-rate 0); anything else is refused",
         arguments: [
             ("0", Int64?.some(0)), ("0K", 0), ("0.0", 0), ("00m", 0), ("2M", 2_097_152), ("0.5K", 512), ("", nil),
-            ("K", nil), ("-0", nil), ("-5", nil), ("0x", nil), ("fast", nil),
+            ("K", nil), ("-0", nil), ("-5", nil), ("0x", nil), ("fast", nil), ("0.0.0", nil), (".", nil),
         ] as [(String, Int64?)])
     func limits(text: String, limit: Int64?) {
         #expect(TokenBucket.parseLimit(text) == limit)

@@ -198,9 +198,6 @@ public final class HeldFolder: Sendable {
         }
     }
 
-    /// Deletes `name` when it is the regular file `identity` names: one `unlinkat`, never recursive, never of a
-    /// link, a folder or a file Haul did not make. Returns whether it deleted.
-    @discardableResult
     /// Whether another open of the regular file `name`, with `identity`, holds its lock (`PartFile`'s `flock`): a
     /// live process writes it. Found by asking for the lock without waiting, and giving it back at once.
     func isLockedElsewhere(_ name: String, identity: FileIdentity) -> Bool {
@@ -216,6 +213,9 @@ public final class HeldFolder: Sendable {
         return false
     }
 
+    /// Deletes `name` when it is the regular file `identity` names: one `unlinkat`, never recursive, never of a
+    /// link, a folder or a file Haul did not make. Returns whether it deleted.
+    @discardableResult
     func removeFile(_ name: String, identity: FileIdentity) -> Bool {
         guard let found = try? entry(name), found.kind == .regular, found.identity == identity else { return false }
         return changing { unlinkat(descriptor, name, 0) == 0 }

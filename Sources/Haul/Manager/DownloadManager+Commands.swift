@@ -225,10 +225,12 @@ extension DownloadManager {
         }
         // Another process runs it, which only that process can stop: its part file's lock is held. Active in the
         // store without that, the process that ran it is gone (killed) and it may go, once its part file exists (a
-        // run holds the lock from the part file's creation to its end). A fleet's worker holds it by its lease.
+        // run holds the lock from the part file's creation to its end). A completed or cancelled download has no
+        // part file left to look at (`clean` forgets thousands of those). A fleet's worker holds it by its lease.
+        let mayHavePart = ![.completed, .cancelled].contains(record.state)
         let runsElsewhere =
             leasing == nil
-            ? DownloadFolder.isPartHeldElsewhere(record, allowed: allowedFolders)
+            ? (mayHavePart && DownloadFolder.isPartHeldElsewhere(record, allowed: allowedFolders))
                 || (record.state.isActive && record.partIdentity == nil)
             : record.state.isActive
         guard !runsElsewhere else {

@@ -45,11 +45,13 @@ public struct TokenBucket: Sendable, Equatable {
     /// Parses a limit: a rate as `parseRate` reads it, or 0 for none, as curl's `--limit-rate 0`, aria2's
     /// `--max-overall-download-limit=0` and a schedule's `rate=0` mean. Nil when malformed or negative.
     public static func parseLimit(_ text: String) -> Int64? {
-        let digits = text.trimmingHTTPSpace.utf8.filter { $0 != UInt8(ascii: ".") }
-        let unit = digits.last.map { "kmgKMG".utf8.contains($0) } ?? false
-        let number = unit ? digits.dropLast() : digits[...]
-        if !number.isEmpty, number.allSatisfy({ $0 == UInt8(ascii: "0") }) { return 0 }
-        return parseRate(text)
+        var number = Array(text.trimmingHTTPSpace.utf8)
+        if let last = number.last, "kmgKMG".utf8.contains(last) { number.removeLast() }
+        let dots = number.count { $0 == UInt8(ascii: ".") }
+        let isZero =
+            number.count > dots && dots <= 1
+            && number.allSatisfy { $0 == UInt8(ascii: "0") || $0 == UInt8(ascii: ".") }
+        return isZero ? 0 : parseRate(text)
     }
 
     /// Parses a rate such as `500K`, `2M`, `1G` or `1048576` (bytes a second; K, M, G are powers of 1024, as in
