@@ -77,6 +77,9 @@ final class PostgresLink: Sendable {
         }
     }
 
+    /// Whether the connection is open now (it may still turn out broken on its next use).
+    var isOpen: Bool { connection.withLock { !$0.isClosed } }
+
     func close() async {
         let last = connection.withLock { $0 }
         try? await last.close()

@@ -268,18 +268,22 @@ extension PostgresStore {
 
     /// Records that this worker is alive now (with each renewal, the first when its manager starts running).
     func heartbeat() throws(DownloadError) {
+        hasBeaten.withLock { $0 = true }
         let query: PostgresQuery = """
-            INSERT INTO worker (name) VALUES (\(worker)) ON CONFLICT (name) DO UPDATE SET "heartbeatAt" = now()
+            INSERT INTO worker (name, instance) VALUES (\(worker), \(instance))
+            ON CONFLICT (name) DO UPDATE SET "heartbeatAt" = now(), instance = EXCLUDED.instance
             """
         try queue.perform { [logger] connection in try connection.query(query, logger: logger).blockingGet() }
     }
 
     public func pulse(transferring: Int) throws(DownloadError) -> FleetPulse {
+        hasBeaten.withLock { $0 = true }
         let staleAfter = Self.seconds(leaseDuration)
         let query: PostgresQuery = """
             WITH me AS (
-                INSERT INTO worker (name, transferring) VALUES (\(worker), \(transferring))
-                ON CONFLICT (name) DO UPDATE SET "heartbeatAt" = now(), transferring = EXCLUDED.transferring
+                INSERT INTO worker (name, transferring, instance) VALUES (\(worker), \(transferring), \(instance))
+                ON CONFLICT (name) DO UPDATE SET "heartbeatAt" = now(), transferring = EXCLUDED.transferring,
+                    instance = EXCLUDED.instance
                 RETURNING name)
             SELECT
                 (SELECT count(*) FROM worker WHERE transferring > 0 AND name <> (SELECT name FROM me)
@@ -292,6 +296,58 @@ extension PostgresStore {
         }
         return FleetPulse(
             otherWorkersTransferring: others, settings: text.flatMap(ManagerSettings.init(storedText:)))
+    }
+
+    /// Makes sure no other running `haul serve` uses this worker's name, before this one beats under it: two
+    /// processes under one name would share one heartbeat, one count of transfers and one share of each host's
+    /// connections. A name whose last beat is older than a lease, or whose process stopped, is free. Otherwise the
+    /// holder may have been killed a moment ago (a service manager restarting it): this waits, reading the name's
+    /// beat every `poll`, until its lease has passed without a beat (then the name is free) or it beats again (then
+    /// it is alive, and this throws, saying to give this worker another name). `waiting` is told once, when there is
+    /// something to wait for.
+    public func takeName(
+        clock: any Clock<Duration> = ContinuousClock(), poll: Duration = .milliseconds(250),
+        waiting: (_ beatSecondsAgo: Double) -> Void = { _ in }
+    ) async throws(DownloadError) {
+        let lease = Self.seconds(leaseDuration)
+        let query: PostgresQuery = """
+            SELECT "heartbeatAt"::text, extract(epoch FROM now() - "heartbeatAt")::float8 FROM worker
+            WHERE name = \(worker) AND instance IS NOT NULL AND instance <> \(instance)
+                AND "heartbeatAt" >= now() - make_interval(secs => \(lease))
+            """
+        var first: String?
+        while true {
+            let beat = try queue.perform { [logger] connection in
+                try connection.query(query, logger: logger).blockingGet().first?.decode((String, Double).self)
+            }
+            guard let (at, age) = beat else { return }
+            guard let seen = first else {
+                first = at
+                waiting(age)
+                do { try await clock.sleep(for: poll) } catch { throw DownloadError(.cancelled, "cancelled") }
+                continue
+            }
+            if at != seen {
+                throw DownloadError(
+                    .locked,
+                    "another worker named \(worker) is running (its heartbeat came \(Duration.seconds(age).spoken) ago); give "
+                        + "this one another name with --worker NAME")
+            }
+            do { try await clock.sleep(for: poll) } catch { throw DownloadError(.cancelled, "cancelled") }
+        }
+    }
+
+    /// Gives up this worker's name as a process stops: a process started next under it need not wait for its lease.
+    func leaveName() {
+        // Only a worker that beat has a name to leave; and a store that is gone is not waited for (the name is then
+        // free once a lease has passed).
+        guard hasBeaten.withLock({ $0 }), link.isOpen else { return }
+        _ = try? queue.perform { [logger, worker, instance] connection in
+            try connection.query(
+                "UPDATE worker SET instance = NULL, transferring = 0 WHERE name = \(worker) AND instance = \(instance)",
+                logger: logger
+            ).blockingGet()
+        }
     }
 
     public func workers() throws(DownloadError) -> [WorkerStatus] {

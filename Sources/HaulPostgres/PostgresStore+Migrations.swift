@@ -177,6 +177,14 @@ extension PostgresStore {
                 "CREATE INDEX download_notice ON download (id) WHERE notice IS NOT NULL",
             ]
         ),
+        (
+            10, "the process behind each worker's name",
+            [
+                // The `haul serve` that beats under the name now (a random id each start), NULL once it stopped:
+                // a second process given a name in use waits to see whether its holder is alive (`takeName`).
+                "ALTER TABLE worker ADD COLUMN instance TEXT"
+            ]
+        ),
     ]
 
     /// Applies the migrations the database lacks, holding the advisory lock on `connection` meanwhile.

@@ -22,6 +22,10 @@ public final class PostgresStore: LeasingStore {
     public let location: PostgresLocation
     public let worker: String
     public let leaseDuration: Duration
+    /// This process's own id beside its name in the fleet's list of workers (`takeName`).
+    let instance = UUID().uuidString
+    /// Whether this process has beaten under the name (it serves as a worker, not as `haul ls --store`).
+    let hasBeaten = Mutex(false)
     let link: PostgresLink
     /// A second connection, for reads that scan much of the table and need no order with the writes (`counts`): on
     /// the writes' connection, a count of a million rows held every write back for a tenth of a second.
@@ -119,6 +123,7 @@ public final class PostgresStore: LeasingStore {
 
     /// Commits what is queued and closes the connection.
     public func close() async {
+        leaveName()
         if let listening = listener.withLock({ $0.take() }) {
             listening.cancel()
             await listening.value

@@ -281,6 +281,13 @@ extension HaulCommand {
                         try PostgresLocation(url), worker: worker ?? PostgresStore.defaultWorkerName,
                         lease: lease.flatMap(Self.parseDuration) ?? .seconds(15), logger: Logger(label: "haul.store"))
                     shared = store
+                    // A name another running worker has is refused (after seeing whether it still beats).
+                    try await store.takeName { [logger = options.logger] age in
+                        let ago = Duration.seconds(age).spoken
+                        logger.notice(
+                            "worker \(store.worker): a process of this name beat \(ago) ago; waiting up to \(store.leaseDuration.spoken) to see whether it still runs"
+                        )
+                    }
                     // One token for the whole fleet, unless this worker is given its own.
                     if options.token == nil { options.token = try store.fleetToken() }
                     if let fleetJobs { try store.setFleetLimit(fleetJobs == 0 ? nil : fleetJobs) }

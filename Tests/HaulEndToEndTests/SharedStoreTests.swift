@@ -393,6 +393,45 @@ struct SharedStoreTests {
         for worker in [a, b] { _ = await worker.stop(SIGTERM) }
     }
 
+    @Test(
+        "a worker's name is one process's: a second process given it is refused while the first beats, takes it once the first was killed and its lease passed, and at once after the first stopped"
+    )
+    func oneProcessPerName() async throws {
+        let fleet = try await Fleet()
+        let lease = ["--lease", "2s"]
+        let beating = "SELECT count(*) FROM worker WHERE name = 'same' AND instance IS NOT NULL"
+        let first = try await fleet.worker("same", lease)
+        #expect(await waitUntil(seconds: 30) { (try? fleet.execute(beating)) == "1" }, "the first worker beats")
+
+        let workspace = try Workspace()
+        Teardowns.add { workspace.remove() }
+        let second = try await HaulProcess.run(
+            ["serve", "--listen", "127.0.0.1:0", "--state-dir", workspace.state, "--worker", "same"] + lease,
+            in: workspace, environment: fleet.environment)
+        #expect(second.status == 1)
+        #expect(
+            second.stderr.contains("another worker named same is running (its heartbeat came ")
+                && second.stderr.contains("give this one another name with --worker NAME"), "\(second.stderr)")
+        #expect(!FileManager.default.fileExists(atPath: workspace.state + "/serve.json"), "it never served")
+
+        // Killed: its beat stays in the store, so the next process waits until the lease has passed without one.
+        _ = await first.stop(SIGKILL)
+        let third = try await fleet.worker("same", lease)
+        #expect(await waitUntil(seconds: 30) { (try? fleet.execute(beating)) == "1" }, "the third worker beats")
+        let thirdOutput = await third.stop(SIGTERM)
+        #expect(thirdOutput.status == 0, "\(thirdOutput.stderr)")
+        #expect(
+            thirdOutput.stderr.contains("worker same: a process of this name beat ")
+                && thirdOutput.stderr.contains("waiting up to 2 s to see whether it still runs"),
+            "\(thirdOutput.stderr)")
+        // Stopped: it gave the name up, and the next starts without waiting.
+        #expect(try fleet.execute(beating) == "0")
+        let fourth = try await fleet.worker("same", lease)
+        let fourthOutput = await fourth.stop(SIGTERM)
+        #expect(!fourthOutput.stderr.contains("a process of this name beat"), "\(fourthOutput.stderr)")
+        #expect(fourthOutput.stderr.contains("worker same: downloads are kept in"), "\(fourthOutput.stderr)")
+    }
+
     @Test("a store that cannot be reached or a bad store URL: a clear error naming the host, never the password")
     func unreachable() async throws {
         let workspace = try Workspace()
