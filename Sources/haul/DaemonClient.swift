@@ -42,10 +42,13 @@ struct DaemonClient: Sendable {
             middlewares: [ErrorAnswers()])
     }
 
-    /// A client of the daemon at `server` (its URL, as `serve.json` holds it), sending `token`.
-    init(server: URL, token: String) {
+    /// A client of the daemon at `server` (its URL, as `serve.json` holds it), sending `token`; over HTTPS it
+    /// trusts the certificates in the PEM file `caCertificates` too (`--server-cacert`).
+    init(server: URL, token: String, trusting caCertificates: String? = nil) throws(DownloadError) {
         isLocal = false
-        http = HTTPClient(eventLoopGroupProvider: .singleton, configuration: .init())
+        http = HTTPClient(
+            eventLoopGroupProvider: .singleton,
+            configuration: try LiveTransport.clientConfiguration(trusting: caCertificates))
         baseURL = server.appendingPathComponent("api/v1")
         self.token = token
         api = Client(
@@ -213,10 +216,27 @@ struct DaemonClient: Sendable {
         {
             // The generated client wraps what a middleware throws: the daemon's own error answer (`ErrorAnswers`).
             if let answer = error.underlyingError as? ClientError { throw answer }
-            throw ClientError(description: "cannot reach the daemon: \(Self.shorten("\(error.underlyingError)"))")
+            throw ClientError(description: "cannot reach the daemon: " + reason(error.underlyingError))
         } catch {
-            let underlying = (error as? ClientError)?.description ?? "\(error)"
-            throw ClientError(description: "cannot reach the daemon: \(Self.shorten(underlying))")
+            throw ClientError(description: "cannot reach the daemon: " + reason(error))
+        }
+    }
+
+    /// Why the daemon could not be reached, in the engine's plain words for a network failure (a refused
+    /// connection, an unverified certificate), else the error's own text.
+    private func reason(_ error: any Error) -> String {
+        let place = isLocal ? "its socket" : HostAndPort.shown(baseURL.host ?? "", port: baseURL.port)
+        switch LiveTransport.classify(error, connecting: true) {
+        case .other:
+            return Self.shorten("\(error)")
+        case .certificateRejected(let detail):
+            return "the TLS certificate of \(place) \(detail ?? "could not be verified") (--server-cacert FILE trusts "
+                + "the daemon's own certificate or the CA that signed it)"
+        case .certificateInvalid(let problem, let now):
+            return "the TLS certificate of \(place) \(problem.detail(now: now))"
+                + (problem == .untrusted ? " (--server-cacert FILE trusts it)" : "")
+        case let failure:
+            return failure.message(host: place)
         }
     }
 

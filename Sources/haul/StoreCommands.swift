@@ -21,6 +21,12 @@ struct StateOptions: ParsableArguments {
 
     @Option(
         help: ArgumentHelp(
+            "Trust the certificates in this PEM FILE too for an https --server: the daemon's own (self-signed) "
+                + "certificate, or the CA that signed it.", valueName: "FILE"))
+    var serverCacert: String?
+
+    @Option(
+        help: ArgumentHelp(
             "Work on the downloads of a fleet's PostgreSQL store directly, without a daemon "
                 + "(postgres://USER[:PASSWORD]@HOST[:PORT]/DB, as haul serve --store takes it).",
             valueName: "URL"))
@@ -41,6 +47,14 @@ struct StateOptions: ParsableArguments {
         } else if token != nil {
             throw ValidationError("--token goes with --server")
         }
+        if let serverCacert {
+            guard server?.lowercased().hasPrefix("https:") == true else {
+                throw ValidationError("--server-cacert goes with an https --server")
+            }
+            guard FileManager.default.isReadableFile(atPath: serverCacert) else {
+                throw ValidationError("cannot read --server-cacert \(serverCacert)")
+            }
+        }
     }
 
     /// The state folder.
@@ -52,7 +66,10 @@ struct StateOptions: ParsableArguments {
         if let store, let location = try? PostgresLocation(store) { return .fleet(location) }
         if let server, let url = URL(string: server) {
             let token = self.token ?? ProcessInfo.processInfo.environment["HAUL_TOKEN"] ?? ""
-            return .daemon(DaemonClient(server: url, token: token))
+            do { return .daemon(try DaemonClient(server: url, token: token, trusting: serverCacert)) } catch {
+                Console.error(Data("haul: error: --server-cacert: \(error.message)\n".utf8))
+                throw ExitCode(2)
+            }
         }
         switch StateLock.acquire(directory, exclusive: false) {
         case .acquired(let descriptor): return .standalone(lock: descriptor)

@@ -381,6 +381,23 @@ struct DaemonTests {
         #expect(code == "200")
         let stats = FileManager.default.contents(atPath: workspace.root + "/stats.json") ?? Data()
         #expect((try? JSONSerialization.jsonObject(with: stats) as? [String: Any])?["counts"] != nil)
+
+        // haul's own client: its self-signed certificate is refused, naming the way to trust it, and trusted with
+        // --server-cacert; a file that holds no certificate is refused as such.
+        let remote = ["--server", daemon.url, "--token", daemon.token, "--state-dir", workspace.root + "/elsewhere"]
+        let untrusted = try await HaulProcess.run(["ls"] + remote, in: workspace)
+        #expect(untrusted.status == 1)
+        #expect(
+            untrusted.stderr.contains("cannot reach the daemon: the TLS certificate of 127.0.0.1:")
+                && untrusted.stderr.contains("--server-cacert FILE trusts the daemon's own certificate"),
+            "\(untrusted.stderr)")
+        let trusted = try await HaulProcess.run(
+            ["ls", "--json", "--server-cacert", workspace.root + "/cert.pem"] + remote, in: workspace)
+        #expect(trusted.status == 0 && trusted.stdout.hasPrefix("["), "\(trusted.stderr)")
+        let notPEM = try await HaulProcess.run(
+            ["ls", "--server-cacert", workspace.root + "/stats.json"] + remote, in: workspace)
+        #expect(notPEM.status == 2)
+        #expect(notPEM.stderr.contains("stats.json holds no PEM certificate"), "\(notPEM.stderr)")
         let stopped = await daemon.stop(SIGTERM)
         #expect(!stopped.stderr.contains("clear text"))
         let open = try await DaemonProcess(workspace, listen: "0.0.0.0:0")

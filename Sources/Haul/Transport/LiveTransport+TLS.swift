@@ -1,3 +1,4 @@
+import AsyncHTTPClient
 import Foundation
 import HaulCore
 import NIOSSL
@@ -88,4 +89,29 @@ extension LiveTransport {
     }
 
     private static let folderCertificates = Mutex<[String: [NIOSSLCertificate]]>([:])
+}
+
+/// The command line's client of a daemon over HTTPS (`--server https://…`): verified as downloads are, against the
+/// system's roots or those `SSL_CERT_FILE` and `SSL_CERT_DIR` name, with `caCertificates` added (a daemon's
+/// self-signed certificate, or the CA of a private one).
+extension LiveTransport {
+    package static func clientConfiguration(trusting caCertificates: String?) throws(DownloadError)
+        -> HTTPClient.Configuration
+    {
+        var configuration = HTTPClient.Configuration()
+        let options = TLSOptions(caCertificates: caCertificates)
+        if let caCertificates, (try? NIOSSLCertificate.fromPEMFile(caCertificates))?.isEmpty != false {
+            throw DownloadError(.invalidArgument, "\(caCertificates) holds no PEM certificate that can be read")
+        }
+        do {
+            if let tls = try tlsConfiguration(options, environment: ProcessInfo.processInfo.environment) {
+                configuration.tlsConfiguration = tls
+            }
+        } catch let error as DownloadError {
+            throw error
+        } catch {
+            throw DownloadError(.invalidArgument, "cannot use the certificates: \(error)")
+        }
+        return configuration
+    }
 }

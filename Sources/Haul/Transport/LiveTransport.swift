@@ -366,7 +366,7 @@ public final class LiveTransport: HTTPTransport {
     }
 
     /// What a network error of AsyncHTTPClient, NIO or NIOSSL was, in `NetworkFailure`'s plain terms.
-    static func classify(_ error: any Error, connecting: Bool) -> NetworkFailure {
+    package static func classify(_ error: any Error, connecting: Bool) -> NetworkFailure {
         if let failure = error as? NIOConnectionError {
             // Every address failed: the first socket error tells why; without one, the resolver's answer does.
             if let attempt = failure.connectionErrors.first { return classify(attempt.error, connecting: true) }
