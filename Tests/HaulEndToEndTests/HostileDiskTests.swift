@@ -145,7 +145,9 @@ struct HostileDiskTests {
             server.release()
             let full = await haul.finish()
             #expect(full.status == 1, "\(full.stderr)")
-            #expect(full.stderr.contains("state database") && full.stderr.contains("disk is full"), "\(full.stderr)")
+            #expect(
+                full.stderr.contains("cannot save to the state database \(state)/haul.sqlite: the disk is full"),
+                "\(full.stderr)")
 
             // Still full: the store reads.
             let listed = try await HaulProcess.run(["ls", "--json", "--state-dir", state], in: workspace)

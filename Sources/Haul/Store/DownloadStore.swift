@@ -52,7 +52,7 @@ public struct DownloadStore: DownloadStoring {
             isNew = try Self.prepareSchema(writer)
             folder.sync()
             self.writer = writer
-            queue = CommitQueue(writer: writer, describe: Self.writeError)
+            queue = CommitQueue(writer: writer, describe: Self.writeError(at: path))
             self.path = path
         } catch {
             var advice = ""
@@ -71,7 +71,7 @@ public struct DownloadStore: DownloadStoring {
             let queue = try DatabaseQueue()
             isNew = try Self.prepareSchema(queue)
             writer = queue
-            self.queue = CommitQueue(writer: queue, describe: Self.writeError)
+            self.queue = CommitQueue(writer: queue, describe: Self.writeError(at: nil))
             path = nil
         } catch {
             throw DownloadError(.store, "cannot create an in-memory database: \(error)", underlying: error)
@@ -91,15 +91,19 @@ public struct DownloadStore: DownloadStoring {
         return String(describing: error)
     }
 
-    @Sendable private static func writeError(_ error: any Error) -> DownloadError {
-        if let error = error as? DownloadError { return error }
-        if let error = error as? DatabaseError, error.resultCode == .SQLITE_FULL {
-            // Nothing of the write is stored, and what was stored before stays readable: the download stops with
-            // its bytes and resumes once there is room.
-            return DownloadError(
-                .diskFull, "cannot save to the state database: the disk is full", underlying: error)
+    /// How a failed write of the database at `path` (nil: in memory) is told: the file named, as the error of
+    /// opening it names it, since the state folder may be anywhere (`--state-dir`, `$HAUL_STATE_DIR`).
+    private static func writeError(at path: String?) -> @Sendable (any Error) -> DownloadError {
+        let database = path.map { "the state database \($0)" } ?? "the state database"
+        return { error in
+            if let error = error as? DownloadError { return error }
+            if let error = error as? DatabaseError, error.resultCode == .SQLITE_FULL {
+                // Nothing of the write is stored, and what was stored before stays readable: the download stops with
+                // its bytes and resumes once there is room.
+                return DownloadError(.diskFull, "cannot save to \(database): the disk is full", underlying: error)
+            }
+            return DownloadError(.store, "cannot write \(database): \(describe(error))", underlying: error)
         }
-        return DownloadError(.store, "state database write failed: \(describe(error))", underlying: error)
     }
 
     /// Writes in the store's order and returns once committed (with the writes queued beside it).
@@ -111,7 +115,9 @@ public struct DownloadStore: DownloadStoring {
     private func read<T>(_ body: (Database) throws -> T) throws(DownloadError) -> T {
         queue.waitUntilIdle()
         do { return try writer.read(body) } catch {
-            throw DownloadError(.store, "state database read failed: \(Self.describe(error))", underlying: error)
+            throw DownloadError(
+                .store, "cannot read the state database\(path.map { " " + $0 } ?? ""): \(Self.describe(error))",
+                underlying: error)
         }
     }
 
