@@ -58,16 +58,26 @@ extension HaulCommand.Serve {
     }
 
     /// The settings SIGHUP reads again from the config file (merged into these flags, the command line's), as the
-    /// daemon applies them; a file that no longer reads is logged and changes nothing. Settings that need a restart (listener, folders, store, TLS) are read but not
-    /// applied.
+    /// daemon applies them; a file that no longer reads is logged and changes nothing. Settings that need a restart
+    /// (listener, folders, store, TLS) are not applied: a change to one is logged, naming its key, so that an edit
+    /// that seemingly took is not mistaken for one in force.
     func reloads(logger: Logger) -> AsyncStream<DaemonReload> {
         let (stream, continuation) = AsyncStream.makeStream(of: DaemonReload.self)
         signal(SIGHUP, SIG_IGN)
         let source = DispatchSource.makeSignalSource(signal: SIGHUP, queue: .global())
         let original = self
+        let started = try? withConfig()
         source.setEventHandler {
             do {
                 let serve = try original.withConfig()
+                if let started {
+                    let changed = serve.restartOnlyKeys(differingFrom: started)
+                    if !changed.isEmpty {
+                        logger.notice(
+                            "SIGHUP: the config file changes \(changed.joined(separator: ", ")), which apply when haul serve starts again"
+                        )
+                    }
+                }
                 var options = DaemonOptions(stateDirectory: "")
                 options.maxConcurrentDownloads = serve.jobs
                 options.rateLimit = serve.limitRate.flatMap(TokenBucket.parseLimit)
@@ -88,6 +98,20 @@ extension HaulCommand.Serve {
         // Kept for the daemon's life: the process ends with it.
         Self.hangupSource = source
         return stream
+    }
+
+    /// The config keys whose values here differ from `other`'s among those a running daemon cannot change.
+    func restartOnlyKeys(differingFrom other: Self) -> [String] {
+        let pairs: [(String, Bool)] = [
+            ("listen", listen == other.listen), ("download-dir", downloadDir == other.downloadDir),
+            ("allow-dir", allowDirs == other.allowDirs), ("allow-host", allowHosts == other.allowHosts),
+            ("state-dir", stateDir == other.stateDir), ("store", store == other.store),
+            ("worker", worker == other.worker), ("lease", lease == other.lease),
+            ("fleet-jobs", fleetJobs == other.fleetJobs), ("token-file", tokenFile == other.tokenFile),
+            ("tls-cert", tlsCert == other.tlsCert), ("tls-key", tlsKey == other.tlsKey),
+            ("log-level", logLevel == other.logLevel),
+        ]
+        return pairs.filter { !$0.1 }.map(\.0)
     }
 
     nonisolated(unsafe) private static var hangupSource: (any DispatchSourceSignal)?

@@ -145,6 +145,16 @@ struct ConfigCommandTests {
         #expect(
             (try await daemon.call(.GET, "/api/v1/settings").body as? [String: Any])?["maxConcurrentDownloads"] as? Int
                 == 7)
+
+        // Keys a running daemon cannot change are named, as applying at the next start.
+        try Self.write("jobs = 7\nallow-host = [\"nas.local\"]\nlog-level = \"info\"\n", to: config)
+        daemon.haul.signal(SIGHUP)
+        let deferred = "SIGHUP: the config file changes allow-host, log-level, which apply when haul serve starts again"
+        #expect(
+            await waitUntil {
+                String(decoding: FileManager.default.contents(atPath: daemon.haul.errPath) ?? Data(), as: UTF8.self)
+                    .contains(deferred)
+            })
         let stopped = await daemon.stop(SIGTERM)
         #expect(stopped.status == 0, "\(stopped.stderr)")
     }
