@@ -133,6 +133,10 @@ struct TransferMachineSingleTests {
         let waited = d.machine.connectionFailed(0, lost, now: d.now)
         #expect(waited == [.report(.retrying(lost, delay: .seconds(1), attempts: 1)), .wait(0, .seconds(1))])
         #expect(d.machine.waitEnded(0, now: d.now) == [.send(0, RangeRequest(offset: 300, ifRange: Heads.etag))])
+        // The first bytes after the wait say the error is over, once; an answer without bytes does not.
+        _ = d.machine.responseReceived(0, Heads.partial(300, 999, of: 1000), now: d.now)
+        let reports = d.stream(0, 300).actions.filter { if case .report = $0 { true } else { false } }
+        #expect(reports == [.report(.recovered)])
     }
 
     @Test("attempts that bring nothing are bounded: five in a row give up, naming the cause")

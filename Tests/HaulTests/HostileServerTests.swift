@@ -346,6 +346,36 @@ struct HostileServerTests {
         }
     }
 
+    @Test("19: a retry's error is shown while the download waits, and is over once bytes arrive again")
+    func retryErrorEnds() async throws {
+        let h = try await Harness.make()
+        h.server.serve(
+            "/f", .init(body: body) { index, _ in index == 0 ? .status(503, headers: ["Retry-After": "2"]) : nil })
+        let manager = try h.manager()
+        let events = manager.events()
+        let id = try await manager.add(h.server.url("/f"), to: .file(h.path("file.bin")))
+        try await manager.start()
+        var seen: [String] = []
+        for await event in events {
+            switch event {
+            case .retrying(id, let error, _): seen.append("retrying \(error.status ?? 0)")
+            case .changed(let download) where download.id == id:
+                seen.append(
+                    "\(download.state) \(download.error == nil ? "fine" : "failing")"
+                        + (download.state == .running ? " \(download.connections)" : ""))
+            default: break
+            }
+            if seen.last?.hasPrefix("completed") == true { break }
+        }
+        let retry = try #require(seen.firstIndex(of: "retrying 503"), "\(seen)")
+        // While it waits, no connection is open; once bytes arrive again, the error is over.
+        #expect(seen[retry...].first { $0.hasPrefix("running") } == "running failing 0", "\(seen)")
+        #expect(seen[retry...].contains { $0.hasPrefix("running fine") }, "\(seen)")
+        #expect(seen.last == "completed fine", "\(seen)")
+        #expect(h.holds("file.bin", body))
+        await manager.shutdown()
+    }
+
     @Test("19: 401, 403, 404, 410 are not retried and the message names the status", arguments: [401, 403, 404, 410])
     func finalStatuses(status: Int) async throws {
         let h = try await Harness.make()

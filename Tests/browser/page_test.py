@@ -58,7 +58,9 @@ def start_nginx():
     # /expired/ answers as an S3 presigned URL past its expiry does.
     expired = ("location /expired/ { default_type application/xml; return 403 '<?xml version=\"1.0\"?><Error>"
                "<Code>AccessDenied</Code><Message>Request has expired</Message></Error>'; }")
-    return testnginx.start_nginx(work, processes, "files/small.bin", locations=expired)
+    # /busy/ is a server that asks to be tried again in a minute.
+    busy = "location /busy/ { add_header Retry-After 60 always; return 503; }"
+    return testnginx.start_nginx(work, processes, "files/small.bin", locations=expired + "\n" + busy)
 
 
 def start_haul(port):
@@ -319,6 +321,18 @@ def main():
         wait.until(expected_conditions.alert_is_present()).dismiss()  # but not its file
         until(lambda: row("small.bin") is None, "small.bin's row goes")
         expect(os.path.exists(os.path.join(work, "downloads", "small.bin")), "the file stays")
+
+        step("a busy server (503, Retry-After: 60): the row counts down to the retry with the error, no connection")
+        busy = api_post(info, "/downloads", {"url": f"http://127.0.0.1:{nginx_port}/busy/later.bin"})
+        until(lambda: (row_state("later.bin") or "").startswith("Retrying in "),
+              lambda: f"later.bin waits to retry: {row_state('later.bin')}")
+        shown = row("later.bin")
+        text = row_state("later.bin")
+        expect(text == "Retrying in 1 min 0 s" or (text.endswith(" s") and 50 <= int(text.split()[2]) <= 59), text)
+        expect("HTTP 503" in shown.find_element(By.CSS_SELECTOR, ".error").text, "the error shows")
+        expect(shown.find_element(By.CSS_SELECTOR, ".connections").text == "", "no connection is shown while it waits")
+        api(info, "/downloads/" + busy["id"], method="DELETE")
+        until(lambda: row("later.bin") is None, "later.bin's row goes")
 
         step("add with the keyboard alone: a file named like HTML shows as text and runs nothing")
         driver.find_element(By.ID, "search").click()

@@ -309,7 +309,7 @@ extension DownloadManager {
             receivedBytes: max(progress?.receivedBytes ?? 0, record.durableOffset),
             totalBytes: progress?.totalBytes ?? record.totalLength,
             bytesPerSecond: progress?.bytesPerSecond ?? 0, secondsRemaining: progress?.secondsRemaining,
-            connections: isRunning ? max(progress?.connections ?? 0, record.activeConnections, 1) : 0,
+            connections: isRunning ? openConnections(record, progress: progress) : 0,
             segments: record.segments, after: record.prerequisites.map(DownloadID.init), error: record.error,
             isResumable: record.isResumable, createdAt: record.createdAt, completedAt: record.completedAt,
             options: record.options, rateLimit: record.rateLimit, origin: record.origin,
@@ -319,6 +319,17 @@ extension DownloadManager {
         )
         snapshot.mirrors = progress?.mirrors
         return snapshot
+    }
+}
+
+extension DownloadManager {
+    /// The connections a running download has open: at least the one it is opening, unless it waits to try again
+    /// (its error is set until bytes arrive again). Then a download on one connection has none open, and one of
+    /// several segments has those its machine last counted (the others may still transfer); the last progress may
+    /// be older than the wait.
+    func openConnections(_ record: DownloadRecord, progress: DownloadProgress?) -> Int {
+        guard record.error == nil else { return record.segments == nil ? 0 : record.activeConnections }
+        return max(progress?.connections ?? 0, record.activeConnections, 1)
     }
 }
 

@@ -239,6 +239,11 @@ extension DownloadManager {
             try record.apply(.networkReturned)
             record.error = nil
             commit = store.submit(.state(record.state, for: id))
+        case .recovered:
+            // The error told with the retry is over: the download is not shown failing while it transfers.
+            guard record.error != nil else { return nil }
+            record.error = nil
+            commit = store.submit(.attempts(record))
         case .retrying(let error, let delay, let attempts):
             if let attempts { record.attempts = attempts }
             record.error = error

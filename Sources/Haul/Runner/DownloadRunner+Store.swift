@@ -116,6 +116,8 @@ extension DownloadRunner {
             try await tellManager(.waitingForNetwork(error))
         case .networkReturned:
             try await tellManager(.networkReturned)
+        case .recovered:
+            try await tellManager(.recovered)
         case .connections(let count):
             try await tellManager(.connections(count))
         case .mirrorDropped(let index, let reason):

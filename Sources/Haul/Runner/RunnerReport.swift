@@ -17,6 +17,8 @@ enum RunnerReport: Sendable {
     case networkReturned
     /// A retryable error; the download or one of its connections waits `delay`.
     case retrying(DownloadError, delay: Duration, attempts: Int?)
+    /// Bytes arrive again after a retry.
+    case recovered
     /// Connections open now.
     case connections(Int)
     /// Every byte has arrived and no connection is open: what is left is verifying, syncing and moving the file.

@@ -199,6 +199,7 @@ extension TransferMachine {
             let attempts = "\(failures) attempt\(failures == 1 ? "" : "s")"
             return drop(source, reason: "\(error.message) (\(attempts) in a row without progress)", now: now)
         case .retry(let delay):
+            retryReported = true
             return [.report(.retrying(error, delay: delay, attempts: nil)), .wait(id, delay)]
         }
     }

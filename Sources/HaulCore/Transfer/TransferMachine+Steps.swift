@@ -60,6 +60,7 @@ extension TransferMachine {
                 "\(error.message) (\(gaveUp) \(attempts) attempt\(attempts == 1 ? "" : "s") without progress)"
             return fail(final)
         case .retry(let delay):
+            retryReported = true
             return [
                 .report(.retrying(error, delay: delay, attempts: reportsAttempts ? connection.failures : nil)),
                 .wait(id, delay),

@@ -126,6 +126,8 @@ extension TransferMachine {
         case waitingForNetwork(DownloadError)
         /// It answers again.
         case networkReturned
+        /// Bytes arrive again after a retry: the error the retry was told with is over.
+        case recovered
         /// Connections open now.
         case connections(Int)
         /// A mirror (`source`, counted as `RangeRequest.source`) is left out of this run, for `reason`.

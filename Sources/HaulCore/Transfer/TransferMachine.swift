@@ -102,6 +102,8 @@ public struct TransferMachine: Sendable {
     var freshFetchTried = false
     var segmentationDisabled = false
     var networkWaits = 0
+    /// Whether a retry was reported and no byte has arrived since (`recovered` is reported with the next).
+    var retryReported = false
     var restartsWithoutProgress = 0
     var ramp: ConnectionRamp
     /// When the last checkpoint started (or the run, before the first), and the bytes it holds.
@@ -288,8 +290,13 @@ public struct TransferMachine: Sendable {
         connections[id] = connection
         let bytes = count(writtenBy: connection)
         restartsWithoutProgress = 0
-        let checks = hasPieces && !bytes.isEmpty ? piecesWritten(bytes, by: connection.source) : []
-        return checks + checkpointIfDue(now: now)
+        var actions: [Action] = []
+        if retryReported, !bytes.isEmpty {
+            retryReported = false
+            actions.append(.report(.recovered))
+        }
+        if hasPieces, !bytes.isEmpty { actions += piecesWritten(bytes, by: connection.source) }
+        return actions + checkpointIfDue(now: now)
     }
 
     /// Counts the bytes `connection` has written, up to its position; returns those new to the file.

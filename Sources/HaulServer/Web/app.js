@@ -207,6 +207,8 @@ function connect() {
   on("changed", (d) => {
     const before = state.downloads.get(d.id);
     if (!before) state.order.push(d.id);
+    // The wait a retrying event told of lasts while the download runs with its error (a snapshot has no wait).
+    if (before && before.retryAt && d.state === "running" && d.error) d.retryAt = before.retryAt;
     state.downloads.set(d.id, d);
     if (!before || before.position !== d.position || before.priority !== d.priority) state.orderDirty = true;
     if (before && before.state !== d.state) announce(d);
@@ -224,7 +226,9 @@ function connect() {
   });
   on("retrying", (r) => {
     const d = state.downloads.get(r.id);
-    if (d) d.error = r.error;
+    if (!d) return;
+    d.error = r.error;
+    d.retryAt = Date.now() + r.delaySeconds * 1000;
   });
   on("restarted", (r) => {
     // Not a failure: the download goes on from 0; its error, if one was shown, is over.
@@ -537,8 +541,11 @@ function bind(row, d, index) {
   const running = d.state === "running";
   p.speed.textContent = running ? bytes(d.bytesPerSecond || 0) + "/s" : "";
   p.eta.textContent = running && d.etaSeconds != null ? duration(d.etaSeconds) + " left" : "";
-  p.state.textContent = stateNames[d.state] || d.state;
-  p.connections.textContent = running
+  // A running download with an error waits to try again (the error goes once bytes arrive again).
+  const retrying = running && d.error && d.retryAt;
+  const wait = retrying ? (d.retryAt - Date.now()) / 1000 : 0;
+  p.state.textContent = retrying ? (wait >= 1 ? "Retrying in " + duration(wait) : "Retrying") : stateNames[d.state] || d.state;
+  p.connections.textContent = running && !retrying
     ? d.connections + (d.connections === 1 ? " connection" : " connections") + (d.worker ? " on " + d.worker : "")
     : "";
   p.error.textContent = d.error && d.state !== "completed" ? d.error.message : "";
