@@ -417,6 +417,55 @@ struct LocalStateTests {
         #expect(h.server.requests(to: "/f").count == 1)
     }
 
+    @Test(
+        "a completed file changed since, or replaced by another URL's with overwrite, is not reported complete nor replaced unasked"
+    )
+    func changedAfterCompletion() async throws {
+        let h = try await Harness.make()
+        let other = testBytes(body.count, seed: 99)
+        h.server.serve("/f", .init(body: body))
+        h.server.serve("/g", .init(body: other))
+        let manager = try h.manager()
+        let (f, g) = (h.server.url("/f"), h.server.url("/g"))
+        _ = try await manager.result(of: try await manager.add(f, to: .file(h.path("file.bin"))))
+
+        // Another URL to the same name: refused as the earlier download's file, then replaced when asked.
+        do {
+            _ = try await manager.add(g, to: .file(h.path("file.bin")))
+            Issue.record("another URL took the file without being asked")
+        } catch {
+            #expect(error.code == .destinationExists)
+            #expect(error.message.contains("holds an earlier download, of \(f.absoluteString)"), "\(error.message)")
+        }
+        let replaced = try await manager.add(g, to: .file(h.path("file.bin")), options: DownloadOptions(overwrite: true))
+        _ = try await manager.result(of: replaced)
+        #expect(h.holds("file.bin", other))
+        // The first URL again: the file of the same length is not its file.
+        do {
+            _ = try await manager.add(f, to: .file(h.path("file.bin")))
+            Issue.record("the first download took the file that is the second's")
+        } catch {
+            #expect(error.code == .destinationExists)
+            #expect(error.message.contains("is not the file Haul finished any more"), "\(error.message)")
+        }
+        #expect(h.holds("file.bin", other), "nothing replaced")
+
+        // Edited by its user: the same.
+        let handle = try #require(FileHandle(forWritingAtPath: h.path("file.bin")))
+        try handle.seekToEnd()
+        try handle.write(contentsOf: Data("notes".utf8))
+        try handle.close()
+        do {
+            _ = try await manager.add(g, to: .file(h.path("file.bin")))
+            Issue.record("an edited file was taken as complete or replaced")
+        } catch {
+            #expect(error.code == .destinationExists)
+        }
+        #expect(h.holds("file.bin", other + Array("notes".utf8)), "the edit stays")
+        #expect(h.server.requests(to: "/f").count == 1 && h.server.requests(to: "/g").count == 1)
+        await manager.shutdown()
+    }
+
     @Test("one manager (a daemon): a completed file deleted since is fetched again when added again, not reported")
     func deletedAfterCompletion() async throws {
         let h = try await Harness.make()

@@ -36,7 +36,19 @@ extension DownloadManager {
             return
         case .completed:
             if try alreadyComplete(record) != nil { return }
-            // The file is gone: fetch it again.
+            // The file is gone, or is not the one Haul finished any more (edited, or another put in its place): it
+            // is fetched again, and a file at its name now is replaced only when asked, as any file Haul did not
+            // make (a download into a folder takes the next free name instead).
+            record.mayReplaceDestination = options.overwrite
+            if !options.overwrite, !record.takesFreeName, let path = record.destination,
+                let folder = try? DownloadFolder.open(for: record, allowed: allowedFolders),
+                (try? folder.entry(PathName.lastComponent(of: path))) ?? nil != nil
+            {
+                throw DownloadError(
+                    .destinationExists,
+                    "\(path) is not the file Haul finished any more (changed or replaced since); it is replaced only "
+                        + "when asked (--overwrite, the API's overwrite, aria2's allow-overwrite)")
+            }
             record.durableOffset = 0
             record.segments = nil
             record.remoteFacts = nil
@@ -51,14 +63,18 @@ extension DownloadManager {
         record.error = nil
     }
 
-    /// The result for a completed record whose file is still in place, nil when the file is gone or changed size.
-    /// The disk is looked at every time, before the result kept from the run: a file deleted since (by its user,
-    /// while a daemon runs on) is fetched again by the next add, not reported complete.
+    /// The result for a completed record whose file is still in place, nil when the file is gone, changed size or
+    /// is another file now. The disk is looked at every time, before the result kept from the run: a file deleted
+    /// since (by its user, while a daemon runs on) is fetched again by the next add, not reported complete; and a
+    /// file another download put under the name (another URL with `--overwrite`) is not this download's, whatever
+    /// its length. A fleet looks at the length alone: each lease writes a part file of its own, and the record a
+    /// worker holds may name its own lease's while another worker's became the file.
     func alreadyComplete(_ record: DownloadRecord) throws(DownloadError) -> DownloadResult? {
         guard record.state == .completed, let path = record.destination, let total = record.totalLength,
             let folder = try? DownloadFolder.open(for: record, allowed: allowedFolders),
             let file = try? folder.entry(PathName.lastComponent(of: path)), file.kind == .regular, file.size == total
         else { return nil }
+        if leasing == nil, let made = record.partIdentity, file.identity != made { return nil }
         if let result = results[record.id] { return result }
         var digest: String?
         if record.options.computesSHA256 {
@@ -104,11 +120,19 @@ extension DownloadManager {
                 .untrustedFile, "\(destination) is \(existing.kindInWords); Haul neither follows nor replaces it")
         }
         guard options.overwrite else {
+            // A file an earlier download finished is said to be so (another URL to the same -o), not a stranger's.
+            let earlier =
+                leasing == nil
+                ? catalog.claimants(of: destination).lazy.compactMap { self.known($0) }.first {
+                    $0.id != record.id && $0.state == .completed && $0.totalLength == existing.size
+                } : nil
+            let what =
+                earlier.map { "\(destination) holds an earlier download, of \($0.url)" }
+                ?? "\(destination) already exists and Haul did not create it"
             throw DownloadError(
                 .destinationExists,
-                "\(destination) already exists and Haul did not create it; it is replaced only when asked (--overwrite, "
-                    + "the API's overwrite, aria2's allow-overwrite), or continued with -c (the API's continuePartial)"
-            )
+                "\(what); it is replaced only when asked (--overwrite, the API's overwrite, aria2's allow-overwrite), "
+                    + "or continued with -c (the API's continuePartial)")
         }
         record.mayReplaceDestination = true
     }
