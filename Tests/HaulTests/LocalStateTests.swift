@@ -437,7 +437,8 @@ struct LocalStateTests {
             #expect(error.code == .destinationExists)
             #expect(error.message.contains("holds an earlier download, of \(f.absoluteString)"), "\(error.message)")
         }
-        let replaced = try await manager.add(g, to: .file(h.path("file.bin")), options: DownloadOptions(overwrite: true))
+        let replaced = try await manager.add(
+            g, to: .file(h.path("file.bin")), options: DownloadOptions(overwrite: true))
         _ = try await manager.result(of: replaced)
         #expect(h.holds("file.bin", other))
         // The first URL again: the file of the same length is not its file.
