@@ -67,7 +67,9 @@ struct StateOptions: ParsableArguments {
         if let server, let url = URL(string: server) {
             let token = self.token ?? ProcessInfo.processInfo.environment["HAUL_TOKEN"] ?? ""
             do { return .daemon(try DaemonClient(server: url, token: token, trusting: serverCacert)) } catch {
-                Console.error(Data("haul: error: --server-cacert: \(error.message)\n".utf8))
+                // The file's own problem names the flag; SSL_CERT_DIR's names its folder.
+                let about = serverCacert.map { error.message.hasPrefix($0) } == true ? "--server-cacert: " : ""
+                Console.error(Data("haul: error: \(about)\(error.message)\n".utf8))
                 throw ExitCode(2)
             }
         }
