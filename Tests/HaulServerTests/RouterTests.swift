@@ -173,6 +173,8 @@ struct RouterTests {
             #expect(try apiError(nonASCII).message.hasSuffix("(ASCII host; percent-encode the rest)"))
             let checksum = try await client.post("/api/v1/downloads", #"{"url": "http://h/a", "checksum": "crc=1"}"#)
             #expect(try apiError(checksum).field == "checksum")
+            let short = try await client.post("/api/v1/downloads", #"{"url": "http://h/a", "checksum": "sha256=ab"}"#)
+            #expect(try apiError(short).message == "checksum: 'sha256=ab': a sha256 digest is 64 hex digits")
             let header = try await client.post(
                 "/api/v1/downloads", #"{"url": "http://h/a", "headers": {"Bad Name": "x"}}"#)
             #expect(try apiError(header).field == "headers")

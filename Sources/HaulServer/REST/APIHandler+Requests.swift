@@ -58,7 +58,9 @@ extension APIHandler {
         var checksum: Checksum?
         if let text = item.checksum {
             do { checksum = try Checksum(parsing: text) } catch {
-                throw .invalidField("checksum", error.message, index: index)
+                // The field is named once ("checksum: 'sha256=ab': …"), not again by the parser's own words.
+                let message = error.message.hasPrefix("checksum ") ? String(error.message.dropFirst(9)) : error.message
+                throw .invalidField("checksum", message, index: index)
             }
         }
         var headers: [DownloadOptions.Header] = []
