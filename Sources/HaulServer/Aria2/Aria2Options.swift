@@ -247,8 +247,13 @@ enum Aria2Options {
         let parts = text.split(separator: "=", maxSplits: 1).map(String.init)
         guard parts.count == 2 else { throw Failure(message: "option 'checksum': '\(text)' is not TYPE=DIGEST") }
         let name = parts[0].lowercased().replacingOccurrences(of: "-", with: "")
-        do { return try Checksum(parsing: "\(name)=\(parts[1])").description } catch {
-            throw Failure(message: "option 'checksum': \(error.message)")
+        let converted = "\(name)=\(parts[1])"
+        do { return try Checksum(parsing: converted).description } catch {
+            // Told with the text as the client sent it ("'sha-256=ab': a sha256 digest is 64 hex digits").
+            let parsed = "checksum '\(converted)'"
+            let reason =
+                error.message.hasPrefix(parsed) ? String(error.message.dropFirst(parsed.count)) : " " + error.message
+            throw Failure(message: "option 'checksum': '\(text)'\(reason)")
         }
     }
 
