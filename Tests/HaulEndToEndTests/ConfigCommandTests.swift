@@ -133,15 +133,17 @@ struct ConfigCommandTests {
             ["get", server.url("/b.bin").absoluteString, "--on-complete", "true"], in: workspace)
         #expect(handed.status == 2 && handed.stderr.contains("never given to it over its API"), "\(handed.stderr)")
 
+        // Whether the daemon's log comes to hold `text` (within waitUntil's time).
+        let logs = { (text: String) async -> Bool in
+            await waitUntil {
+                String(decoding: FileManager.default.contents(atPath: daemon.haul.errPath) ?? Data(), as: UTF8.self)
+                    .contains(text)
+            }
+        }
         // A file that no longer reads is logged, and the daemon goes on as it was.
         try Self.write("jobs = \n", to: config)
         daemon.haul.signal(SIGHUP)
-        let refused = "SIGHUP: the config file is not applied: \(config):1:"
-        #expect(
-            await waitUntil {
-                String(decoding: FileManager.default.contents(atPath: daemon.haul.errPath) ?? Data(), as: UTF8.self)
-                    .contains(refused)
-            })
+        #expect(await logs("SIGHUP: the config file is not applied: \(config):1:"))
         #expect(
             (try await daemon.call(.GET, "/api/v1/settings").body as? [String: Any])?["maxConcurrentDownloads"] as? Int
                 == 7)
@@ -149,12 +151,9 @@ struct ConfigCommandTests {
         // Keys a running daemon cannot change are named, as applying at the next start.
         try Self.write("jobs = 7\nallow-host = [\"nas.local\"]\nlog-level = \"info\"\n", to: config)
         daemon.haul.signal(SIGHUP)
-        let deferred = "SIGHUP: the config file changes allow-host, log-level, which apply when haul serve starts again"
         #expect(
-            await waitUntil {
-                String(decoding: FileManager.default.contents(atPath: daemon.haul.errPath) ?? Data(), as: UTF8.self)
-                    .contains(deferred)
-            })
+            await logs(
+                "SIGHUP: the config file changes allow-host, log-level, which apply when haul serve starts again"))
         let stopped = await daemon.stop(SIGTERM)
         #expect(stopped.status == 0, "\(stopped.stderr)")
     }
