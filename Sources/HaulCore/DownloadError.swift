@@ -120,7 +120,7 @@ public struct DownloadError: Error, Sendable, Equatable, CustomStringConvertible
     /// The error for an HTTP status that ends or delays the download.
     public static func httpStatus(_ status: Int, reason: String? = nil, retryAfter: Duration? = nil) -> DownloadError {
         let retryable = RetryPolicy.isRetryableStatus(status)
-        let text = reason.map { "HTTP \(status) \($0)" } ?? "HTTP \(status)"
+        let text = (reason ?? standardReason(status)).map { "HTTP \(status) \($0)" } ?? "HTTP \(status)"
         let hint =
             switch status {
             case 401: ": it asks for credentials (--user NAME[:PASSWORD], user:password@ in the URL, or ~/.netrc)"
@@ -134,6 +134,46 @@ public struct DownloadError: Error, Sendable, Equatable, CustomStringConvertible
             isRetryable: retryable,
             retryAfter: retryAfter
         )
+    }
+
+    /// The reason phrase RFC 9110 gives a status that ends or delays a download, as wget and browsers show it
+    /// ("404 Not Found"): the number alone leaves many readers to look it up.
+    static func standardReason(_ status: Int) -> String? {
+        switch status {
+        case 400: "Bad Request"
+        case 401: "Unauthorized"
+        case 402: "Payment Required"
+        case 403: "Forbidden"
+        case 404: "Not Found"
+        case 405: "Method Not Allowed"
+        case 406: "Not Acceptable"
+        case 407: "Proxy Authentication Required"
+        case 408: "Request Timeout"
+        case 409: "Conflict"
+        case 410: "Gone"
+        case 411: "Length Required"
+        case 412: "Precondition Failed"
+        case 413: "Content Too Large"
+        case 414: "URI Too Long"
+        case 415: "Unsupported Media Type"
+        case 416: "Range Not Satisfiable"
+        case 421: "Misdirected Request"
+        case 425: "Too Early"
+        case 426: "Upgrade Required"
+        case 428: "Precondition Required"
+        case 429: "Too Many Requests"
+        case 431: "Request Header Fields Too Large"
+        case 451: "Unavailable For Legal Reasons"
+        case 500: "Internal Server Error"
+        case 501: "Not Implemented"
+        case 502: "Bad Gateway"
+        case 503: "Service Unavailable"
+        case 504: "Gateway Timeout"
+        case 505: "HTTP Version Not Supported"
+        case 507: "Insufficient Storage"
+        case 511: "Network Authentication Required"
+        default: nil
+        }
     }
 
     private enum CodingKeys: String, CodingKey {

@@ -277,6 +277,15 @@ struct RetryPolicyTests {
         #expect(policy.decide(failures: 1, error: absurd, jitter: 0) == .retry(after: .seconds(3600)))
     }
 
+    @Test("a status is told with its reason phrase; the server's own text, when given, instead")
+    func statusMessages() {
+        #expect(DownloadError.httpStatus(404).message == "server answered HTTP 404 Not Found")
+        #expect(DownloadError.httpStatus(410).message == "server answered HTTP 410 Gone")
+        #expect(DownloadError.httpStatus(599).message == "server answered HTTP 599")
+        #expect(DownloadError.httpStatus(503, reason: "\"busy\"").message == "server answered HTTP 503 \"busy\"")
+        #expect(DownloadError.httpStatus(401).message.hasPrefix("server answered HTTP 401 Unauthorized: it asks for"))
+    }
+
     @Test(
         "statuses",
         arguments: [

@@ -57,14 +57,15 @@ struct BatchCommandTests {
         #expect(
             told.stderr.contains(/195\.3 KiB in (0\.\d\d|\d+\.\d) s, \d+(\.\d)? (B|KiB|MiB|GiB)\/s\)/), "\(told.stderr)"
         )
-        #expect(told.stderr.contains("haul: error: \(missing): server answered HTTP 404\n"), "\(told.stderr)")
+        #expect(told.stderr.contains("haul: error: \(missing): server answered HTTP 404 Not Found\n"), "\(told.stderr)")
 
         let quiet = try await HaulProcess.run(
             ["get", server.url("/b.bin").absoluteString, missing, "-d", workspace.path("quiet"), "--quiet"],
             in: workspace)
         #expect(quiet.status == 1)
         #expect(workspace.holds("quiet/b.bin", body))
-        #expect(quiet.stderr.contains("haul: error: \(missing): server answered HTTP 404\n"), "\(quiet.stderr)")
+        #expect(
+            quiet.stderr.contains("haul: error: \(missing): server answered HTTP 404 Not Found\n"), "\(quiet.stderr)")
         #expect(!quiet.stderr.contains("saved") && !quiet.stderr.contains(" -> "), "\(quiet.stderr)")
 
         let json = try await HaulProcess.run(
