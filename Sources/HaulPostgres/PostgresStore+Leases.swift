@@ -321,13 +321,10 @@ extension PostgresStore {
                 try connection.query(query, logger: logger).blockingGet().first?.decode((String, Double).self)
             }
             guard let (at, age) = beat else { return }
-            guard let seen = first else {
+            if first == nil {
                 first = at
                 waiting(age)
-                do { try await clock.sleep(for: poll) } catch { throw DownloadError(.cancelled, "cancelled") }
-                continue
-            }
-            if at != seen {
+            } else if at != first {
                 throw DownloadError(
                     .locked,
                     "another worker named \(worker) is running (its heartbeat came \(Duration.seconds(age).spoken) ago); give "

@@ -61,22 +61,20 @@ extension HaulCommand.Serve {
     /// daemon applies them; a file that no longer reads is logged and changes nothing. Settings that need a restart
     /// (listener, folders, store, TLS) are not applied: a change to one is logged, naming its key, so that an edit
     /// that seemingly took is not mistaken for one in force.
-    func reloads(logger: Logger) -> AsyncStream<DaemonReload> {
+    /// `started` is what the daemon started with (these flags with the file as it was then).
+    func reloads(startedAs started: Self, logger: Logger) -> AsyncStream<DaemonReload> {
         let (stream, continuation) = AsyncStream.makeStream(of: DaemonReload.self)
         signal(SIGHUP, SIG_IGN)
         let source = DispatchSource.makeSignalSource(signal: SIGHUP, queue: .global())
         let original = self
-        let started = try? withConfig()
         source.setEventHandler {
             do {
                 let serve = try original.withConfig()
-                if let started {
-                    let changed = serve.restartOnlyKeys(differingFrom: started)
-                    if !changed.isEmpty {
-                        logger.notice(
-                            "SIGHUP: the config file changes \(changed.joined(separator: ", ")), which apply when haul serve starts again"
-                        )
-                    }
+                let changed = serve.restartOnlyKeys(differingFrom: started)
+                if !changed.isEmpty {
+                    logger.notice(
+                        "SIGHUP: the config file changes \(changed.joined(separator: ", ")), which apply when haul serve starts again"
+                    )
                 }
                 var options = DaemonOptions(stateDirectory: "")
                 options.maxConcurrentDownloads = serve.jobs

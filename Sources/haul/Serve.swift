@@ -260,7 +260,7 @@ extension HaulCommand {
             options.tlsKey = tlsKey
             options.logger = Logger(label: "haul")
             options.notices = try notices.notices()
-            options.reloads = flags.reloads(logger: options.logger)
+            options.reloads = flags.reloads(startedAs: self, logger: options.logger)
             if let tokenFile {
                 guard let data = FileManager.default.contents(atPath: tokenFile) else {
                     Console.error(Data("haul: error: cannot read the token file \(tokenFile)\n".utf8))

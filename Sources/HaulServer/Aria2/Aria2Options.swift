@@ -247,13 +247,10 @@ enum Aria2Options {
         let parts = text.split(separator: "=", maxSplits: 1).map(String.init)
         guard parts.count == 2 else { throw Failure(message: "option 'checksum': '\(text)' is not TYPE=DIGEST") }
         let name = parts[0].lowercased().replacingOccurrences(of: "-", with: "")
-        let converted = "\(name)=\(parts[1])"
-        do { return try Checksum(parsing: converted).description } catch {
-            // Told with the text as the client sent it ("'sha-256=ab': a sha256 digest is 64 hex digits").
-            let parsed = "checksum '\(converted)'"
-            let reason =
-                error.message.hasPrefix(parsed) ? String(error.message.dropFirst(parsed.count)) : " " + error.message
-            throw Failure(message: "option 'checksum': '\(text)'\(reason)")
+        switch Checksum.parse("\(name)=\(parts[1])") {
+        case .success(let checksum): return checksum.description
+        // Told with the text as the client sent it ("'sha-256=ab': a sha256 digest is 64 hex digits").
+        case .failure(let problem): throw Failure(message: "option 'checksum': '\(text)'\(problem.reason)")
         }
     }
 

@@ -57,10 +57,9 @@ extension APIHandler {
         }
         var checksum: Checksum?
         if let text = item.checksum {
-            do { checksum = try Checksum(parsing: text) } catch {
-                // The field is named once ("checksum: 'sha256=ab': …"), not again by the parser's own words.
-                let message = error.message.hasPrefix("checksum ") ? String(error.message.dropFirst(9)) : error.message
-                throw .invalidField("checksum", message, index: index)
+            switch Checksum.parse(text) {
+            case .success(let parsed): checksum = parsed
+            case .failure(let problem): throw .invalidField("checksum", "'\(text)'\(problem.reason)", index: index)
             }
         }
         var headers: [DownloadOptions.Header] = []
