@@ -266,14 +266,40 @@ extension PostgresStore {
         }
     }
 
-    /// Records that this worker is alive now (with each renewal, the first when its manager starts running).
+    /// Records that this worker is alive now (with each renewal, the first when its manager starts running). Throws
+    /// `locked` when another process holds the name (`nameTaken`).
     func heartbeat() throws(DownloadError) {
         hasBeaten.withLock { $0 = true }
         let query: PostgresQuery = """
             INSERT INTO worker (name, instance) VALUES (\(worker), \(instance))
             ON CONFLICT (name) DO UPDATE SET "heartbeatAt" = now(), instance = EXCLUDED.instance
+            WHERE \(unescaped: Self.nameIsFree(lease: leaseDuration))
+            RETURNING name
             """
-        try queue.perform { [logger] connection in try connection.query(query, logger: logger).blockingGet() }
+        let beat = try queue.perform { [logger] connection in
+            try connection.query(query, logger: logger).blockingGet().first != nil
+        }
+        guard beat else { throw nameTaken() }
+    }
+
+    /// When a beat may write the worker's row: the name is this process's, or no live process has it (given up, or
+    /// its last beat older than a lease). `EXCLUDED` is this process's row.
+    static func nameIsFree(lease: Duration) -> String {
+        """
+        worker.instance IS NULL OR worker.instance = EXCLUDED.instance
+            OR worker."heartbeatAt" < now() - make_interval(secs => \(seconds(lease)))
+        """
+    }
+
+    /// A process stopped (SIGSTOP, a machine suspended) for longer than a lease may find its name taken when it runs
+    /// again: another process, started under the name meanwhile, waited out its lease (`takeName`). This one then
+    /// stops, as a worker whose leases ran out must: two processes under one name would share one heartbeat and one
+    /// share of each host's connections.
+    func nameTaken() -> DownloadError {
+        DownloadError(
+            .locked,
+            "another process took the worker name \(worker) while this one did not run for longer than a lease (\(leaseDuration.spoken)); this one stops"
+        )
     }
 
     public func pulse(transferring: Int) throws(DownloadError) -> FleetPulse {
@@ -284,16 +310,19 @@ extension PostgresStore {
                 INSERT INTO worker (name, transferring, instance) VALUES (\(worker), \(transferring), \(instance))
                 ON CONFLICT (name) DO UPDATE SET "heartbeatAt" = now(), transferring = EXCLUDED.transferring,
                     instance = EXCLUDED.instance
+                WHERE \(unescaped: Self.nameIsFree(lease: leaseDuration))
                 RETURNING name)
             SELECT
-                (SELECT count(*) FROM worker WHERE transferring > 0 AND name <> (SELECT name FROM me)
+                (SELECT count(*) FROM worker WHERE transferring > 0 AND name <> \(worker)
                     AND "heartbeatAt" >= now() - make_interval(secs => \(staleAfter))),
-                (SELECT value FROM setting WHERE name = 'manager')
+                (SELECT value FROM setting WHERE name = 'manager'),
+                EXISTS (SELECT 1 FROM me)
             """
-        let (others, text) = try queue.perform { [logger] connection in
+        let (others, text, beat) = try queue.perform { [logger] connection in
             let row = try connection.query(query, logger: logger).blockingGet().first
-            return try row?.decode((Int, String?).self) ?? (0, nil)
+            return try row?.decode((Int, String?, Bool).self) ?? (0, nil, false)
         }
+        guard beat else { throw nameTaken() }
         return FleetPulse(
             otherWorkersTransferring: others, settings: text.flatMap(ManagerSettings.init(storedText:)))
     }

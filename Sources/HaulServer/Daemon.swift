@@ -343,9 +343,14 @@ struct ManagerService: Service {
         let metrics = self.metrics
         async let observed: Void = metrics.observe(events)
         let manager = self.manager
-        await cancelWhenGracefulShutdown { await manager.run() }
+        // A worker that can no longer run throws: the daemon stops, and says why.
+        var failure: DownloadError?
+        do { try await cancelWhenGracefulShutdown { try await manager.run() } } catch {
+            failure = error as? DownloadError
+        }
         events.cancel()
         await observed
+        if let failure { throw failure }
     }
 }
 

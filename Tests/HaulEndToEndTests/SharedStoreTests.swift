@@ -432,6 +432,39 @@ struct SharedStoreTests {
         #expect(fourthOutput.stderr.contains("worker same: downloads are kept in"), "\(fourthOutput.stderr)")
     }
 
+    @Test(
+        "a worker stopped for longer than a lease, whose name another process took meanwhile, stops when it runs again")
+    func stoppedWorkerFindsNameTaken() async throws {
+        let fleet = try await Fleet()
+        let lease = ["--lease", "2s"]
+        let holder = "SELECT instance FROM worker WHERE name = 'same'"
+        let first = try await fleet.worker("same", lease)
+        #expect(await waitUntil(seconds: 30) { (try? fleet.execute(holder)).map { !$0.isEmpty } == true })
+        let stopped = try fleet.execute(holder)
+
+        // Stopped (SIGSTOP, a machine suspended): the next process of the name waits out its lease, then beats.
+        first.haul.signal(SIGSTOP)
+        let second = try await fleet.worker("same", lease)
+        #expect(
+            await waitUntil(seconds: 30) { (try? fleet.execute(holder)).map { !$0.isEmpty && $0 != stopped } == true })
+        let running = try fleet.execute(holder)
+
+        first.haul.signal(SIGCONT)
+        let ended = await waitUntil(seconds: 30) { !first.haul.process.isRunning }
+        #expect(ended, "the woken worker stops")
+        let firstOutput = await first.stop(ended ? 0 : SIGKILL)
+        #expect(firstOutput.status == 1)
+        #expect(
+            firstOutput.stderr.contains(
+                "another process took the worker name same while this one did not run for longer than a lease (2 s); this one stops"
+            ), "\(firstOutput.stderr)")
+        // The name stays the second's: the first neither beat under it nor gave it up as it stopped.
+        #expect(try fleet.execute(holder) == running)
+        #expect(try await second.call(.GET, "/api/v1/downloads").status == 200)
+        let secondOutput = await second.stop(SIGTERM)
+        #expect(secondOutput.status == 0, "\(secondOutput.stderr)")
+    }
+
     @Test("a store that cannot be reached or a bad store URL: a clear error naming the host, never the password")
     func unreachable() async throws {
         let workspace = try Workspace()

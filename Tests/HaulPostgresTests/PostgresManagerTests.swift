@@ -89,7 +89,7 @@ struct PostgresManagerTests {
             configuration.engine.jitter = { 1 }
             workers.append((try DownloadManager(configuration: configuration), store))
         }
-        let runs = workers.map { worker in Task { await worker.0.run() } }
+        let runs = workers.map { worker in Task { try await worker.0.run() } }
         let (a, b) = (workers[0].0, workers[1].0)
         var ids: [DownloadID] = []
         for index in bodies.indices {
@@ -111,7 +111,7 @@ struct PostgresManagerTests {
             try server.execute("SELECT count(*) FROM download WHERE lease IS NOT NULL", database: location.database)
                 == "0", "every lease was released")
         for run in runs { run.cancel() }
-        for run in runs { await run.value }
+        for run in runs { try await run.value }
         for (_, store) in workers { await store.close() }
     }
 
@@ -192,7 +192,7 @@ struct PostgresManagerTests {
             managers.append(try DownloadManager(configuration: configuration))
         }
         let (a, b) = (managers[0], managers[1])
-        let runs = managers.map { manager in Task { await manager.run() } }
+        let runs = managers.map { manager in Task { try await manager.run() } }
         try await a.setRateLimit(400_000)
         // One connection each: a connection's reads are paid for one by one.
         let single = DownloadOptions(maxConnectionsPerDownload: 1)
@@ -235,7 +235,7 @@ struct PostgresManagerTests {
         #expect(rate >= 400_000 * 0.5, "\(Int(rate)) bytes a second together: both transfer")
         for id in ids { try await a.cancel(id) }
         for run in runs { run.cancel() }
-        for run in runs { await run.value }
+        for run in runs { try await run.value }
     }
 
     @Test("a download waiting for one that failed fails too, with the reason, though no worker claims it")
@@ -250,7 +250,7 @@ struct PostgresManagerTests {
         configuration.store = store
         configuration.engine.jitter = { 1 }
         let manager = try DownloadManager(configuration: configuration)
-        let run = Task { await manager.run() }
+        let run = Task { try await manager.run() }
         let missing = try await manager.add(web.url("/missing"), to: .file(folder + "/missing.bin"))
         await #expect(throws: DownloadError.self) { try await manager.result(of: missing) }
         // Added after its prerequisite failed: only the fleet's pass over the queue can fail it.
@@ -259,7 +259,7 @@ struct PostgresManagerTests {
         #expect(failure.message.contains("it waits for failed"), "\(failure.message)")
         #expect(web.requests(to: "/next").isEmpty)
         run.cancel()
-        await run.value
+        try await run.value
     }
 
     @Test("a worker counts the fleet's downloads again once its count is due, on its idle clock")
@@ -316,7 +316,7 @@ struct PostgresManagerTests {
         configuration.engine.jitter = { 1 }
         configuration.engine.checkpointInterval = .milliseconds(200)
         let manager = try DownloadManager(configuration: configuration)
-        let run = Task { await manager.run() }
+        let run = Task { try await manager.run() }
         let id = try await manager.add(web.url("/slow.bin"), to: .file(folder + "/slow.bin"))
         for await event in manager.events(for: id) {
             if case .progress(let progress) = event, progress.receivedBytes > 0 { break }
@@ -331,7 +331,7 @@ struct PostgresManagerTests {
         _ = await recorder.line { $0.contains("download \(id) was taken over by another worker") }
         // Its run ends without storing anything: not its checkpoints, not the queued state a shutdown stores.
         run.cancel()
-        await run.value
+        try await run.value
         store.flush()
         #expect(try server.execute(row, database: database) == stolen)
         #expect(!store.holds(id.rawValue))

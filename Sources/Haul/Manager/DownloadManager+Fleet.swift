@@ -86,7 +86,7 @@ extension DownloadManager {
     }
 
     /// Renews this worker's leases (and tells its heartbeat) at once and then every third of their length, until the
-    /// calling task is cancelled.
+    /// calling task is cancelled or the worker's name is found taken.
     func renewLeases(clock: EngineClock) async {
         guard let leasing else { return }
         let interval = leasing.leaseDuration / 3
@@ -103,6 +103,11 @@ extension DownloadManager {
                 for id in lost { leaseLost(id) }
                 let transferring = transferring
                 adopt(try await Blocking.run { try leasing.pulse(transferring: transferring) })
+            } catch let error as DownloadError where error.code == .locked {
+                // Its name is another process's now (`LeasingStore.pulse`): `run()` stops.
+                configuration.logger.error("\(error.message)")
+                cannotRun = error
+                return
             } catch {
                 configuration.logger.error(
                     "cannot renew this worker's leases: \((error as? DownloadError)?.message ?? "\(error)")")

@@ -90,6 +90,8 @@ public actor DownloadManager {
     var stopWaiters: [Int: StopWaiter] = [:]
     var nextStopWaiter = 0
     var isShutDown = false
+    /// Why `run()` stops before it is cancelled: this worker can no longer run (its name was taken).
+    var cannotRun: DownloadError?
     /// The deliveries of notices under way, by download and sink (`DownloadManager+Notices`).
     var noticeTasks: [NoticeKey: Task<Void, Never>] = [:]
     /// The refresh commands running for expired links, and the bytes each download held when its link was last
@@ -207,13 +209,17 @@ public actor DownloadManager {
     /// while anything runs, and when the calling task is cancelled shuts down (running downloads flush their exact
     /// offsets and stay queued for the next start). Every `heartbeatInterval` seconds, readers of `subscribe` get a
     /// heartbeat (`EventSubscription.AsyncIterator.nextDelivery()`), so a quiet stream can say it is alive.
-    public func run(heartbeatEvery heartbeatInterval: Int = 15) async {
+    ///
+    /// A fleet's worker also stops when it can no longer run, and throws why after the same shutdown: another process
+    /// took its name while it was stopped for longer than a lease (`locked`).
+    public func run(heartbeatEvery heartbeatInterval: Int = 15) async throws(DownloadError) {
         try? start()
         let clock = engineIdleClock
         let renewals = Task { await renewLeases(clock: clock) }
         var seconds = 0
-        while !Task.isCancelled {
+        while !Task.isCancelled && cannotRun == nil {
             do { try await clock.sleep(.seconds(1)) } catch { break }
+            if cannotRun != nil { break }
             seconds += 1
             await followFleet()
             recordSpeeds()
@@ -223,6 +229,7 @@ public actor DownloadManager {
         }
         renewals.cancel()
         await shutdown()
+        if let cannotRun { throw cannotRun }
     }
 
 }

@@ -56,7 +56,8 @@ public protocol LeasingStore: DownloadStoring {
     /// `folders`, this worker's allowed folders. Their later writes are fenced by their leases. The fleet's leases
     /// together stay within `fleetTotal` (a schedule's `jobs=` in force), else within the stored fleet limit.
     func claim(limit: Int, within folders: [String], fleetTotal: Int?) throws(DownloadError) -> [DownloadRecord]
-    /// Renews every lease this worker holds; returns the downloads whose lease it no longer holds.
+    /// Renews every lease this worker holds; returns the downloads whose lease it no longer holds. Throws `locked`
+    /// when another process took this worker's name (as `pulse` does): the worker stops.
     func renewLeases() throws(DownloadError) -> Set<String>
     /// Gives up the lease of `id` once the writes queued before it are committed (queued, in order; a download
     /// released as queued is claimable at once by any worker). Until its run ends (and this is called), a download
@@ -116,7 +117,9 @@ public protocol LeasingStore: DownloadStoring {
     /// The queued downloads that wait for any of `ids`.
     func dependents(of ids: [String]) throws(DownloadError) -> [DownloadRecord]
     /// Tells the fleet how many downloads this worker transfers now (with its heartbeat), and reads what the fleet's
-    /// limits need: how many other workers transfer, and the settings as the store has them.
+    /// limits need: how many other workers transfer, and the settings as the store has them. Throws `locked` when
+    /// another process runs under this worker's name now (one that started while this one did not run for longer
+    /// than a lease): the worker stops.
     func pulse(transferring: Int) throws(DownloadError) -> FleetPulse
     /// Asks for this worker's slots of connections to each host in `demands` (and gives up those of every other
     /// host), the fleet's workers together holding at most `limit` per host; renews them for a lease's length.
