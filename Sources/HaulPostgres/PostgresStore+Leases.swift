@@ -376,19 +376,27 @@ extension PostgresStore {
         }
     }
 
+    /// The fleet's workers. One whose last beat is older than this worker's lease is `unresponsive` (the same test
+    /// `takeName` makes of a name).
     public func workers() throws(DownloadError) -> [WorkerStatus] {
         let query: PostgresQuery = """
-            SELECT worker.name, extract(epoch FROM worker."heartbeatAt")::float8,
+            SELECT worker.name,
+                CASE WHEN worker.instance IS NULL THEN 'stopped'
+                    WHEN worker."heartbeatAt" < now() - make_interval(secs => \(Self.seconds(leaseDuration)))
+                        THEN 'unresponsive'
+                    ELSE 'running' END,
+                extract(epoch FROM worker."heartbeatAt")::float8,
                 COALESCE(array_agg(download.id ORDER BY download.id) FILTER (WHERE download.id IS NOT NULL), '{}')
             FROM worker LEFT JOIN download
                 ON download.worker = worker.name AND download.lease IS NOT NULL AND download."leaseExpires" >= now()
-            GROUP BY worker.name, worker."heartbeatAt" ORDER BY worker.name
+            GROUP BY worker.name, worker."heartbeatAt", worker.instance ORDER BY worker.name
             """
         return try queue.perform { [logger] connection in
             try connection.query(query, logger: logger).blockingGet().map { row in
-                let (name, seconds, downloads) = try row.decode((String, Double, [String]).self)
+                let (name, state, seconds, downloads) = try row.decode((String, String, Double, [String]).self)
                 return WorkerStatus(
-                    name: name, heartbeatAt: Date(timeIntervalSince1970: seconds), downloads: downloads)
+                    name: name, state: WorkerStatus.State(rawValue: state) ?? .running,
+                    heartbeatAt: Date(timeIntervalSince1970: seconds), downloads: downloads)
             }
         }
     }

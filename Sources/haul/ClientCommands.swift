@@ -98,7 +98,8 @@ extension HaulCommand {
     struct Workers: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
             commandName: "workers",
-            abstract: "List the workers sharing haul serve's store: name, last heartbeat, downloads running.",
+            abstract:
+                "List the workers sharing haul serve's store: name, running or not, last heartbeat, downloads running.",
             discussion: """
                 Asks the daemon of the state folder (or --server). Without a shared store (haul serve --store), \
                 the one worker is that daemon.
@@ -117,7 +118,10 @@ extension HaulCommand {
             if json {
                 let formatter = ISO8601DateFormatter()
                 let objects: [[String: Any]] = workers.map {
-                    ["name": $0.name, "heartbeatAt": formatter.string(from: $0.heartbeatAt), "downloads": $0.downloads]
+                    [
+                        "name": $0.name, "state": $0.state.rawValue,
+                        "heartbeatAt": formatter.string(from: $0.heartbeatAt), "downloads": $0.downloads,
+                    ]
                 }
                 let data = try JSONSerialization.data(
                     withJSONObject: objects, options: [.sortedKeys, .withoutEscapingSlashes])
@@ -125,9 +129,16 @@ extension HaulCommand {
                 return
             }
             for worker in workers {
-                let age = max(0, Int(Date().timeIntervalSince(worker.heartbeatAt).rounded()))
-                let running = worker.downloads.isEmpty ? "idle" : "\(worker.downloads.count) running"
-                print("\(worker.name)  heartbeat \(age) s ago  \(running)")
+                let age = Duration.seconds(max(0, Date().timeIntervalSince(worker.heartbeatAt).rounded())).spoken
+                switch worker.state {
+                case .running:
+                    let running = worker.downloads.isEmpty ? "idle" : "\(worker.downloads.count) running"
+                    print("\(worker.name)  running, heartbeat \(age) ago  \(running)")
+                case .stopped:
+                    print("\(worker.name)  stopped \(age) ago")
+                case .unresponsive:
+                    print("\(worker.name)  unresponsive: no heartbeat for \(age) (killed, cut off or suspended)")
+                }
             }
         }
     }

@@ -39,12 +39,14 @@ struct SharedStoreTests {
         let listed = try await workers[1].call(.GET, "/api/v1/workers")
         let shown = (listed.body as? [String: Any])?["workers"] as? [[String: Any]] ?? []
         #expect(shown.compactMap { $0["name"] as? String } == ["a", "b", "c"], "\(shown)")
+        #expect(shown.allSatisfy { $0["state"] as? String == "running" }, "\(shown)")
         #expect(shown.allSatisfy { ($0["downloads"] as? [String])?.isEmpty == true }, "all done: \(shown)")
         let printed = try await HaulProcess.run(
             ["workers", "--state-dir", workers[0].workspace.state], in: workers[0].workspace)
         #expect(printed.status == 0, "\(printed.stderr)")
         #expect(
-            ["a", "b", "c"].allSatisfy { name in printed.stdout.contains("\(name)  heartbeat ") }, "\(printed.stdout)")
+            ["a", "b", "c"].allSatisfy { name in printed.stdout.contains("\(name)  running, heartbeat ") },
+            "\(printed.stdout)")
         // b and c answer for downloads a added.
         for worker in workers.dropFirst() {
             let seen = try await worker.download(ids[299])
@@ -438,12 +440,27 @@ struct SharedStoreTests {
         let fleet = try await Fleet()
         let lease = ["--lease", "2s"]
         let holder = "SELECT instance FROM worker WHERE name = 'same'"
+        // Another worker lists the fleet throughout, `same` as running, unresponsive or stopped.
+        let watcher = try await fleet.worker("watcher", lease)
+        let stateOfSame = { @Sendable () async -> String? in
+            let listed = try? await watcher.call(.GET, "/api/v1/workers")
+            let shown = (listed?.body as? [String: Any])?["workers"] as? [[String: Any]] ?? []
+            return shown.first { $0["name"] as? String == "same" }?["state"] as? String
+        }
         let first = try await fleet.worker("same", lease)
         #expect(await waitUntil(seconds: 30) { (try? fleet.execute(holder)).map { !$0.isEmpty } == true })
         let stopped = try fleet.execute(holder)
+        #expect(await stateOfSame() == "running")
 
-        // Stopped (SIGSTOP, a machine suspended): the next process of the name waits out its lease, then beats.
+        // Stopped (SIGSTOP, a machine suspended): listed as unresponsive once a lease passed without a beat, and the
+        // next process of the name waits that out, then beats.
         first.haul.signal(SIGSTOP)
+        let silent = "SELECT \"heartbeatAt\" < now() - interval '2 s' FROM worker WHERE name = 'same'"
+        #expect(await waitUntil(seconds: 30) { (try? fleet.execute(silent)) == "t" })
+        #expect(await stateOfSame() == "unresponsive")
+        let printed = try await HaulProcess.run(
+            ["workers", "--state-dir", watcher.workspace.state], in: watcher.workspace)
+        #expect(printed.stdout.contains("same  unresponsive: no heartbeat for "), "\(printed.stdout)")
         let second = try await fleet.worker("same", lease)
         #expect(
             await waitUntil(seconds: 30) { (try? fleet.execute(holder)).map { !$0.isEmpty && $0 != stopped } == true })
@@ -460,9 +477,13 @@ struct SharedStoreTests {
             ), "\(firstOutput.stderr)")
         // The name stays the second's: the first neither beat under it nor gave it up as it stopped.
         #expect(try fleet.execute(holder) == running)
-        #expect(try await second.call(.GET, "/api/v1/downloads").status == 200)
+        #expect(await stateOfSame() == "running")
         let secondOutput = await second.stop(SIGTERM)
         #expect(secondOutput.status == 0, "\(secondOutput.stderr)")
+        #expect(await stateOfSame() == "stopped")
+        let listed = try await HaulProcess.run(
+            ["workers", "--state-dir", watcher.workspace.state], in: watcher.workspace)
+        #expect(listed.stdout.contains("same  stopped "), "\(listed.stdout)")
     }
 
     @Test("a store that cannot be reached or a bad store URL: a clear error naming the host, never the password")

@@ -144,7 +144,7 @@ struct EventStreamTests {
     @Test("?download=ID streams one download only; an unknown id is a 404; heartbeats are comment lines")
     func filterAndHeartbeat() async throws {
         let h = try await ServerHarness.make()
-        let runner = Task { await h.manager.run(heartbeatEvery: 1) }
+        let runner = Task { try await h.manager.run(heartbeatEvery: 1) }
         defer { runner.cancel() }
         try await h.application().test(.live) { client in
             let port = try #require(client.port)
@@ -177,7 +177,7 @@ struct EventStreamTests {
         // The real clock: the speed is measured over time.
         let h = try await ServerHarness.make { $0.clock = ContinuousClock() }
         h.server.serve("/slow", .init(body: testBytes(2_000_000, seed: 6), bytesPerSecond: 400_000))
-        let runner = Task { await h.manager.run(heartbeatEvery: 1000) }
+        let runner = Task { try await h.manager.run(heartbeatEvery: 1000) }
         defer { runner.cancel() }
         try await h.application().test(.live) { client in
             let port = try #require(client.port)
@@ -198,7 +198,7 @@ struct EventStreamTests {
     func speedSamples() async throws {
         let h = try await ServerHarness.make { $0.clock = ContinuousClock() }
         h.server.serve("/slow", .init(body: testBytes(2_000_000, seed: 7), bytesPerSecond: 400_000))
-        let runner = Task { await h.manager.run(heartbeatEvery: 1000) }
+        let runner = Task { try await h.manager.run(heartbeatEvery: 1000) }
         defer { runner.cancel() }
         try await h.application().test(.live) { client in
             let port = try #require(client.port)

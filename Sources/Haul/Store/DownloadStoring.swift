@@ -200,14 +200,27 @@ public struct QueuePositions: Sendable, Equatable {
 
 /// One worker of a fleet as the store knows it.
 public struct WorkerStatus: Sendable, Equatable {
+    /// Whether a worker runs, as its row in the store tells.
+    public enum State: String, Sendable, Equatable {
+        /// It beat within a lease.
+        case running
+        /// It stopped and gave its name up (SIGTERM, `aria2.shutdown`).
+        case stopped
+        /// It has not beaten for longer than a lease without giving its name up: killed, cut off from the store, or
+        /// suspended. Its downloads go to other workers as their leases run out.
+        case unresponsive
+    }
+
     public var name: String
+    public var state: State
     /// When it last renewed its leases (its heartbeat, every third of a lease).
     public var heartbeatAt: Date
     /// The downloads it holds a live lease of, by id.
     public var downloads: [String]
 
-    public init(name: String, heartbeatAt: Date, downloads: [String]) {
+    public init(name: String, state: State = .running, heartbeatAt: Date, downloads: [String]) {
         self.name = name
+        self.state = state
         self.heartbeatAt = heartbeatAt
         self.downloads = downloads
     }

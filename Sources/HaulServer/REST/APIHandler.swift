@@ -369,7 +369,8 @@ public struct APIHandler: APIProtocol {
                     .init(
                         workers: workers.map {
                             Components.Schemas.Worker(
-                                name: $0.name, heartbeatAt: $0.heartbeatAt, downloads: $0.downloads)
+                                name: $0.name, state: .init(rawValue: $0.state.rawValue) ?? .running,
+                                heartbeatAt: $0.heartbeatAt, downloads: $0.downloads)
                         }))))
     }
 
