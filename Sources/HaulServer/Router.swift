@@ -83,11 +83,16 @@ public func buildApplication(
     onRunning: @escaping @Sendable (any Channel) async -> Void = { _ in }
 ) throws -> some ApplicationProtocol {
     // A call of aria2's JSON-RPC arrives as one frame; a batch adding a few thousand URLs needs more than 16 KiB.
-    let http1: HTTPServerBuilder = .http1WebSocketUpgrade(
-        webSocketRouter: router,
-        configuration: .init(
-            http1: .init(additionalChannelHandlers: fastDoor.map { [FastDoorHandler(door: $0)] } ?? []),
-            ws: .init(maxFrameSize: Aria2RPC.messageLimit)))
+    let configuration = HTTP1WebSocketUpgradeChannel.Configuration(
+        http1: .init(additionalChannelHandlers: fastDoor.map { [FastDoorHandler(door: $0)] } ?? []),
+        ws: .init(maxFrameSize: Aria2RPC.messageLimit))
+    let webSocketResponder = router.buildResponder()
+    let http1 = HTTPServerBuilder { responder in
+        RefusingUnparsable(
+            servesTLS: tls != nil,
+            inner: HTTP1WebSocketUpgradeChannel(
+                responder: responder, webSocketResponder: webSocketResponder, configuration: configuration))
+    }
     let server: HTTPServerBuilder = try tls.map { try .tls(http1, tlsConfiguration: $0) } ?? http1
     return Application(
         router: router, server: server, configuration: .init(address: address, serverName: "haul"),

@@ -266,7 +266,15 @@ struct ErrorAnswers: ClientMiddleware {
         var bytes = Data()
         if let answer { bytes = try await Data(collecting: answer, upTo: 1 << 20) }
         guard let error = try? JSONDecoder().decode(Components.Schemas.ErrorResponse.self, from: bytes) else {
-            throw ClientError(description: "the daemon answered \(response.status.code)", status: response.status.code)
+            // Another answer than the API's (a TLS daemon asked over http://, a proxy, another server at that
+            // address) is quoted by its first line of text.
+            let line = String(decoding: bytes.prefix(200), as: UTF8.self).split(whereSeparator: \.isNewline).first
+            let text = line.map { $0.trimmingCharacters(in: .whitespaces) }.flatMap { $0.isEmpty ? nil : $0 }
+            let isText = response.headerFields[.contentType]?.hasPrefix("text/plain") == true
+            throw ClientError(
+                description: "the daemon answered \(response.status.code)"
+                    + (isText ? text.map { ": \($0)" } ?? "" : ""),
+                status: response.status.code)
         }
         throw ClientError(description: error.error.message, status: response.status.code, index: error.error.index)
     }

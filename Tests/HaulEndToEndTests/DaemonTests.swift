@@ -398,6 +398,16 @@ struct DaemonTests {
             ["ls", "--server-cacert", workspace.root + "/stats.json"] + remote, in: workspace)
         #expect(notPEM.status == 2)
         #expect(notPEM.stderr.contains("stats.json holds no PEM certificate"), "\(notPEM.stderr)")
+        // Asked in plain HTTP, it says in plain HTTP that it speaks HTTPS.
+        let plain = "http://" + daemon.url.dropFirst("https://".count)
+        let unencrypted = try await HaulProcess.run(
+            ["ls", "--server", plain, "--token", daemon.token, "--state-dir", workspace.root + "/elsewhere"],
+            in: workspace)
+        #expect(unencrypted.status == 1)
+        #expect(
+            unencrypted.stderr.contains(
+                "the daemon answered 400: This is haul serve over HTTPS: ask for https:// at this address."),
+            "\(unencrypted.stderr)")
         let stopped = await daemon.stop(SIGTERM)
         #expect(!stopped.stderr.contains("clear text"))
         let open = try await DaemonProcess(workspace, listen: "0.0.0.0:0")

@@ -191,6 +191,34 @@ struct FastDoorTests {
         }
     }
 
+    @Test(
+        "a first request that is not HTTP (a TLS handshake at a plain daemon, garbage) is answered 400 and the connection closed; after a request, the server's own answer"
+    )
+    func unparsable() async throws {
+        let h = try await ServerHarness.make()
+        let fast = FastDoor(manager: h.manager, configuration: h.configuration)
+        try await Self.application(h, fast: fast).test(.live) { client in
+            let port = try #require(client.port)
+            // The start of a TLS ClientHello: a handshake record, TLS 1.0, 512 bytes.
+            let hello =
+                "\u{16}\u{03}\u{01}\u{02}\u{00}\u{01}\u{00}\u{01}\u{FC}\u{03}\u{03}"
+                + String(repeating: "a", count: 100)
+            for text in [hello, "GARBAGE / HTTP/1.1\r\n\r\n", "GET / HTTP/1.1\r\nHost\r\n\r\n"] {
+                let answers = try await onOwnThread {
+                    try Self.exchange(port: port, sending: text, answers: 1, thenClosed: true)
+                }
+                #expect(answers.map(\.status) == [400], "\(text.prefix(20).debugDescription)")
+            }
+            let answers = try await onOwnThread {
+                try Self.exchange(
+                    port: port,
+                    sending: "GET /api/v1/stats HTTP/1.1\r\nHost: 127.0.0.1:\(port)\r\n\r\nGARBAGE / HTTP/1.1\r\n\r\n",
+                    answers: 2, thenClosed: true)
+            }
+            #expect(answers.map(\.status) == [401, 400])
+        }
+    }
+
     /// Sends `text` on a new connection to `port` and reads `answers` answers (each with a Content-Length); with
     /// `thenClosed`, expects the server to end the connection after them. It blocks on its socket, so a test runs it
     /// `onOwnThread` and it throws what went wrong.
