@@ -32,7 +32,7 @@ public enum DownloadRules {
         /// Which rule.
         public enum Rule: String, Sendable {
             case url, connections, minimumSplitSize, concurrentDownloads, connectionsPerHost, rate, timeout, retries,
-                pageSize, nameLength, mirrors, pieces, downloadsPerHost, header
+                pageSize, nameLength, fileName, mirrors, pieces, downloadsPerHost, header
         }
 
         /// The rule broken.
@@ -232,6 +232,20 @@ public enum DownloadRules {
     public static func checkNameLength(_ name: String) throws(RuleViolation) {
         guard name.utf8.count <= longestName else {
             throw RuleViolation(rule: .nameLength, problem: "is longer than \(longestName) bytes")
+        }
+    }
+
+    /// A file's name as a request gives it (`filename`; aria2's `out` less its folders): one name, neither a folder
+    /// of its own (`.`, `..`) nor a path. A name that is one but would be unsafe to create as it is (a leading dot,
+    /// a control character) is made safe as a server's is (`FileNameSanitizer`), over the network.
+    public static func checkFileName(_ name: String) throws(RuleViolation) {
+        if name.isEmpty { throw RuleViolation(rule: .fileName, problem: "must not be empty") }
+        if name == "." || name == ".." {
+            throw RuleViolation(rule: .fileName, problem: "'\(name)' names a folder, not a file")
+        }
+        if name.contains("/") {
+            throw RuleViolation(
+                rule: .fileName, problem: "'\(name)' holds '/': give the file's name, and its folder as the directory")
         }
     }
 }

@@ -117,16 +117,11 @@ struct FolderPolicy: Sendable {
             folder = lexical
         }
         guard let filename else { return .directory(folder) }
-        let name: String
-        if door == .network {
-            name = FileNameSanitizer.sanitize(filename)
-        } else {
-            guard !filename.isEmpty, !filename.contains("/"), filename != ".", filename != ".." else {
-                throw .invalidField("filename", "'\(filename)' is not a single file name", index: index)
-            }
-            name = filename
+        try APIError.checking("filename", index: index) { () throws(DownloadRules.RuleViolation) in
+            try DownloadRules.checkFileName(filename)
         }
-        return .file(PathName.join(folder, name))
+        // Over the network, a name is made as safe as a server's; the user's own commands write the name they give.
+        return .file(PathName.join(folder, door == .network ? FileNameSanitizer.sanitize(filename) : filename))
     }
 
     /// `path` opened beneath the allowed folder it names (what is missing inside made there), as the path of that

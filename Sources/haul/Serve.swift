@@ -30,7 +30,9 @@ extension HaulCommand {
         @Option(help: "HOST:PORT to listen on (port 0 picks a free one; default 127.0.0.1:7165).")
         var listen: String?
 
+        // -d as `haul get -d` and aria2c's -d.
         @Option(
+            name: [.customShort("d"), .long],
             help:
                 "Where downloads go by default, made when missing (default: $XDG_DOWNLOAD_DIR, else ~/Downloads, else here)."
         )

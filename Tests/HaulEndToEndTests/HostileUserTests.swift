@@ -299,7 +299,7 @@ struct HostileUserTests {
     }
 
     @Test(
-        "haul serve: .. and absolute names in filename and directory never leave the folder",
+        "haul serve: .. and absolute names in filename and directory never leave the folder: a path as a file name refused, a folder outside refused",
         arguments: [false, true])
     func daemonNames(withoutOpenat2: Bool) async throws {
         let (workspace, outside, server) = try await Self.setUp()
@@ -307,7 +307,13 @@ struct HostileUserTests {
             server.serve("/g.bin", .init(body: body))
             let daemon = try await Self.daemon(workspace, withoutOpenat2: withoutOpenat2)
             let url = server.url("/g.bin").absoluteString
-            for (filename, landed) in [("../../escape.bin", "escape.bin"), ("/etc/absolute.bin", "absolute.bin")] {
+            // A path as a file name is refused; one name that starts like a way up or a hidden file is made safe.
+            for filename in ["../../escape.bin", "/etc/absolute.bin", ".."] {
+                let refused = try await daemon.call(
+                    .POST, "/api/v1/downloads", json: ["url": url, "filename": filename])
+                #expect(refused.status == 400, "\(filename)")
+            }
+            for (filename, landed) in [("..escape.bin", "escape.bin"), (".absolute.bin", "absolute.bin")] {
                 let id = try await Self.add(daemon, ["url": url, "filename": filename])
                 let done = try await daemon.waitUntilStopped(id, seconds: 30)
                 #expect(done["state"] as? String == "completed", "\(done)")

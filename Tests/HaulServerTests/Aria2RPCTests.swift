@@ -399,6 +399,8 @@ struct Aria2RPCTests {
             #expect(answer["result"]?.array?.first?.object?["path"] == .string(h.path("nested/two.bin")))
             (_, answer) = try await rpc(client, "aria2.addUri", [[.string(url + "?o")], ["out": "../../outside.bin"]])
             #expect(answer["error"]?.object?["message"]?.string?.contains("outside the folders") == true, "\(answer)")
+            (_, answer) = try await rpc(client, "aria2.addUri", [[.string(url + "?d")], ["out": "sub/."]])
+            #expect(answer["error"]?.object?["message"] == "option 'out': '.' names a folder, not a file", "\(answer)")
             (_, answer) = try await rpc(client, "aria2.addUri", [["gopher://h/x"]])
             #expect(answer["error"]?.object?["message"]?.string?.contains("is not an http, https or ftp URL") == true)
 

@@ -39,7 +39,9 @@ struct FolderPolicyTests {
         }
     }
 
-    @Test("a relative folder is created under the download folder; an allowed folder is accepted; names sanitised")
+    @Test(
+        "a relative folder is created under the download folder; an allowed folder is accepted; names sanitised, and a path or a folder's name given as a file name refused"
+    )
     func allowed() async throws {
         let extra = NSTemporaryDirectory() + "haul-allowed-" + UUID().uuidString
         try FileManager.default.createDirectory(atPath: extra, withIntermediateDirectories: true)
@@ -56,9 +58,21 @@ struct FolderPolicyTests {
                 "/api/v1/downloads", #"{"url": "http://h/b", "directory": "\#(extra)/sub", "paused": true}"#)
             #expect(inAllowed.status == .created)
             let named = try await client.post(
-                "/api/v1/downloads", #"{"url": "http://h/c", "filename": "../../.bashrc", "paused": true}"#)
+                "/api/v1/downloads", #"{"url": "http://h/c", "filename": ".bashrc", "paused": true}"#)
             #expect(named.status == .created)
             #expect(try body(Components.Schemas.Download.self, named).path == Self.real(h.downloads) + "/bashrc")
+            let refusals = [
+                "../../.bashrc":
+                    "filename: '../../.bashrc' holds '/': give the file's name, and its folder as the directory",
+                ".": "filename: '.' names a folder, not a file", "..": "filename: '..' names a folder, not a file",
+            ]
+            for (filename, message) in refusals {
+                let refused = try await client.post(
+                    "/api/v1/downloads", #"{"url": "http://h/d", "filename": "\#(filename)", "paused": true}"#)
+                #expect(refused.status == .badRequest, "\(filename)")
+                let error = try apiError(refused)
+                #expect(error.field == "filename" && error.message == message, "\(error.message)")
+            }
         }
     }
 }

@@ -185,6 +185,7 @@ extension DownloadManager {
         case .retries: "the attempts without progress"
         case .pageSize: "a page"
         case .nameLength: "a name"
+        case .fileName: "a file name"
         case .mirrors: "the mirrors"
         case .pieces: "the piece hashes"
         case .header: "a header"

@@ -73,9 +73,6 @@ extension APIHandler {
             }
             headers.append(header)
         }
-        if let filename = item.filename, filename.isEmpty {
-            throw .invalidField("filename", "must not be empty", index: index)
-        }
         let destination = try policy.destination(
             directory: item.directory, filename: item.filename, door: door, index: index)
         var options = DownloadOptions(
