@@ -191,8 +191,9 @@ struct DaemonTests {
             let run = try await HaulProcess.run(["serve"] + state + flags, in: workspace)
             #expect(run.status == 2 && run.stderr.contains(says), "\(run.stderr)")
         }
+        // -d, as haul get -d and aria2c -d.
         let folder = workspace.path("new/downloads")
-        let daemon = try await DaemonProcess(workspace, extra: ["--download-dir", folder])
+        let daemon = try await DaemonProcess(workspace, extra: ["-d", folder])
         let settings = try await daemon.call(.GET, "/api/v1/settings").body as? [String: Any]
         #expect(settings?["downloadDir"] as? String == folder, "\(String(describing: settings))")
         var isFolder: ObjCBool = false
