@@ -130,6 +130,7 @@ public final class FaultServer: Sendable {
         var log: [RecordedRequest] = []
         var openChannels: [ObjectIdentifier: any Channel] = [:]
         var peakOpen = 0
+        var accepted = 0
     }
 
     /// An answer that went quiet (`stall`, `stallChunked`, `stallBeforeHead`, `hold`), told once its bytes are sent.
@@ -229,8 +230,12 @@ public final class FaultServer: Sendable {
         state.withLock { state in
             state.openChannels[ObjectIdentifier(channel)] = channel
             state.peakOpen = max(state.peakOpen, state.openChannels.count)
+            state.accepted += 1
         }
     }
+
+    /// How many connections the server accepted since it started.
+    public var acceptedConnections: Int { state.withLock { $0.accepted } }
 
     /// The most connections open at once since the server started (or since `resetPeakConnections`).
     public var peakConnections: Int { state.withLock { $0.peakOpen } }

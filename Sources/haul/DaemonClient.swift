@@ -31,7 +31,10 @@ struct DaemonClient: Sendable {
     /// A client of the daemon that owns `stateDirectory`, through its socket (no token: the socket checks the user).
     init(socket path: String) {
         isLocal = true
-        http = HTTPClient(eventLoopGroupProvider: .singleton, configuration: .init())
+        var configuration = HTTPClient.Configuration()
+        // A daemon that stopped without removing its socket is told at once (see `clientConfiguration`).
+        configuration.connectionPool.retryConnectionEstablishment = false
+        http = HTTPClient(eventLoopGroupProvider: .singleton, configuration: configuration)
         let encoded = path.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? path
         baseURL = URL(string: "http+unix://\(encoded)/api/v1")!
         token = nil
@@ -304,10 +307,16 @@ struct RemoteEvents: Sendable {
 
     /// Reads events, giving them to `handle` until it returns false: all those of one chunk of the stream at once, so
     /// that a burst of events crosses to the handler (and from it to the terminal output) once, not once an event.
-    /// Gives up when the daemon cannot be reached again after `attempts` tries in a row.
-    func follow(attempts: Int = 20, _ handle: ([DownloadEvent]) async -> Bool) async throws {
+    /// Gives up when the daemon cannot be reached again for `patience` (a daemon restarting, by hand or by its
+    /// service manager, is back well within it), trying every quarter of a second and then, after a few tries, every
+    /// two seconds.
+    func follow(
+        patience: Duration = .seconds(60), clock: any Clock<Duration> = ContinuousClock(),
+        _ handle: ([DownloadEvent]) async -> Bool
+    ) async throws {
         var lastID: String?
         var failures = 0
+        var waited = Duration.zero
         let decoder = JSONDecoder()
         decoder.dateDecodingStrategy = .iso8601
         while true {
@@ -315,10 +324,13 @@ struct RemoteEvents: Sendable {
             do {
                 body = try await client.events(after: lastID)
                 failures = 0
+                waited = .zero
             } catch {
                 failures += 1
-                if failures >= attempts { throw error }
-                try await Task.sleep(for: .milliseconds(250))
+                let pause: Duration = failures <= 8 ? .milliseconds(250) : .seconds(2)
+                if waited + pause > patience { throw error }
+                waited += pause
+                try await clock.sleep(for: pause)
                 continue
             }
             do {

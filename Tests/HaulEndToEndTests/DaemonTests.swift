@@ -416,6 +416,23 @@ struct DaemonTests {
         #expect(output.stderr.contains("the token travels in clear text"), "\(output.stderr)")
     }
 
+    @Test(
+        "--server https:// at a server that does not speak TLS: told on the first connection, which is not tried again and again"
+    )
+    func serverWithoutTLS() async throws {
+        let (workspace, server) = try await Self.setUp()
+        defer { Self.tearDown(workspace, server) }
+        let listed = try await HaulProcess.run(
+            [
+                "ls", "--server", "https://127.0.0.1:\(server.port)", "--token", "t", "--state-dir",
+                workspace.root + "/elsewhere",
+            ], in: workspace)
+        #expect(listed.status == 1)
+        #expect(
+            listed.stderr.contains("cannot reach the daemon: the TLS handshake with 127.0.0.1:"), "\(listed.stderr)")
+        #expect(server.acceptedConnections == 1)
+    }
+
     @Test("--server URL with --token or HAUL_TOKEN reaches a daemon over HTTP; a wrong token is refused")
     func remoteServer() async throws {
         let (workspace, server) = try await Self.setUp()

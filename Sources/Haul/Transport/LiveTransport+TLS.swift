@@ -99,6 +99,9 @@ extension LiveTransport {
         -> HTTPClient.Configuration
     {
         var configuration = HTTPClient.Configuration()
+        // A refused connection or a failed handshake is told at once, as curl tells it; AsyncHTTPClient's default
+        // tries again for the whole connect timeout (10 s) before saying anything.
+        configuration.connectionPool.retryConnectionEstablishment = false
         let options = TLSOptions(caCertificates: caCertificates)
         if let caCertificates, (try? NIOSSLCertificate.fromPEMFile(caCertificates))?.isEmpty != false {
             throw DownloadError(.invalidArgument, "\(caCertificates) holds no PEM certificate that can be read")
