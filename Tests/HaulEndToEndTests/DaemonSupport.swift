@@ -28,6 +28,14 @@ final class DaemonProcess: @unchecked Sendable {
         haul = try HaulProcess(
             ["serve", "--listen", listen, "--state-dir", workspace.state, "--download-dir", workspace.files]
                 + extra, in: workspace, environment: environment, launcher: launcher)
+        // In a suite that tears down what it starts, a daemon the test did not stop (it failed first) is killed.
+        if Teardowns.current != nil {
+            Teardowns.add { [haul] in
+                guard haul.process.isRunning else { return }
+                haul.signal(SIGKILL)
+                _ = await haul.finish()
+            }
+        }
         let pid = haul.process.processIdentifier
         let started = await waitUntil(seconds: 60) { [haul] in
             guard haul.process.isRunning, let data = FileManager.default.contents(atPath: serveFile),

@@ -484,6 +484,7 @@ struct SharedStoreTests {
         let listed = try await HaulProcess.run(
             ["workers", "--state-dir", watcher.workspace.state], in: watcher.workspace)
         #expect(listed.stdout.contains("same  stopped "), "\(listed.stdout)")
+        _ = await watcher.stop(SIGTERM)
     }
 
     @Test("a store that cannot be reached or a bad store URL: a clear error naming the host, never the password")
