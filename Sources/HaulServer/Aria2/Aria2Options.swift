@@ -142,14 +142,21 @@ enum Aria2Options {
     }
 
     /// aria2's `out`: a path relative to `dir` (aria2 reads even a leading `/` so), whose folders are beneath it:
-    /// `sub/file.iso` goes to `DIR/sub/file.iso`. Its folder part joins the add's directory, so a way out of the
-    /// allowed folders (`../`) is refused as any directory is; only its last name is the file name. Called after
-    /// `dir` (options are read in name order).
+    /// `sub/file.iso` goes to `DIR/sub/file.iso`. One that climbs above `dir` (`../x`) is refused as such; its folder
+    /// part joins the add's directory, which is then checked as any directory is (the allowed folders, links). Only
+    /// its last name is the file name. Called after `dir` (options are read in name order).
     private static func out(_ value: String, into item: inout Components.Schemas.AddDownload) throws(Failure) {
         var path = Substring(value)
         while path.hasPrefix("/") { path = path.dropFirst() }
         guard !value.hasSuffix("/") else {
             throw Failure(message: "option 'out': '\(value)' ends with '/', a folder's name; give the file's name")
+        }
+        var depth = 0
+        for component in path.split(separator: "/", omittingEmptySubsequences: true).dropLast() where component != "." {
+            depth += component == ".." ? -1 : 1
+            guard depth >= 0 else {
+                throw Failure(message: "option 'out': '\(value)' climbs above dir with '..'; out is a path inside dir")
+            }
         }
         guard let slash = path.lastIndex(of: "/") else {
             item.filename = String(path)
