@@ -36,6 +36,8 @@ extension HaulCommand {
         }
 
         func run() async throws {
+            // No state folder: no download has any of the ids (and none is made to say so).
+            if target.state.holdsNothing { _ = try picked(target.ids, target.ids.map { _ in [] }) }
             switch try target.state.connect() {
             case .daemon(let client):
                 defer { Task { await client.shutdown() } }

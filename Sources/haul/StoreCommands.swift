@@ -60,6 +60,13 @@ struct StateOptions: ParsableArguments {
     /// The state folder.
     var directory: String { stateDir ?? DownloadManager.defaultStateDirectory() }
 
+    /// Whether the command's place holds nothing at all: no `--server` or `--store`, and no state folder. Commands
+    /// that only read or change what is stored (`ls`, `rm`, `clean`, those through a daemon) then create nothing: a
+    /// mistyped `--state-dir` leaves no folder behind. `haul get` and `haul serve` make it.
+    var holdsNothing: Bool {
+        server == nil && store == nil && !FileManager.default.fileExists(atPath: directory)
+    }
+
     /// How the command reaches its downloads: the daemon that owns the state folder (or `--server`), or the store
     /// itself, holding the state folder's lock shared so that no daemon starts behind it.
     func connect() throws -> Connection {
@@ -84,6 +91,7 @@ struct StateOptions: ParsableArguments {
 
     /// The daemon, or exit 1 saying how to start one.
     func requireDaemon() throws -> DaemonClient {
+        if holdsNothing { try noDaemon(runsDownloads: false) }
         switch try connect() {
         case .daemon(let client): return client
         case .fleet:
@@ -94,15 +102,21 @@ struct StateOptions: ParsableArguments {
             throw ExitCode(2)
         case .standalone(let lock):
             close(lock)
-            // A haul get that runs its downloads itself is controlled where it runs; a daemon cannot start beside it.
-            let advice =
-                StateLock.hasRunners(directory)
-                ? "a haul get runs its downloads on it without one: Ctrl-C there pauses them (the same command "
-                    + "resumes them); downloads run under haul serve can be controlled from here"
-                : "start one with `haul serve` (or `systemctl --user start haul`), or name one with --server URL"
-            Console.error(Data("haul: error: no haul serve runs for \(directory); \(advice)\n".utf8))
-            throw ExitCode(1)
+            try noDaemon(runsDownloads: StateLock.hasRunners(directory))
         }
+    }
+
+    /// Exits 1 saying that no daemon runs for the state folder, and what to do; `runsDownloads`: a `haul get` runs
+    /// its downloads on the folder itself.
+    private func noDaemon(runsDownloads: Bool) throws -> Never {
+        // A haul get that runs its downloads itself is controlled where it runs; a daemon cannot start beside it.
+        let advice =
+            runsDownloads
+            ? "a haul get runs its downloads on it without one: Ctrl-C there pauses them (the same command "
+                + "resumes them); downloads run under haul serve can be controlled from here"
+            : "start one with `haul serve` (or `systemctl --user start haul`), or name one with --server URL"
+        Console.error(Data("haul: error: no haul serve runs for \(directory); \(advice)\n".utf8))
+        throw ExitCode(1)
     }
 
     func openStore() throws -> DownloadStore {
@@ -160,7 +174,12 @@ func resolve(_ names: [String], in manager: DownloadManager) async throws -> [Do
         }
         cursor = page.next
     } while cursor != nil
-    return try zip(names, found).map { name, matches in
+    return try picked(names, found)
+}
+
+/// The one download each of `names` matched (`found`, by name); exits 1 naming one that matched none or several.
+func picked(_ names: [String], _ found: [[DownloadSnapshot]]) throws -> [DownloadSnapshot] {
+    try zip(names, found).map { name, matches in
         guard matches.count == 1 else {
             let problem =
                 matches.isEmpty ? "no download with id \(name)" : "id \(name) matches \(matches.count) downloads"
@@ -228,40 +247,8 @@ extension HaulCommand {
         var json = false
 
         func run() async throws {
-            let rows: [ListedDownload]
-            switch try state.connect() {
-            case .standalone:
-                rows = try state.openStore().allRecords().map { record in
-                    var row = ListedDownload(record)
-                    // Running in the store, its part file made, and no process holding it: the process that ran it
-                    // is gone (killed). The next haul get queues it again and resumes it; it is shown as that.
-                    if record.state.isActive, record.partIdentity != nil,
-                        !DownloadFolder.isPartHeldElsewhere(record, allowed: .none)
-                    {
-                        row.state = DownloadState.queued.rawValue
-                        row.connections = 0
-                    }
-                    return row
-                }
-            case .fleet(let location):
-                let store = try await openFleetStore(location)
-                var listed: [ListedDownload] = []
-                var cursor: DownloadManager.QueueCursor?
-                repeat {
-                    let page: [DownloadRecord]
-                    do { page = try store.page(in: nil, after: cursor, limit: 1000) } catch {
-                        Console.error(Data("haul: error: \(error.message)\n".utf8))
-                        throw ExitCode(1)
-                    }
-                    listed += page.map(ListedDownload.init)
-                    cursor = page.count == 1000 ? page.last.map(DownloadManager.QueueCursor.init) : nil
-                } while cursor != nil
-                await store.close()
-                rows = listed
-            case .daemon(let client):
-                defer { Task { await client.shutdown() } }
-                rows = try await runOrExit { try await client.list().map(ListedDownload.init) }
-            }
+            // A state folder that does not exist holds no download (and is not made by looking).
+            let rows = state.holdsNothing ? [] : try await listed()
             if json {
                 let objects: [[String: Any]] = rows.map { row in
                     [
@@ -293,6 +280,43 @@ extension HaulCommand {
                     ].joined(separator: " "))
             }
         }
+
+        /// The downloads, from the daemon, the state folder's store or the fleet's.
+        private func listed() async throws -> [ListedDownload] {
+            switch try state.connect() {
+            case .standalone:
+                return try state.openStore().allRecords().map { record in
+                    var row = ListedDownload(record)
+                    // Running in the store, its part file made, and no process holding it: the process that ran it
+                    // is gone (killed). The next haul get queues it again and resumes it; it is shown as that.
+                    if record.state.isActive, record.partIdentity != nil,
+                        !DownloadFolder.isPartHeldElsewhere(record, allowed: .none)
+                    {
+                        row.state = DownloadState.queued.rawValue
+                        row.connections = 0
+                    }
+                    return row
+                }
+            case .fleet(let location):
+                let store = try await openFleetStore(location)
+                var listed: [ListedDownload] = []
+                var cursor: DownloadManager.QueueCursor?
+                repeat {
+                    let page: [DownloadRecord]
+                    do { page = try store.page(in: nil, after: cursor, limit: 1000) } catch {
+                        Console.error(Data("haul: error: \(error.message)\n".utf8))
+                        throw ExitCode(1)
+                    }
+                    listed += page.map(ListedDownload.init)
+                    cursor = page.count == 1000 ? page.last.map(DownloadManager.QueueCursor.init) : nil
+                } while cursor != nil
+                await store.close()
+                return listed
+            case .daemon(let client):
+                defer { Task { await client.shutdown() } }
+                return try await runOrExit { try await client.list().map(ListedDownload.init) }
+            }
+        }
     }
 
     /// `haul rm ID…`: forget downloads.
@@ -320,6 +344,8 @@ extension HaulCommand {
         }
 
         func run() async throws {
+            // No state folder: no download has any of the ids (and none is made to say so).
+            if state.holdsNothing { _ = try picked(ids, ids.map { _ in [] }) }
             switch try state.connect() {
             case .standalone, .fleet:
                 let fleet = try await state.openFleet()
@@ -368,7 +394,10 @@ extension HaulCommand {
 
         func run() async throws {
             let count: Int
-            switch try state.connect() {
+            switch state.holdsNothing ? nil : try state.connect() {
+            case nil:
+                // No state folder: nothing to forget, and none is made.
+                count = 0
             case .standalone, .fleet:
                 let fleet = try await state.openFleet()
                 let manager = try state.openManager(in: fleet)

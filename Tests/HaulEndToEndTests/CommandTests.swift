@@ -123,6 +123,29 @@ struct CommandTests {
         await server.stop()
     }
 
+    @Test(
+        "commands that read or change what is stored, given a state folder that does not exist, say what is there and make no folder"
+    )
+    func missingStateFolder() async throws {
+        let workspace = try Workspace()
+        defer { workspace.remove() }
+        let typo = workspace.root + "/typo"
+        let answers: [([String], Int32, String, String)] = [
+            (["ls"], 0, "", ""), (["ls", "--json"], 0, "[]\n", ""),
+            (["clean"], 0, "haul: forgot 0 downloads\n", ""),
+            (["rm", "abc"], 1, "", "haul: error: no download with id abc"),
+            (["retry", "abc"], 1, "", "haul: error: no download with id abc"),
+            (["pause", "abc"], 1, "", "haul: error: no haul serve runs for \(typo); start one with `haul serve`"),
+            (["workers"], 1, "", "haul: error: no haul serve runs for \(typo)"),
+        ]
+        for (arguments, status, stdout, stderr) in answers {
+            let run = try await HaulProcess.run(arguments + ["--state-dir", typo], in: workspace)
+            #expect(run.status == status && run.stdout == stdout, "\(arguments): \(run.stdout)\(run.stderr)")
+            #expect(stderr.isEmpty ? run.stderr.isEmpty : run.stderr.hasPrefix(stderr), "\(arguments): \(run.stderr)")
+            #expect(!FileManager.default.fileExists(atPath: typo), "\(arguments) made the folder")
+        }
+    }
+
     @Test("-o into a folder that is missing makes it with its parents, as -d does; -o naming a folder says to use -d")
     func outputFolders() async throws {
         let workspace = try Workspace()
