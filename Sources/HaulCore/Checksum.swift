@@ -42,7 +42,8 @@ public struct Checksum: Hashable, Sendable, Codable, CustomStringConvertible {
             case .notAlgorithmAndDigest:
                 " is not ALGO=HEX with ALGO one of " + Algorithm.allCases.map(\.rawValue).joined(separator: ", ")
             case .digestLength(let algorithm):
-                ": a \(algorithm.rawValue) digest is \(algorithm.byteCount * 2) hex digits"
+                // "an md5", as it is read aloud ("em-dee-five").
+                ": \(algorithm == .md5 ? "an" : "a") \(algorithm.rawValue) digest is \(algorithm.byteCount * 2) hex digits"
             }
         }
     }

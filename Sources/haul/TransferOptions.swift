@@ -178,10 +178,8 @@ struct TransferOptions: ParsableArguments {
         try checkRule("--min-split-size") { () throws(DownloadRules.RuleViolation) in
             try DownloadRules.checkMinimumSplitSize(split)
         }
-        if let checksum = givenChecksum,
-            case .failure(let error) = Result(catching: { () throws(DownloadError) in try Checksum(parsing: checksum) })
-        {
-            throw ValidationError(error.message)
+        if let checksum = givenChecksum, case .failure(let problem) = Checksum.parse(checksum) {
+            throw ValidationError("--checksum '\(checksum)'\(problem.reason)")
         }
         if let checksumURL {
             if checksum != nil { throw ValidationError("--checksum and --checksum-url name two checksums; give one") }

@@ -316,6 +316,8 @@ struct CommandTests {
         }
         let hook = try await HaulProcess.run(["get", "http://x/y", "--on-error", "nosuchprog --flag"], in: workspace)
         #expect(hook.stderr.contains("the hook program 'nosuchprog' is not found in any folder of PATH"))
+        let digest = try await HaulProcess.run(["get", "http://x/y", "--checksum", "md5=zz"], in: workspace)
+        #expect(digest.stderr.contains("--checksum 'md5=zz': an md5 digest is 32 hex digits"), "\(digest.stderr)")
         let folder = try await HaulProcess.run(["get", "http://x/y", "-o", "downloads/"], in: workspace)
         #expect(folder.status == 2 && folder.stderr.contains("use -d"), "\(folder.stderr)")
         // A negative number is the flag's value, refused by its rule, not a "missing value".
