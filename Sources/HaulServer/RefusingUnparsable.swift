@@ -59,11 +59,13 @@ final class UnparsableFirstRequest: ChannelInboundHandler, RemovableChannelHandl
 }
 
 /// The first handler of a TLS connection: when its first bytes are a letter (an HTTP method) rather than a TLS record
-/// (`0x16`, a handshake), answers in plain HTTP that this address speaks HTTPS, and closes. Removes itself after the
-/// first read either way.
+/// (`0x16`, a handshake), answers in plain HTTP that this address speaks HTTPS, and closes (what else arrives before
+/// the close is dropped). Otherwise removes itself after the first read.
 final class PlainHTTPAtTLS: ChannelInboundHandler, RemovableChannelHandler {
     typealias InboundIn = ByteBuffer
     typealias OutboundOut = ByteBuffer
+
+    private var hasAnswered = false
 
     static let answer: String = {
         let text = "This is haul serve over HTTPS: ask for https:// at this address.\n"
@@ -72,12 +74,14 @@ final class PlainHTTPAtTLS: ChannelInboundHandler, RemovableChannelHandler {
     }()
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        guard !hasAnswered else { return }
         let bytes = unwrapInboundIn(data)
         guard let first = bytes.getInteger(at: bytes.readerIndex, as: UInt8.self), (0x41...0x5A).contains(first) else {
             context.fireChannelRead(data)
             context.pipeline.syncOperations.removeHandler(context: context, promise: nil)
             return
         }
+        hasAnswered = true
         let channel = context.channel
         context.writeAndFlush(wrapOutboundOut(ByteBuffer(string: Self.answer))).whenComplete { _ in
             channel.close(promise: nil)
