@@ -189,7 +189,8 @@ struct TransferOptions: ParsableArguments {
         }
         for header in headers {
             switch Result(catching: { () throws(DownloadError) in try DownloadOptions.Header(parsing: header) }) {
-            case .failure(let error): throw ValidationError(error.message)
+            // The parser's message begins "header …": the flag's name goes before it, as for every other flag.
+            case .failure(let error): throw ValidationError("--" + error.message)
             case .success(let parsed):
                 do { try DownloadRules.checkHeader(parsed) } catch {
                     throw ValidationError("--header \(error.problem)")
@@ -198,7 +199,6 @@ struct TransferOptions: ParsableArguments {
         }
     }
 
-    /// The rate limit in bytes a second, nil for none.
     /// The limit `--limit-rate` gives; nil for none (left out, or 0).
     var rate: Int64? { limitRate.flatMap(TokenBucket.parseLimit).flatMap { $0 > 0 ? $0 : nil } }
 

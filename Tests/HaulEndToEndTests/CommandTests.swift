@@ -318,6 +318,13 @@ struct CommandTests {
         #expect(hook.stderr.contains("the hook program 'nosuchprog' is not found in any folder of PATH"))
         let digest = try await HaulProcess.run(["get", "http://x/y", "--checksum", "md5=zz"], in: workspace)
         #expect(digest.stderr.contains("--checksum 'md5=zz': an md5 digest is 32 hex digits"), "\(digest.stderr)")
+        for (header, words) in [
+            ("no colon", "--header 'no colon' is not 'Name: value'"),
+            ("X-A: 1\r\nX-B: 2", "--header 'X-A' has a line break or another control character in its value"),
+        ] {
+            let refused = try await HaulProcess.run(["get", "http://x/y", "--header", header], in: workspace)
+            #expect(refused.stderr.contains(words), "\(header): \(refused.stderr)")
+        }
         let folder = try await HaulProcess.run(["get", "http://x/y", "-o", "downloads/"], in: workspace)
         #expect(folder.status == 2 && folder.stderr.contains("use -d"), "\(folder.stderr)")
         // A negative number is the flag's value, refused by its rule, not a "missing value".
