@@ -58,8 +58,10 @@ extension HaulCommand.Get {
         await batch.waitUntilDone()
         follower.cancel()
         await board.value
+        var unfinished = 0
         for ((url, _), first) in zip(added, snapshots) {
             let last = await batch.download(first.id) ?? first
+            if !last.state.isTerminal { unfinished += 1 }
             if last.state == .completed,
                 let result = Self.result(
                     of: last, since: await batch.startedRunning(first.id) ?? started,
@@ -77,7 +79,7 @@ extension HaulCommand.Get {
                 outcomes.append((url, .failure(error)))
             }
         }
-        try output.conclude(outcomes, count: list.count, signal: signals.received)
+        try output.conclude(outcomes, count: list.count, signal: signals.received, unfinished: unfinished)
     }
 
     /// The result of a download the daemon completed.

@@ -215,6 +215,8 @@ extension HaulCommand {
                 )
             }
             var ids = await add(requests, to: manager, output: output, signals: signals, failures: &outcomes)
+            // After a signal, what was neither added nor refused is left for the next run.
+            let notAdded = requests.count - ids.count - outcomes.count
             // One wait for the whole batch (a shutdown by a signal ends it too).
             var results = await manager.results(of: ids.map(\.1))
             // A URL that answered a Metalink of several files: the others were added as downloads of their own.
@@ -234,6 +236,7 @@ extension HaulCommand {
             }
             await manager.shutdown(pausing: true)
             await board.value
+            let unfinished = await manager.snapshots(ofExisting: ids.map(\.1)).count { !$0.state.isTerminal } + notAdded
             let untold = await manager.undeliveredNotices
             if untold > 0, !quiet {
                 let ends = untold == 1 ? "1 download's end is" : "\(untold) downloads' ends are"
@@ -241,7 +244,7 @@ extension HaulCommand {
                     "haul: warning: \(ends) not told to every hook and webhook yet; kept in the state folder, the next"
                         + " haul get or haul serve on it with the same hooks and webhooks tells them")
             }
-            try output.conclude(outcomes, count: list.count, signal: signals.received)
+            try output.conclude(outcomes, count: list.count, signal: signals.received, unfinished: unfinished)
         }
 
         /// Adds the list in batches, the first of twice the downloads at once, so that downloads start while the rest
@@ -295,12 +298,13 @@ extension HaulCommand {
 
 extension Output {
     /// After a batch: already-complete files, the summary, and the exit status (1 when any failed, 128+signal after
-    /// a signal).
+    /// a signal, whose line says whether `unfinished` downloads are left to resume).
     func conclude(
-        _ outcomes: [(url: String, outcome: Result<DownloadResult, any Error>)], count: Int, signal: Int32?
+        _ outcomes: [(url: String, outcome: Result<DownloadResult, any Error>)], count: Int, signal: Int32?,
+        unfinished: Int
     ) throws {
         if let signal {
-            interrupted(signal)
+            interrupted(signal, unfinished: unfinished)
             throw ExitCode(128 + signal)
         }
         for case (_, .success(let result)) in outcomes where result.wasAlreadyComplete { finished(result) }

@@ -80,12 +80,17 @@ struct Output: Sendable {
         return components.string ?? url
     }
 
-    func interrupted(_ signal: Int32) {
+    /// The line after a signal. `unfinished` downloads were paused (or never added); none when every one had ended
+    /// (a live recording ends when it is stopped), and then there is nothing to resume.
+    func interrupted(_ signal: Int32, unfinished: Int) {
         // After SIGHUP the terminal is gone: nobody reads the line.
         guard !quiet, signal != SIGHUP else { return }
-        line(
-            "haul: \(signal == SIGINT ? "interrupted" : "terminated"); paused with every byte kept. "
-                + "Run the same command to resume.")
+        let stopped = signal == SIGINT ? "interrupted" : "terminated"
+        if unfinished == 0 {
+            line("haul: \(stopped); every download had ended, nothing is left to resume")
+        } else {
+            line("haul: \(stopped); paused with every byte kept. Run the same command to resume.")
+        }
     }
 
     /// The end line (and JSON) of one download.

@@ -101,7 +101,9 @@ extension HaulCommand {
             }
             await manager.shutdown(pausing: true)
             await board.value
-            try output.conclude(outcomes, count: downloads.count, signal: signals.received)
+            try output.conclude(
+                outcomes, count: downloads.count, signal: signals.received,
+                unfinished: await manager.snapshots(ofExisting: started.map(\.id)).count { !$0.state.isTerminal })
         }
     }
 }

@@ -263,6 +263,9 @@ struct StreamTests {
         stopping.signal(SIGINT)
         let stopped = await stopping.finish()
         #expect(stopped.status == 130, "\(stopped.stderr)")
+        // Nothing was paused: the line after the signal does not send the user back to resume it.
+        #expect(stopped.stderr.contains("interrupted; every download had ended, nothing is left to resume"))
+        #expect(!stopped.stderr.contains("Run the same command to resume"), "\(stopped.stderr)")
         let part = try await Self.probe(workspace.path("stopped.ts"))
         #expect(part.decodes && abs(part.duration - 3) < 0.5, "\(part)")
     }
