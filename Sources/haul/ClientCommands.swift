@@ -73,7 +73,7 @@ extension HaulCommand {
             commandName: "pause",
             abstract: "Pause downloads of the running haul serve (their exact offsets are kept)."
         ).parsedAlone()
-        @OptionGroup var target: Targets
+        @OptionGroup var target: TargetsOrAll
         func run() async throws { try await target.apply("pause", done: "paused") }
     }
 
@@ -81,7 +81,7 @@ extension HaulCommand {
         static let configuration = CommandConfiguration(
             commandName: "resume", abstract: "Queue paused downloads of haul serve again."
         ).parsedAlone()
-        @OptionGroup var target: Targets
+        @OptionGroup var target: TargetsOrAll
         func run() async throws { try await target.apply("resume", done: "resumed") }
     }
 
@@ -257,6 +257,11 @@ struct Targets: ParsableArguments {
     func apply(_ command: String, done: String) async throws {
         let client = try state.requireDaemon()
         defer { Task { await client.shutdown() } }
+        try await Self.apply(command, done: done, to: ids, through: client)
+    }
+
+    /// Runs `command` on each of the downloads `ids` name; exits 1 when one is refused (after trying the rest).
+    static func apply(_ command: String, done: String, to ids: [String], through client: DaemonClient) async throws {
         let downloads = try await runOrExit { try await client.resolve(ids) }
         var refused = false
         for download in downloads {
@@ -270,5 +275,35 @@ struct Targets: ParsableArguments {
             }
         }
         if refused { throw ExitCode(1) }
+    }
+}
+
+/// What `haul pause` and `haul resume` act on: ids, or every download with `--all` (aria2's `pauseAll` and
+/// `unpauseAll`, the API's `/pause-all` and `/resume-all`). `haul cancel` takes ids only: cancelling deletes part
+/// files, too much to do to every download with one flag.
+struct TargetsOrAll: ParsableArguments {
+    @Argument(help: "Ids, or the unique start or end of one (`haul ls` shows the last 8 characters).")
+    var ids: [String] = []
+
+    @Flag(help: "Every download: pause those queued, running or waiting for the network; resume those paused.")
+    var all = false
+
+    @OptionGroup var state: StateOptions
+
+    func validate() throws {
+        if all, !ids.isEmpty { throw ValidationError("--all names every download: give ids or --all, not both") }
+        if !all, ids.isEmpty { throw ValidationError("give at least one id (see haul ls), or --all") }
+    }
+
+    func apply(_ command: String, done: String) async throws {
+        let client = try state.requireDaemon()
+        defer { Task { await client.shutdown() } }
+        guard all else { return try await Targets.apply(command, done: done, to: ids, through: client) }
+        let counts = try await runOrExit { try await client.commandAll(command) }.counts
+        if command == "pause" {
+            print("haul: paused every download that was queued, running or waiting; \(counts.paused) paused")
+        } else {
+            print("haul: resumed every paused download; \(counts.queued) queued, \(counts.running) running")
+        }
     }
 }

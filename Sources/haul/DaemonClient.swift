@@ -159,6 +159,18 @@ struct DaemonClient: Sendable {
         return download
     }
 
+    /// Pauses every queued, running or waiting download (`all`), or queues every paused one again; the counts after.
+    func commandAll(_ name: String) async throws -> Components.Schemas.Stats {
+        if name == "pause" {
+            let output = try await call { try await api.pauseAll() }
+            guard case .ok(let ok) = output, case .json(let stats) = ok.body else { throw Self.failure(output) }
+            return stats
+        }
+        let output = try await call { try await api.resumeAll() }
+        guard case .ok(let ok) = output, case .json(let stats) = ok.body else { throw Self.failure(output) }
+        return stats
+    }
+
     /// Gives download `id` the new link `url` (`PATCH` with `url`) and returns it after.
     func replaceURL(of id: String, with url: String) async throws -> Components.Schemas.Download {
         let output = try await call {

@@ -222,6 +222,13 @@ struct DaemonTests {
         #expect(try await HaulProcess.run(["pause", "zzzz"] + state, in: workspace).status == 1)
         let resume = try await HaulProcess.run(["resume", String(id.prefix(13))] + state, in: workspace)
         #expect(resume.status == 0, "\(resume.stderr)")
+        // --all: every download, as aria2's pauseAll and unpauseAll; with ids too, it is refused.
+        let pauseAll = try await HaulProcess.run(["pause", "--all"] + state, in: workspace)
+        #expect(pauseAll.stdout == "haul: paused every download that was queued, running or waiting; 1 paused\n")
+        let resumeAll = try await HaulProcess.run(["resume", "--all"] + state, in: workspace)
+        #expect(resumeAll.status == 0 && resumeAll.stdout.hasPrefix("haul: resumed every paused download; "))
+        let both = try await HaulProcess.run(["pause", "--all", String(id.suffix(8))] + state, in: workspace)
+        #expect(both.status == 2 && both.stderr.contains("give ids or --all, not both"), "\(both.stderr)")
         let quick = try await HaulProcess.run(
             ["add", server.url("/quick.bin").absoluteString, "-d", workspace.files] + state, in: workspace)
         #expect(quick.status == 0)

@@ -288,6 +288,26 @@ struct SchedulerTests {
         await #expect(throws: DownloadError.self) { try await manager.setMaxConcurrentDownloads(1001) }
     }
 
+    @Test("pausing all starts none of the queued downloads on the way")
+    func pauseAllStartsNone() async throws {
+        let h = try await Harness.make()
+        serve(h, count: 6, bytesPerSecond: 200_000)
+        let manager = try manager(h, limit: 2)
+        var ids: [DownloadID] = []
+        for index in 0..<6 {
+            ids.append(try await manager.add(h.server.url("/\(index)"), to: .file(h.path("\(index).bin"))))
+        }
+        #expect(
+            try await manager.snapshots(of: ids).map(\.state) == [.running, .running]
+                + Array(repeating: .queued, count: 4))
+        await manager.pauseAll()
+        #expect(try await manager.snapshots(of: ids).allSatisfy { $0.state == .paused })
+        await manager.shutdown()
+        // Only the two that ran when it was asked were ever asked for, and only they hold part files.
+        #expect(Set(h.server.requests.map(\.path)).isSubset(of: ["/0", "/1"]), "\(h.server.requests.map(\.path))")
+        for index in 2..<6 { #expect(!FileManager.default.fileExists(atPath: h.path("\(index).bin.part"))) }
+    }
+
     @Test("the engine refuses options outside the documented rules, naming them, and adds nothing")
     func refusesOutsideTheRules() async throws {
         let h = try await Harness.make()

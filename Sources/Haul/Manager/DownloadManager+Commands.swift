@@ -81,10 +81,14 @@ extension DownloadManager {
         emitChanged(record)
     }
 
-    /// Pauses every queued, running or waiting download.
+    /// Pauses every queued, running or waiting download: the queued ones first, so that the slot each running one
+    /// leaves when it pauses is not given to a queued one on the way (in queue order, every download would be started
+    /// and paused in turn).
     public func pauseAll() async {
-        try? await forEachDownload(in: [.queued, .running, .waitingForNetwork]) { record in
-            try? await pause(DownloadID(record.id))
+        for states: Set<DownloadState> in [[.queued], [.running, .waitingForNetwork]] {
+            try? await forEachDownload(in: states) { record in
+                try? await pause(DownloadID(record.id))
+            }
         }
     }
 
