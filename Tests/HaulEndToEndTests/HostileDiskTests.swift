@@ -164,6 +164,51 @@ struct HostileDiskTests {
         }
     }
 
+    @Test(
+        "the store's disk is full when a download claims its file's name: the empty part file goes, and the rerun takes that name"
+    )
+    func storeFullAtClaim() async throws {
+        let workspace = try Workspace()
+        let disk = try await SmallDisk(bytes: 4 << 20)
+        let server = try await FaultServer.start()
+        try await withTeardown({
+            await server.stop()
+            await disk.remove()
+            workspace.remove()
+        }) {
+            // One at a time: /a holds the rest of its body back until the store's disk is full, so /b, added with it,
+            // starts on a full disk; its name is claimed (its part file made, then stored) when its answer comes.
+            let body = testBytes(256 << 10)
+            server.serve("/a", .init(body: body) { index, _ in index == 0 ? .hold(afterBytes: 1 << 16) : nil })
+            server.serve("/b", .init(body: body))
+            let (stalls, stalled) = AsyncStream<Void>.makeStream()
+            server.onStall { _ in stalled.yield() }
+            let command = [
+                "get", server.url("/a").absoluteString, server.url("/b").absoluteString, "-j", "1", "-d",
+                workspace.files, "--state-dir", disk.path + "/state",
+            ]
+            let haul = try HaulProcess(command, in: workspace)
+            var waits = stalls.makeAsyncIterator()
+            _ = await waits.next()
+            // /a's name is stored before its first byte is written.
+            #expect(await waitUntil { (workspace.size("a.part") ?? 0) > 0 })
+            await disk.fill()
+            server.release()
+            let full = await haul.finish()
+            #expect(full.status == 1, "\(full.stderr)")
+            #expect(full.stderr.contains("the disk is full"), "\(full.stderr)")
+            #expect(server.requests.contains { $0.path == "/b" }, "b started on the full disk")
+            // No row names it: left, the rerun would take it for another program's file and write "b (1)".
+            #expect(!FileManager.default.fileExists(atPath: workspace.path("b.part")))
+
+            disk.free()
+            let again = try await HaulProcess.run(command, in: workspace)
+            #expect(again.status == 0, "\(again.stderr)")
+            #expect(workspace.holds("a", body) && workspace.holds("b", body))
+            #expect(!FileManager.default.fileExists(atPath: workspace.path("b (1)")))
+        }
+    }
+
     @Test("the folder turns read-only before the end: a clear message, the part file stays, the rerun only moves it")
     func folderReadOnly() async throws {
         let workspace = try Workspace()

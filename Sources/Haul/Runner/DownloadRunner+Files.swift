@@ -150,19 +150,37 @@ extension DownloadRunner {
             record.destination = PathName.join(folder.path, candidate)
             record.partIdentity = made.identity
             partMade()
-            guard try await storeClaim() else {
-                // Another download of the manager holds the name: the file just made goes, and the next is tried.
-                made.unlock()
-                folder.folder.removeFile(partName, identity: made.identity)
-                part = nil
-                (record.destination, record.partIdentity) = before
-                (isPartIdentityStored, isPartNameDurable) = (true, true)
+            // The file just made goes when its name is not stored as this download's: another download of the
+            // manager holds the name (the next is tried), or the store could not write it (its disk full, its
+            // connection lost). Left there, empty and in no row, the next run would take it for another program's
+            // file and choose `name (1)`. Its identity is checked first; were the write stored after all, the next
+            // run finds the part file gone and starts again from 0.
+            let claimed: Bool
+            do { claimed = try await storeClaim() } catch {
+                drop(made, named: partName, in: folder, restoring: before)
+                throw error
+            }
+            guard claimed else {
+                drop(made, named: partName, in: folder, restoring: before)
                 continue
             }
             isPartIdentityStored = true
             return
         }
         throw DownloadError(.destinationExists, "no free name for \(name) in \(folder.path)")
+    }
+
+    /// Removes the part file `made` (named `partName` in `folder`) whose claim was not stored, and gives the record
+    /// back the name and identity it had `before`.
+    private func drop(
+        _ made: PartFile, named partName: String, in folder: DownloadFolder,
+        restoring before: (destination: String?, partIdentity: FileIdentity?)
+    ) {
+        made.unlock()
+        folder.folder.removeFile(partName, identity: made.identity)
+        part = nil
+        (record.destination, record.partIdentity) = before
+        (isPartIdentityStored, isPartNameDurable) = (true, true)
     }
 
     /// Makes the part file of the first free name of `name` from the `first`th (see `claimName`): that name's number,
