@@ -262,7 +262,7 @@ struct Targets: ParsableArguments {
 
     /// Runs `command` on each of the downloads `ids` name; exits 1 when one is refused (after trying the rest).
     static func apply(_ command: String, done: String, to ids: [String], through client: DaemonClient) async throws {
-        let downloads = try await runOrExit { try await client.resolve(ids) }
+        let downloads = try await runOrExit { try await client.resolve(ids) }.inStoppingOrder
         var refused = false
         for download in downloads {
             do {
@@ -305,5 +305,17 @@ struct TargetsOrAll: ParsableArguments {
         } else {
             print("haul: resumed every paused download; \(counts.queued) queued, \(counts.running) running")
         }
+    }
+}
+
+extension [Components.Schemas.Download] {
+    /// The downloads with those that run last. A running download that pauses, is cancelled or is forgotten hands its
+    /// slot to the next queued one at once; acted on first, it would have the daemon start each queued download of
+    /// the list in turn, only to stop it a moment later (its part file made, its bytes fetched).
+    var inStoppingOrder: [Components.Schemas.Download] {
+        let holdsSlot = { (download: Components.Schemas.Download) in
+            download.state == .running || download.state == .waitingForNetwork
+        }
+        return filter { !holdsSlot($0) } + filter(holdsSlot)
     }
 }

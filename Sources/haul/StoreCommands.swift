@@ -365,7 +365,7 @@ extension HaulCommand {
             case .daemon(let client):
                 defer { Task { await client.shutdown() } }
                 try await runOrExit {
-                    for download in try await client.resolve(ids) {
+                    for download in try await client.resolve(ids).inStoppingOrder {
                         try await client.delete(download.id, deletingFile: deleteFile)
                         reportForgotten(
                             download.id, path: download.path, url: download.url,

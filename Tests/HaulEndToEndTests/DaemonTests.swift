@@ -266,6 +266,34 @@ struct DaemonTests {
         #expect(orphan.status == 1 && orphan.stderr.contains("haul serve"))
     }
 
+    @Test("haul pause, cancel and rm of several ids stop the running one last: no queued one is started on the way")
+    func stoppingSeveral() async throws {
+        let (workspace, server) = try await Self.setUp()
+        defer { Self.tearDown(workspace, server) }
+        for index in 0..<4 { server.serve("/\(index).bin", .init(body: body, bytesPerSecond: 400_000)) }
+        let daemon = try await DaemonProcess(workspace, extra: ["-j", "1"])
+        let state = ["--state-dir", workspace.state]
+        let urls = (0..<4).map { server.url("/\($0).bin").absoluteString }
+        let add = try await HaulProcess.run(["add"] + urls + state, in: workspace)
+        let ids = add.stdout.split(separator: "\n").map(String.init)
+        #expect(ids.count == 4, "\(add.stderr)")
+        // The running one comes first in the list, as `haul ls` lists the queue.
+        #expect(await waitUntil { (workspace.size("0.bin.part") ?? 0) > 0 })
+        for command in ["pause", "resume", "cancel", "retry", "rm"] {
+            let run = try await HaulProcess.run([command] + ids + state, in: workspace)
+            #expect(run.status == 0, "\(command): \(run.stderr)")
+            if command == "resume" || command == "retry" {
+                #expect(
+                    await waitUntil {
+                        server.requests.filter { $0.path == "/0.bin" }.count >= (command == "resume" ? 2 : 3)
+                    })
+            }
+        }
+        _ = await daemon.stop(SIGTERM)
+        #expect(Set(server.requests.map(\.path)) == ["/0.bin"], "\(server.requests.map(\.path))")
+        for index in 1..<4 { #expect(!FileManager.default.fileExists(atPath: workspace.path("\(index).bin.part"))) }
+    }
+
     @Test(
         "haul get through the daemon: Ctrl-C pauses what it added and exits 130; the same command finishes it, resumed, or from 0 when the file changed meanwhile",
         arguments: [false, true])

@@ -473,6 +473,27 @@ def main():
         until(lambda: driver.find_element(By.ID, "empty").is_displayed(), "the page says so")
         expect(os.path.exists(os.path.join(work, "downloads", "big.bin")), "big.bin stays")
 
+        step("bulk pause of one running and two queued downloads: the queued ones stop first, so neither starts")
+        api_post(info, "/settings", {"maxConcurrentDownloads": 1}, method="PATCH")
+        held = [api_post(info, "/downloads", {"url": f"http://127.0.0.1:{nginx_port}/slow/big.bin?bulk={i}",
+                                              "filename": f"bulk{i}.bin"})["id"] for i in range(3)]
+        until(lambda: api(info, "/downloads/" + held[0])["receivedBytes"] > 0, "the first runs")
+        until(lambda: all(row(f"bulk{i}.bin") is not None for i in range(3)), "the three rows show")
+        row("bulk0.bin").find_element(By.CSS_SELECTOR, ".select").click()
+        webdriver.ActionChains(driver).key_down(Keys.SHIFT).click(
+            row("bulk2.bin").find_element(By.CSS_SELECTOR, ".select")).key_up(Keys.SHIFT).perform()
+        until(lambda: driver.find_element(By.ID, "bulk-count").text == "3 selected", "the three are selected")
+        driver.find_element(By.ID, "bulk-pause").click()
+        until(lambda: all(api(info, "/downloads/" + i)["state"] == "paused" for i in held), "the three pause")
+        for i in held[1:]:
+            download = api(info, "/downloads/" + i)
+            expect(download["receivedBytes"] == 0 and download.get("totalBytes") is None,
+                   f"{download['path'] or download['url']} was never started: {download}")
+        expect(not os.path.exists(os.path.join(work, "downloads", "bulk1.bin.part")), "no part file for the second")
+        driver.find_element(By.ID, "bulk-clear").click()
+        for i in held:
+            api(info, "/downloads/" + i + "?deleteFile=true", method="DELETE")
+
         step("5,000 downloads and 16 running: measured; only the rows in view exist, each showing its own download")
         api_post(info, "/settings", {"maxConcurrentDownloads": 16}, method="PATCH")
         small = f"http://127.0.0.1:{nginx_port}/files/small.bin"

@@ -752,7 +752,13 @@ function select(id, event) {
 }
 
 async function bulk(name) {
-  const ids = [...state.selected];
+  // Those that run last: a running download that pauses or is removed hands its slot to the next queued one at once,
+  // so acting on it first would have the daemon start each queued one of the selection in turn, only to stop it.
+  const holdsSlot = (id) => {
+    const d = state.downloads.get(id);
+    return d && (d.state === "running" || d.state === "waitingForNetwork") ? 1 : 0;
+  };
+  const ids = [...state.selected].sort((a, b) => holdsSlot(a) - holdsSlot(b));
   if (!ids.length) return;
   if (name === "remove" && !confirm("Remove " + ids.length + " downloads from the list? Their files stay.")) return;
   const failures = [];
