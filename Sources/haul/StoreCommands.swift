@@ -246,9 +246,25 @@ extension HaulCommand {
         @Flag(help: "Print a JSON array for scripts.")
         var json = false
 
+        @Option(
+            name: .customLong("state"),
+            help: ArgumentHelp(
+                "Only the downloads in this state (repeatable): \(Self.stateNames).", valueName: "STATE"))
+        var states: [String] = []
+
+        /// The states `--state` takes, as the API and `--json` name them.
+        static let stateNames = DownloadState.allCases.map(\.rawValue).joined(separator: ", ")
+
+        func validate() throws {
+            for name in states where DownloadState(rawValue: name) == nil {
+                throw ValidationError("--state '\(name)' is not a state; the states are \(Self.stateNames)")
+            }
+        }
+
         func run() async throws {
             // A state folder that does not exist holds no download (and is not made by looking).
-            let rows = state.holdsNothing ? [] : try await listed()
+            var rows = state.holdsNothing ? [] : try await listed()
+            if !states.isEmpty { rows = rows.filter { states.contains($0.state) } }
             if json {
                 let objects: [[String: Any]] = rows.map { row in
                     [
@@ -314,7 +330,9 @@ extension HaulCommand {
                 return listed
             case .daemon(let client):
                 defer { Task { await client.shutdown() } }
-                return try await runOrExit { try await client.list().map(ListedDownload.init) }
+                // The daemon leaves out the others (a long queue is not sent to be dropped here).
+                let wanted = states.isEmpty ? nil : states.compactMap(Components.Schemas.State.init(rawValue:))
+                return try await runOrExit { try await client.list(states: wanted).map(ListedDownload.init) }
             }
         }
     }

@@ -240,6 +240,14 @@ struct BatchCommandTests {
         let failedLine = try #require(plain.stdout.split(separator: "\n").first { $0.contains(" failed ") })
         #expect(failedLine.contains("(\(server.url("/nope").absoluteString)): "))
         #expect(failedLine.contains("404"), "\(failedLine)")
+        // --state: only those in it (repeatable); a state that is none is refused naming the states.
+        let failedOnly = try await HaulProcess.run(["ls", "--state", "failed"] + state, in: workspace)
+        #expect(failedOnly.stdout.split(separator: "\n").count == 1 && failedOnly.stdout.contains(" failed "))
+        let both = try await HaulProcess.run(
+            ["ls", "--state", "failed", "--state", "completed"] + state, in: workspace)
+        #expect(both.stdout.split(separator: "\n").count == 3)
+        let wrong = try await HaulProcess.run(["ls", "--state", "done"] + state, in: workspace)
+        #expect(wrong.status == 2 && wrong.stderr.contains("--state 'done' is not a state; the states are queued"))
         let bID = try #require(
             rows.first { ($0["url"] as? String) == server.url("/b.bin").absoluteString }?["id"] as? String)
         // `haul ls` shows the end of each id (new ids begin with their time, the same for a batch), and `rm` takes it.

@@ -219,6 +219,11 @@ struct DaemonTests {
         let listed = try await HaulProcess.run(["ls", "--json"] + state, in: workspace)
         let rows = try JSONSerialization.jsonObject(with: Data(listed.stdout.utf8)) as? [[String: Any]]
         #expect(rows?.first?["state"] as? String == "paused")
+        // --state through the daemon: it sends only those.
+        let pausedOnly = try await HaulProcess.run(["ls", "--state", "paused"] + state, in: workspace)
+        #expect(pausedOnly.stdout.hasPrefix(String(id.suffix(8)) + " paused"), "\(pausedOnly.stdout)")
+        let completedOnly = try await HaulProcess.run(["ls", "--state", "completed"] + state, in: workspace)
+        #expect(completedOnly.status == 0 && completedOnly.stdout.isEmpty, "\(completedOnly.stdout)")
         #expect(try await HaulProcess.run(["pause", "zzzz"] + state, in: workspace).status == 1)
         let resume = try await HaulProcess.run(["resume", String(id.prefix(13))] + state, in: workspace)
         #expect(resume.status == 0, "\(resume.stderr)")
