@@ -67,39 +67,76 @@ struct DaemonClient: Sendable {
 
     // MARK: Calls
 
-    /// Adds `items` in one request (a JSON list, one transaction) and returns the daemon's downloads in order.
+    /// Adds `items` in one request (a JSON list, one transaction), or in parts when the list is too long for one
+    /// (`inParts`), and returns the daemon's downloads in order.
     ///
     /// The request body is the generated `AddDownload` type's encoding, but the answer is read as `BriefDownload`s,
     /// HaulWire's codec for what the commands use of a download, as the event stream is: the generated client checks
     /// every field of every answered download, which for a list of a thousand is most of `haul add -i`'s work.
     func add(_ items: [Components.Schemas.AddDownload]) async throws -> [BriefDownload] {
-        let (status, body) = try await post(items, minimal: false)
-        do {
-            guard status == 200 else { throw ClientError(description: "the daemon answered \(status)") }
-            return try BriefSnapshot.decode(body, with: Self.briefDecoder).downloads
-        } catch {
-            throw ClientError(description: "the daemon's answer to adding downloads cannot be read: \(error)")
+        try await inParts(items, minimal: false) { status, body in
+            do {
+                guard status == 200 else { throw ClientError(description: "the daemon answered \(status)") }
+                return try BriefSnapshot.decode(body, with: Self.briefDecoder).downloads
+            } catch {
+                throw ClientError(description: "the daemon's answer to adding downloads cannot be read: \(error)")
+            }
         }
     }
 
-    /// Adds `items` in one request as `add` does, and returns only their ids, in order (`Prefer: return=minimal`).
+    /// Adds `items` as `add` does, and returns only their ids, in order (`Prefer: return=minimal`).
     func addReturningIDs(_ items: [Components.Schemas.AddDownload]) async throws -> [String] {
-        let (status, body) = try await post(items, minimal: true)
-        guard status == 200, let answer = try? JSONDecoder().decode(Components.Schemas.AddedIDs.self, from: body)
-        else {
-            throw ClientError(description: "the daemon's answer to adding downloads cannot be read (\(status))")
+        try await inParts(items, minimal: true) { status, body in
+            guard status == 200, let answer = try? JSONDecoder().decode(Components.Schemas.AddedIDs.self, from: body)
+            else {
+                throw ClientError(description: "the daemon's answer to adding downloads cannot be read (\(status))")
+            }
+            return answer.ids
         }
-        return answer.ids
     }
 
-    /// Posts a list of downloads to add, with HaulWire's codec; the status and body of a successful answer.
-    private func post(_ items: [Components.Schemas.AddDownload], minimal: Bool) async throws -> (Int, Data) {
+    /// Posts `items` in one request, or, when their body would pass the most a request takes
+    /// (`APILimits.requestBody`), in consecutive parts that each fit; each part is added whole or not at all, as one
+    /// list is. Returns what `read` makes of every answer, in order. A part refused names the item by its index in
+    /// the whole list, and says how many before it were added.
+    private func inParts<T>(
+        _ items: [Components.Schemas.AddDownload], minimal: Bool, read: (Int, Data) throws -> [T]
+    ) async throws -> [T] {
+        var done: [T] = []
+        for (range, body) in try Self.bodies(items[...]) {
+            do {
+                let (status, answer) = try await post(body, minimal: minimal)
+                done += try read(status, answer)
+            } catch let error as ClientError where range.lowerBound > 0 {
+                let added = "; the \(range.lowerBound) before it in the list were added (`haul ls` lists them)"
+                throw ClientError(
+                    description: error.description + added, status: error.status,
+                    index: error.index.map { $0 + range.lowerBound })
+            }
+        }
+        return done
+    }
+
+    /// The encoded bodies of `items`: one, or halves (and their halves) until each fits in a request. An item too
+    /// large alone goes alone, and the daemon's 413 says so.
+    private static func bodies(_ items: ArraySlice<Components.Schemas.AddDownload>) throws
+        -> [(Range<Int>, [UInt8])]
+    {
+        let list = Array(items)
+        let body = try AddDownloadJSON.encode(list) ?? Array(JSONEncoder().encode(list))
+        guard body.count > APILimits.requestBody, items.count > 1 else { return [(items.indices, body)] }
+        let middle = items.startIndex + items.count / 2
+        return try bodies(items[..<middle]) + bodies(items[middle...])
+    }
+
+    /// Posts one encoded list of downloads to add; the status and body of a successful answer.
+    private func post(_ encoded: [UInt8], minimal: Bool) async throws -> (Int, Data) {
         var request = HTTPClientRequest(url: baseURL.appendingPathComponent("downloads").absoluteString)
         request.method = .POST
         request.headers.add(name: "Content-Type", value: "application/json")
         if minimal { request.headers.add(name: "Prefer", value: "return=minimal") }
         if let token { request.headers.add(name: "Authorization", value: "Bearer \(token)") }
-        request.body = .bytes(try AddDownloadJSON.encode(items) ?? Array(JSONEncoder().encode(items)))
+        request.body = .bytes(encoded)
         let (status, body) = try await call { () async throws -> (Int, Data) in
             let response = try await http.execute(request, timeout: .seconds(60))
             // The answer grows with the list, about 1.1 KB a download: the longest list the daemon takes (8 MiB of

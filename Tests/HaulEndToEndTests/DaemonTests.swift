@@ -271,6 +271,25 @@ struct DaemonTests {
         #expect(orphan.status == 1 && orphan.stderr.contains("haul serve"))
     }
 
+    @Test("haul add of a list longer than one request takes (8 MiB) sends it in parts, and every download is added")
+    func addInParts() async throws {
+        let (workspace, server) = try await Self.setUp()
+        defer { Self.tearDown(workspace, server) }
+        let daemon = try await DaemonProcess(workspace)
+        let state = ["--state-dir", workspace.state]
+        // 5,000 URLs of 2 KB: about 10 MB of list.
+        let padding = String(repeating: "x", count: 2_000)
+        let urls = (0..<5_000).map { server.url("/f\($0).bin").absoluteString + "?pad=\(padding)" }
+        let list = workspace.root + "/list.txt"
+        try urls.joined(separator: "\n").write(toFile: list, atomically: true, encoding: .utf8)
+        let add = try await HaulProcess.run(["add", "--paused", "-i", list] + state, in: workspace)
+        #expect(add.status == 0, "\(add.stderr)")
+        #expect(Set(add.stdout.split(separator: "\n")).count == 5_000)
+        let listed = try await HaulProcess.run(["ls", "--state", "paused"] + state, in: workspace)
+        #expect(listed.stdout.split(separator: "\n").count == 5_000)
+        _ = await daemon.stop(SIGTERM)
+    }
+
     @Test("haul pause, cancel and rm of several ids stop the running one last: no queued one is started on the way")
     func stoppingSeveral() async throws {
         let (workspace, server) = try await Self.setUp()

@@ -97,19 +97,24 @@ struct ErrorMiddleware: RouterMiddleware {
 /// it for describing a decoding error of a generated route.
 struct BodyMiddleware: RouterMiddleware {
     typealias Context = HaulRequestContext
-    static let limit = 8 << 20
+    static let limit = APILimits.requestBody
 
     func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response)
         async throws -> Response
     {
         guard request.method.changesState else { return try await next(request, context) }
         if let length = request.headers[.contentLength].flatMap(Int.init), length > Self.limit {
-            throw APIError(.contentTooLarge, "payloadTooLarge", "the body is \(length) bytes, over \(Self.limit)")
+            throw APIError(
+                .contentTooLarge, "payloadTooLarge",
+                "the body is \(length) bytes; a request takes at most \(Self.limit) (8 MiB): send a longer list in parts"
+            )
         }
         var request = request
         let buffer: ByteBuffer
         do { buffer = try await request.collectBody(upTo: Self.limit) } catch {
-            throw APIError(.contentTooLarge, "payloadTooLarge", "the body is over \(Self.limit) bytes")
+            throw APIError(
+                .contentTooLarge, "payloadTooLarge",
+                "the body is over \(Self.limit) bytes (8 MiB), the most a request takes: send a longer list in parts")
         }
         do {
             return try await next(request, context)
