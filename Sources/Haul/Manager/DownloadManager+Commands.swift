@@ -83,8 +83,18 @@ extension DownloadManager {
 
     /// Pauses every queued, running or waiting download: the queued ones first, so that the slot each running one
     /// leaves when it pauses is not given to a queued one on the way (in queue order, every download would be started
-    /// and paused in turn).
+    /// and paused in turn). The queued ones this manager holds are stored paused in one transaction, not one each.
     public func pauseAll() async {
+        if leasing == nil {
+            var paused: [DownloadRecord] = []
+            try? await forEachDownload(in: [.queued]) { record in
+                var record = record
+                // One being started (its runner made) is paused as a running one is, below.
+                guard tasks[record.id] == nil, (try? record.apply(.pauseRequested)) != nil else { return }
+                paused.append(record)
+            }
+            try? persistAll(paused)
+        }
         for states: Set<DownloadState> in [[.queued], [.running, .waitingForNetwork]] {
             try? await forEachDownload(in: states) { record in
                 try? await pause(DownloadID(record.id))
@@ -92,10 +102,36 @@ extension DownloadManager {
         }
     }
 
-    /// Queues every paused download again.
+    /// Queues every paused download again, stored in one transaction when this manager holds them.
     public func resumeAll() async {
+        var resumed: [DownloadRecord] = []
         try? await forEachDownload(in: [.paused]) { record in
-            try? resume(DownloadID(record.id))
+            guard leasing == nil else {
+                try? resume(DownloadID(record.id))
+                return
+            }
+            var record = record
+            guard (try? record.apply(.resumeRequested)) != nil else { return }
+            resumed.append(record)
+        }
+        guard !resumed.isEmpty else { return }
+        for index in resumed.indices {
+            resumed[index].attempts = 0
+            resumed[index].error = nil
+            errors[resumed[index].id] = nil
+            sessionIDs.insert(resumed[index].id)
+        }
+        try? persistAll(resumed)
+        try? schedule()
+    }
+
+    /// Stores `records` in one transaction, then keeps and tells each, as `persist` and `emitChanged` do one.
+    private func persistAll(_ records: [DownloadRecord]) throws(DownloadError) {
+        guard !records.isEmpty else { return }
+        try store.save(records)
+        for record in records {
+            keep(record)
+            emitChanged(record)
         }
     }
 

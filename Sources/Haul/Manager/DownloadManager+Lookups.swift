@@ -78,11 +78,21 @@ extension DownloadManager {
         return chosen
     }
 
-    /// Calls `body` with each download in `states`, in queue order, a page at a time: a fleet's worker never holds
-    /// them all.
+    /// Calls `body` with each download in `states`, in queue order: those of the catalog found in one walk of it, each
+    /// as it is when its turn comes (skipped when it left `states` meanwhile); a fleet's worker, which never holds
+    /// them all, reads the store's a page at a time.
     func forEachDownload(
         in states: Set<DownloadState>, _ body: (DownloadRecord) async throws(DownloadError) -> Void
     ) async throws(DownloadError) {
+        guard leasing != nil else {
+            // Not page by page: each page walks and sorts every download after the cursor, which makes a walk of a
+            // long queue quadratic.
+            for place in heldPlaces(in: states, after: nil, limit: nil) {
+                guard let record = catalog[place.id], states.contains(record.state) else { continue }
+                try await body(record)
+            }
+            return
+        }
         var cursor: QueueCursor?
         repeat {
             let page = try queuePage(in: states, after: cursor, limit: Self.walkPage)

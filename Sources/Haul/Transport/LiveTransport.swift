@@ -365,6 +365,14 @@ public final class LiveTransport: HTTPTransport {
         return classify(error, connecting: true).error(host: HostAndPort.shown(host, port: url.port))
     }
 
+    /// The `errno` of a failed socket call inside `error` (the first of a connection's attempts), if it is one.
+    package static func errno(of error: any Error) -> Int32? {
+        if let failure = error as? NIOConnectionError, let attempt = failure.connectionErrors.first {
+            return errno(of: attempt.error)
+        }
+        return (error as? IOError)?.errnoCode
+    }
+
     /// What a network error of AsyncHTTPClient, NIO or NIOSSL was, in `NetworkFailure`'s plain terms.
     package static func classify(_ error: any Error, connecting: Bool) -> NetworkFailure {
         if let failure = error as? NIOConnectionError {
