@@ -268,10 +268,28 @@ struct DaemonClient: Sendable {
         {
             // The generated client wraps what a middleware throws: the daemon's own error answer (`ErrorAnswers`).
             if let answer = error.underlyingError as? ClientError { throw answer }
-            throw ClientError(description: "cannot reach the daemon: " + reason(error.underlyingError))
+            throw unreached(error.underlyingError)
         } catch {
-            throw ClientError(description: "cannot reach the daemon: " + reason(error))
+            throw unreached(error)
         }
+    }
+
+    /// A call that got no answer, told as what happened and what to do.
+    private func unreached(_ error: any Error) -> ClientError {
+        if let timeout = error as? HTTPClientError, timeout == .deadlineExceeded || timeout == .readTimeout {
+            // Reached, but slow: a command on a very long queue may still be under way.
+            return ClientError(
+                description: "the daemon did not answer within 60 s; it may still be doing what was asked "
+                    + "(`haul ls` shows the downloads as they are)")
+        }
+        if isLocal, LiveTransport.errno(of: error) == ENOENT {
+            // The state folder's lock is held (this client was made for that), so a haul serve runs: it opens its
+            // socket once it has read its queue, and removes it as it stops.
+            return ClientError(
+                description: "haul serve holds this state folder but has not opened its socket (it is starting or "
+                    + "stopping): try again in a moment")
+        }
+        return ClientError(description: "cannot reach the daemon: " + reason(error))
     }
 
     /// Why the daemon could not be reached, in the engine's plain words for a network failure (a refused

@@ -123,6 +123,24 @@ struct CommandTests {
         await server.stop()
     }
 
+    @Test("a haul serve that holds the state folder but has not opened its socket yet (starting): try again, says ls")
+    func daemonStarting() async throws {
+        let workspace = try Workspace()
+        defer { workspace.remove() }
+        // The lock a starting haul serve takes first, before it reads its queue and opens its socket.
+        guard case .acquired(let lock) = StateLock.acquire(workspace.state, exclusive: true) else {
+            Issue.record("the state folder's lock was not taken")
+            return
+        }
+        defer { close(lock) }
+        let listed = try await HaulProcess.run(["ls", "--state-dir", workspace.state], in: workspace)
+        #expect(listed.status == 1)
+        #expect(
+            listed.stderr
+                == "haul: error: haul serve holds this state folder but has not opened its socket (it is starting or "
+                + "stopping): try again in a moment\n", "\(listed.stderr)")
+    }
+
     @Test(
         "commands that read or change what is stored, given a state folder that does not exist, say what is there and make no folder"
     )
