@@ -291,7 +291,8 @@ struct SchedulerTests {
     @Test("pausing all starts none of the queued downloads on the way")
     func pauseAllStartsNone() async throws {
         let h = try await Harness.make()
-        serve(h, count: 6, bytesPerSecond: 200_000)
+        // Each answer holds its body back after its first bytes: the two that start run until they are paused.
+        for index in 0..<6 { h.server.serve("/\(index)", .init(body: body) { _, _ in .hold(afterBytes: 1_000) }) }
         let manager = try manager(h, limit: 2)
         var ids: [DownloadID] = []
         for index in 0..<6 {
