@@ -263,4 +263,41 @@ struct ManagerCommandTests {
         #expect(try await manager.snapshots().isEmpty)
         await manager.shutdown()
     }
+
+    @Test("clean forgets thousands of ended downloads (several transactions), tells each, and keeps the files")
+    func cleanMany() async throws {
+        let h = try await Harness.make()
+        // 2,500 completed downloads in the store, as a long day of small files leaves them.
+        let store = try DownloadStore(directory: h.stateDirectory)
+        func record(_ id: String, position: Int, through events: [DownloadStateMachine.Event]) throws
+            -> DownloadRecord
+        {
+            var record = StoreRowTests.queued(
+                id: id, url: "http://example.com/\(id)", finalURL: nil, destination: h.path("\(id).bin"), etag: nil)
+            record.queuePosition = Double(position)
+            for event in events { try record.apply(event) }
+            return record
+        }
+        let records =
+            try (0..<2_500).map { try record("done-\($0)", position: $0, through: [.started, .finished]) }
+            + [try record("waiting", position: 2_500, through: [.pauseRequested])]
+        try store.insert(records)
+        FileManager.default.createFile(atPath: h.path("done-7.bin"), contents: Data("kept".utf8))
+        let manager = try h.manager()
+        let events = manager.events()
+        #expect(try await manager.clean() == 2_500)
+        #expect(try await manager.snapshots().map(\.id.rawValue) == ["waiting"])
+        var removed = 0
+        for await event in events {
+            if case .removed = event { removed += 1 }
+            if removed == 2_500 { break }
+        }
+        #expect(removed == 2_500)
+        #expect(FileManager.default.contents(atPath: h.path("done-7.bin")) == Data("kept".utf8))
+        await manager.shutdown()
+        // Gone from the store too: a manager opened on it finds only the one waiting.
+        let again = try h.manager()
+        #expect(try await again.snapshots().map(\.id.rawValue) == ["waiting"])
+        await again.shutdown()
+    }
 }

@@ -259,7 +259,15 @@ extension DownloadManager {
     /// Forgets a download that is not running; with `deletingFile` also deletes its completed file.
     public func remove(_ id: DownloadID, deletingFile: Bool = false) throws(DownloadError) {
         let record = try require(id)
-        guard tasks[id.rawValue] == nil else {
+        try checkRemovable(record)
+        DownloadFolder.deleteFiles(of: record, includingFile: deletingFile, allowed: allowedFolders)
+        try store.delete(id: id.rawValue)
+        removed(record)
+    }
+
+    /// Throws why `record` cannot be removed now: it runs here, or in another process.
+    private func checkRemovable(_ record: DownloadRecord) throws(DownloadError) {
+        guard tasks[record.id] == nil else {
             throw DownloadError(
                 .illegalTransition, "cannot remove a download that is running; pause or cancel it first")
         }
@@ -280,27 +288,38 @@ extension DownloadManager {
             throw DownloadError(
                 .illegalTransition, "cannot remove a download that another process is running; \(stop)")
         }
-        DownloadFolder.deleteFiles(of: record, includingFile: deletingFile, allowed: allowedFolders)
-        try store.delete(id: id.rawValue)
+    }
+
+    /// Forgets `record`, whose row is deleted, and tells whoever waits for it or listens.
+    private func removed(_ record: DownloadRecord) {
+        let id = DownloadID(record.id)
         forget(record)
-        if leasing != nil { removedHere.append(id.rawValue) }
-        sessionIDs.remove(id.rawValue)
+        if leasing != nil { removedHere.append(record.id) }
+        sessionIDs.remove(record.id)
         // Whoever waits for its result hears that it is gone, instead of waiting for ever.
-        finish(id.rawValue, with: .failure(DownloadError(.notFound, "download \(id) was removed")))
-        errors[id.rawValue] = nil
+        finish(record.id, with: .failure(DownloadError(.notFound, "download \(id) was removed")))
+        errors[record.id] = nil
         hub.emit(.removed(id))
     }
 
-    /// Forgets every completed, cancelled and failed download (their files stay); returns how many.
+    /// Forgets every completed, cancelled and failed download (their files stay; a failed one's part file goes, as
+    /// `remove` deletes it); returns how many. One that another process runs again meanwhile stays. Their rows are
+    /// deleted a thousand to a transaction.
     @discardableResult
     public func clean() async throws(DownloadError) -> Int {
-        var count = 0
-        try await forEachDownload(in: [.completed, .failed, .cancelled]) { record throws(DownloadError) in
-            guard tasks[record.id] == nil else { return }
-            try remove(DownloadID(record.id))
-            count += 1
+        var ended: [DownloadRecord] = []
+        try await forEachDownload(in: [.completed, .failed, .cancelled]) { record in
+            if (try? checkRemovable(record)) != nil { ended.append(record) }
         }
-        return count
+        for start in stride(from: 0, to: ended.count, by: 1_000) {
+            let part = ended[start..<min(ended.count, start + 1_000)]
+            for record in part {
+                DownloadFolder.deleteFiles(of: record, includingFile: false, allowed: allowedFolders)
+            }
+            try store.delete(ids: part.map(\.id))
+            for record in part { removed(record) }
+        }
+        return ended.count
     }
 
     /// Stops every running download and waits until each has flushed its exact offset. By default they go back to

@@ -476,4 +476,9 @@ public struct DownloadStore: DownloadStoring {
     public func delete(id: String) throws(DownloadError) {
         _ = try write { db in try DownloadRecord.deleteOne(db, key: id) }
     }
+
+    public func delete(ids: [String]) throws(DownloadError) {
+        guard !ids.isEmpty else { return }
+        _ = try write { db in try DownloadRecord.deleteAll(db, keys: ids) }
+    }
 }

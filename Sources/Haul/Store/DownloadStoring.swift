@@ -39,6 +39,15 @@ public protocol DownloadStoring: Sendable {
     var leasing: (any LeasingStore)? { get }
     /// Forgets a record.
     func delete(id: String) throws(DownloadError)
+    /// Forgets records: in one transaction where the store can (a clean of thousands commits once).
+    func delete(ids: [String]) throws(DownloadError)
+}
+
+extension DownloadStoring {
+    /// One record after another.
+    public func delete(ids: [String]) throws(DownloadError) {
+        for id in ids { try delete(id: id) }
+    }
 }
 
 /// A store several workers share (`PostgresStore`): a worker runs only the downloads it claimed, each under a lease
