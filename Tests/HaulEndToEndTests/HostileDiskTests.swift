@@ -75,6 +75,21 @@ func withTeardown(_ teardown: () async -> Void, _ body: () async throws -> Void)
     await teardown()
 }
 
+/// Runs `body` with a workspace, a small disk of `bytes` and a fault server, each removed at the end, also when `body`
+/// throws.
+func onSmallDisk(bytes: Int, _ body: (Workspace, SmallDisk, FaultServer) async throws -> Void) async throws {
+    let workspace = try Workspace()
+    let disk = try await SmallDisk(bytes: bytes)
+    let server = try await FaultServer.start()
+    try await withTeardown({
+        await server.stop()
+        await disk.remove()
+        workspace.remove()
+    }) {
+        try await body(workspace, disk, server)
+    }
+}
+
 /// The first byte each request to `path` asked for (0 without a Range).
 func rangeStarts(_ server: FaultServer, _ path: String) -> [Int64] {
     server.requests(to: path).map { request in
@@ -89,14 +104,7 @@ func rangeStarts(_ server: FaultServer, _ path: String) -> [Int64] {
 struct HostileDiskTests {
     @Test("the disk fills mid-download: 'disk full', the bytes stay, the same command resumes once there is room")
     func diskFullMidDownload() async throws {
-        let workspace = try Workspace()
-        let disk = try await SmallDisk(bytes: 2 << 20)
-        let server = try await FaultServer.start()
-        try await withTeardown({
-            await server.stop()
-            await disk.remove()
-            workspace.remove()
-        }) {
+        try await onSmallDisk(bytes: 2 << 20) { workspace, disk, server in
             let body = testBytes(4 << 20)
             server.serve("/f", .init(body: body))
             let command = ["get", server.url("/f").absoluteString, "-o", disk.path + "/f.bin"]
@@ -117,14 +125,7 @@ struct HostileDiskTests {
 
     @Test("the store's disk fills while it commits: a clear message, the store stays readable, the download resumes")
     func storeDiskFull() async throws {
-        let workspace = try Workspace()
-        let disk = try await SmallDisk(bytes: 4 << 20)
-        let server = try await FaultServer.start()
-        try await withTeardown({
-            await server.stop()
-            await disk.remove()
-            workspace.remove()
-        }) {
+        try await onSmallDisk(bytes: 4 << 20) { workspace, disk, server in
             // A second and a half of the body at 1 MiB/s (a checkpoint is stored about every second), then the rest
             // is held back until the store's disk is full: a fill while the body flows could end after the last
             // checkpoint, and the write of the completion that follows is one Haul does not wait for. The rest, at
@@ -168,14 +169,7 @@ struct HostileDiskTests {
         "the store's disk is full when a download claims its file's name: the empty part file goes, and the rerun takes that name"
     )
     func storeFullAtClaim() async throws {
-        let workspace = try Workspace()
-        let disk = try await SmallDisk(bytes: 4 << 20)
-        let server = try await FaultServer.start()
-        try await withTeardown({
-            await server.stop()
-            await disk.remove()
-            workspace.remove()
-        }) {
+        try await onSmallDisk(bytes: 4 << 20) { workspace, disk, server in
             // One at a time: /a holds the rest of its body back until the store's disk is full, so /b, added with it,
             // starts on a full disk; its name is claimed (its part file made, then stored) when its answer comes.
             let body = testBytes(256 << 10)
@@ -211,14 +205,7 @@ struct HostileDiskTests {
 
     @Test("the folder turns read-only before the end: a clear message, the part file stays, the rerun only moves it")
     func folderReadOnly() async throws {
-        let workspace = try Workspace()
-        let disk = try await SmallDisk(bytes: 16 << 20)
-        let server = try await FaultServer.start()
-        try await withTeardown({
-            await server.stop()
-            await disk.remove()
-            workspace.remove()
-        }) {
+        try await onSmallDisk(bytes: 16 << 20) { workspace, disk, server in
             // The answer holds back its second half until the folder is read-only, so the download is surely not
             // done when it turns (a rate alone raced the `chattr` on a busy machine).
             let body = testBytes(2 << 20)
@@ -252,14 +239,7 @@ struct HostileDiskTests {
         "the folder, or the part file, is deleted mid-download: it stops naming what went; the rerun starts over",
         arguments: [true, false])
     func deletedMidDownload(folderToo: Bool) async throws {
-        let workspace = try Workspace()
-        let disk = try await SmallDisk(bytes: 16 << 20)
-        let server = try await FaultServer.start()
-        try await withTeardown({
-            await server.stop()
-            await disk.remove()
-            workspace.remove()
-        }) {
+        try await onSmallDisk(bytes: 16 << 20) { workspace, disk, server in
             let body = testBytes(4 << 20)
             server.serve("/f", .init(body: body, bytesPerSecond: 1 << 20))
             let folder = disk.path + "/downloads"
@@ -287,14 +267,7 @@ struct HostileDiskTests {
 
     @Test("the part file is cut short by someone else mid-download: it stops, and the rerun resumes from what is left")
     func truncatedMidDownload() async throws {
-        let workspace = try Workspace()
-        let disk = try await SmallDisk(bytes: 32 << 20)
-        let server = try await FaultServer.start()
-        try await withTeardown({
-            await server.stop()
-            await disk.remove()
-            workspace.remove()
-        }) {
+        try await onSmallDisk(bytes: 32 << 20) { workspace, disk, server in
             let body = testBytes(6 << 20)
             server.serve("/f", .init(body: body, bytesPerSecond: 2 << 20))
             let part = disk.path + "/f.bin.part"
