@@ -123,13 +123,35 @@ struct LinkReplacementTests {
         let staleScript = "echo run >> '\(runs)'; echo '\(h.server.url("/stale"))'"
         notices.refreshLink = try Hook(arguments: ["/bin/sh", "-c", staleScript])
         await manager.setNotices(notices)
+        let events = manager.events()
         let other = try await manager.add(
             h.server.url("/old2"), to: .file(h.path("other.bin")),
             options: DownloadOptions(maxConnectionsPerDownload: 1))
         await #expect(throws: DownloadError.self) { _ = try await manager.result(of: other) }
         #expect(try await manager.snapshot(other).error?.code == .linkExpired)
         #expect(try String(contentsOfFile: runs, encoding: .utf8).split(separator: "\n").count == 3)
+
+        // A command that prints no link: the download fails with the expiry.
+        h.server.serve("/old3", FaultServer.Resource.signed(body, deadline: 1_000_000))
+        notices.refreshLink = try Hook(arguments: ["/bin/sh", "-c", "echo run >> '\(runs)'; echo 'no link today'"])
+        await manager.setNotices(notices)
+        let third = try await manager.add(
+            h.server.url("/old3"), to: .file(h.path("third.bin")),
+            options: DownloadOptions(maxConnectionsPerDownload: 1))
+        await #expect(throws: DownloadError.self) { _ = try await manager.result(of: third) }
+        #expect(try String(contentsOfFile: runs, encoding: .utf8).split(separator: "\n").count == 4)
         await manager.shutdown()
+        // Each failure is told once, when it is one: an expiry the command is asked to cure is no event of its own.
+        var states: [DownloadID: [DownloadState]] = [:]
+        for await event in events {
+            if case .changed(let download) = event, [other, third].contains(download.id) {
+                states[download.id, default: []].append(download.state)
+            }
+        }
+        for id in [other, third] {
+            #expect(states[id]?.filter { $0 == .failed }.count == 1, "\(states[id] ?? [])")
+            #expect(states[id]?.last == .failed, "\(states[id] ?? [])")
+        }
     }
 
     @Test("split over several connections and replaced: each segment goes on where it stopped, no byte twice")

@@ -119,10 +119,11 @@ extension DownloadManager {
     private func refreshEnded(_ id: String, failure: DownloadError?) {
         refreshTasks[id] = nil
         guard let failure else { return }
-        configuration.logger.error("\(id): \(failure.message)")
+        configuration.logger.error("\(catalog[id]?.url ?? id): \(failure.message)")
         guard var record = catalog[id], let error = record.error else { return }
         attachNotice(to: &record, .failed)
         try? persist(record)
+        emitChanged(record)
         if record.notice != nil { deliverNotice(of: record, after: nil) }
         finish(id, with: .failure(error))
     }

@@ -310,9 +310,13 @@ extension DownloadManager {
             settle(&record, on: .failedPermanently)
             record.error = error
             if refreshesLink(of: record) {
-                // The refresh command gives a new link; the download is told as failed only if that does not work.
+                // The refresh command gives a new link; the download is told as failed only if that does not work
+                // (`refreshEnded`): no change is emitted now, or every listener would show a failure that is then
+                // undone.
                 try? persist(record)
                 refreshLink(of: record)
+                try? schedule()
+                return
             } else {
                 attachNotice(to: &record, .failed)
                 try? persist(record)
