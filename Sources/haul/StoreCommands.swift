@@ -263,8 +263,7 @@ extension HaulCommand {
 
         func run() async throws {
             // A state folder that does not exist holds no download (and is not made by looking).
-            var rows = state.holdsNothing ? [] : try await listed()
-            if !states.isEmpty { rows = rows.filter { states.contains($0.state) } }
+            let rows = state.holdsNothing ? [] : try await listed()
             if json {
                 let objects: [[String: Any]] = rows.map { row in
                     [
@@ -297,10 +296,13 @@ extension HaulCommand {
             }
         }
 
-        /// The downloads, from the daemon, the state folder's store or the fleet's.
+        /// The downloads in `states` (all when none is given), from the daemon, the state folder's store or the
+        /// fleet's.
         private func listed() async throws -> [ListedDownload] {
+            let wanted = states.isEmpty ? nil : Set(states.compactMap(DownloadState.init(rawValue:)))
             switch try state.connect() {
             case .standalone:
+                // Chosen by the state shown, which for a download whose process is gone is not the stored one.
                 return try state.openStore().allRecords().map { record in
                     var row = ListedDownload(record)
                     // Running in the store, its part file made, and no process holding it: the process that ran it
@@ -312,14 +314,14 @@ extension HaulCommand {
                         row.connections = 0
                     }
                     return row
-                }
+                }.filter { states.isEmpty || states.contains($0.state) }
             case .fleet(let location):
                 let store = try await openFleetStore(location)
                 var listed: [ListedDownload] = []
                 var cursor: DownloadManager.QueueCursor?
                 repeat {
                     let page: [DownloadRecord]
-                    do { page = try store.page(in: nil, after: cursor, limit: 1000) } catch {
+                    do { page = try store.page(in: wanted, after: cursor, limit: 1000) } catch {
                         Console.error(Data("haul: error: \(error.message)\n".utf8))
                         throw ExitCode(1)
                     }
@@ -331,8 +333,8 @@ extension HaulCommand {
             case .daemon(let client):
                 defer { Task { await client.shutdown() } }
                 // The daemon leaves out the others (a long queue is not sent to be dropped here).
-                let wanted = states.isEmpty ? nil : states.compactMap(Components.Schemas.State.init(rawValue:))
-                return try await runOrExit { try await client.list(states: wanted).map(ListedDownload.init) }
+                let chosen = wanted.map { $0.compactMap { Components.Schemas.State(rawValue: $0.rawValue) } }
+                return try await runOrExit { try await client.list(states: chosen).map(ListedDownload.init) }
             }
         }
     }

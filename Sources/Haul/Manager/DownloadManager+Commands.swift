@@ -104,22 +104,20 @@ extension DownloadManager {
 
     /// Queues every paused download again, stored in one transaction when this manager holds them.
     public func resumeAll() async {
+        guard leasing == nil else {
+            try? await forEachDownload(in: [.paused]) { record in try? resume(DownloadID(record.id)) }
+            return
+        }
         var resumed: [DownloadRecord] = []
         try? await forEachDownload(in: [.paused]) { record in
-            guard leasing == nil else {
-                try? resume(DownloadID(record.id))
-                return
-            }
             var record = record
             guard (try? record.apply(.resumeRequested)) != nil else { return }
+            // As `requeue` queues one: from its first attempt, its error over.
+            record.attempts = 0
+            record.error = nil
+            errors[record.id] = nil
+            sessionIDs.insert(record.id)
             resumed.append(record)
-        }
-        guard !resumed.isEmpty else { return }
-        for index in resumed.indices {
-            resumed[index].attempts = 0
-            resumed[index].error = nil
-            errors[resumed[index].id] = nil
-            sessionIDs.insert(resumed[index].id)
         }
         try? persistAll(resumed)
         try? schedule()
