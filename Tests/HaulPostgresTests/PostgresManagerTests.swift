@@ -295,6 +295,36 @@ struct PostgresManagerTests {
         await adding.shutdown()
     }
 
+    @Test("pause all and resume all answer with the counts they leave, not the worker's count from before them")
+    func commandsOverAllCountAgain() async throws {
+        let (server, web, folder) = try await Self.setUp()
+        let store = try await PostgresStore.open(
+            try PostgresLocation(server.url(database: try server.createDatabase())), worker: "a")
+        Teardowns.add { await store.close() }
+        var configuration = DownloadManager.Configuration(stateDirectory: nil)
+        configuration.store = store
+        // The count a worker keeps is due again only after a minute on this clock, which does not move.
+        configuration.idleClock = JumpClock()
+        let manager = try DownloadManager(configuration: configuration)
+        // A download that starts holds its answer's body: it is still running when all are paused.
+        for index in 0..<20 {
+            web.serve("/\(index).bin", .init(body: [UInt8](repeating: 7, count: 4096)) { _, _ in .hold(afterBytes: 0) })
+        }
+        _ = try await manager.add(
+            (0..<20).map { index in
+                DownloadRequest(
+                    url: web.url("/\(index).bin"), destination: .file(folder + "/\(index).bin"), isPaused: true)
+            })
+        #expect(await manager.stats().counts[.paused, default: 0] == 20)
+        await manager.resumeAll()
+        #expect(await manager.stats().counts[.paused, default: 0] == 0)
+        #expect(try store.counts()[.paused, default: 0] == 0)
+        await manager.pauseAll()
+        let counts = await manager.stats().counts
+        #expect(counts.filter { $0.value > 0 } == [.paused: 20], "\(counts)")
+        await manager.shutdown()
+    }
+
     /// With a short lease, the renewal finds it lost; with a long one, the next checkpoint's write is refused by its
     /// fence.
     @Test(

@@ -100,12 +100,14 @@ extension DownloadManager {
                 try? await pause(DownloadID(record.id))
             }
         }
+        await recountFleet()
     }
 
     /// Queues every paused download again, stored in one transaction when this manager holds them.
     public func resumeAll() async {
         guard leasing == nil else {
             try? await forEachDownload(in: [.paused]) { record in try? resume(DownloadID(record.id)) }
+            await recountFleet()
             return
         }
         var resumed: [DownloadRecord] = []

@@ -178,6 +178,17 @@ extension DownloadManager {
         return max(1, total / Int64(max(1, workersSharingRate)))
     }
 
+    /// Counts the fleet's downloads again at once, for an answer that tells what a command over every download left
+    /// (pause all, resume all, whose answers carry the counts): the count `followFleet` keeps may be a second old,
+    /// from before the command.
+    func recountFleet() async {
+        guard let leasing else { return }
+        do { fleetCounts = try await Blocking.run { try leasing.counts() } } catch {
+            configuration.logger.error(
+                "cannot count the fleet's downloads: \((error as? DownloadError)?.message ?? "\(error)")")
+        }
+    }
+
     /// Reads what the fleet changed since the last read and claims for free slots (once a second, from `run()`).
     func followFleet() async {
         guard let leasing else { return }
