@@ -298,6 +298,18 @@ struct CommandTests {
         #expect(workspace.holds("evil.sh", body))
         #expect(workspace.holds("c (1).bin", body))
         #expect(workspace.contents("c.bin") == Array("mine".utf8))
+        // The file it finished, edited since: left as it is, and the run says why the file is saved under another name.
+        _ = FileManager.default.createFile(atPath: workspace.path("c (1).bin"), contents: Data("edited".utf8))
+        let again = try await HaulProcess.run(
+            ["get", server.url("/c.bin").absoluteString, "-d", workspace.files], in: workspace)
+        #expect(again.status == 0, "\(again.stderr)")
+        #expect(
+            again.stderr.contains(
+                "haul: warning: \(workspace.path("c (1).bin")) is not the file Haul finished any more (changed or "
+                    + "replaced since); it is left as it is, and fetched again under the next free name"),
+            "\(again.stderr)")
+        #expect(workspace.holds("c (1) (1).bin", body))
+        #expect(workspace.contents("c (1).bin") == Array("edited".utf8))
         let refused = try await HaulProcess.run(
             ["get", server.url("/c.bin").absoluteString, "-o", "c.bin"], in: workspace)
         #expect(refused.status == 1)

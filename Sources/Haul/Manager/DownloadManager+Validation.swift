@@ -40,14 +40,20 @@ extension DownloadManager {
             // is fetched again, and a file at its name now is replaced only when asked, as any file Haul did not
             // make (a download into a folder takes the next free name instead).
             record.mayReplaceDestination = options.overwrite
-            if !options.overwrite, !record.takesFreeName, let path = record.destination,
+            if !options.overwrite, let path = record.destination,
                 let folder = try? DownloadFolder.open(for: record, allowed: allowedFolders),
                 (try? folder.entry(PathName.lastComponent(of: path))) ?? nil != nil
             {
-                throw DownloadError(
-                    .destinationExists,
-                    "\(path) is not the file Haul finished any more (changed or replaced since); it is replaced only "
-                        + "when asked (--overwrite, the API's overwrite, aria2's allow-overwrite)")
+                let changed = "\(path) is not the file Haul finished any more (changed or replaced since)"
+                guard record.takesFreeName else {
+                    throw DownloadError(
+                        .destinationExists,
+                        "\(changed); it is replaced only when asked (--overwrite, the API's overwrite, aria2's "
+                            + "allow-overwrite)")
+                }
+                // Said here: the name the download then takes is not the one its add announced.
+                configuration.logger.warning(
+                    "\(changed); it is left as it is, and fetched again under the next free name")
             }
             record.durableOffset = 0
             record.segments = nil
