@@ -327,6 +327,10 @@ extension DownloadManager {
     /// `pausing` they become `paused`, as a user's pause would leave them. The manager accepts no work afterwards.
     public func shutdown(pausing: Bool = false) async {
         isShutDown = true
+        // A download another process runs is that process's to store: nothing of it is written here.
+        heldElsewhereWatch?.cancel()
+        heldElsewhereWatch = nil
+        heldElsewhere = []
         // Cancel all first, then wait: the runners flush in parallel.
         for (id, task) in tasks {
             stopReasons[id] = pausing ? .pause : .exit

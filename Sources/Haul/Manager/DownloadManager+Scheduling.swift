@@ -28,6 +28,7 @@ extension DownloadManager {
             // The fields it needs are read from the catalog in place: a copy of the record retains each of its
             // strings and arrays.
             guard tasks[key.id] == nil, configuration.startsStoredDownloads || sessionIDs.contains(key.id),
+                heldElsewhere.isEmpty || !heldElsewhere.contains(key.id),
                 let prerequisites = catalog.prerequisites(of: key.id)
             else { continue }
             let host = perHost == nil ? "" : catalog.url(of: key.id).map(Self.host(of:)) ?? ""
@@ -39,20 +40,26 @@ extension DownloadManager {
             }
         }
         var failedAny = false
+        var passedAny = false
         for id in queued {
             guard transferring < jobLimit else { break }
             guard let prerequisites = catalog.prerequisites(of: id) else { continue }
             switch prerequisiteStatus(of: prerequisites) {
             case .ready:
-                if let record = catalog[id] { try start(record) }
+                if !startsHere(id) {
+                    passedAny = true
+                } else if let record = catalog[id] {
+                    try start(record)
+                }
             case .waiting: continue
             case .failed(let reason):
                 if let record = catalog[id] { failDependent(record, reason: reason) }
                 failedAny = true
             }
         }
-        // A failed dependent may fail its own dependents in turn.
-        if failedAny { try schedule() }
+        // A failed dependent may fail its own dependents in turn; a download another process runs leaves its slot
+        // to the next.
+        if failedAny || passedAny { try schedule() }
     }
 
     /// The host a download counts against for `maxDownloadsPerHost`: its URL's, lowercased.
@@ -262,6 +269,7 @@ extension DownloadManager {
 
     func finished(_ id: String, outcome: RunOutcome, transfer: TransferReport) {
         tasks[id] = nil
+        runLocks?.release(id)
         finishing.remove(id)
         downloadLimiters[id] = nil
         hub.clearProgress(of: DownloadID(id))

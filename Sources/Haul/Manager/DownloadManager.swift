@@ -66,6 +66,12 @@ public actor DownloadManager {
     /// `settings`, readable without a hop onto the actor (`settingsNow`).
     let settingsMirror: Mutex<ManagerSettings>
     var tasks: [String: Task<Void, Never>] = [:]
+    /// Which process runs a download, where other processes may run this store's downloads too (`RunLocks`); nil
+    /// for a daemon (it owns its state folder), a fleet's worker (its leases say it) and a store in memory.
+    let runLocks: RunLocks?
+    /// Queued downloads another process runs, started here once it lets them go (`DownloadManager+RunLocks`).
+    var heldElsewhere: Set<String> = []
+    var heldElsewhereWatch: Task<Void, Never>?
     /// Running downloads whose bytes have all arrived and that are being verified, synced and moved into place: they
     /// no longer hold one of the `maxConcurrentDownloads` transfer slots (at most as many again at once).
     var finishing: Set<String> = []
@@ -134,6 +140,9 @@ public actor DownloadManager {
         // Asked before this manager's own first write (its run).
         let isEmpty = store.startedEmpty
         leasing = store.leasing
+        runLocks =
+            leasing == nil && configuration.store == nil && !configuration.ownsStateDirectory
+            ? configuration.stateDirectory.flatMap(RunLocks.init(state:)) : nil
         workerName = leasing?.worker ?? ProcessInfo.processInfo.hostName
         let logger = configuration.logger
         store.onLostWrite { error in

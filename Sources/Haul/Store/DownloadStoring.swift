@@ -30,6 +30,8 @@ public protocol DownloadStoring: Sendable {
     func saveSettings(_ settings: ManagerSettings) throws(DownloadError)
     /// Every record, oldest first.
     func allRecords() throws(DownloadError) -> [DownloadRecord]
+    /// The record with `id` as the store has it now, nil when there is none.
+    func record(id: String) throws(DownloadError) -> DownloadRecord?
     /// Whether the store was made when it was opened and nothing was written through it since: a manager starting
     /// on it has nothing to read back (a SQLite store's first read opens a connection of its own, a twentieth of a
     /// one-file `haul get`). What another process adds meanwhile is known as what it adds after the start is.

@@ -1,0 +1,68 @@
+import Foundation
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// Which process runs a download, among the processes that run downloads on one state folder's store (`haul get`
+/// and `haul retry` without a daemon, `StateLock.joinRunners`). Each holds, for every download it runs, a lock on one
+/// byte of the folder's `run.lock`, at an offset the download's id gives, and a shared lock on its first byte for as
+/// long as it runs, which tells the others that it is there. The locks are those of an open file description
+/// (`F_OFD_SETLK`): the kernel lets them go when the process ends, however it ends, and they do not conflict within
+/// one description, so one manager's downloads never wait for each other. A download whose byte another process
+/// holds is that process's: a folder download's name is not known before its first answer, so until then the part
+/// file's lock cannot say so.
+final class RunLocks: Sendable {
+    private let descriptor: Int32
+
+    /// The locks of the state folder `state`, this process's presence taken; nil when its `run.lock` cannot be
+    /// opened (each process then runs what it is asked, as if alone).
+    init?(state: String) {
+        guard let descriptor = try? StateFolder.open(state).openOwnFile("run.lock") else { return nil }
+        self.descriptor = descriptor
+        _ = lock(at: 0, type: F_RDLCK)
+    }
+
+    deinit { close(descriptor) }
+
+    /// Takes the lock of `id`; false when another process holds it (taken already here, it is taken again).
+    func hold(_ id: String) -> Bool { lock(at: Self.offset(of: id), type: F_WRLCK) }
+
+    /// Lets the lock of `id` go.
+    func release(_ id: String) { _ = lock(at: Self.offset(of: id), type: F_UNLCK) }
+
+    /// Whether another process runs downloads on the store now (it holds the first byte too); true when the kernel
+    /// cannot say.
+    var hasOthers: Bool {
+        var range = Self.range(at: 0, type: F_WRLCK)
+        guard fcntl(descriptor, Self.getLock, &range) == 0 else { return true }
+        return range.l_type != Int16(F_UNLCK)
+    }
+
+    private func lock(at offset: off_t, type: Int32) -> Bool {
+        var range = Self.range(at: offset, type: type)
+        return fcntl(descriptor, Self.setLock, &range) == 0
+    }
+
+    private static func range(at offset: off_t, type: Int32) -> Glibc.flock {
+        var range = Glibc.flock()
+        range.l_type = Int16(type)
+        range.l_whence = Int16(SEEK_SET)
+        range.l_start = offset
+        range.l_len = 1
+        return range
+    }
+
+    /// `F_OFD_GETLK` and `F_OFD_SETLK` of Linux's `fcntl.h` (since 3.15), which Glibc's module does not export
+    /// without `_GNU_SOURCE`.
+    private static let getLock: Int32 = 36
+    private static let setLock: Int32 = 37
+
+    /// The byte of `id`: FNV-1a of its text, from 1 to 2^62 (a lock may lie anywhere, whatever the file's length;
+    /// the first byte is the processes').
+    static func offset(of id: String) -> off_t {
+        var hash: UInt64 = 0xcbf2_9ce4_8422_2325
+        for byte in id.utf8 { hash = (hash ^ UInt64(byte)) &* 0x100_0000_01b3 }
+        return off_t(hash >> 2) | 1
+    }
+}
