@@ -22,6 +22,33 @@ struct RunLocksTests {
     }
 
     @Test(
+        "a download's lock is one process's at a time, dropped with it; one that started alone learns that another came, even one gone again"
+    )
+    func locks() async throws {
+        let h = try await Harness.make()
+        do {
+            let first = try #require(RunLocks(state: h.stateDirectory))
+            #expect(!first.othersMayHaveRun)
+            do {
+                let second = try #require(RunLocks(state: h.stateDirectory))
+                #expect(second.othersMayHaveRun && first.othersMayHaveRun)
+                // Taken again by its holder; refused to the other.
+                #expect(first.hold("a") && first.hold("a"))
+                #expect(!second.hold("a") && second.hold("b"))
+                first.release("a")
+                #expect(second.hold("a"))
+            }
+            // The second gone (its descriptor closed, as when its process ends): its locks went with it, and the first
+            // still knows that it came.
+            #expect(first.hold("a") && first.hold("b"))
+            #expect(first.othersMayHaveRun)
+        }
+        // Every one gone: one that starts now is alone, and the rows are as it reads them.
+        let later = try #require(RunLocks(state: h.stateDirectory))
+        #expect(!later.othersMayHaveRun)
+    }
+
+    @Test(
         "a folder download another process runs, or ran since this one read its row, is not fetched again: it ends here as already complete, under its one name"
     )
     func overlappingLists() async throws {

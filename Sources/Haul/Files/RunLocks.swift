@@ -12,36 +12,53 @@ import Foundation
 /// one description, so one manager's downloads never wait for each other. A download whose byte another process
 /// holds is that process's: a folder download's name is not known before its first answer, so until then the part
 /// file's lock cannot say so.
+///
+/// A process that starts while others run makes the file one byte longer: the length tells a process that started
+/// alone whether another has come since (and may have run, or ended, downloads it read as queued), even one that has
+/// ended again.
 final class RunLocks: Sendable {
     private let descriptor: Int32
+    /// Whether other processes ran downloads on the store when this one started.
+    private let startedAmongOthers: Bool
+    /// The file's length once this process started.
+    private let lengthAtStart: off_t
 
     /// The locks of the state folder `state`, this process's presence taken; nil when its `run.lock` cannot be
     /// opened (each process then runs what it is asked, as if alone).
     init?(state: String) {
         guard let descriptor = try? StateFolder.open(state).openOwnFile("run.lock") else { return nil }
         self.descriptor = descriptor
-        _ = lock(at: 0, type: F_RDLCK)
+        // Taken before the look for others: of two processes starting at once, the second to look sees the first.
+        _ = Self.lock(descriptor, at: 0, type: F_RDLCK)
+        var range = Self.range(at: 0, type: F_WRLCK)
+        startedAmongOthers = fcntl(descriptor, Self.getLock, &range) != 0 || range.l_type != Int16(F_UNLCK)
+        if startedAmongOthers {
+            var byte: UInt8 = 0
+            _ = pwrite(descriptor, &byte, 1, Self.length(of: descriptor))
+        }
+        lengthAtStart = Self.length(of: descriptor)
     }
 
     deinit { close(descriptor) }
 
     /// Takes the lock of `id`; false when another process holds it (taken already here, it is taken again).
-    func hold(_ id: String) -> Bool { lock(at: Self.offset(of: id), type: F_WRLCK) }
+    func hold(_ id: String) -> Bool { Self.lock(descriptor, at: Self.offset(of: id), type: F_WRLCK) }
 
     /// Lets the lock of `id` go.
-    func release(_ id: String) { _ = lock(at: Self.offset(of: id), type: F_UNLCK) }
+    func release(_ id: String) { _ = Self.lock(descriptor, at: Self.offset(of: id), type: F_UNLCK) }
 
-    /// Whether another process runs downloads on the store now (it holds the first byte too); true when the kernel
-    /// cannot say.
-    var hasOthers: Bool {
-        var range = Self.range(at: 0, type: F_WRLCK)
-        guard fcntl(descriptor, Self.getLock, &range) == 0 else { return true }
-        return range.l_type != Int16(F_UNLCK)
+    /// Whether another process may have run downloads on the store since this one read its rows: one was there when
+    /// this one started, or one has started since.
+    var othersMayHaveRun: Bool { startedAmongOthers || Self.length(of: descriptor) != lengthAtStart }
+
+    private static func length(of descriptor: Int32) -> off_t {
+        var info = stat()
+        return fstat(descriptor, &info) == 0 ? info.st_size : -1
     }
 
-    private func lock(at offset: off_t, type: Int32) -> Bool {
-        var range = Self.range(at: offset, type: type)
-        return fcntl(descriptor, Self.setLock, &range) == 0
+    private static func lock(_ descriptor: Int32, at offset: off_t, type: Int32) -> Bool {
+        var range = range(at: offset, type: type)
+        return fcntl(descriptor, setLock, &range) == 0
     }
 
     private static func range(at offset: off_t, type: Int32) -> Glibc.flock {

@@ -4,8 +4,8 @@ import HaulCore
 /// Downloads other processes run. Processes that run downloads on one state folder's store (`haul get` run twice on
 /// overlapping lists) each start what they were asked for, and each reads the rows when it is asked. A download one
 /// of them runs is held by its lock (`RunLocks`): the others keep it queued and pass over it until that process lets
-/// it go, then take it as that process left it; and a download one of them is about to start while others run is
-/// read from the store first, since another may have run it since. So no file is fetched twice, nor saved again
+/// it go, then take it as that process left it; and a download one of them is about to start, when others ran
+/// beside it, is read from the store first, since another may have run it since. So no file is fetched twice, nor saved again
 /// under `name (1)`. A download whose part file another process holds is refused when it is added (`reuse`): its
 /// name is known, and so is its holder.
 extension DownloadManager {
@@ -14,15 +14,15 @@ extension DownloadManager {
 
     /// Whether `id`, next in the queue, starts now. Not when another process runs it: it stays queued here and is
     /// looked at again every `heldElsewhereInterval` on the idle clock until that process lets it go
-    /// (`takeFreed`). Nor when, with other processes on the store, its row shows that one of them ended it since
-    /// (`takeStoredRow`).
+    /// (`takeFreed`). Nor when, other processes having run beside this one, its row shows that one of them ended it
+    /// since (`takeStoredRow`).
     func startsHere(_ id: String) -> Bool {
         guard let runLocks else { return true }
         guard runLocks.hold(id) else {
             passOver(id)
             return false
         }
-        guard runLocks.hasOthers else { return true }
+        guard runLocks.othersMayHaveRun else { return true }
         if takeStoredRow(id) { return true }
         runLocks.release(id)
         return false
