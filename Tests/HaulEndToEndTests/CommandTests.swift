@@ -403,7 +403,7 @@ struct CommandTests {
         await server.stop()
     }
 
-    @Test("two processes for one destination: one refuses, the file is written once and whole")
+    @Test("two processes for one destination: the second waits for the first, the file is written once and whole")
     func twoProcesses() async throws {
         let workspace = try Workspace()
         defer { workspace.remove() }
@@ -427,11 +427,14 @@ struct CommandTests {
         let rows = try JSONSerialization.jsonObject(with: Data(during.stdout.utf8)) as? [[String: Any]] ?? []
         let big = rows.first { ($0["destination"] as? String)?.hasSuffix("/big.bin") == true }
         #expect(big?["state"] as? String == "running", "\(during.stdout)")
-        let second = try await HaulProcess.run(
-            ["get", server.url("/big").absoluteString, "-o", "big.bin"], in: workspace)
-        #expect(second.status == 1)
-        #expect(second.stderr.contains("another process"))
-        // The download is the first process's: the second one's refusal is not stored as its failure.
+        // The second waits for the first (its log says so with --verbose), and writes nothing of the download.
+        let second = try HaulProcess(
+            ["get", server.url("/big").absoluteString, "-o", "big.bin", "--verbose"], in: workspace)
+        #expect(
+            await waitUntil {
+                String(decoding: FileManager.default.contents(atPath: second.errPath) ?? Data(), as: UTF8.self)
+                    .contains("another process runs it; waiting for it to end there")
+            })
         let listed = try await HaulProcess.run(["ls", "--json", "--state-dir", workspace.state], in: workspace)
         #expect(listed.status == 0 && listed.stdout.contains(#""state":""#), "\(listed.stdout)")
         #expect(!listed.stdout.contains(#""state":"failed""#), "\(listed.stdout)")
@@ -450,6 +453,11 @@ struct CommandTests {
         server.release()
         let outcome = await first.finish()
         #expect(outcome.status == 0)
+        // The second reports the first's file, fetched once.
+        let waited = await second.finish()
+        #expect(waited.status == 0, "\(waited.stderr)")
+        #expect(waited.stderr.contains("big.bin is already complete"), "\(waited.stderr)")
+        #expect(server.requests(to: "/big").count == 1)
         #expect(workspace.holds("big.bin", body))
         await server.stop()
     }

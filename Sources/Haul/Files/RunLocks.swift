@@ -44,6 +44,12 @@ final class RunLocks: Sendable {
     /// Takes the lock of `id`; false when another process holds it (taken already here, it is taken again).
     func hold(_ id: String) -> Bool { Self.lock(descriptor, at: Self.offset(of: id), type: F_WRLCK) }
 
+    /// Whether another process holds the lock of `id` (without taking it); false when the kernel cannot say.
+    func isHeldElsewhere(_ id: String) -> Bool {
+        var range = Self.range(at: Self.offset(of: id), type: F_WRLCK)
+        return fcntl(descriptor, Self.getLock, &range) == 0 && range.l_type != Int16(F_UNLCK)
+    }
+
     /// Lets the lock of `id` go.
     func release(_ id: String) { _ = Self.lock(descriptor, at: Self.offset(of: id), type: F_UNLCK) }
 

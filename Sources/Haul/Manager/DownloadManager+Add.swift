@@ -136,11 +136,15 @@ extension DownloadManager {
         }
         recentlyWritable = folders.recent
         let changed = reused.values.filter { found[$0.id] != $0 }
+        // A download another process runs is that process's to store: queued here, it waits for it (`startsHere`).
+        let saved = changed.filter {
+            !(found[$0.id]?.state.isActive == true && runLocks?.isHeldElsewhere($0.id) == true)
+        }
         var commit: DownloadStore.Commit?
         if deferringCommit {
-            commit = store.submitInsert(fresh, saving: changed)
+            commit = store.submitInsert(fresh, saving: saved)
         } else {
-            do { try store.insert(fresh, saving: changed) } catch { throw BatchError(index: 0, error: error) }
+            do { try store.insert(fresh, saving: saved) } catch { throw BatchError(index: 0, error: error) }
         }
         if leasing != nil {
             for record in fresh { fleetCounts[record.state, default: 0] += 1 }

@@ -1,13 +1,13 @@
 import Foundation
 import HaulCore
 
-/// Downloads other processes run. Processes that run downloads on one state folder's store (`haul get` run twice on
-/// overlapping lists) each start what they were asked for, and each reads the rows when it is asked. A download one
-/// of them runs is held by its lock (`RunLocks`): the others keep it queued and pass over it until that process lets
-/// it go, then take it as that process left it; and a download one of them is about to start, when others ran
-/// beside it, is read from the store first, since another may have run it since. So no file is fetched twice, nor saved again
-/// under `name (1)`. A download whose part file another process holds is refused when it is added (`reuse`): its
-/// name is known, and so is its holder.
+/// Downloads other processes run. Processes that run downloads on one state folder's store (`haul get` run twice for
+/// one file, or on overlapping lists) each start what they were asked for, and each reads the rows when it is asked.
+/// A download one of them runs is held by its lock (`RunLocks`): the others keep it queued, without writing its row,
+/// and pass over it until that process lets it go, then take it as that process left it; and a download one of them
+/// is about to start, when others ran beside it, is read from the store first, since another may have run it since.
+/// So no file is fetched twice, nor saved again under `name (1)`. A download whose part file is held by a process
+/// that holds no such lock (a Haul without them) is refused when it is added (`reuse`).
 extension DownloadManager {
     /// How often the downloads another process runs are looked at again: the kernel tells no one when a lock goes.
     static let heldElsewhereInterval = Duration.milliseconds(200)

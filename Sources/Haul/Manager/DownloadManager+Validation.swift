@@ -22,8 +22,14 @@ extension DownloadManager {
             .waitingForNetwork
         where tasks[record.id] == nil && leasing == nil && !configuration.recoversInterruptedDownloads:
             // Held as running by the store, and not running here: another process's, or one that ended without
-            // stopping it while others ran (nothing queued it again). Asked for, it runs here, unless the part
-            // file's lock says a live process runs it: then its row stays as that process keeps it.
+            // stopping it while others ran (nothing queued it again). Asked for, it runs here once no live process
+            // runs it: one that holds its lock (`RunLocks`) is waited for, and its row is not written meanwhile
+            // (`isHeldElsewhere`); one that holds only its part file (a Haul without those locks) refuses it.
+            if let runLocks, runLocks.isHeldElsewhere(record.id) {
+                try record.apply(.interruptedByExit)
+                record.activeConnections = 0
+                return
+            }
             if DownloadFolder.isPartHeldElsewhere(record, allowed: allowedFolders) {
                 throw DownloadError(.locked, "another process is downloading to \(record.destination ?? record.url)")
             }
