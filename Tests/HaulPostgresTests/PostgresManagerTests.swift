@@ -25,6 +25,17 @@ struct PostgresManagerTests {
         return (server, web, folder)
     }
 
+    /// The store of worker `a` on a new database of `server`, closed when the test ends, and the configuration of a
+    /// manager on it.
+    static func workerA(on server: PostgresServer) async throws -> (PostgresStore, DownloadManager.Configuration) {
+        let store = try await PostgresStore.open(
+            try PostgresLocation(server.url(database: try server.createDatabase())), worker: "a")
+        Teardowns.add { await store.close() }
+        var configuration = DownloadManager.Configuration(stateDirectory: nil)
+        configuration.store = store
+        return (store, configuration)
+    }
+
     @Test("downloads complete with their rows in PostgreSQL, and a new manager on the store finds them as they ended")
     func downloadsAndReopens() async throws {
         let (server, web, folder) = try await Self.setUp()
@@ -120,11 +131,7 @@ struct PostgresManagerTests {
     )
     func holdsOnlyWhatItRuns() async throws {
         let (server, web, folder) = try await Self.setUp()
-        let store = try await PostgresStore.open(
-            try PostgresLocation(server.url(database: try server.createDatabase())), worker: "a")
-        Teardowns.add { await store.close() }
-        var configuration = DownloadManager.Configuration(stateDirectory: nil)
-        configuration.store = store
+        let (store, configuration) = try await Self.workerA(on: server)
         let manager = try DownloadManager(configuration: configuration)
         let priorities: [DownloadPriority] = [.low, .normal, .high]
         let requests = (0..<300).map { index in
@@ -243,11 +250,7 @@ struct PostgresManagerTests {
         let (server, web, folder) = try await Self.setUp()
         web.serve("/missing", .init(body: []) { _, _ in .status(404, headers: [:]) })
         web.serve("/next", .init(body: testBytes(1024, seed: 3)))
-        let store = try await PostgresStore.open(
-            try PostgresLocation(server.url(database: try server.createDatabase())), worker: "a")
-        Teardowns.add { await store.close() }
-        var configuration = DownloadManager.Configuration(stateDirectory: nil)
-        configuration.store = store
+        var (_, configuration) = try await Self.workerA(on: server)
         configuration.engine.jitter = { 1 }
         let manager = try DownloadManager(configuration: configuration)
         let run = Task { try await manager.run() }
@@ -298,11 +301,7 @@ struct PostgresManagerTests {
     @Test("pause all and resume all answer with the counts they leave, not the worker's count from before them")
     func commandsOverAllCountAgain() async throws {
         let (server, web, folder) = try await Self.setUp()
-        let store = try await PostgresStore.open(
-            try PostgresLocation(server.url(database: try server.createDatabase())), worker: "a")
-        Teardowns.add { await store.close() }
-        var configuration = DownloadManager.Configuration(stateDirectory: nil)
-        configuration.store = store
+        var (store, configuration) = try await Self.workerA(on: server)
         // The count a worker keeps is due again only after a minute on this clock, which does not move.
         configuration.idleClock = JumpClock()
         let manager = try DownloadManager(configuration: configuration)
