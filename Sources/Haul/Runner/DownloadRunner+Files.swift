@@ -131,9 +131,8 @@ extension DownloadRunner {
     /// name another of its downloads holds. So the part file's identity is in the store when this returns, before
     /// any byte is written. One file at the part file's name does not make a name taken: an empty one of the user's
     /// that no process holds (`DownloadFolder.emptyUnheldPart`), which a run killed between making it and storing it
-    /// leaves; taken instead, the run after the kill saves `name` where it would have saved `name (1)` beside an
-    /// empty `name.part` for ever. `lease`: the part file is that lease's own (`DownloadFolder.partName`), never
-    /// another's.
+    /// leaves. It is taken as if made now: passed over, it would send the next run to `name (1)` and stay for ever.
+    /// `lease`: the part file is that lease's own (`DownloadFolder.partName`), never another's.
     func claimName(_ name: String, in folder: DownloadFolder, from first: Int, lease: Int64?) async throws {
         var next = first
         while next < 1000 {
@@ -142,7 +141,7 @@ extension DownloadRunner {
             // off the cooperative pool, whose few threads would stall every task meanwhile.
             let from = next
             guard
-                let (number, candidate, made, isTaken) = try await Blocking.run({
+                let (number, candidate, made, isLeftOver) = try await Blocking.run({
                     () throws(DownloadError) -> (Int, String, PartFile, Bool)? in
                     try Self.makeFreePart(name, in: folder, from: from, lease: lease)
                 })
@@ -157,15 +156,15 @@ extension DownloadRunner {
             // The file just made goes when its name is not stored as this download's: another download of the
             // manager holds the name (the next is tried), or the store could not write it (its disk full, its
             // connection lost). Its identity is checked first; were the write stored after all, the next run finds
-            // the part file gone and starts again from 0. An empty one found there (`isTaken`) stays as it was: it
-            // may be the download's that holds the name.
+            // the part file gone and starts again from 0. A left-over one (`isLeftOver`) stays as it was: it may be
+            // the download's that holds the name.
             let claimed: Bool
             do { claimed = try await storeClaim() } catch {
-                drop(made, named: partName, in: folder, removing: !isTaken, restoring: before)
+                drop(made, named: partName, in: folder, removing: !isLeftOver, restoring: before)
                 throw error
             }
             guard claimed else {
-                drop(made, named: partName, in: folder, removing: !isTaken, restoring: before)
+                drop(made, named: partName, in: folder, removing: !isLeftOver, restoring: before)
                 continue
             }
             isPartIdentityStored = true
