@@ -330,36 +330,6 @@ struct LocalStateTests {
     }
 
     @Test(
-        "a folder download takes the empty part file a run killed before storing it left at its name, not one a process holds or one with bytes"
-    )
-    func emptyPartOfKilledRun() async throws {
-        let h = try await Harness.make()
-        for name in ["data.bin", "held.bin", "kept.bin"] { h.server.serve("/x/\(name)", .init(body: body)) }
-        // What a run killed between making its part file and storing it leaves: an empty file that no process holds.
-        #expect(FileManager.default.createFile(atPath: h.path("data.bin.part"), contents: Data()))
-        // An empty one another process holds (it is about to store it), and one with someone's bytes.
-        #expect(FileManager.default.createFile(atPath: h.path("held.bin.part"), contents: Data()))
-        let holder = open(h.path("held.bin.part"), O_RDWR)
-        defer { close(holder) }
-        #expect(flock(holder, LOCK_EX) == 0)
-        #expect(FileManager.default.createFile(atPath: h.path("kept.bin.part"), contents: Data([1, 2, 3])))
-        let manager = try h.manager()
-        var paths: [String] = []
-        for name in ["data.bin", "held.bin", "kept.bin"] {
-            let id = try await manager.add(h.server.url("/x/\(name)"), to: .directory(h.folder))
-            paths.append(try await manager.result(of: id).path)
-        }
-        await manager.shutdown()
-        #expect(paths == [h.path("data.bin"), h.path("held (1).bin"), h.path("kept (1).bin")])
-        #expect(h.contents("data.bin") == body && h.contents("held (1).bin") == body)
-        #expect(
-            try FileManager.default.contentsOfDirectory(atPath: h.folder).sorted() == [
-                "data.bin", "held (1).bin", "held.bin.part", "kept (1).bin", "kept.bin.part",
-            ])
-        #expect(h.contents("held.bin.part") == [] && h.contents("kept.bin.part") == [1, 2, 3])
-    }
-
-    @Test(
         "a folder download passes over a name another download claims before its part file exists, and leaves no file of it"
     )
     func nameClaimedByAnother() async throws {

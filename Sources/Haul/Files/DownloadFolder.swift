@@ -119,23 +119,6 @@ public final class DownloadFolder: Sendable {
         }
     }
 
-    /// The part file `name`, opened and locked, when it is an empty regular file of this process's user with one link
-    /// that no process holds: the one a folder download of Haul made for its name and was killed before it stored
-    /// it, which holds no bytes to trust (`openPart` takes the same for a download whose name is known). Nil for
-    /// anything else, which is left untouched.
-    func emptyUnheldPart(_ name: String) -> PartFile? {
-        guard let entry = try? folder.entry(name), entry.size == 0, entry.distrust(owner: geteuid()) == nil,
-            let descriptor = try? folder.open(name, as: entry, writing: true),
-            let part = try? PartFile(descriptor: descriptor, name: name, in: folder)
-        else { return nil }
-        // Written to between the look and the lock: someone's bytes, not a file to take.
-        guard (try? part.length()) == 0 else {
-            part.unlock()
-            return nil
-        }
-        return part
-    }
-
     /// The refusal of `name`: what it is, and that Haul will not write through it.
     private func refusal(_ name: String, _ reason: String, hint: String? = nil) -> DownloadError {
         DownloadError(

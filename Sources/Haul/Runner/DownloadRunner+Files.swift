@@ -129,10 +129,7 @@ extension DownloadRunner {
     /// claims it. The part file is made exclusively (a download of another process choosing the same name at the
     /// same moment loses), then stored as the download's with the name in one step with the manager, which refuses a
     /// name another of its downloads holds. So the part file's identity is in the store when this returns, before
-    /// any byte is written. One file at the part file's name does not make a name taken: an empty one of the user's
-    /// that no process holds (`DownloadFolder.emptyUnheldPart`), which a run killed between making it and storing it
-    /// leaves. It is taken as if made now: passed over, it would send the next run to `name (1)` and stay for ever.
-    /// `lease`: the part file is that lease's own (`DownloadFolder.partName`), never another's.
+    /// any byte is written. `lease`: the part file is that lease's own (`DownloadFolder.partName`).
     func claimName(_ name: String, in folder: DownloadFolder, from first: Int, lease: Int64?) async throws {
         var next = first
         while next < 1000 {
@@ -141,8 +138,8 @@ extension DownloadRunner {
             // off the cooperative pool, whose few threads would stall every task meanwhile.
             let from = next
             guard
-                let (number, candidate, made, isLeftOver) = try await Blocking.run({
-                    () throws(DownloadError) -> (Int, String, PartFile, Bool)? in
+                let (number, candidate, made) = try await Blocking.run({
+                    () throws(DownloadError) -> (Int, String, PartFile)? in
                     try Self.makeFreePart(name, in: folder, from: from, lease: lease)
                 })
             else { break }
@@ -155,16 +152,16 @@ extension DownloadRunner {
             partMade()
             // The file just made goes when its name is not stored as this download's: another download of the
             // manager holds the name (the next is tried), or the store could not write it (its disk full, its
-            // connection lost). Its identity is checked first; were the write stored after all, the next run finds
-            // the part file gone and starts again from 0. A left-over one (`isLeftOver`) stays as it was: it may be
-            // the download's that holds the name.
+            // connection lost). Left there, empty and in no row, the next run would take it for another program's
+            // file and choose `name (1)`. Its identity is checked first; were the write stored after all, the next
+            // run finds the part file gone and starts again from 0.
             let claimed: Bool
             do { claimed = try await storeClaim() } catch {
-                drop(made, named: partName, in: folder, removing: !isLeftOver, restoring: before)
+                drop(made, named: partName, in: folder, restoring: before)
                 throw error
             }
             guard claimed else {
-                drop(made, named: partName, in: folder, removing: !isLeftOver, restoring: before)
+                drop(made, named: partName, in: folder, restoring: before)
                 continue
             }
             isPartIdentityStored = true
@@ -173,32 +170,31 @@ extension DownloadRunner {
         throw DownloadError(.destinationExists, "no free name for \(name) in \(folder.path)")
     }
 
-    /// Lets go of the part file `made` (named `partName` in `folder`) whose claim was not stored, removing it when
-    /// it was made for the claim, and gives the record back the name and identity it had `before`.
+    /// Removes the part file `made` (named `partName` in `folder`) whose claim was not stored, and gives the record
+    /// back the name and identity it had `before`.
     private func drop(
-        _ made: PartFile, named partName: String, in folder: DownloadFolder, removing: Bool,
+        _ made: PartFile, named partName: String, in folder: DownloadFolder,
         restoring before: (destination: String?, partIdentity: FileIdentity?)
     ) {
         made.unlock()
-        if removing { folder.folder.removeFile(partName, identity: made.identity) }
+        folder.folder.removeFile(partName, identity: made.identity)
         part = nil
         (record.destination, record.partIdentity) = before
         (isPartIdentityStored, isPartNameDurable) = (true, true)
     }
 
     /// Makes the part file of the first free name of `name` from the `first`th (see `claimName`): that name's number,
-    /// the name, its part file, and whether that file was there already (an empty one no process holds); nil when
-    /// none of the names up to the 999th is free.
+    /// the name, and its part file; nil when none of the names up to the 999th is free.
     private static func makeFreePart(
         _ name: String, in folder: DownloadFolder, from first: Int, lease: Int64?
-    ) throws(DownloadError) -> (Int, String, PartFile, Bool)? {
+    ) throws(DownloadError) -> (Int, String, PartFile)? {
         for number in first..<1000 {
             let candidate = number == 0 ? name : FileNameSanitizer.alternative(name, number: number)
             // The part file's own name needs no look: its exclusive create refuses anything (a link included) there.
             if folder.has(candidate) || (lease != nil && folder.has(candidate + ".part")) { continue }
-            let partName = DownloadFolder.partName(candidate, lease: lease)
-            if let made = try folder.makePart(partName) { return (number, candidate, made, false) }
-            if lease == nil, let found = folder.emptyUnheldPart(partName) { return (number, candidate, found, true) }
+            if let made = try folder.makePart(DownloadFolder.partName(candidate, lease: lease)) {
+                return (number, candidate, made)
+            }
         }
         return nil
     }
