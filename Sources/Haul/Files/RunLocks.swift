@@ -41,8 +41,13 @@ final class RunLocks: Sendable {
 
     deinit { close(descriptor) }
 
-    /// Takes the lock of `id`; false when another process holds it (taken already here, it is taken again).
-    func hold(_ id: String) -> Bool { Self.lock(descriptor, at: Self.offset(of: id), type: F_WRLCK) }
+    /// Takes the lock of `id`; false when another process holds it (taken already here, it is taken again). A file
+    /// system that cannot lock (an error other than the lock being held) says nothing of other processes: the
+    /// download runs here, as it would without these locks, rather than wait for ever.
+    func hold(_ id: String) -> Bool {
+        if Self.lock(descriptor, at: Self.offset(of: id), type: F_WRLCK) { return true }
+        return errno != EAGAIN && errno != EACCES
+    }
 
     /// Whether another process holds the lock of `id` (without taking it); false when the kernel cannot say.
     func isHeldElsewhere(_ id: String) -> Bool {
