@@ -95,6 +95,8 @@ extension DownloadManager {
         var fresh: [DownloadRecord] = []
         fresh.reserveCapacity(requests.count)
         var reused: [String: DownloadRecord] = [:]
+        // Those another process runs: queued here to wait for it, their rows left as that process writes them.
+        var othersToStore: Set<String> = []
         /// The downloads found again, as they were before this add changed them.
         var found: [String: DownloadRecord] = [:]
         var inBatch: [Catalog.Target: String] = [:]
@@ -110,14 +112,18 @@ extension DownloadManager {
                 } else if let existing = try newest(at: key) {
                     found[existing.id] = existing
                     var record = existing
-                    try reuse(&record, options: request.options, staysPaused: request.isPaused)
+                    if try reuse(&record, options: request.options, staysPaused: request.isPaused) {
+                        othersToStore.insert(record.id)
+                    }
                     reused[record.id] = record
                     inBatch[key] = record.id
                     added.append(Added(id: DownloadID(record.id), isNew: false))
                 } else if let stale = replaceable(by: key) {
                     found[stale.id] = stale
                     var record = stale
-                    try reuse(&record, options: request.options, staysPaused: request.isPaused)
+                    if try reuse(&record, options: request.options, staysPaused: request.isPaused) {
+                        othersToStore.insert(record.id)
+                    }
                     replaceLink(of: &record, with: key.url)
                     reused[record.id] = record
                     inBatch[key] = record.id
@@ -136,10 +142,7 @@ extension DownloadManager {
         }
         recentlyWritable = folders.recent
         let changed = reused.values.filter { found[$0.id] != $0 }
-        // A download another process runs is that process's to store: queued here, it waits for it (`startsHere`).
-        let saved = changed.filter {
-            !(found[$0.id]?.state.isActive == true && runLocks?.isHeldElsewhere($0.id) == true)
-        }
+        let saved = changed.filter { !othersToStore.contains($0.id) }
         var commit: DownloadStore.Commit?
         if deferringCommit {
             commit = store.submitInsert(fresh, saving: saved)

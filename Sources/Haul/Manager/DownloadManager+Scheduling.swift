@@ -49,7 +49,10 @@ extension DownloadManager {
                 if !startsHere(id) {
                     passedAny = true
                 } else if let record = catalog[id] {
-                    try start(record)
+                    do { try start(record) } catch {
+                        runLocks?.release(id)
+                        throw error
+                    }
                 }
             case .waiting: continue
             case .failed(let reason):

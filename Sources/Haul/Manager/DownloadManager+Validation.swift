@@ -13,9 +13,11 @@ extension DownloadManager {
         return record
     }
 
-    /// Re-adding a known download: resume what can be resumed, restart what was lost.
+    /// Re-adding a known download: resume what can be resumed, restart what was lost. Returns whether the download
+    /// is another process's now (it holds its lock, `RunLocks`): queued here to wait for it, its row is not written.
+    @discardableResult
     func reuse(_ record: inout DownloadRecord, options: DownloadOptions, staysPaused: Bool)
-        throws(DownloadError)
+        throws(DownloadError) -> Bool
     {
         switch record.state {
         case .running,
@@ -28,20 +30,20 @@ extension DownloadManager {
             if let runLocks, runLocks.isHeldElsewhere(record.id) {
                 try record.apply(.interruptedByExit)
                 record.activeConnections = 0
-                return
+                return true
             }
             if DownloadFolder.isPartHeldElsewhere(record, allowed: allowedFolders) {
                 throw DownloadError(.locked, "another process is downloading to \(record.destination ?? record.url)")
             }
             try record.apply(.interruptedByExit)
             record.activeConnections = 0
-            return
+            return false
         case .queued, .running, .waitingForNetwork:
-            return
+            return false
         case .paused where staysPaused:
-            return
+            return false
         case .completed:
-            if try alreadyComplete(record) != nil { return }
+            if try alreadyComplete(record) != nil { return false }
             // The file is gone, or is not the one Haul finished any more (edited, or another put in its place): it
             // is fetched again, and a file at its name now is replaced only when asked, as any file Haul did not
             // make (a download into a folder takes the next free name instead).
@@ -73,6 +75,7 @@ extension DownloadManager {
         try record.apply(staysPaused ? .addedAgainPaused : .addedAgain)
         record.attempts = 0
         record.error = nil
+        return false
     }
 
     /// The result for a completed record whose file is still in place, nil when the file is gone, changed size or
