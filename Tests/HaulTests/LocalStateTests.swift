@@ -330,6 +330,60 @@ struct LocalStateTests {
     }
 
     @Test(
+        "a folder download takes the empty part file a run killed before storing it left at its name, not one a process holds or one with bytes"
+    )
+    func emptyPartOfKilledRun() async throws {
+        let h = try await Harness.make()
+        for name in ["data.bin", "held.bin", "kept.bin"] { h.server.serve("/x/\(name)", .init(body: body)) }
+        // What a run killed between making its part file and storing it leaves: an empty file that no process holds.
+        #expect(FileManager.default.createFile(atPath: h.path("data.bin.part"), contents: Data()))
+        // An empty one another process holds (it is about to store it), and one with someone's bytes.
+        #expect(FileManager.default.createFile(atPath: h.path("held.bin.part"), contents: Data()))
+        let holder = open(h.path("held.bin.part"), O_RDWR)
+        defer { close(holder) }
+        #expect(flock(holder, LOCK_EX) == 0)
+        #expect(FileManager.default.createFile(atPath: h.path("kept.bin.part"), contents: Data([1, 2, 3])))
+        let manager = try h.manager()
+        var paths: [String] = []
+        for name in ["data.bin", "held.bin", "kept.bin"] {
+            let id = try await manager.add(h.server.url("/x/\(name)"), to: .directory(h.folder))
+            paths.append(try await manager.result(of: id).path)
+        }
+        await manager.shutdown()
+        #expect(paths == [h.path("data.bin"), h.path("held (1).bin"), h.path("kept (1).bin")])
+        #expect(h.contents("data.bin") == body && h.contents("held (1).bin") == body)
+        #expect(
+            try FileManager.default.contentsOfDirectory(atPath: h.folder).sorted() == [
+                "data.bin", "held (1).bin", "held.bin.part", "kept (1).bin", "kept.bin.part",
+            ])
+        #expect(h.contents("held.bin.part") == [] && h.contents("kept.bin.part") == [1, 2, 3])
+    }
+
+    @Test("a folder download passes over the empty part file of another download that stopped before its first byte")
+    func emptyPartOfStoppedDownload() async throws {
+        let h = try await Harness.make()
+        // The first answer sends its head and no byte: with one attempt without progress, the download fails,
+        // holding its name and an empty part file.
+        h.server.serve("/a/x.bin", .init(body: body) { index, _ in index == 0 ? .stall(afterBytes: 0) : nil })
+        h.server.serve("/b/x.bin", .init(body: Array(body.reversed())))
+        let manager = try h.manager()
+        let stopped = try await manager.add(
+            h.server.url("/a/x.bin"), to: .directory(h.folder),
+            options: DownloadOptions(maximumAttemptsWithoutProgress: 1))
+        await #expect(throws: DownloadError.self) { try await manager.result(of: stopped) }
+        #expect(h.contents("x.bin.part") == [])
+        let inode = try #require(FileSystemProbe.inode(h.path("x.bin.part")))
+        let other = try await manager.add(h.server.url("/b/x.bin"), to: .directory(h.folder))
+        #expect(try await manager.result(of: other).path == h.path("x (1).bin"))
+        #expect(FileSystemProbe.inode(h.path("x.bin.part")) == inode)
+        try await manager.retry(stopped)
+        #expect(try await manager.result(of: stopped).path == h.path("x.bin"))
+        await manager.shutdown()
+        #expect(h.contents("x.bin") == body && h.contents("x (1).bin") == Array(body.reversed()))
+        #expect(try FileManager.default.contentsOfDirectory(atPath: h.folder).sorted() == ["x (1).bin", "x.bin"])
+    }
+
+    @Test(
         "a folder download passes over a name another download claims before its part file exists, and leaves no file of it"
     )
     func nameClaimedByAnother() async throws {
@@ -605,6 +659,11 @@ struct LocalStateTests {
 enum FileSystemProbe {
     static func size(_ path: String) -> Int64? {
         (try? FileManager.default.attributesOfItem(atPath: path)[.size] as? NSNumber)?.int64Value
+    }
+
+    /// The file's inode number: whether a name still has the same file.
+    static func inode(_ path: String) -> Int? {
+        (try? FileManager.default.attributesOfItem(atPath: path)[.systemFileNumber] as? NSNumber)?.intValue
     }
 
     static func truncate(_ path: String, to length: Int64) throws {

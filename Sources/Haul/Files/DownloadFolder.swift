@@ -119,6 +119,32 @@ public final class DownloadFolder: Sendable {
         }
     }
 
+    /// The identity of the part file `name` when it looks left over: an empty regular file of this process's user
+    /// with one link, which a folder download of Haul made for its name and was killed before it stored it (it holds
+    /// no bytes to trust; `openPart` takes the same for a download whose name is known). Nil for anything else.
+    /// Only a look: nothing is opened.
+    func leftOverPart(_ name: String) -> FileIdentity? {
+        guard let entry = try? folder.entry(name), entry.size == 0, entry.distrust(owner: geteuid()) == nil
+        else { return nil }
+        return entry.identity
+    }
+
+    /// The left-over part file `name` (see `leftOverPart`), opened and locked, when it is still the file of
+    /// `identity`, still empty, and no process holds it. Nil otherwise, and the file is left untouched.
+    func takeLeftOverPart(_ name: String, identity: FileIdentity) -> PartFile? {
+        guard let entry = try? folder.entry(name), entry.identity == identity, entry.size == 0,
+            entry.distrust(owner: geteuid()) == nil,
+            let descriptor = try? folder.open(name, as: entry, writing: true),
+            let part = try? PartFile(descriptor: descriptor, name: name, in: folder)
+        else { return nil }
+        // Written to between the look and the lock: someone's bytes, not a file to take.
+        guard (try? part.length()) == 0 else {
+            part.unlock()
+            return nil
+        }
+        return part
+    }
+
     /// The refusal of `name`: what it is, and that Haul will not write through it.
     private func refusal(_ name: String, _ reason: String, hint: String? = nil) -> DownloadError {
         DownloadError(

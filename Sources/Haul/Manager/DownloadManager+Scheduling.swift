@@ -220,6 +220,11 @@ extension DownloadManager {
             // A folder download's name is news for subscribers; facts and offsets are not (progress tells the bytes).
             if named { emitChanged(record) }
             return store.submit(try .transfer(record), awaited: waiting)
+        case .takingLeftOver(let path):
+            if isDestinationClaimed(path, excluding: id) {
+                throw DownloadError(.destinationExists, "another download claims \(path)")
+            }
+            return nil
         case .checkpoint(let mark):
             record.store(mark)
             keep(record)

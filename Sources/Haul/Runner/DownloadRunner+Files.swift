@@ -129,7 +129,13 @@ extension DownloadRunner {
     /// claims it. The part file is made exclusively (a download of another process choosing the same name at the
     /// same moment loses), then stored as the download's with the name in one step with the manager, which refuses a
     /// name another of its downloads holds. So the part file's identity is in the store when this returns, before
-    /// any byte is written. `lease`: the part file is that lease's own (`DownloadFolder.partName`).
+    /// any byte is written. `lease`: the part file is that lease's own (`DownloadFolder.partName`), never another's.
+    ///
+    /// One file at the part file's name does not make a name taken: an empty one of the user's that no process holds
+    /// and no download of the manager claims (`DownloadFolder.leftOverPart`), which a run killed between making it
+    /// and storing it leaves. It is taken as if made now: passed over, it would send every later run to `name (1)`
+    /// and stay for ever. The manager is asked before the file is locked: a paused download whose empty part file it
+    /// is would otherwise find it locked by this one as it resumed.
     func claimName(_ name: String, in folder: DownloadFolder, from first: Int, lease: Int64?) async throws {
         var next = first
         while next < 1000 {
@@ -138,30 +144,44 @@ extension DownloadRunner {
             // off the cooperative pool, whose few threads would stall every task meanwhile.
             let from = next
             guard
-                let (number, candidate, made) = try await Blocking.run({
-                    () throws(DownloadError) -> (Int, String, PartFile)? in
-                    try Self.makeFreePart(name, in: folder, from: from, lease: lease)
+                let free = try await Blocking.run({ () throws(DownloadError) -> FreeName? in
+                    try Self.freeName(name, in: folder, from: from, lease: lease)
                 })
             else { break }
-            next = number + 1
-            let partName = DownloadFolder.partName(candidate, lease: lease)
+            next = free.number + 1
+            let partName = DownloadFolder.partName(free.name, lease: lease)
+            let destination = PathName.join(folder.path, free.name)
+            let made: PartFile
+            let isLeftOver: Bool
+            switch free.part {
+            case .made(let part): (made, isLeftOver) = (part, false)
+            case .leftOver(let identity):
+                do { _ = try await environment.report(.takingLeftOver(destination)) } catch {
+                    guard error.code == .destinationExists else { throw error }
+                    continue
+                }
+                guard let taken = try await Blocking.run({ folder.takeLeftOverPart(partName, identity: identity) })
+                else { continue }
+                (made, isLeftOver) = (taken, true)
+            }
             let before = (record.destination, record.partIdentity)
             part = made
-            record.destination = PathName.join(folder.path, candidate)
+            record.destination = destination
             record.partIdentity = made.identity
             partMade()
             // The file just made goes when its name is not stored as this download's: another download of the
             // manager holds the name (the next is tried), or the store could not write it (its disk full, its
-            // connection lost). Left there, empty and in no row, the next run would take it for another program's
-            // file and choose `name (1)`. Its identity is checked first; were the write stored after all, the next
-            // run finds the part file gone and starts again from 0.
+            // connection lost). Left there, empty and in no row, it would be taken for a left-over by the next run,
+            // which loses nothing but the `name` a later download of it would choose. Its identity is checked first;
+            // were the write stored after all, the next run finds the part file gone and starts again from 0. A
+            // left-over one stays as it was.
             let claimed: Bool
             do { claimed = try await storeClaim() } catch {
-                drop(made, named: partName, in: folder, restoring: before)
+                drop(made, named: partName, in: folder, removing: !isLeftOver, restoring: before)
                 throw error
             }
             guard claimed else {
-                drop(made, named: partName, in: folder, restoring: before)
+                drop(made, named: partName, in: folder, removing: !isLeftOver, restoring: before)
                 continue
             }
             isPartIdentityStored = true
@@ -170,30 +190,47 @@ extension DownloadRunner {
         throw DownloadError(.destinationExists, "no free name for \(name) in \(folder.path)")
     }
 
-    /// Removes the part file `made` (named `partName` in `folder`) whose claim was not stored, and gives the record
-    /// back the name and identity it had `before`.
+    /// Lets go of the part file `made` (named `partName` in `folder`) whose claim was not stored, removing it when
+    /// it was made for the claim, and gives the record back the name and identity it had `before`.
     private func drop(
-        _ made: PartFile, named partName: String, in folder: DownloadFolder,
+        _ made: PartFile, named partName: String, in folder: DownloadFolder, removing: Bool,
         restoring before: (destination: String?, partIdentity: FileIdentity?)
     ) {
         made.unlock()
-        folder.folder.removeFile(partName, identity: made.identity)
+        if removing { folder.folder.removeFile(partName, identity: made.identity) }
         part = nil
         (record.destination, record.partIdentity) = before
         (isPartIdentityStored, isPartNameDurable) = (true, true)
     }
 
-    /// Makes the part file of the first free name of `name` from the `first`th (see `claimName`): that name's number,
-    /// the name, and its part file; nil when none of the names up to the 999th is free.
-    private static func makeFreePart(
+    /// A name `claimName` may take: its number among `name`, `name (1)`, …, the name, and its part file.
+    private struct FreeName: Sendable {
+        enum Part: Sendable {
+            /// Made now, exclusively, and locked.
+            case made(PartFile)
+            /// Left over by a killed run (`DownloadFolder.leftOverPart`): the file's identity, not opened yet.
+            case leftOver(FileIdentity)
+        }
+        let number: Int
+        let name: String
+        let part: Part
+    }
+
+    /// The first free name of `name` from the `first`th (see `claimName`), its part file made or found left over;
+    /// nil when none of the names up to the 999th is free.
+    private static func freeName(
         _ name: String, in folder: DownloadFolder, from first: Int, lease: Int64?
-    ) throws(DownloadError) -> (Int, String, PartFile)? {
+    ) throws(DownloadError) -> FreeName? {
         for number in first..<1000 {
             let candidate = number == 0 ? name : FileNameSanitizer.alternative(name, number: number)
             // The part file's own name needs no look: its exclusive create refuses anything (a link included) there.
             if folder.has(candidate) || (lease != nil && folder.has(candidate + ".part")) { continue }
-            if let made = try folder.makePart(DownloadFolder.partName(candidate, lease: lease)) {
-                return (number, candidate, made)
+            let partName = DownloadFolder.partName(candidate, lease: lease)
+            if let made = try folder.makePart(partName) {
+                return FreeName(number: number, name: candidate, part: .made(made))
+            }
+            if lease == nil, let identity = folder.leftOverPart(partName) {
+                return FreeName(number: number, name: candidate, part: .leftOver(identity))
             }
         }
         return nil

@@ -7,6 +7,10 @@ enum RunnerReport: Sendable {
     /// just chose: the manager refuses it (`destinationExists`, nothing stored) when another of its downloads claims
     /// it, so the check and the claim are one step.
     case transfer(TransferReport, waiting: Bool, claiming: Bool = false)
+    /// The runner is about to take the empty part file a killed run left at this destination's name
+    /// (`DownloadFolder.leftOverPart`): the manager refuses (`destinationExists`) when another of its downloads
+    /// claims the destination, whose file it may be. Nothing is stored.
+    case takingLeftOver(String)
     /// A checkpoint: the part file durably holds the bytes `mark` counts. The runner waits for its commit.
     case checkpoint(TransferMachine.Checkpoint)
     /// The download starts again from 0 (a changed file, a server that stopped honouring ranges, …): not a failure.
