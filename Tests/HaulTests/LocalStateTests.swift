@@ -641,6 +641,30 @@ struct LocalStateTests {
         #expect(h.server.requests(to: "/f").count == 1)
     }
 
+    @Test("adding a download again while it runs returns it, still running")
+    func readdWhileRunning() async throws {
+        let h = try await Harness.make()
+        // Held back after some bytes: the download surely runs, its part file locked, when it is asked for again.
+        h.server.serve("/f", .init(body: body) { index, _ in index == 0 ? .hold(afterBytes: 100_000) : nil })
+        h.server.serve("/g", .init(body: body) { index, _ in index == 0 ? .hold(afterBytes: 100_000) : nil })
+        let manager = try h.manager()
+        let file = try await manager.add(h.server.url("/f"), to: .file(h.path("file.bin")))
+        let folder = try await manager.add(h.server.url("/g"), to: .directory(h.folder))
+        for id in [file, folder] {
+            for await event in manager.events(for: id) {
+                if case .progress = event { break }
+            }
+        }
+        #expect(try await manager.add(h.server.url("/f"), to: .file(h.path("file.bin"))) == file)
+        #expect(try await manager.add(h.server.url("/g"), to: .directory(h.folder)) == folder)
+        #expect(try await manager.snapshots(of: [file, folder]).map(\.state) == [.running, .running])
+        h.server.release()
+        #expect(try await manager.result(of: file).path == h.path("file.bin"))
+        #expect(try await manager.result(of: folder).path == h.path("g"))
+        await manager.shutdown()
+        #expect(h.holds("file.bin", body) && h.holds("g", body))
+    }
+
     @Test("bad URLs are refused with a message naming them")
     func badURLs() async throws {
         let manager = try DownloadManager(configuration: .init(stateDirectory: nil))

@@ -19,10 +19,10 @@ extension DownloadManager {
     func reuse(_ record: inout DownloadRecord, options: DownloadOptions, staysPaused: Bool)
         throws(DownloadError) -> Bool
     {
+        // Each pattern of a case needs its own `where`: one after the last binds only that one.
+        let isRunElsewhere = tasks[record.id] == nil && leasing == nil && !configuration.recoversInterruptedDownloads
         switch record.state {
-        case .running,
-            .waitingForNetwork
-        where tasks[record.id] == nil && leasing == nil && !configuration.recoversInterruptedDownloads:
+        case .running where isRunElsewhere, .waitingForNetwork where isRunElsewhere:
             // Held as running by the store, and not running here: another process's, or one that ended without
             // stopping it while others ran (nothing queued it again). Asked for, it runs here once no live process
             // runs it: one that holds its lock (`RunLocks`) is waited for, and its row is not written meanwhile
