@@ -119,7 +119,7 @@ struct TransferDecisionTests {
         #expect(d.machine.heldBytes == 300)
     }
 
-    @Test("after the retries, the failure names how many attempts brought nothing, and the part is kept")
+    @Test("after the retries, the failure names how many attempts brought nothing, and the part holding none goes")
     func givingUp() {
         var d = Self.streaming(written: 0)
         var last: [TransferMachine.Action] = []
@@ -127,8 +127,8 @@ struct TransferDecisionTests {
             last = d.machine.connectionFailed(0, DownloadError(.connectionLost, "reset"), now: d.now)
             if last.contains(where: \.isWait) { _ = d.machine.waitEnded(0, now: d.now) }
         }
-        guard case .end(.failed(let error, .keep(.offset(0)))) = last.last else {
-            Issue.record("expected a failure keeping the part, got \(last)")
+        guard case .end(.failed(let error, .discard)) = last.last else {
+            Issue.record("expected a failure deleting the empty part, got \(last)")
             return
         }
         #expect(error.message.contains("5 attempts without progress"))
@@ -211,12 +211,19 @@ struct TransferDecisionTests {
                 return d.machine.checkpointFailed(DownloadError(.diskFull, "store full"))
             }, expected: .failed(DownloadError(.diskFull, "store full"), .keep(.offset(300)))),
         EndingRow(
-            what: "an answer that can never succeed fails the download",
+            what: "an answer that can never succeed fails the download, deleting the part file that holds no byte",
             play: { d in
                 _ = d.machine.start(
                     .init(partLength: nil, durableOffset: 0, isPartVerified: true, facts: nil), now: d.now)
                 return d.machine.responseReceived(0, Heads.status(404), now: d.now)
-            }, expected: .failed(.httpStatus(404), .keep(.offset(0)))),
+            }, expected: .failed(.httpStatus(404), .discard)),
+        EndingRow(
+            what: "an answer that can never succeed after a resume keeps the bytes held",
+            play: { d in
+                _ = d.machine.start(
+                    .init(partLength: 700, durableOffset: 700, isPartVerified: true, facts: Heads.strongFacts), now: d.now)
+                return d.machine.responseReceived(0, Heads.status(404), now: d.now)
+            }, expected: .failed(.httpStatus(404), .keep(.offset(700)))),
         EndingRow(
             what: "a verified file completes",
             play: { d in

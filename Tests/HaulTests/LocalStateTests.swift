@@ -359,25 +359,32 @@ struct LocalStateTests {
         #expect(h.contents("held.bin.part") == [] && h.contents("kept.bin.part") == [1, 2, 3])
     }
 
-    @Test("a folder download passes over the empty part file of another download that stopped before its first byte")
+    @Test(
+        "a folder download passes over the empty part file of a download paused before its first byte; one that fails before it leaves none"
+    )
     func emptyPartOfStoppedDownload() async throws {
         let h = try await Harness.make()
-        // The first answer sends its head and no byte: with one attempt without progress, the download fails,
-        // holding its name and an empty part file.
-        h.server.serve("/a/x.bin", .init(body: body) { index, _ in index == 0 ? .stall(afterBytes: 0) : nil })
+        // The first answer sends its head and holds its body back: the download names its file, and is paused
+        // with its part file empty.
+        h.server.serve("/a/x.bin", .init(body: body) { index, _ in index == 0 ? .hold(afterBytes: 0) : nil })
         h.server.serve("/b/x.bin", .init(body: Array(body.reversed())))
+        h.server.serve("/c/y.bin", .init(body: body) { _, _ in .status(404, headers: [:]) })
         let manager = try h.manager()
-        let stopped = try await manager.add(
-            h.server.url("/a/x.bin"), to: .directory(h.folder),
-            options: DownloadOptions(maximumAttemptsWithoutProgress: 1))
-        await #expect(throws: DownloadError.self) { try await manager.result(of: stopped) }
+        let paused = try await manager.add(h.server.url("/a/x.bin"), to: .directory(h.folder))
+        for await event in manager.events(for: paused) {
+            if case .changed(let download) = event, download.path != nil { break }
+        }
+        try await manager.pause(paused)
         #expect(h.contents("x.bin.part") == [])
         let inode = try #require(FileSystemProbe.inode(h.path("x.bin.part")))
         let other = try await manager.add(h.server.url("/b/x.bin"), to: .directory(h.folder))
         #expect(try await manager.result(of: other).path == h.path("x (1).bin"))
         #expect(FileSystemProbe.inode(h.path("x.bin.part")) == inode)
-        try await manager.retry(stopped)
-        #expect(try await manager.result(of: stopped).path == h.path("x.bin"))
+        try await manager.resume(paused)
+        h.server.release()
+        #expect(try await manager.result(of: paused).path == h.path("x.bin"))
+        let failed = try await manager.add(h.server.url("/c/y.bin"), to: .file(h.path("y.bin")))
+        await #expect(throws: DownloadError.self) { try await manager.result(of: failed) }
         await manager.shutdown()
         #expect(h.contents("x.bin") == body && h.contents("x (1).bin") == Array(body.reversed()))
         #expect(try FileManager.default.contentsOfDirectory(atPath: h.folder).sorted() == ["x (1).bin", "x.bin"])

@@ -71,7 +71,10 @@ extension TransferMachine {
     mutating func fail(_ error: DownloadError) -> [Action] {
         let ids = connections.keys.sorted()
         connections.removeAll()
-        let fate = partFate
+        // A part file that holds no byte of the file is deleted, not kept: a download that fails before its first
+        // byte (a 404, a host that cannot be reached) leaves no empty file behind, as aria2 and `curl -f` leave
+        // none; a retry makes it again.
+        let fate = partFate == .leave || heldBytes > 0 ? partFate : .discard
         phase = .done
         return ids.map { .close($0) } + [.end(.failed(LinkExpiry.afterProgress(error, held: heldBytes), fate))]
     }

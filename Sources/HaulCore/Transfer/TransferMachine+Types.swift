@@ -204,7 +204,8 @@ extension TransferMachine {
         case keep(Checkpoint)
         /// Nothing of this run is stored: it ended before its transfer started, so the stored record still holds.
         case leave
-        /// Its bytes are not the file asked for (the checksum did not match): nothing of them is kept.
+        /// Deleted: its bytes are not the file asked for (the checksum did not match), or it holds none (a run
+        /// that failed before its first byte).
         case discard
     }
 
