@@ -221,7 +221,8 @@ struct TransferDecisionTests {
             what: "an answer that can never succeed after a resume keeps the bytes held",
             play: { d in
                 _ = d.machine.start(
-                    .init(partLength: 700, durableOffset: 700, isPartVerified: true, facts: Heads.strongFacts), now: d.now)
+                    .init(partLength: 700, durableOffset: 700, isPartVerified: true, facts: Heads.strongFacts),
+                    now: d.now)
                 return d.machine.responseReceived(0, Heads.status(404), now: d.now)
             }, expected: .failed(.httpStatus(404), .keep(.offset(700)))),
         EndingRow(
