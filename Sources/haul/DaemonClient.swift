@@ -406,7 +406,10 @@ struct RemoteEvents: Sendable {
                 var parser = ServerSentEventParser()
                 for try await chunk in body {
                     var decoded: [DownloadEvent] = []
-                    for event in try parser.feed(chunk) {
+                    // Taken one by one, so that each event's text (a snapshot's is tens of megabytes) goes once read.
+                    var completed = try parser.feed(chunk)
+                    completed.reverse()
+                    while let event = completed.popLast() {
                         if let id = event.id { lastID = id }
                         guard let name = event.event, !skipping.contains(name),
                             let one = try? Self.decode(name, event.data, decoder)

@@ -21,6 +21,8 @@ actor RemoteBatch {
     private var ids: Set<DownloadID>?
     private let followsAll: Bool
     private var held: [DownloadEvent] = []
+    /// Each followed download as last seen; one that had stopped when following every download began is added only
+    /// once an event tells of it (of a hundred thousand downloads, nearly all long finished, none is kept).
     private var latest: [DownloadID: DownloadSnapshot] = [:]
     private var first: [DownloadID: DownloadSnapshot] = [:]
     /// When each download was first seen running: a finished one's time is counted from then, not from when the
@@ -94,11 +96,9 @@ actor RemoteBatch {
                 // started (their line off a terminal, their name on its board); the others have nothing to report.
                 ids = Set(snapshot.downloads.map(\.id))
                 // Grown once, not by doubling through a thousand downloads.
-                latest.reserveCapacity(snapshot.downloads.count)
                 startStates.reserveCapacity(snapshot.downloads.count)
-                unstopped.reserveCapacity(snapshot.downloads.count)
                 for download in snapshot.downloads {
-                    latest[download.id] = download
+                    if !Self.hasStopped(download) { latest[download.id] = download }
                     startStates[download.id] = download.state
                     recount(download.id)
                     if download.state == .running || download.state == .waitingForNetwork {
@@ -106,9 +106,12 @@ actor RemoteBatch {
                     }
                 }
             } else {
-                // After a reconnect that could not be replayed: what changed meanwhile, as changes.
-                for download in snapshot.downloads where follows(download.id) && latest[download.id] != download {
-                    forward(.changed(download))
+                // After a reconnect that could not be replayed: what changed meanwhile, as changes (one not kept is
+                // the same as long as it has the state it had when following began).
+                for download in snapshot.downloads where follows(download.id) {
+                    let changed =
+                        latest[download.id].map { $0 != download } ?? (download.state != startStates[download.id])
+                    if changed { forward(.changed(download)) }
                 }
             }
             return !checkDone()
@@ -210,8 +213,13 @@ actor RemoteBatch {
             unstopped.remove(id)
             return
         }
-        let isStopped = latest[id].map { !($0.state == .queued || $0.state.isActive) } ?? followsAll
+        let isStopped = latest[id].map(Self.hasStopped) ?? followsAll
         if isStopped { unstopped.remove(id) } else { unstopped.insert(id) }
+    }
+
+    /// Whether a download is neither queued nor active: completed, failed, cancelled or paused.
+    private static func hasStopped(_ download: DownloadSnapshot) -> Bool {
+        !(download.state == .queued || download.state.isActive)
     }
 
     /// Follows `client`'s event stream into this batch (in a task of its own, cancelled to stop), telling `output`

@@ -271,6 +271,36 @@ struct DaemonTests {
         #expect(orphan.status == 1 && orphan.stderr.contains("haul serve"))
     }
 
+    @Test("haul watch follows a daemon that restarts: the fresh snapshot tells what changed, not what had finished")
+    func watchAcrossRestart() async throws {
+        let (workspace, server) = try await Self.setUp()
+        defer { Self.tearDown(workspace, server) }
+        server.serve("/done.bin", .init(body: body))
+        server.serve("/slow.bin", .init(body: body, bytesPerSecond: 1_000_000))
+        let state = ["--state-dir", workspace.state]
+        var daemon = try await DaemonProcess(workspace)
+        let done = try await daemon.add(server.url("/done.bin"))
+        #expect(try await daemon.waitUntilStopped(done)["state"] as? String == "completed")
+        _ = try await daemon.add(server.url("/slow.bin"))
+        let watch = try HaulProcess(["watch"] + state, in: workspace)
+        let errors = watch.errPath
+        let told = { @Sendable (text: String) -> @Sendable () -> Bool in
+            { String(decoding: FileManager.default.contents(atPath: errors) ?? Data(), as: UTF8.self).contains(text) }
+        }
+        // Told as running from the first snapshot.
+        #expect(await waitUntil(told("-> \(workspace.path("slow.bin"))")))
+        _ = await daemon.stop(SIGTERM)
+        // The next run's event ids are not the last run's: the watch reconnects to a fresh snapshot.
+        daemon = try await DaemonProcess(workspace)
+        #expect(await waitUntil(told("saved \(workspace.path("slow.bin"))")))
+        watch.signal(SIGINT)
+        let watched = await watch.finish()
+        #expect(watched.status == 130, "\(watched.stderr)")
+        #expect(!watched.stderr.contains("done.bin"), "\(watched.stderr)")
+        #expect(workspace.holds("slow.bin", body))
+        _ = await daemon.stop(SIGTERM)
+    }
+
     @Test("haul add of a list longer than one request takes (8 MiB) sends it in parts, and every download is added")
     func addInParts() async throws {
         let (workspace, server) = try await Self.setUp()

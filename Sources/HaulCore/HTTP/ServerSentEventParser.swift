@@ -39,6 +39,9 @@ public struct ServerSentEventParser: Sendable {
         }
     }
 
+    /// The most of its data buffer an event leaves for the next.
+    static let keptCapacity = 64 << 10
+
     /// Bytes of a line not yet ended.
     private var pending: [UInt8] = []
     /// Whether the last byte seen was a CR (a LF right after it belongs to the same line ending).
@@ -110,7 +113,9 @@ public struct ServerSentEventParser: Sendable {
                     Event(event: type, data: String(decoding: data, as: UTF8.self), id: id, retry: retry))
             }
             type = nil
-            data.removeAll(keepingCapacity: true)
+            // A large event's buffer (a snapshot of many downloads is tens of megabytes) is let go, not kept for the
+            // small events that follow.
+            if data.capacity > Self.keptCapacity { data = [] } else { data.removeAll(keepingCapacity: true) }
             hasData = false
             id = nil
             retry = nil
