@@ -296,6 +296,55 @@ struct Aria2RPCTests {
         }
     }
 
+    @Test("a multicall or batch takes effect as one: pausing the running download and the waiting ones starts none")
+    func callsTogether() async throws {
+        let h = try await ServerHarness.make { $0.maxConcurrentDownloads = 1 }
+        // The running one's answers are held back: it runs until paused.
+        h.server.serve("/run.bin", .init(body: bytes) { _, _ in .hold(afterBytes: 1000) })
+        for name in ["a", "b", "c", "d"] { h.server.serve("/\(name).bin", .init(body: bytes)) }
+        let token: JSONValue = .string("token:\(ServerHarness.token)")
+        try await h.application().test(.router) { client in
+            func add(_ name: String) async throws -> String {
+                let (_, answer) = try await rpc(
+                    client, "aria2.addUri", [[.string(h.server.url("/\(name).bin").absoluteString)]])
+                return try #require(answer["result"]?.string)
+            }
+            func transferring() async throws {
+                let running = try await h.manager.page(in: [.running], after: nil, limit: nil).ids[0]
+                for await event in await h.manager.events(for: running) {
+                    if case .progress = event { break }
+                }
+            }
+            let run = try await add("run")
+            let (a, b) = (try await add("a"), try await add("b"))
+            try await transferring()
+            // As AriaNg pauses the downloads chosen: one multicall, the running one first.
+            var (_, answer) = try await rpc(
+                client, "system.multicall",
+                [.array([run, a, b].map { ["methodName": "aria2.forcePause", "params": [token, .string($0)]] })],
+                token: false)
+            #expect(answer["result"]?.array?.count == 3)
+            #expect(h.server.requests(to: "/a.bin").isEmpty && h.server.requests(to: "/b.bin").isEmpty)
+            // A batch of calls, the same.
+            (_, answer) = try await rpc(client, "aria2.unpause", [.string(run)])
+            try await transferring()
+            let (c, d) = (try await add("c"), try await add("d"))
+            let batch: JSONValue = .array(
+                [run, c, d].map {
+                    ["jsonrpc": "2.0", "id": "p", "method": "aria2.forcePause", "params": [token, .string($0)]]
+                })
+            let response = try await client.execute(
+                uri: "/jsonrpc", method: .post, headers: [:], body: ByteBuffer(data: Aria2RPC.encode(batch)))
+            #expect(response.status == .ok)
+            #expect(h.server.requests(to: "/c.bin").isEmpty && h.server.requests(to: "/d.bin").isEmpty)
+            (_, answer) = try await rpc(client, "aria2.tellWaiting", [0, 10, ["status"]])
+            #expect(
+                answer["result"]?.array?.compactMap { $0.object?["status"]?.string }
+                    == .init(repeating: "paused", count: 5))
+        }
+        h.server.release()
+    }
+
     @Test("the methods: add, tellStatus, lists, pause, unpause, position, options, stats, remove, purge, shutdown")
     func methods() async throws {
         let h = try await ServerHarness.make()

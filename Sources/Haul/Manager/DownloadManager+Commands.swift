@@ -322,6 +322,20 @@ extension DownloadManager {
         return ended.count
     }
 
+    /// Runs `body` (commands to this manager) with the start of queued downloads held until it returns, so that
+    /// commands given together take effect as one, as aria2 applies a `system.multicall` or a batch of calls: pausing
+    /// a running download and then the queued ones behind it starts none of them in between (each pause would
+    /// otherwise hand its slot to the next queued download, which would send its request before its own pause came).
+    /// Afterwards what may start starts. The queue waits only while `body` runs, so it should not wait for anything
+    /// but the manager.
+    public func holdingStarts<T: Sendable>(_ body: @Sendable () async -> T) async -> T {
+        startsHeld += 1
+        let value = await body()
+        startsHeld -= 1
+        try? schedule()
+        return value
+    }
+
     /// Stops every running download and waits until each has flushed its exact offset. By default they go back to
     /// `queued` and resume by themselves when a manager on the same store starts again (as after a crash); with
     /// `pausing` they become `paused`, as a user's pause would leave them. The manager accepts no work afterwards.

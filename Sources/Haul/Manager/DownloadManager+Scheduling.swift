@@ -10,7 +10,7 @@ extension DownloadManager {
     /// their prerequisites have completed. A download whose prerequisite failed, was cancelled or was removed fails
     /// with a reason that names it.
     func schedule() throws(DownloadError) {
-        guard !isShutDown else { return }
+        guard !isShutDown, startsHeld == 0 else { return }
         guard transferring < jobLimit else { return }
         // A worker of a fleet starts what it claims.
         guard leasing == nil else { return claimDownloads() }

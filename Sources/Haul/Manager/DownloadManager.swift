@@ -77,6 +77,8 @@ public actor DownloadManager {
     var finishing: Set<String> = []
     /// Downloads that hold a transfer slot.
     var transferring: Int { tasks.count - finishing.count }
+    /// How many `holdingStarts` are under way: while any is, no queued download starts.
+    var startsHeld = 0
     let globalLimiter: RateLimiter
     var downloadLimiters: [String: RateLimiter] = [:]
     var stopReasons: [String: StopReason] = [:]

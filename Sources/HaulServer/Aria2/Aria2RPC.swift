@@ -76,8 +76,12 @@ public final class Aria2RPC: Sendable {
             return (.internalServerError, Self.encode(Self.answer(id: .null, .failure(.parse))))
         }
         if case .array(let calls) = request {
-            var answers: [JSONValue] = []
-            for call in calls { answers.append(await answer(call)) }
+            // Taking effect as one, as in aria2 (`DownloadManager.holdingStarts`).
+            let answers = await manager.holdingStarts {
+                var answers: [JSONValue] = []
+                for call in calls { answers.append(await self.answer(call)) }
+                return answers
+            }
             return (.ok, Self.encode(.array(answers)))
         }
         let answer = await answer(request)
@@ -139,8 +143,14 @@ public final class Aria2RPC: Sendable {
     }
 
     /// `system.multicall([{methodName, params}, …])`: each result in a list of one, each error as an object.
+    /// The calls take effect as one, as in aria2 (`DownloadManager.holdingStarts`).
     private func multicall(_ params: [JSONValue]) async throws(Fault) -> JSONValue {
         guard let calls = params.first?.array else { throw Fault("The parameter at 0 has wrong type.") }
+        return await manager.holdingStarts { await self.each(calls) }
+    }
+
+    /// The calls of a multicall, one after another.
+    private func each(_ calls: [JSONValue]) async -> JSONValue {
         var results: [JSONValue] = []
         for call in calls {
             guard let object = call.object, let name = object["methodName"]?.string else {
