@@ -11,25 +11,37 @@ struct ServerSentEventParserTests {
         return try parser.feed(Array(text.utf8))
     }
 
-    @Test(
-        "the standard's rules",
-        arguments: [
-            ("data: a\n\n", [Event(data: "a")]),
-            ("event: changed\ndata: {}\nid: 7\n\n", [Event(event: "changed", data: "{}", id: "7")]),
-            ("data:a\ndata: b\ndata\n\n", [Event(data: "a\nb\n")]),
-            ("data: x\r\n\r\ndata: y\r\rdata: z\n\n", [Event(data: "x"), Event(data: "y"), Event(data: "z")]),
-            (": keep-alive\n\n", []),
-            ("event: a\n\ndata: b\n\n", [Event(data: "b")]),
-            ("data:  two spaces\n\n", [Event(data: " two spaces")]),
-            ("id: a\u{0}b\ndata: c\n\n", [Event(data: "c")]),
-            ("retry: 1500\ndata: c\n\nretry: 1.5\ndata: d\n\n", [Event(data: "c", retry: 1500), Event(data: "d")]),
-            ("unknown: v\ndata: c\n\n", [Event(data: "c")]),
-            ("data: unfinished\n", []),
-            ("\u{FEFF}data: bom\n\n", [Event(data: "bom")]),
-            ("data: \u{FEFF}kept\n\n", [Event(data: "\u{FEFF}kept")]),
-        ])
+    static let standard: [(String, [Event])] = [
+        ("data: a\n\n", [Event(data: "a")]),
+        ("event: changed\ndata: {}\nid: 7\n\n", [Event(event: "changed", data: "{}", id: "7")]),
+        ("data:a\ndata: b\ndata\n\n", [Event(data: "a\nb\n")]),
+        ("data: x\r\n\r\ndata: y\r\rdata: z\n\n", [Event(data: "x"), Event(data: "y"), Event(data: "z")]),
+        (": keep-alive\n\n", []),
+        ("event: a\n\ndata: b\n\n", [Event(data: "b")]),
+        ("data:  two spaces\n\n", [Event(data: " two spaces")]),
+        ("id: a\u{0}b\ndata: c\n\n", [Event(data: "c")]),
+        ("retry: 1500\ndata: c\n\nretry: 1.5\ndata: d\n\n", [Event(data: "c", retry: 1500), Event(data: "d")]),
+        ("unknown: v\ndata: c\n\n", [Event(data: "c")]),
+        ("data: unfinished\n", []),
+        ("\u{FEFF}data: bom\n\n", [Event(data: "bom")]),
+        ("data: \u{FEFF}kept\n\n", [Event(data: "\u{FEFF}kept")]),
+    ]
+
+    @Test("the standard's rules", arguments: standard)
     func rules(_ text: String, _ expected: [Event]) throws {
         #expect(try Self.events(text) == expected)
+    }
+
+    @Test("the standard's rules, each text split in two at every byte (a line across chunks is read in place)")
+    func rulesSplit() throws {
+        for (text, expected) in Self.standard {
+            let bytes = Array(text.utf8)
+            for split in 0...bytes.count {
+                var parser = ServerSentEventParser()
+                let events = try parser.feed(bytes[..<split]) + parser.feed(bytes[split...])
+                #expect(events == expected, "\(text.debugDescription) split at \(split)")
+            }
+        }
     }
 
     @Test("invalid UTF-8 is replaced, not refused")
