@@ -467,7 +467,9 @@ def main():
 
         step("clear finished forgets the completed downloads; their files stay")
         until(lambda: all(d["state"] == "completed" for d in api(info, "/downloads")["downloads"]),
-              "every download completes", timeout=90)
+              lambda: "every download completes; these did not: " + "; ".join(
+                  f'{d.get("filename") or d["url"]} {d["state"]} {(d.get("error") or {}).get("message", "")}'
+                  for d in api(info, "/downloads")["downloads"] if d["state"] != "completed")[:1500], timeout=90)
         driver.find_element(By.ID, "clear-finished").click()
         until(lambda: not api(info, "/downloads")["downloads"], "the list is empty")
         until(lambda: driver.find_element(By.ID, "empty").is_displayed(), "the page says so")

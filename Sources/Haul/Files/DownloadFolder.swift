@@ -113,7 +113,13 @@ public final class DownloadFolder: Sendable {
     /// has the name already.
     func makePart(_ name: String) throws(DownloadError) -> PartFile? {
         switch folder.create(name) {
-        case .success(let descriptor): return try PartFile(descriptor: descriptor, name: name, in: folder)
+        case .success(let descriptor):
+            do { return try PartFile(descriptor: descriptor, name: name, in: folder) } catch {
+                // Locked between its create and this lock: another download took it for one a killed run left
+                // (`takeLeftOverPart`), and it is that download's now.
+                guard error.code == .locked else { throw error }
+                return nil
+            }
         case .failure(let failure) where failure.code == EEXIST: return nil
         case .failure(let failure): throw PartFile.fileError(failure.code, "cannot create \(folder.path(of: name))")
         }
