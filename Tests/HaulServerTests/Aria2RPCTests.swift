@@ -310,8 +310,8 @@ struct Aria2RPCTests {
                 return try #require(answer["result"]?.string)
             }
             func transferring() async throws {
-                let running = try await h.manager.page(in: [.running], after: nil, limit: nil).ids[0]
-                for await event in await h.manager.events(for: running) {
+                let running = await h.manager.page(in: [.running], after: nil, limit: nil).ids[0]
+                for await event in h.manager.events(for: running) {
                     if case .progress = event { break }
                 }
             }

@@ -130,16 +130,18 @@ public final class DownloadFolder: Sendable {
     /// no bytes to trust; `openPart` takes the same for a download whose name is known). Nil for anything else.
     /// Only a look: nothing is opened.
     func leftOverPart(_ name: String) -> FileIdentity? {
-        guard let entry = try? folder.entry(name), entry.size == 0, entry.distrust(owner: geteuid()) == nil
-        else { return nil }
+        guard let entry = try? folder.entry(name), Self.looksLeftOver(entry) else { return nil }
         return entry.identity
+    }
+
+    private static func looksLeftOver(_ entry: FolderEntry) -> Bool {
+        entry.size == 0 && entry.distrust(owner: geteuid()) == nil
     }
 
     /// The left-over part file `name` (see `leftOverPart`), opened and locked, when it is still the file of
     /// `identity`, still empty, and no process holds it. Nil otherwise, and the file is left untouched.
     func takeLeftOverPart(_ name: String, identity: FileIdentity) -> PartFile? {
-        guard let entry = try? folder.entry(name), entry.identity == identity, entry.size == 0,
-            entry.distrust(owner: geteuid()) == nil,
+        guard let entry = try? folder.entry(name), entry.identity == identity, Self.looksLeftOver(entry),
             let descriptor = try? folder.open(name, as: entry, writing: true),
             let part = try? PartFile(descriptor: descriptor, name: name, in: folder)
         else { return nil }
