@@ -38,7 +38,7 @@ struct TransferDecisionTests {
         }
     }
 
-    enum PartFateKind: Equatable { case keep, leave, discard }
+    enum PartFateKind: Equatable { case keep, leave, discard, handBack }
 
     static func decision(_ actions: [TransferMachine.Action]) -> Decision? {
         for action in actions {
@@ -49,6 +49,7 @@ struct TransferDecisionTests {
                     case .keep: .keep
                     case .leave: .leave
                     case .discard: .discard
+                    case .handBack: .handBack
                     }
                 return .fail(error.code, kind)
             case .report(.waitingForNetwork): return .waitForNetwork
@@ -225,6 +226,43 @@ struct TransferDecisionTests {
                     now: d.now)
                 return d.machine.responseReceived(0, Heads.status(404), now: d.now)
             }, expected: .failed(.httpStatus(404), .keep(.offset(700)))),
+        EndingRow(
+            what: "a file handed over with -c that the server cannot give goes back as it came",
+            play: { d in
+                _ = d.machine.start(
+                    .init(partLength: 700, durableOffset: 0, isPartVerified: false, isHandedOver: true, facts: nil),
+                    now: d.now)
+                return d.machine.responseReceived(0, Heads.status(404), now: d.now)
+            }, expected: .failed(.httpStatus(404), .handBack)),
+        EndingRow(
+            what: "an empty file handed over with -c goes back too, not deleted as a part file holding no byte",
+            play: { d in
+                _ = d.machine.start(
+                    .init(partLength: 0, durableOffset: 0, isPartVerified: true, isHandedOver: true, facts: nil),
+                    now: d.now)
+                return d.machine.responseReceived(0, Heads.status(404), now: d.now)
+            }, expected: .failed(.httpStatus(404), .handBack)),
+        EndingRow(
+            what: "a file handed over that this run wrote into is a part file: its bytes are kept",
+            play: { d in
+                _ = d.machine.start(
+                    .init(partLength: 0, durableOffset: 0, isPartVerified: true, isHandedOver: true, facts: nil),
+                    now: d.now)
+                _ = d.machine.responseReceived(0, Heads.ok(1000), now: d.now)
+                _ = d.stream(0, 300)
+                return d.machine.actionFailed(DownloadError(.fileSystem, "EIO"))
+            }, expected: .failed(DownloadError(.fileSystem, "EIO"), .keep(.offset(300)))),
+        EndingRow(
+            what: "a file handed over whose bytes differ from the server's is emptied, and is then a part file",
+            play: { d in
+                _ = d.machine.start(
+                    .init(partLength: 700, durableOffset: 0, isPartVerified: false, isHandedOver: true, facts: nil),
+                    now: d.now)
+                _ = d.machine.responseReceived(0, Heads.ok(1000), now: d.now)
+                // The whole file asked for again, on connection 1.
+                #expect(d.machine.overlapDiffered(0, now: d.now).contains(.truncate(to: 0)))
+                return d.machine.responseReceived(1, Heads.status(404), now: d.now)
+            }, expected: .failed(.httpStatus(404), .discard)),
         EndingRow(
             what: "a verified file completes",
             play: { d in

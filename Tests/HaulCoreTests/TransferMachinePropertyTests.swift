@@ -142,7 +142,7 @@ struct World {
     mutating func settle(_ fate: TransferMachine.PartFate, _ what: String) {
         switch fate {
         case .keep(let mark): store(mark, what)
-        case .leave: break
+        case .leave, .handBack: break
         case .discard:
             part = nil
             synced = nil

@@ -289,6 +289,27 @@ struct LocalStateTests {
         }
     }
 
+    @Test("-c: a file the server cannot give yet stays under its name as it was, empty or not; -c later continues it")
+    func continueGivesBack() async throws {
+        for bytes in [Array(body.prefix(Self.cut)), []] {
+            let h = try await Harness.make()
+            h.server.serve("/f", .init(body: body) { index, _ in index == 0 ? .status(404, headers: [:]) : nil })
+            _ = FileManager.default.createFile(atPath: h.path("file.bin"), contents: Data(bytes))
+            let inode = FileSystemProbe.inode(h.path("file.bin"))
+            let error = await h.fetchError("/f", options: DownloadOptions(continuePartial: true))
+            #expect(error?.code == .httpStatus && error?.status == 404)
+            #expect(h.contents("file.bin") == bytes, "\(bytes.count) bytes: as it was")
+            #expect(FileSystemProbe.inode(h.path("file.bin")) == inode, "the same file, not a copy")
+            #expect(!h.exists("file.bin.part"))
+            // The same download again: the row forgot the file, and -c hands it over again.
+            let result = try await h.fetch("/f", options: DownloadOptions(continuePartial: true))
+            #expect(h.holds("file.bin", body))
+            #expect(result.resumedFrom == Int64(bytes.count))
+            #expect(FileSystemProbe.inode(h.path("file.bin")) == inode)
+            await h.stop()
+        }
+    }
+
     @Test("25, 26, 27: folder downloads take the server's name, sanitised, never over an existing file")
     func folderNames() async throws {
         let h = try await Harness.make()

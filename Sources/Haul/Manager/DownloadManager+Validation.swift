@@ -107,8 +107,9 @@ extension DownloadManager {
 
     /// A file at the destination that Haul did not create is never overwritten unless asked, and never one that is
     /// not a regular file. `continuePartial` hands Haul a file on purpose: the part file when there is one, else the
-    /// file at the destination (a regular file with one link, whoever made it) moved to the part's name; the runner
-    /// takes it over and compares its bytes with the server's before anything is appended.
+    /// file at the destination (a regular file with one link, whoever made it, written from its start), checked
+    /// here and moved to the part's name when the download starts (`DownloadFolder.handOver`); the runner takes it
+    /// over and compares its bytes with the server's before anything is appended.
     func claimDestination(record: inout DownloadRecord, in folder: HeldFolder, options: DownloadOptions)
         throws(DownloadError)
     {
@@ -124,8 +125,6 @@ extension DownloadManager {
                 throw DownloadError(.untrustedFile, "\(destination) \(reason); Haul will not continue it")
             }
             try Self.refuseHoles(name, as: existing, in: folder)
-            let code = folder.move(name, to: name + ".part", replacing: false)
-            guard code == 0 else { throw PartFile.fileError(code, "cannot rename \(destination) to \(name).part") }
             return
         }
         // Whatever is asked: a link, a FIFO or a device is never followed nor replaced, and saying so first spares

@@ -37,6 +37,15 @@ extension DownloadRunner {
         case .discard:
             // One unlink of Haul's own file.
             if let part { folder?.delete(part.name, identity: part.identity) }
+        case .handBack:
+            // Nothing of it is Haul's: the row forgets it, and a retry with -c hands it over again.
+            record.partIdentity = nil
+            guard let part, let name = handedOver.movedFrom, let folder else { break }
+            if folder.handBack(part, to: name) {
+                environment.logger.notice("\(source): \(PathName.join(folder.path, name)) is back under its name, as it was")
+            } else {
+                environment.logger.notice("\(source): the file handed over stays at \(part.path)")
+            }
         }
     }
 

@@ -22,6 +22,9 @@ extension DownloadRunner {
         if let lease = environment.lease { return try await openLeasePart(of: name, lease: lease, in: folder) }
         let adopting = (options.continuePartial || isEarlierRow) && record.partIdentity == nil
         // Off the cooperative pool, as every look and create in a folder other downloads change (`claimName`).
+        let handed =
+            adopting && options.continuePartial
+            ? try await Blocking.run { () throws(DownloadError) in try folder.handOver(name) } : nil
         let opened = try await Blocking.run { [recorded = record.partIdentity] () throws(DownloadError) in
             try folder.openPart(name + ".part", recorded: recorded, adopting: adopting)
         }
@@ -34,6 +37,9 @@ extension DownloadRunner {
             self.record.partIdentity = part.identity
             if isNew { partMade() }
             if isHandedOver { self.record.isPartVerified = false }
+            if let handed, handed.identity == part.identity {
+                handedOver = (true, handed.moved ? name : nil)
+            }
         case .untrusted(let error):
             guard record.takesFreeName else { throw error }
             environment.logger.notice("\(source): \(error.message); taking the next free name")

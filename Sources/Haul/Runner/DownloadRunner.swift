@@ -31,6 +31,10 @@ final class DownloadRunner {
     /// The download's folder, held for the whole run: every file operation goes through it.
     var folder: DownloadFolder?
     var part: PartFile?
+    /// The part file is a file the user handed over with `-c` at this start (`DownloadFolder.handOver`), and, when
+    /// it was moved from the download's own name to the part file's then, that name: where a failure that wrote
+    /// nothing into it gives it back.
+    var handedOver: (isHandedOver: Bool, movedFrom: String?) = (false, nil)
     /// False from the moment a part file is made or adopted until its identity is in the store: the first body
     /// waits for that commit before it writes, so a part file with bytes always has its row's record of it.
     var isPartIdentityStored = true
@@ -209,7 +213,7 @@ final class DownloadRunner {
         var pending = machine.start(
             TransferMachine.Start(
                 partLength: try part?.length(), durableOffset: record.durableOffset, segments: record.segments,
-                isPartVerified: record.isPartVerified, facts: record.remoteFacts,
+                isPartVerified: record.isPartVerified, isHandedOver: handedOver.isHandedOver, facts: record.remoteFacts,
                 linkReplaced: record.options.linkReplaced),
             now: now())
         while true {

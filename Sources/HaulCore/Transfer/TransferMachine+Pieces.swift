@@ -146,7 +146,7 @@ extension TransferMachine {
             durable = min(durable, from)
             lastCheckpoint.bytes = min(lastCheckpoint.bytes, from)
             let id = newConnection(now: now)
-            return ids.map { .close($0) } + [.truncate(to: from)] + resendSingle(id, now: now)
+            return ids.map { .close($0) } + [truncating(to: from)] + resendSingle(id, now: now)
         case .segmented(var map):
             var actions: [Action] = []
             for (id, connection) in connections.sorted(by: { $0.key < $1.key }) {

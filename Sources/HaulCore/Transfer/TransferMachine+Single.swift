@@ -35,7 +35,7 @@ extension TransferMachine {
                             reason: changed
                                 ? "the remote file changed; its new version is fetched from 0"
                                 : "the server sent the whole file instead of the range; it is kept from 0")))
-                actions.append(.truncate(to: 0))
+                actions.append(truncating(to: 0))
             }
             facts = known
             isPartVerified = true
@@ -149,7 +149,7 @@ extension TransferMachine {
         lastCheckpoint.bytes = 0
         return [
             .report(.restarted(reason: "the server does not resume downloads; starting again from 0")),
-            .truncate(to: 0),
+            truncating(to: 0),
         ]
     }
 

@@ -71,10 +71,12 @@ extension TransferMachine {
     mutating func fail(_ error: DownloadError) -> [Action] {
         let ids = connections.keys.sorted()
         connections.removeAll()
-        // A part file that holds no byte of the file is deleted, not kept: a download that fails before its first
-        // byte (a 404, a host that cannot be reached) leaves no empty file behind, as aria2 and `curl -f` leave
-        // none; a retry makes it again.
-        let fate = partFate == .leave || heldBytes > 0 ? partFate : .discard
+        // A file the user handed over (-c) that this run never wrote to goes back as it came, as `curl -C -` and
+        // `wget -c` leave the file they were given when the server answers 404. Otherwise a part file that holds no
+        // byte of the file is deleted, not kept: a download that fails before its first byte (a 404, a host that
+        // cannot be reached) leaves no empty file behind, as aria2 and `curl -f` leave none; a retry makes it again.
+        let fate: PartFate =
+            handedOverLength != nil ? .handBack : partFate == .leave || heldBytes > 0 ? partFate : .discard
         phase = .done
         return ids.map { .close($0) } + [.end(.failed(LinkExpiry.afterProgress(error, held: heldBytes), fate))]
     }
@@ -113,7 +115,7 @@ extension TransferMachine {
         wasResumed = false
         resumedFrom = 0
         shownConnections = 0
-        actions.append(.truncate(to: 0))
+        actions.append(truncating(to: 0))
         if let (id, head) = keeping {
             var connection = connections[id] ?? Connection(phase: .requesting, request: .whole, quietSince: now)
             connection.segment = nil

@@ -70,6 +70,9 @@ extension TransferMachine {
         public var segments: [Segment]?
         /// Whether the part file's bytes were written by Haul for this download (false: compared before trusted).
         public var isPartVerified: Bool
+        /// Whether the part file is a file the user handed over (`-c`) at this start, empty or not: a failure before
+        /// this run writes into it gives it back (`PartFate.handBack`).
+        public var isHandedOver: Bool
         /// What is known of the remote file.
         public var facts: RemoteFacts?
         /// The URL was replaced since `facts` were learned (`TransferMachine+Checks`).
@@ -78,12 +81,13 @@ extension TransferMachine {
         /// Makes a start.
         public init(
             partLength: Int64?, durableOffset: Int64, segments: [Segment]? = nil, isPartVerified: Bool,
-            facts: RemoteFacts?, linkReplaced: Bool = false
+            isHandedOver: Bool = false, facts: RemoteFacts?, linkReplaced: Bool = false
         ) {
             self.partLength = partLength
             self.durableOffset = durableOffset
             self.segments = segments
             self.isPartVerified = isPartVerified
+            self.isHandedOver = isHandedOver
             self.facts = facts
             self.linkReplaced = linkReplaced
         }
@@ -207,6 +211,9 @@ extension TransferMachine {
         /// Deleted: its bytes are not the file asked for (the checksum did not match), or it holds none (a run
         /// that failed before its first byte).
         case discard
+        /// The user's file, handed over with `-c` and never written by this run: it goes back to the name it was
+        /// handed over under, as it was, and nothing of it is stored as Haul's.
+        case handBack
     }
 
     /// What a chunk of a body may do, from `claim`.

@@ -81,6 +81,10 @@ public struct TransferMachine: Sendable {
     var facts: RemoteFacts?
     /// Whether the part file's bytes are trusted as this download's (false: bytes handed over, compared first).
     public internal(set) var isPartVerified = true
+    /// The length of the file the user handed over (`Start.isHandedOver`) while the part file still holds exactly
+    /// that: no byte of this run written into it, never cut shorter. A failure then gives it back
+    /// (`PartFate.handBack`). Nil otherwise.
+    var handedOverLength: Int64?
     /// One connection: bytes before this are in the part file (written by this run or trusted from before).
     var written: Int64 = 0
     /// One connection: the stored durable offset.
@@ -186,6 +190,7 @@ public struct TransferMachine: Sendable {
         phase = .transferring
         facts = start.facts
         isPartVerified = start.isPartVerified
+        handedOverLength = start.isHandedOver ? start.partLength : nil
         durable = start.durableOffset
         lastCheckpoint = (now, 0)
         if let stored = start.segments, let restored = restoreSegments(stored, start: start, now: now) {
@@ -198,7 +203,7 @@ public struct TransferMachine: Sendable {
             durable = 0
             written = 0
             return [.report(.restarted(reason: "the stored segment map is unusable"))]
-                + [.truncate(to: 0)] + send(newConnection(now: now), .whole, now: now)
+                + [truncating(to: 0)] + send(newConnection(now: now), .whole, now: now)
         }
         let plan = ResumePlanner(overlapLength: settings.overlapLength).plan(
             ResumePlanner.Input(
@@ -207,7 +212,7 @@ public struct TransferMachine: Sendable {
         var actions: [Action] = []
         switch plan {
         case .finalize(let truncateTo):
-            if let truncateTo { actions.append(.truncate(to: truncateTo)) }
+            if let truncateTo { actions.append(truncating(to: truncateTo)) }
             written = truncateTo ?? start.partLength ?? 0
             durable = min(durable, written)
             resumedFrom = written
@@ -216,7 +221,7 @@ public struct TransferMachine: Sendable {
             return actions + finishing(total: written)
         case .request(let request, let truncateTo):
             if let truncateTo {
-                actions.append(.truncate(to: truncateTo))
+                actions.append(truncating(to: truncateTo))
                 if truncateTo == 0 { facts = nil }
             }
             written = truncateTo ?? start.partLength ?? 0
@@ -280,6 +285,7 @@ public struct TransferMachine: Sendable {
             remaining = granted
         }
         connection.position = position + Int64(compare) + remaining
+        if remaining > 0 { handedOverLength = nil }
         return Grant(offset: position, compare: compare, write: Int(remaining), stop: stop, overrun: overrun)
     }
 
@@ -531,4 +537,11 @@ public struct TransferMachine: Sendable {
 
     /// What a run that ends now without completing keeps of its part file: what it holds, once it started.
     var partFate: PartFate { phase == .idle ? .leave : .keep(checkpointMark) }
+
+    /// Cuts the part file to `length` (0 mostly): a file the user handed over that this makes shorter is not as it
+    /// came any more.
+    mutating func truncating(to length: Int64) -> Action {
+        if let handed = handedOverLength, length < handed { handedOverLength = nil }
+        return .truncate(to: length)
+    }
 }
