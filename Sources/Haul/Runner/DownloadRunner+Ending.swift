@@ -42,7 +42,8 @@ extension DownloadRunner {
             record.partIdentity = nil
             guard let part, let name = handedOver.movedFrom, let folder else { break }
             if folder.handBack(part, to: name) {
-                environment.logger.notice("\(source): \(PathName.join(folder.path, name)) is back under its name, as it was")
+                let path = PathName.join(folder.path, name)
+                environment.logger.notice("\(source): \(path) is back under its name, as it was")
             } else {
                 environment.logger.notice("\(source): the file handed over stays at \(part.path)")
             }
