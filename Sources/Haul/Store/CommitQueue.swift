@@ -7,8 +7,8 @@ import HaulCore
 /// transaction each, so a write that fails is reported to its caller alone and the others commit.
 ///
 /// A commit costs about as much for one write as for a hundred (SQLite appends the changed pages to the WAL once a
-/// transaction): adding 10,000 downloads one request at a time committed 10,000 transactions and spent two thirds of
-/// its time in them; grouped, they take about 1,500 commits.
+/// transaction, and a durable one waits for one sync): adds that arrive one request at a time from many clients
+/// would otherwise pay a transaction and a sync each.
 ///
 /// Writes come in two kinds. `perform` waits until its write is committed. `submit` queues a write and returns at
 /// once with a ticket, and `completion(of:)` waits for it later: the daemon's add queues the new download's row while
@@ -226,7 +226,7 @@ package final class CommitQueue<Connection>: @unchecked Sendable {
     /// The drain has a thread of its own, not one of Dispatch's or Swift's pool: writers that wait for a commit
     /// block their thread (as SQLite's own lock would), and on a two-core machine the pool has two threads. With the
     /// drain queued on that pool, sixteen downloads writing their checkpoints could block both threads waiting for a
-    /// drain that had no thread to run on, until the pool grew: 1000 small files took twice as long.
+    /// drain that had no thread to run on, until the pool grew.
     private func scheduleDrain() {
         condition.lock()
         drainRequested = true
