@@ -243,6 +243,14 @@ struct TransferDecisionTests {
                 return d.machine.responseReceived(0, Heads.status(404), now: d.now)
             }, expected: .failed(.httpStatus(404), .handBack)),
         EndingRow(
+            what: "a pause before this run writes into a file handed over gives it back too",
+            play: { d in
+                _ = d.machine.start(
+                    .init(partLength: 700, durableOffset: 0, isPartVerified: false, isHandedOver: true, facts: nil),
+                    now: d.now)
+                return d.machine.stop()
+            }, expected: .stopped(.handBack)),
+        EndingRow(
             what: "a file handed over that this run wrote into is a part file: its bytes are kept",
             play: { d in
                 _ = d.machine.start(

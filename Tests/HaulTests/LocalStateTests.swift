@@ -310,6 +310,34 @@ struct LocalStateTests {
         }
     }
 
+    @Test("-c: a download paused before it writes into the file handed over gives the file back; resuming continues it")
+    func continuePausedGivesBack() async throws {
+        let h = try await Harness.make(jumpsPastStalls: false)
+        // The first answer goes quiet before its head: the download runs, and nothing is written into the file.
+        h.server.serve("/f", .init(body: body) { index, _ in index == 0 ? .stallBeforeHead : nil })
+        let (stalls, stalled) = AsyncStream<Void>.makeStream()
+        h.server.onStall { _ in stalled.yield() }
+        let bytes = Array(body.prefix(Self.cut))
+        _ = FileManager.default.createFile(atPath: h.path("file.bin"), contents: Data(bytes))
+        let inode = FileSystemProbe.inode(h.path("file.bin"))
+        let manager = try h.manager()
+        let id = try await manager.add(
+            h.server.url("/f"), to: .file(h.path("file.bin")), options: DownloadOptions(continuePartial: true))
+        for await _ in stalls { break }
+        #expect(h.exists("file.bin.part") && !h.exists("file.bin"), "handed over while it runs")
+        try await manager.pause(id)
+        #expect(try await manager.snapshot(id).state == .paused)
+        #expect(h.contents("file.bin") == bytes, "as it was")
+        #expect(FileSystemProbe.inode(h.path("file.bin")) == inode)
+        #expect(!h.exists("file.bin.part"))
+        try await manager.resume(id)
+        let result = try await manager.result(of: id)
+        await manager.shutdown()
+        #expect(h.holds("file.bin", body))
+        #expect(result.resumedFrom == Int64(Self.cut))
+        #expect(FileSystemProbe.inode(h.path("file.bin")) == inode)
+    }
+
     @Test("25, 26, 27: folder downloads take the server's name, sanitised, never over an existing file")
     func folderNames() async throws {
         let h = try await Harness.make()

@@ -211,8 +211,8 @@ extension TransferMachine {
         /// Deleted: its bytes are not the file asked for (the checksum did not match), or it holds none (a run
         /// that failed before its first byte).
         case discard
-        /// The user's file, handed over with `-c` and never written by this run: it goes back to the name it was
-        /// handed over under, as it was, and nothing of it is stored as Haul's.
+        /// The user's file, handed over with `-c` and never written by this run (which failed or was stopped): it
+        /// goes back to the name it was handed over under, as it was, and nothing of it is stored as Haul's.
         case handBack
     }
 

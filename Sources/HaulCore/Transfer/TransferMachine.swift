@@ -525,12 +525,13 @@ public struct TransferMachine: Sendable {
     }
 
     /// Stop (a pause, a cancel, a shutdown): close every connection; the runner then syncs and stores what was
-    /// written, exactly. Before the transfer started, nothing of this run is stored.
+    /// written, exactly. Before the transfer started, nothing of this run is stored; a file the user handed over
+    /// that this run never wrote to goes back as it came (`PartFate.handBack`), and the next run hands it over again.
     public mutating func stop() -> [Action] {
         guard phase != .done, phase != .stopping else { return [] }
         let ids = connections.keys.sorted()
         connections.removeAll()
-        let fate = partFate
+        let fate = handedOverLength != nil ? .handBack : partFate
         phase = .stopping
         return ids.map { .close($0) } + [.end(.stopped(fate))]
     }
