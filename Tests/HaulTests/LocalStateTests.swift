@@ -310,8 +310,10 @@ struct LocalStateTests {
         }
     }
 
-    @Test("-c: a download paused before it writes into the file handed over gives the file back; resuming continues it")
-    func continuePausedGivesBack() async throws {
+    @Test(
+        "-c: paused or cancelled before a byte is written into it, the file handed over goes back",
+        arguments: [false, true])
+    func continuePausedGivesBack(cancelling: Bool) async throws {
         let h = try await Harness.make(jumpsPastStalls: false)
         // The first answer goes quiet before its head: the download runs, and nothing is written into the file.
         h.server.serve("/f", .init(body: body) { index, _ in index == 0 ? .stallBeforeHead : nil })
@@ -325,11 +327,15 @@ struct LocalStateTests {
             h.server.url("/f"), to: .file(h.path("file.bin")), options: DownloadOptions(continuePartial: true))
         for await _ in stalls { break }
         #expect(h.exists("file.bin.part") && !h.exists("file.bin"), "handed over while it runs")
-        try await manager.pause(id)
-        #expect(try await manager.snapshot(id).state == .paused)
+        if cancelling { try await manager.cancel(id) } else { try await manager.pause(id) }
+        #expect(try await manager.snapshot(id).state == (cancelling ? .cancelled : .paused))
         #expect(h.contents("file.bin") == bytes, "as it was")
         #expect(FileSystemProbe.inode(h.path("file.bin")) == inode)
         #expect(!h.exists("file.bin.part"))
+        if cancelling {
+            await manager.shutdown()
+            return
+        }
         try await manager.resume(id)
         let result = try await manager.result(of: id)
         await manager.shutdown()
