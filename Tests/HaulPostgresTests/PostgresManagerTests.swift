@@ -36,6 +36,25 @@ struct PostgresManagerTests {
         return (store, configuration)
     }
 
+    @Test("-c is refused on a shared store, and the file it names is left as it is")
+    func continueRefused() async throws {
+        let (server, web, folder) = try await Self.setUp()
+        web.serve("/f", .init(body: testBytes(1000)))
+        let path = folder + "/f.bin"
+        _ = FileManager.default.createFile(atPath: path, contents: Data([1, 2, 3]))
+        let (_, configuration) = try await Self.workerA(on: server)
+        let manager = try DownloadManager(configuration: configuration)
+        let options = DownloadOptions(continuePartial: true)
+        await #expect {
+            try await manager.add(web.url("/f"), to: .file(path), options: options)
+        } throws: {
+            ($0 as? DownloadError)?.code == .invalidArgument && "\($0)".contains("shared store")
+        }
+        #expect(FileManager.default.contents(atPath: path) == Data([1, 2, 3]))
+        #expect(!FileManager.default.fileExists(atPath: path + ".part"))
+        await manager.shutdown()
+    }
+
     @Test("downloads complete with their rows in PostgreSQL, and a new manager on the store finds them as they ended")
     func downloadsAndReopens() async throws {
         let (server, web, folder) = try await Self.setUp()

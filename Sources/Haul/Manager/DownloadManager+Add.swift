@@ -180,6 +180,14 @@ extension DownloadManager {
     {
         try Self.validate(request.url)
         try Self.validate(request.options)
+        if request.options.continuePartial, leasing != nil {
+            // -c takes over a file where the add was made; a fleet's download runs on whichever worker claims it,
+            // in a part file of that lease's own.
+            throw DownloadError(
+                .invalidArgument,
+                "-c (continuePartial) continues a file on one machine's disk; the downloads of a shared store run on "
+                    + "whichever worker claims them, so it is not taken there")
+        }
         for prerequisite in request.after where known(prerequisite.rawValue) == nil {
             throw DownloadError(.notFound, "no download with id \(prerequisite) to wait for")
         }
