@@ -21,6 +21,15 @@ struct TransferDecisionTests {
         return d
     }
 
+    /// Starts the machine on a file of `length` bytes the user handed over with -c (an empty one has nothing to
+    /// compare).
+    static func handOver(_ length: Int64, to d: inout Driver) {
+        _ = d.machine.start(
+            .init(
+                partLength: length, durableOffset: 0, isPartVerified: length == 0, isHandedOver: true, facts: nil),
+            now: d.now)
+    }
+
     /// What a list of actions amounts to, in a word.
     enum Decision: Equatable, CustomStringConvertible {
         case resendAtOnce(from: Int64)
@@ -229,33 +238,25 @@ struct TransferDecisionTests {
         EndingRow(
             what: "a file handed over with -c that the server cannot give goes back as it came",
             play: { d in
-                _ = d.machine.start(
-                    .init(partLength: 700, durableOffset: 0, isPartVerified: false, isHandedOver: true, facts: nil),
-                    now: d.now)
+                TransferDecisionTests.handOver(700, to: &d)
                 return d.machine.responseReceived(0, Heads.status(404), now: d.now)
             }, expected: .failed(.httpStatus(404), .handBack)),
         EndingRow(
             what: "an empty file handed over with -c goes back too, not deleted as a part file holding no byte",
             play: { d in
-                _ = d.machine.start(
-                    .init(partLength: 0, durableOffset: 0, isPartVerified: true, isHandedOver: true, facts: nil),
-                    now: d.now)
+                TransferDecisionTests.handOver(0, to: &d)
                 return d.machine.responseReceived(0, Heads.status(404), now: d.now)
             }, expected: .failed(.httpStatus(404), .handBack)),
         EndingRow(
             what: "a pause before this run writes into a file handed over gives it back too",
             play: { d in
-                _ = d.machine.start(
-                    .init(partLength: 700, durableOffset: 0, isPartVerified: false, isHandedOver: true, facts: nil),
-                    now: d.now)
+                TransferDecisionTests.handOver(700, to: &d)
                 return d.machine.stop()
             }, expected: .stopped(.handBack)),
         EndingRow(
             what: "a file handed over that this run wrote into is a part file: its bytes are kept",
             play: { d in
-                _ = d.machine.start(
-                    .init(partLength: 0, durableOffset: 0, isPartVerified: true, isHandedOver: true, facts: nil),
-                    now: d.now)
+                TransferDecisionTests.handOver(0, to: &d)
                 _ = d.machine.responseReceived(0, Heads.ok(1000), now: d.now)
                 _ = d.stream(0, 300)
                 return d.machine.actionFailed(DownloadError(.fileSystem, "EIO"))
@@ -263,9 +264,7 @@ struct TransferDecisionTests {
         EndingRow(
             what: "a file handed over whose bytes differ from the server's is emptied, and is then a part file",
             play: { d in
-                _ = d.machine.start(
-                    .init(partLength: 700, durableOffset: 0, isPartVerified: false, isHandedOver: true, facts: nil),
-                    now: d.now)
+                TransferDecisionTests.handOver(700, to: &d)
                 _ = d.machine.responseReceived(0, Heads.ok(1000), now: d.now)
                 // The whole file asked for again, on connection 1.
                 #expect(d.machine.overlapDiffered(0, now: d.now).contains(.truncate(to: 0)))
