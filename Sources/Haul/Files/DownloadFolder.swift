@@ -250,17 +250,14 @@ public final class DownloadFolder: Sendable {
 
     /// What `-c` hands over to a download named `name`: its part file when there is one, else the file `name`,
     /// moved to the part file's name when the download starts (not when it is added: a queued download leaves the
-    /// user's file where it is). The file moved passes the checks its add made (a regular file with one link,
-    /// written from its start), made again since it may have changed meanwhile. Returns the identity of the file
+    /// user's file where it is). The file moved passes the checks its add made (`checkContinuable`), made again
+    /// since it may have changed meanwhile. Returns the identity of the file
     /// handed over, and whether it was moved; nil when there is neither.
     func handOver(_ name: String) throws(DownloadError) -> (identity: FileIdentity, moved: Bool)? {
         let partName = name + ".part"
         if let part = try folder.entry(partName) { return (part.identity, false) }
         guard let file = try folder.entry(name) else { return nil }
-        if let reason = file.distrust(owner: nil) {
-            throw DownloadError(.untrustedFile, "\(folder.path(of: name)) \(reason); Haul will not continue it")
-        }
-        try DownloadManager.refuseHoles(name, as: file, in: folder)
+        try DownloadManager.checkContinuable(name, as: file, in: folder)
         let code = folder.move(name, to: partName, replacing: false)
         // A part file made meanwhile is the one handed over.
         if code == EEXIST { return try folder.entry(partName).map { ($0.identity, false) } }

@@ -120,13 +120,7 @@ extension DownloadManager {
             return
         }
         guard let existing = try folder.entry(name) else { return }
-        if options.continuePartial {
-            if let reason = existing.distrust(owner: nil) {
-                throw DownloadError(.untrustedFile, "\(destination) \(reason); Haul will not continue it")
-            }
-            try Self.refuseHoles(name, as: existing, in: folder)
-            return
-        }
+        if options.continuePartial { return try Self.checkContinuable(name, as: existing, in: folder) }
         // Whatever is asked: a link, a FIFO or a device is never followed nor replaced, and saying so first spares
         // a user the --overwrite that would be refused next.
         if existing.kind != .regular {
@@ -149,6 +143,15 @@ extension DownloadManager {
                     + "or continued with -c (the API's continuePartial)")
         }
         record.mayReplaceDestination = true
+    }
+
+    /// What `-c` asks of the file at a download's name, when it is added and again when it is handed over: a regular
+    /// file with one link, whoever made it, written from its start.
+    static func checkContinuable(_ name: String, as entry: FolderEntry, in folder: HeldFolder) throws(DownloadError) {
+        if let reason = entry.distrust(owner: nil) {
+            throw DownloadError(.untrustedFile, "\(folder.path(of: name)) \(reason); Haul will not continue it")
+        }
+        try refuseHoles(name, as: entry, in: folder)
     }
 
     /// `-c` continues a file written from its start. A file with a hole (bytes never written) is not one: it is
