@@ -18,7 +18,7 @@ extension PostgresStore {
             [
                 // The record's columns but those later migrations add (as they add them, to stores made before).
                 "CREATE TABLE download ("
-                    + DownloadRecord.columnNames.filter { $0 != "notice" }.map { name in
+                    + DownloadRecord.columnNames.filter { !["notice", "handOver"].contains($0) }.map { name in
                         "\"\(name)\" \(columnKinds[name]!.sqlType)" + (name == "id" ? " PRIMARY KEY" : "")
                     }.joined(separator: ", ") + ")",
                 "CREATE INDEX download_queue ON download (priority DESC, \"queuePosition\") WHERE state = 'queued'",
@@ -183,6 +183,14 @@ extension PostgresStore {
                 // The `haul serve` that beats under the name now (a random id each start), NULL once it stopped:
                 // a second process given a name in use waits to see whether its holder is alive (`takeName`).
                 "ALTER TABLE worker ADD COLUMN instance TEXT"
+            ]
+        ),
+        (
+            11, "files handed over",
+            [
+                // Which part files are the user's (`DownloadRecord.handOver`). A shared store takes no `-c`, so its
+                // rows leave it NULL; the column is there for the record's one shape.
+                "ALTER TABLE download ADD COLUMN \"handOver\" BIGINT"
             ]
         ),
     ]

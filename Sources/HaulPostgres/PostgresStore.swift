@@ -154,7 +154,7 @@ public final class PostgresStore: LeasingStore {
         let booleans: Set = ["isLastModifiedStrong", "isResumable", "isPartVerified", "mayReplaceDestination"]
         let integers: Set = [
             "totalLength", "durableOffset", "attempts", "priority", "rateLimit", "activeConnections", "errorStatus",
-            "folderDevice", "folderInode", "partDevice", "partInode",
+            "folderDevice", "folderInode", "partDevice", "partInode", "handOver",
         ]
         let reals: Set = ["queuePosition", "createdAt", "updatedAt", "completedAt"]
         var kinds: [String: ColumnKind] = [:]

@@ -344,6 +344,55 @@ struct LocalStateTests {
         #expect(FileSystemProbe.inode(h.path("file.bin")) == inode)
     }
 
+    /// How a download whose part file holds bytes ends for the user.
+    enum Ending: String, CaseIterable, Sendable { case cancel, remove, clean }
+
+    @Test(
+        "-c: cancelled, removed or cleaned away after Haul wrote into it, the file handed over goes back, cut to the bytes held from its start",
+        arguments: Ending.allCases)
+    func continueWrittenGivesBack(ending: Ending) async throws {
+        let h = try await Harness.make(jumpsPastStalls: false)
+        let held = Self.cut + 40_000
+        // The first answer starts 64 KiB before the user's last byte (the overlap Haul compares) and gives 130,000
+        // bytes, then holds the rest back (or breaks, and the server has the file no more: the download fails).
+        h.server.serve(
+            "/f",
+            .init(body: body) { index, _ in
+                index > 0
+                    ? .status(404, headers: [:])
+                    : ending == .clean ? .cut(afterBytes: 130_000) : .hold(afterBytes: 130_000)
+            })
+        _ = FileManager.default.createFile(atPath: h.path("file.bin"), contents: Data(body.prefix(Self.cut)))
+        let inode = FileSystemProbe.inode(h.path("file.bin"))
+        let manager = try h.manager()
+        let id = try await manager.add(
+            h.server.url("/f"), to: .file(h.path("file.bin")), options: DownloadOptions(continuePartial: true))
+        switch ending {
+        case .cancel, .remove:
+            for await event in manager.events(for: id) {
+                if case .progress(let progress) = event, progress.receivedBytes >= held { break }
+            }
+            if ending == .cancel {
+                try await manager.cancel(id)
+            } else {
+                try await manager.pause(id)
+                #expect(h.exists("file.bin.part") && !h.exists("file.bin"), "paused, it stays the part file")
+                try await manager.remove(id)
+            }
+        case .clean:
+            await #expect(throws: DownloadError.self) { try await manager.result(of: id) }
+            #expect(h.exists("file.bin.part") && !h.exists("file.bin"), "failed, it stays the part file")
+            #expect(try await manager.clean() == 1)
+        }
+        h.server.release()
+        await manager.shutdown()
+        let given = h.contents("file.bin") ?? []
+        #expect(given.count >= held, "longer than it was: \(given.count)")
+        #expect(given == Array(body.prefix(given.count)), "a prefix of the file")
+        #expect(FileSystemProbe.inode(h.path("file.bin")) == inode, "the user's file, not a copy")
+        #expect(!h.exists("file.bin.part"))
+    }
+
     @Test("25, 26, 27: folder downloads take the server's name, sanitised, never over an existing file")
     func folderNames() async throws {
         let h = try await Harness.make()

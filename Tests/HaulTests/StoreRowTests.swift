@@ -34,16 +34,36 @@ struct StoreRowTests {
         record.destination = "/tmp/other"
         record.durableOffset = 4096
         record.finalURL = "http://h/g"
+        record.handOver = .fromName
         try store.save(try .transfer(record))
         var stored = try #require(try store.record(id: "name"))
         #expect(stored.destination == "/tmp/other" && stored.durableOffset == 4096 && stored.finalURL == "http://h/g")
-        #expect(stored.state == .running)
+        #expect(stored.state == .running && stored.handOver == .fromName)
         try record.apply(.finished)
         record.complete(at: "/tmp/last", bytes: 8192)
         try store.save(try .completion(record))
         stored = try #require(try store.record(id: "name"))
         #expect(stored.destination == "/tmp/last" && stored.state == .completed && stored.completedAt != nil)
         #expect(stored.totalLength == 8192 && stored.durableOffset == 8192)
+        #expect(stored.handOver == nil, "complete, the file is the download's")
+    }
+
+    @Test(
+        "the bytes held from a part file's start: one connection's mark; of several, the segments that follow on from the first byte"
+    )
+    func heldPrefix() {
+        var record = Self.queued(id: "p", url: "http://h/f", finalURL: nil, destination: "/tmp/f", etag: nil)
+        record.durableOffset = 5000
+        #expect(record.heldPrefix == 5000)
+        // Listed out of order, as splits append them: 0..<300 is whole, 300..<600 holds 300..<450, the rest is after
+        // a gap.
+        record.segments = [
+            Segment(start: 600, end: 900, offset: 900), Segment(start: 0, end: 300, offset: 300),
+            Segment(start: 300, end: 600, offset: 450),
+        ]
+        #expect(record.heldPrefix == 450)
+        record.segments = [Segment(start: 0, end: 300, offset: 0), Segment(start: 300, end: 600, offset: 600)]
+        #expect(record.heldPrefix == 0)
     }
 
     @Test("a store this process made starts empty until something is written through it; a manager reads the rest")

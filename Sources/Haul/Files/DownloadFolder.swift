@@ -274,6 +274,24 @@ public final class DownloadFolder: Sendable {
         return folder.move(part.name, to: name, replacing: false) == 0
     }
 
+    /// Gives the user's file back when its download is cancelled or removed (`DownloadRecord.handOver`): `partName`,
+    /// when it is still the file `identity` names, is cut to `length` bytes (those beyond are Haul's, with gaps where
+    /// several connections wrote; nil keeps every byte), synced, and moved back to `name` when that is free (nil
+    /// leaves it at the part file's name). Never deleted. Returns where the file is now, nil when it is not there.
+    @discardableResult
+    func giveBack(_ partName: String, identity: FileIdentity, keeping length: Int64?, to name: String?) -> String? {
+        guard let entry = try? folder.entry(partName), entry.kind == .regular, entry.identity == identity,
+            let opened = try? folder.open(partName, as: entry, writing: true)
+        else { return nil }
+        var info = stat()
+        if let length, fstat(opened, &info) == 0, Int64(info.st_size) > length { ftruncate(opened, off_t(length)) }
+        fsync(opened)
+        close(opened)
+        guard let name, folder.move(partName, to: name, replacing: false) == 0 else { return folder.path(of: partName) }
+        folder.sync()
+        return folder.path(of: name)
+    }
+
     /// Flushes the folder's entries (a rename into it) to the disk, shared with the other downloads finishing in it.
     func sync() {
         folder.syncShared()
@@ -298,14 +316,23 @@ public final class DownloadFolder: Sendable {
 
     /// Deletes what Haul made for `record` and nothing else: its part file, and with `includingFile` its completed
     /// file, each only when it is the file whose identity the store recorded, through the download's folder opened
-    /// as `open(for:allowed:)` opens it. A folder that is gone or is not the one recorded deletes nothing. This is
-    /// how `cancel`, `remove` and the command line's `rm --delete-file` delete.
+    /// as `open(for:allowed:)` opens it. A folder that is gone or is not the one recorded deletes nothing. A part file
+    /// the user handed over with `-c` is given back instead (`giveBack`), cut to the bytes held from its start, unless
+    /// `includingFile` asks for the download's files to go. This is how `cancel`, `remove` and the command line's
+    /// `rm --delete-file` delete.
     public static func deleteFiles(of record: DownloadRecord, includingFile: Bool, allowed: AllowedFolders) {
         guard let destination = record.destination, let folder = try? open(for: record, allowed: allowed) else {
             return
         }
         let name = PathName.lastComponent(of: destination)
-        folder.delete(name + ".part", identity: record.partIdentity)
+        if let handOver = record.handOver, let identity = record.partIdentity, !includingFile {
+            // The user's bytes: never deleted unless the user asks for the files to go.
+            folder.giveBack(
+                name + ".part", identity: identity, keeping: record.isPartVerified ? record.heldPrefix : nil,
+                to: handOver == .fromName ? name : nil)
+        } else {
+            folder.delete(name + ".part", identity: record.partIdentity)
+        }
         // A fleet's part files, every lease's (a folder is listed for them only where a part file may be left: a
         // completed or cancelled download has none, and `clean` forgets thousands of those at once).
         if ![.completed, .cancelled].contains(record.state) {

@@ -46,7 +46,8 @@ extension DownloadManager {
         try schedule()
     }
 
-    /// Stops a download and deletes its part file; the record stays, as `cancelled`.
+    /// Stops a download and deletes its part file (gives it back, when the user handed it over with `-c`); the record
+    /// stays, as `cancelled`.
     public func cancel(_ id: DownloadID) async throws(DownloadError) {
         var record = try require(id)
         var probe = record
@@ -72,6 +73,7 @@ extension DownloadManager {
     func markCancelled(_ record: inout DownloadRecord) throws(DownloadError) {
         DownloadFolder.deleteFiles(of: record, includingFile: false, allowed: allowedFolders)
         record.partIdentity = nil
+        record.handOver = nil
         try record.apply(.cancelRequested)
         record.durableOffset = 0
         record.segments = nil
@@ -256,7 +258,9 @@ extension DownloadManager {
         do { try DownloadRules.checkRate(bytesPerSecond) } catch { throw DownloadError(error, subject: "a rate limit") }
     }
 
-    /// Forgets a download that is not running; with `deletingFile` also deletes its completed file.
+    /// Forgets a download that is not running, and deletes its part file (a file the user handed over with `-c` is
+    /// given back instead, `DownloadFolder.deleteFiles`); with `deletingFile` also deletes its completed file, or
+    /// the file handed over.
     public func remove(_ id: DownloadID, deletingFile: Bool = false) throws(DownloadError) {
         let record = try require(id)
         try checkRemovable(record)
@@ -302,8 +306,8 @@ extension DownloadManager {
         hub.emit(.removed(id))
     }
 
-    /// Forgets every completed, cancelled and failed download (their files stay; a failed one's part file goes, as
-    /// `remove` deletes it); returns how many. One that another process runs again meanwhile stays. Their rows are
+    /// Forgets every completed, cancelled and failed download (their files stay; a failed one's part file goes, or
+    /// goes back to its name when the user handed it over, as `remove` does); returns how many. One that another process runs again meanwhile stays. Their rows are
     /// deleted a thousand to a transaction.
     @discardableResult
     public func clean() async throws(DownloadError) -> Int {

@@ -40,6 +40,7 @@ extension DownloadRunner {
         case .handBack:
             // Nothing of it is Haul's: the row forgets it, and a retry with -c hands it over again.
             record.partIdentity = nil
+            record.handOver = nil
             guard let part, let name = handedOver.movedFrom, let folder else { break }
             if folder.handBack(part, to: name) {
                 let path = PathName.join(folder.path, name)

@@ -35,10 +35,18 @@ extension DownloadRunner {
             let isHandedOver = try adopting && part.length() > 0
             self.part = part
             self.record.partIdentity = part.identity
-            if isNew { partMade() }
             if isHandedOver { self.record.isPartVerified = false }
             if let handed, handed.identity == part.identity {
                 handedOver = (true, handed.moved ? name : nil)
+                // The user's file: the store learns it is theirs (and which name it had) before a byte is written
+                // into it, so a cancel or a remove, even by a later process, gives it back.
+                self.record.handOver = handed.moved ? .fromName : .atPartName
+            }
+            // A new part file, or a moved one: its identity is stored, and its name synced, before its bytes count.
+            if isNew || handedOver.movedFrom != nil {
+                partMade()
+            } else if handedOver.isHandedOver {
+                isPartIdentityStored = false
             }
         case .untrusted(let error):
             guard record.takesFreeName else { throw error }

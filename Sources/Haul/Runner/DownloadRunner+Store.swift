@@ -50,7 +50,8 @@ extension DownloadRunner {
         let started = machine.hasStarted
         return TransferReport(
             destination: record.destination, finalURL: record.finalURL, partIdentity: record.partIdentity,
-            folderIdentity: record.folderIdentity, facts: started ? machine.remoteFacts : record.remoteFacts,
+            handOver: record.handOver, folderIdentity: record.folderIdentity,
+            facts: started ? machine.remoteFacts : record.remoteFacts,
             isPartVerified: started ? machine.isPartVerified : record.isPartVerified, mark: mark)
     }
 

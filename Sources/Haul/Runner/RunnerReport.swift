@@ -39,6 +39,7 @@ struct TransferReport: Sendable {
     var destination: String?
     var finalURL: String?
     var partIdentity: FileIdentity?
+    var handOver: PartHandOver?
     var folderIdentity: FileIdentity?
     var facts: RemoteFacts?
     var isPartVerified: Bool

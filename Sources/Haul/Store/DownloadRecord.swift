@@ -77,6 +77,10 @@ public struct DownloadRecord: Codable, Sendable, Equatable, FetchableRecord, Per
     public var partDevice: Int64?
     /// The inode of the part file Haul made (`partIdentity`).
     public var partInode: Int64?
+    /// Whether the part file is the user's, handed over with `-c` (`DownloadFolder.handOver`), and from which name;
+    /// nil for a part file Haul made. It holds the user's bytes: a cancel or a remove gives it back instead of
+    /// deleting it (`DownloadFolder.deleteFiles`).
+    public var handOver: PartHandOver?
     /// The worker of a fleet that holds a live lease of it, as the shared store read it (not a column of its own:
     /// never written, and nil in a store of one machine).
     public var worker: String? = nil
@@ -133,6 +137,18 @@ public struct DownloadRecord: Codable, Sendable, Equatable, FetchableRecord, Per
         }
     }
 
+    /// The bytes from the part file's start that the store counts as held, with no gap before them: the whole mark of
+    /// one connection, and the segments that follow on from the first byte of several.
+    public var heldPrefix: Int64 {
+        guard let segments else { return durableOffset }
+        var end: Int64 = 0
+        for segment in segments.sorted(by: { $0.start < $1.start }) {
+            guard segment.start <= end else { break }
+            end = max(end, segment.offset)
+        }
+        return end
+    }
+
     /// The part file's path, when the destination is known.
     public var partPath: String? { destination.map { $0 + ".part" } }
 
@@ -166,6 +182,14 @@ public struct DownloadRecord: Codable, Sendable, Equatable, FetchableRecord, Per
     var takesFreeName: Bool { directory != nil || origin.isConfined }
 }
 
+/// How the part file of a `-c` download came from the user (`DownloadRecord.handOver`).
+public enum PartHandOver: Int, Codable, Sendable, DatabaseValueConvertible {
+    /// It was the part file's name already (another program's `NAME.part`): given back, it stays there.
+    case atPartName = 1
+    /// It was the download's own name, moved to the part file's when the download started: given back, it goes back.
+    case fromName = 2
+}
+
 extension DownloadState: DatabaseValueConvertible {}
 extension DownloadOrigin: DatabaseValueConvertible {}
 extension DownloadOptions: DatabaseValueConvertible {
@@ -186,7 +210,7 @@ extension DownloadRecord {
         "lastModified", "isLastModifiedStrong", "isResumable", "isPartVerified", "mayReplaceDestination", "attempts",
         "lastError", "options", "priority", "queuePosition", "prerequisites", "rateLimit", "segments",
         "activeConnections", "createdAt", "updatedAt", "errorCode", "errorStatus", "origin", "completedAt",
-        "folderDevice", "folderInode", "partDevice", "partInode", "notice",
+        "folderDevice", "folderInode", "partDevice", "partInode", "notice", "handOver",
     ]
 
     /// Every column's value, in the order of `columnNames`. Arrays are stored as JSON text, as the `Codable`
@@ -238,6 +262,7 @@ extension DownloadRecord {
         visit(31, partDevice.databaseValue)
         visit(32, partInode.databaseValue)
         visit(33, try PendingNotice.column(notice))
+        visit(34, handOver?.rawValue.databaseValue ?? .null)
     }
 
     /// Writes the columns directly (GRDB's `Codable` path is several times slower, and a batch of a thousand small
@@ -277,6 +302,7 @@ extension DownloadRecord {
         destination = report.destination
         finalURL = report.finalURL ?? finalURL
         partIdentity = report.partIdentity
+        handOver = report.handOver
         folderIdentity = report.folderIdentity ?? folderIdentity
         remoteFacts = report.facts
         isPartVerified = report.isPartVerified
@@ -305,5 +331,7 @@ extension DownloadRecord {
         attempts = 0
         error = nil
         mayReplaceDestination = true
+        // Complete, the file is the download's, whoever began it.
+        handOver = nil
     }
 }

@@ -83,6 +83,7 @@ extension DownloadStore {
     private static let errors = "v3: errors, origin, completion, runs, settings"
     private static let identities = "v8: folder and part file identities"
     private static let notices = "v9: notices"
+    private static let handOvers = "v11: files handed over"
 
     /// The columns the migrations after the first added, in the order they added them. A new column is a new entry at
     /// the end under a new migration; a shipped entry is never edited.
@@ -107,6 +108,7 @@ extension DownloadStore {
         LaterColumn(migration: identities, name: "partDevice", type: .integer),
         LaterColumn(migration: identities, name: "partInode", type: .integer),
         LaterColumn(migration: notices, name: "notice", type: .text),
+        LaterColumn(migration: handOvers, name: "handOver", type: .integer),
     ]
 
     /// Adds the columns `migration` added to the download table.
@@ -188,6 +190,8 @@ extension DownloadStore {
             // written to the WAL with the commit before its first byte.
             try db.execute(sql: "DROP INDEX download_on_destination")
         }
+        // Which part files are the user's (`DownloadRecord.handOver`): those are given back, never deleted.
+        migrator.registerMigration(handOvers) { db in try addColumns(of: handOvers, in: db) }
         return migrator
     }
 }

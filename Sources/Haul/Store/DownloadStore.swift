@@ -339,7 +339,7 @@ public struct DownloadStore: DownloadStoring {
         private static let transferStatement = Statement([
             "state", "finalURL", "destination", "totalLength", "durableOffset", "etag", "lastModified",
             "isLastModifiedStrong", "isResumable", "isPartVerified", "segments", "folderDevice", "folderInode",
-            "partDevice", "partInode",
+            "partDevice", "partInode", "handOver",
         ])
 
         /// What a response and the transfer change (final URL, destination, remote facts, offsets), with the state,
@@ -356,12 +356,14 @@ public struct DownloadStore: DownloadStoring {
                     record.isPartVerified.databaseValue, try DownloadStore.json(record.segments).databaseValue,
                     record.folderDevice.databaseValue, record.folderInode.databaseValue,
                     record.partDevice.databaseValue, record.partInode.databaseValue,
+                    record.handOver?.rawValue.databaseValue ?? .null,
                 ])
         }
 
         private static let completionStatement = Statement([
             "destination", "state", "totalLength", "durableOffset", "attempts", "lastError", "errorCode",
             "errorStatus", "completedAt", "mayReplaceDestination", "segments", "activeConnections", "notice",
+            "handOver",
         ])
 
         /// A finished download: its place, state and counters, with what `transfer` writes.
@@ -375,6 +377,7 @@ public struct DownloadStore: DownloadStoring {
                     record.errorStatus.databaseValue, record.completedAt?.timeIntervalSince1970.databaseValue ?? .null,
                     record.mayReplaceDestination.databaseValue, try DownloadStore.json(record.segments).databaseValue,
                     record.activeConnections.databaseValue, try PendingNotice.column(record.notice),
+                    record.handOver?.rawValue.databaseValue ?? .null,
                 ])
         }
 
