@@ -393,6 +393,31 @@ struct LocalStateTests {
         #expect(!h.exists("file.bin.part"))
     }
 
+    @Test("-c: a part file Haul makes after the one handed over went is Haul's own, and a cancel deletes it")
+    func continueRemadeIsHauls() async throws {
+        let h = try await Harness.make(jumpsPastStalls: false)
+        h.server.serve("/f", .init(body: body) { _, _ in .hold(afterBytes: 130_000) })
+        _ = FileManager.default.createFile(atPath: h.path("file.bin"), contents: Data(body.prefix(Self.cut)))
+        let manager = try h.manager()
+        let id = try await manager.add(
+            h.server.url("/f"), to: .file(h.path("file.bin")), options: DownloadOptions(continuePartial: true))
+        for await event in manager.events(for: id) {
+            if case .progress(let progress) = event, progress.receivedBytes > Self.cut { break }
+        }
+        try await manager.pause(id)
+        // Another program deletes the user's file, now the part file: the download starts again in a file of its own.
+        try FileManager.default.removeItem(atPath: h.path("file.bin.part"))
+        h.server.release()
+        try await manager.resume(id)
+        for await event in manager.events(for: id) {
+            if case .progress(let progress) = event, progress.receivedBytes > 0 { break }
+        }
+        try await manager.cancel(id)
+        h.server.release()
+        await manager.shutdown()
+        #expect(!h.exists("file.bin") && !h.exists("file.bin.part"), "Haul's part file deleted, nothing given back")
+    }
+
     @Test("25, 26, 27: folder downloads take the server's name, sanitised, never over an existing file")
     func folderNames() async throws {
         let h = try await Harness.make()

@@ -264,6 +264,9 @@ public final class DownloadFolder: Sendable {
         guard code == 0 else {
             throw PartFile.fileError(code, "cannot rename \(folder.path(of: name)) to \(partName)")
         }
+        // On the disk before the store records the file as handed over: a power cut then cannot leave the row
+        // naming a part file that is back under the download's name.
+        folder.sync()
         return (file.identity, true)
     }
 

@@ -35,18 +35,16 @@ extension DownloadRunner {
             let isHandedOver = try adopting && part.length() > 0
             self.part = part
             self.record.partIdentity = part.identity
+            // Its identity (and, handed over, that it is the user's) is stored before a byte is written into it.
+            if isNew { partMade() }
             if isHandedOver { self.record.isPartVerified = false }
             if let handed, handed.identity == part.identity {
                 handedOver = (true, handed.moved ? name : nil)
-                // The user's file: the store learns it is theirs (and which name it had) before a byte is written
-                // into it, so a cancel or a remove, even by a later process, gives it back.
+                // The user's file: a cancel or a remove, even by a later process, gives it back (to the name it had).
                 self.record.handOver = handed.moved ? .fromName : .atPartName
-            }
-            // A new part file, or a moved one: its identity is stored, and its name synced, before its bytes count.
-            if isNew || handedOver.movedFrom != nil {
-                partMade()
-            } else if handedOver.isHandedOver {
-                isPartIdentityStored = false
+            } else if isNew {
+                // Made now: Haul's own, whatever an earlier part file was.
+                self.record.handOver = nil
             }
         case .untrusted(let error):
             guard record.takesFreeName else { throw error }
@@ -56,6 +54,7 @@ extension DownloadRunner {
             self.record.segments = nil
             self.record.isPartVerified = true
             self.record.partIdentity = nil
+            self.record.handOver = nil
             try await claimName(name, in: folder, from: 1, lease: environment.lease)
         }
     }
