@@ -12,9 +12,12 @@ cut, and one written with fsync, rename, fsync of the folder is kept. Then N cut
     batch      haul get -j 16 -i LIST of 120 files of 8-64 KiB
     serve      haul serve with API adds, pauses, removes and moves in flight
     commit     haul get -x 4, cut by the file system itself at a chosen write to the store's -wal file
+    continue   haul get -c -x 1 of 8 MiB at 8 MB/s, continuing the user's file that holds its first 2 MiB
 
 The store (--state-dir) and the downloads both live on the file system. After every cut, these must hold:
-    - every file under a final name is complete and identical to its source;
+    - every file under a final name is complete and identical to its source (or, continuing with -c, the user's
+      file as it was);
+    - the user's bytes of a file handed over with -c are still its first bytes, under its name or the part file's;
     - the store opens (haul ls);
     - every download an API answer acknowledged (201) is in the store, unless its removal was asked after (a removal
       in flight at the cut may have taken effect unanswered: the download is then cancelled, or gone);
@@ -45,6 +48,8 @@ sys.path.insert(0, os.path.join(ROOT, "Tests", "support"))
 from testnginx import start_nginx  # noqa: E402
 
 MiB = 1 << 20
+# What the user holds of one.bin in the `continue` scenario: its first 2 MiB, under its final name.
+HANDED_OVER = 2 * MiB
 # Haul's checkpoints: every second while bytes arrive (DownloadManager.Configuration.Engine.checkpointInterval).
 CHECKPOINT_SECONDS = 1.0
 
@@ -249,7 +254,7 @@ class Cut:
 
     def files(self):
         """(name, rate, connections) of what the scenario downloads."""
-        if self.scenario == "single":
+        if self.scenario in ("single", "continue"):
             return [("one.bin", "r8", 1)]
         if self.scenario in ("segmented",):
             return [("seg.bin", "r4", 8)]
@@ -269,8 +274,9 @@ class Cut:
                     f.write(self.run.url(name, self.number, rate) + "\n")
             return haul + ["get", "-j", "16", "-i", listing, "-d", self.downloads, "--quiet"] + common
         name, rate, connections = self.files()[0]
+        continuing = ["-c"] if self.scenario == "continue" else []
         return haul + ["get", self.run.url(name, self.number, rate), "-o", os.path.join(self.downloads, name),
-                       "-x", str(connections), "--quiet"] + common
+                       "-x", str(connections), "--quiet"] + continuing + common
 
     def start(self):
         if self.scenario == "serve":
@@ -364,6 +370,21 @@ class Cut:
         self.check_final_names(complete=False)
         for row in rows:
             self.check_checkpoint(row)
+        if self.scenario == "continue":
+            self.check_handed_over()
+
+    def check_handed_over(self):
+        """The user's first bytes of one.bin are still there: under its name, or the part file's it was moved to."""
+        mine = self.run.sources["one.bin"][:HANDED_OVER]
+        for name in ("one.bin", "one.bin.part"):
+            try:
+                with open(os.path.join(self.downloads, name), "rb") as f:
+                    if f.read(HANDED_OVER) == mine:
+                        return
+            except FileNotFoundError:
+                continue
+        self.violation("the user's 2 MiB of one.bin, handed over with -c, are under neither its name nor the part "
+                       "file's")
 
     def cancelled_unanswered(self, download, state):
         """Whether `download` is cancelled by a removal the cut interrupted before its answer: the removal cancels
@@ -426,7 +447,11 @@ class Cut:
                     continue
                 base = re.sub(r" \(\d+\)(\.[^.]*)?$", lambda m: m.group(1) or "", name)
                 digest = self.run.digests.get(base)
-                if digest is None or sha(os.path.join(folder, name)) != digest:
+                path = os.path.join(folder, name)
+                if not complete and self.scenario == "continue" and name == "one.bin" and os.path.getsize(path) == \
+                        HANDED_OVER and sha(path) == hashlib.sha256(self.run.sources[name][:HANDED_OVER]).hexdigest():
+                    continue  # the user's own file, not yet handed over
+                if digest is None or sha(path) != digest:
                     self.violation(f"{name} is under a final name and is not its complete source")
                 found.add(base)
         if complete:
@@ -475,7 +500,8 @@ class Cut:
         for name, rate, connections in self.files():
             if name not in sent:
                 continue
-            size = len(self.run.sources[name])
+            # What the server had to send: the whole file, but the user's bytes when they are continued.
+            size = len(self.run.sources[name]) - (HANDED_OVER if self.scenario == "continue" else 0)
             extra += max(0, sent[name] - size)
             per_second = (8 if rate == "r8" else 4) * 1_000_000
             # One checkpoint interval of bytes a connection, and the 64 KiB each compares when it resumes.
@@ -487,6 +513,10 @@ class Cut:
         os.makedirs(self.folder)
         backing = os.path.join(self.folder, "disk")
         os.makedirs(os.path.join(backing, "dl"))
+        if self.scenario == "continue":
+            # On the disk before it mounts: the user's file, durable.
+            with open(os.path.join(backing, "dl", "one.bin"), "wb") as f:
+                f.write(self.run.sources["one.bin"][:HANDED_OVER])
         keep = self.rng.choice(["none", "none", "prefix", "subset"])
         cut_at = f"-wal:{self.rng.randrange(1, 40)}" if self.scenario == "commit" else None
         disk = Disk(self.run.binary, self.mnt, backing, keep=keep, seed=self.rng.randrange(1 << 30), cut_at=cut_at,
@@ -498,7 +528,8 @@ class Cut:
         if self.scenario == "serve":
             driver = threading.Thread(target=self.drive_serve, args=(stop,))
             driver.start()
-        limit = {"single": 1.2, "segmented": 1.6, "batch": 1.5, "serve": 2.5, "commit": 2.0}[self.scenario]
+        limit = {"single": 1.2, "segmented": 1.6, "batch": 1.5, "serve": 2.5, "commit": 2.0, "continue": 1.0}[
+            self.scenario]
         moment = time.monotonic() + self.rng.uniform(0.02, limit)
         while time.monotonic() < moment and process.poll() is None and not disk.was_cut():
             time.sleep(0.002)
@@ -543,7 +574,7 @@ def main():
     parser.add_argument("--cuts", type=int, default=50)
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--haul", default=None)
-    parser.add_argument("--scenarios", default="single,segmented,batch,serve,commit")
+    parser.add_argument("--scenarios", default="single,segmented,batch,serve,commit,continue")
     parser.add_argument("--keep-work", action="store_true")
     parser.add_argument("--verbose", action="store_true")
     arguments = parser.parse_args()

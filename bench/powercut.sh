@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Power cuts: N cuts (default 500) of Haul on the power-cut file system, spread over its scenarios (one download with
 # one connection and with -x 8, a batch with -j 16, haul serve with API adds, pauses, removes and moves, and cuts the
-# file system makes itself in the middle of a store commit); after each, the promises are checked, the same command
-# runs again and its result is compared. See bench/powercut.py for what is checked.
+# file system makes itself in the middle of a store commit, and haul get -c continuing the user's file); after each,
+# the promises are checked, the same command runs again and its result is compared. See bench/powercut.py for what is
+# checked.
 #
 #   bench/powercut.sh [N]   (as root, for FUSE; needs nginx, python3, a C compiler and libfuse3:
 #                            apt-get install nginx-light python3 gcc pkg-config libfuse3-dev fuse3)

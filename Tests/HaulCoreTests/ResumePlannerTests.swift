@@ -79,6 +79,17 @@ struct ResumePlannerTests {
             plan: .request(RangeRequest(offset: 700, overlap: 700, ifRange: nil), truncateTo: nil)
         ),
         Row(
+            name: "a file handed over, longer than its stored length: cut to it, then compared, never If-Range",
+            input: .init(partLength: 800, durableOffset: 500, hasRecord: false, boundsUnverified: true, remote: facts),
+            plan: .request(RangeRequest(offset: 500, overlap: 500, ifRange: nil), truncateTo: 500)
+        ),
+        Row(
+            name: "a file handed over, as long as the total: compared before it is finalised",
+            input: .init(
+                partLength: 1000, durableOffset: 1000, hasRecord: false, boundsUnverified: true, remote: facts),
+            plan: .request(RangeRequest(offset: 1000, overlap: 1000, ifRange: nil), truncateTo: nil)
+        ),
+        Row(
             name: "empty part: GET from 0",
             input: .init(partLength: 0, durableOffset: 0, hasRecord: true, remote: nil),
             plan: .request(.whole, truncateTo: 0)

@@ -278,16 +278,17 @@ public final class DownloadFolder: Sendable {
     }
 
     /// Gives the user's file back when its download is cancelled or removed (`DownloadRecord.handOver`): `partName`,
-    /// when it is still the file `identity` names, is cut to `length` bytes (those beyond are Haul's, with gaps where
-    /// several connections wrote; nil keeps every byte), synced, and moved back to `name` when that is free (nil
-    /// leaves it at the part file's name). Never deleted. Returns where the file is now, nil when it is not there.
+    /// when it is still the file `identity` names, is cut to `length` bytes (the store's: the user's bytes, and what
+    /// Haul appended and counted in a mark; those beyond may have gaps, or be unsynced), synced, and moved back to
+    /// `name` when that is free (nil leaves it at the part file's name). Never deleted. Returns where the file is now,
+    /// nil when it is not there.
     @discardableResult
-    func giveBack(_ partName: String, identity: FileIdentity, keeping length: Int64?, to name: String?) -> String? {
+    func giveBack(_ partName: String, identity: FileIdentity, keeping length: Int64, to name: String?) -> String? {
         guard let entry = try? folder.entry(partName), entry.kind == .regular, entry.identity == identity,
             let opened = try? folder.open(partName, as: entry, writing: true)
         else { return nil }
         var info = stat()
-        if let length, fstat(opened, &info) == 0, Int64(info.st_size) > length { ftruncate(opened, off_t(length)) }
+        if fstat(opened, &info) == 0, Int64(info.st_size) > length { ftruncate(opened, off_t(length)) }
         fsync(opened)
         close(opened)
         guard let name, folder.move(partName, to: name, replacing: false) == 0 else { return folder.path(of: partName) }
@@ -331,8 +332,7 @@ public final class DownloadFolder: Sendable {
         if let handOver = record.handOver, let identity = record.partIdentity, !includingFile {
             // The user's bytes: never deleted unless the user asks for the files to go.
             folder.giveBack(
-                name + ".part", identity: identity, keeping: record.isPartVerified ? record.heldPrefix : nil,
-                to: handOver == .fromName ? name : nil)
+                name + ".part", identity: identity, keeping: record.heldPrefix, to: handOver == .fromName ? name : nil)
         } else {
             folder.delete(name + ".part", identity: record.partIdentity)
         }

@@ -42,6 +42,10 @@ extension DownloadRunner {
                 handedOver = (true, handed.moved ? name : nil)
                 // The user's file: a cancel or a remove, even by a later process, gives it back (to the name it had).
                 self.record.handOver = handed.moved ? .fromName : .atPartName
+                // Its length is what it durably holds: after a crash, what Haul appended past it and had not counted
+                // in a mark is cut off before the overlap is compared (`ResumePlanner`).
+                self.record.durableOffset = try part.length()
+                self.record.segments = nil
             } else if isNew {
                 // Made now: Haul's own, whatever an earlier part file was.
                 self.record.handOver = nil
@@ -304,13 +308,14 @@ extension DownloadRunner {
         var algorithms = Set<Checksum.Algorithm>()
         if let checksum = options.checksum { algorithms.insert(checksum.algorithm) }
         if options.computesSHA256 { algorithms.insert(.sha256) }
-        // One stream wrote the file from its first byte, and the row holds its length and the part file's identity:
-        // it is moved as soon as it is synced, and one folder sync makes both its creation and its new name durable.
-        // Nothing is stored first: should the process die before the completed state is stored, the next run knows
-        // the file at the destination by that identity and length (`recognizeFinishedFile`). Otherwise (several
-        // connections, or a length the row does not hold yet) the length is stored before the rename, and the part
-        // file's name is made durable before that.
-        let movesAtOnce = storedTotal == size && machine.isSingleStream
+        // One stream wrote the file from its first byte, and the row holds its length, the part file's identity and
+        // that its bytes are Haul's: it is moved as soon as it is synced, and one folder sync makes both its creation
+        // and its new name durable. Nothing is stored first: should the process die before the completed state is
+        // stored, the next run knows the file at the destination by that identity and length
+        // (`recognizeFinishedFile`). Otherwise (several connections, a length the row does not hold yet, or a file
+        // handed over that the row does not count as verified) that is stored before the rename, and the part file's
+        // name is made durable before that.
+        let movesAtOnce = storedTotal == size && isStoredVerified && machine.isSingleStream
         let syncsName = !isPartNameDurable
         let (replacing, takesFreeName) = (record.mayReplaceDestination, record.takesFreeName)
         let deletesEarlierParts = environment.lease != nil && environment.followsEarlierLeases

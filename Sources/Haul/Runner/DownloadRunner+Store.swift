@@ -63,6 +63,7 @@ extension DownloadRunner {
         if waiting, let commit {
             try await environment.committed(commit)
             storedTotal = report.facts?.totalLength
+            isStoredVerified = report.isPartVerified
         }
     }
 

@@ -43,6 +43,9 @@ final class DownloadRunner {
     var isPartNameDurable = true
     /// The file's length the store holds for certain: the row's at the start, or that of a save waited for.
     var storedTotal: Int64?
+    /// Whether the store counts the part file's bytes as Haul's (`isPartVerified`) for certain, likewise: a file the
+    /// user handed over is not, until a mark after its comparison.
+    var isStoredVerified: Bool
     /// The connections' tasks, by the machine's connection id.
     var connections: [Int: ConnectionTask] = [:]
     var nextGeneration: UInt64 = 0
@@ -152,6 +155,7 @@ final class DownloadRunner {
                 verifiesChecksum: options.checksum != nil, sources: servers,
                 connectionsPerSource: options.maxConnectionsPerDownload, pieceLength: options.pieces?.length))
         storedTotal = record.totalLength
+        isStoredVerified = record.isPartVerified
         startedAt = environment.idleClock.now()
         connector = Connector(environment: environment, source: record.url, options: record.options)
     }
@@ -213,7 +217,8 @@ final class DownloadRunner {
         var pending = machine.start(
             TransferMachine.Start(
                 partLength: try part?.length(), durableOffset: record.durableOffset, segments: record.segments,
-                isPartVerified: record.isPartVerified, isHandedOver: handedOver.isHandedOver, facts: record.remoteFacts,
+                isPartVerified: record.isPartVerified, isHandedOver: handedOver.isHandedOver,
+                holdsHandedOver: record.handOver != nil, facts: record.remoteFacts,
                 linkReplaced: record.options.linkReplaced),
             now: now())
         while true {

@@ -8,14 +8,22 @@ public struct ResumePlanner: Sendable {
         public var durableOffset: Int64
         /// Whether the store has a record for this part file written by Haul.
         public var hasRecord: Bool
+        /// Whether, without such a record, the durable offset still bounds what the part file holds: a file the user
+        /// handed over, stored with its length, whose bytes past it Haul appended and never synced before a mark
+        /// counted them. It is cut there, and compared before anything is appended.
+        public var boundsUnverified: Bool
         /// What the last response told about the remote file, if any.
         public var remote: RemoteFacts?
 
         /// Makes an input.
-        public init(partLength: Int64?, durableOffset: Int64, hasRecord: Bool, remote: RemoteFacts?) {
+        public init(
+            partLength: Int64?, durableOffset: Int64, hasRecord: Bool, boundsUnverified: Bool = false,
+            remote: RemoteFacts?
+        ) {
             self.partLength = partLength
             self.durableOffset = durableOffset
             self.hasRecord = hasRecord
+            self.boundsUnverified = boundsUnverified
             self.remote = remote
         }
     }
@@ -44,7 +52,7 @@ public struct ResumePlanner: Sendable {
         }
         var held = partLength
         var truncateTo: Int64?
-        if input.hasRecord, partLength > input.durableOffset {
+        if input.hasRecord || input.boundsUnverified, partLength > input.durableOffset {
             // Bytes past the durable offset were never fsynced before the checkpoint: do not trust them.
             held = input.durableOffset
             truncateTo = input.durableOffset

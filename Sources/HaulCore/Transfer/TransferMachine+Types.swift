@@ -73,6 +73,9 @@ extension TransferMachine {
         /// Whether the part file is a file the user handed over (`-c`) at this start, empty or not: a failure before
         /// this run writes into it gives it back (`PartFate.handBack`).
         public var isHandedOver: Bool
+        /// Whether the part file is the user's, handed over at this start or an earlier one: the stored durable offset
+        /// (its length when handed over, then each mark) bounds what it holds, verified or not.
+        public var holdsHandedOver: Bool
         /// What is known of the remote file.
         public var facts: RemoteFacts?
         /// The URL was replaced since `facts` were learned (`TransferMachine+Checks`).
@@ -81,13 +84,14 @@ extension TransferMachine {
         /// Makes a start.
         public init(
             partLength: Int64?, durableOffset: Int64, segments: [Segment]? = nil, isPartVerified: Bool,
-            isHandedOver: Bool = false, facts: RemoteFacts?, linkReplaced: Bool = false
+            isHandedOver: Bool = false, holdsHandedOver: Bool = false, facts: RemoteFacts?, linkReplaced: Bool = false
         ) {
             self.partLength = partLength
             self.durableOffset = durableOffset
             self.segments = segments
             self.isPartVerified = isPartVerified
             self.isHandedOver = isHandedOver
+            self.holdsHandedOver = holdsHandedOver
             self.facts = facts
             self.linkReplaced = linkReplaced
         }

@@ -208,7 +208,7 @@ public struct TransferMachine: Sendable {
         let plan = ResumePlanner(overlapLength: settings.overlapLength).plan(
             ResumePlanner.Input(
                 partLength: start.partLength, durableOffset: start.durableOffset, hasRecord: start.isPartVerified,
-                remote: start.facts))
+                boundsUnverified: start.holdsHandedOver, remote: start.facts))
         var actions: [Action] = []
         switch plan {
         case .finalize(let truncateTo):
