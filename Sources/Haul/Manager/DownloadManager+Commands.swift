@@ -307,8 +307,8 @@ extension DownloadManager {
     }
 
     /// Forgets every completed, cancelled and failed download (their files stay; a failed one's part file goes, or
-    /// goes back to its name when the user handed it over, as `remove` does); returns how many. One that another process runs again meanwhile stays. Their rows are
-    /// deleted a thousand to a transaction.
+    /// goes back to its name when the user handed it over, as `remove` does); returns how many. One that another
+    /// process runs again meanwhile stays. Their rows are deleted a thousand to a transaction.
     @discardableResult
     public func clean() async throws(DownloadError) -> Int {
         var ended: [DownloadRecord] = []
