@@ -88,7 +88,11 @@ extension HaulCommand {
     struct Cancel: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
             commandName: "cancel",
-            abstract: "Cancel downloads of haul serve (their part files are deleted; `haul retry` starts them again)."
+            abstract: "Cancel downloads of haul serve (their part files are deleted; `haul retry` starts them again).",
+            discussion: """
+                A file handed over with -c is not deleted: it goes back to its name, cut to the bytes held from its \
+                start.
+                """
         ).parsedAlone()
         @OptionGroup var target: Targets
         func run() async throws { try await target.apply("cancel", done: "cancelled") }

@@ -345,7 +345,9 @@ extension HaulCommand {
             commandName: "rm",
             abstract: "Forget downloads (ids, or the unique start or end of one, as `haul ls` shows).",
             discussion: """
-                The part file of an unfinished download is deleted; --delete-file also deletes a completed file. \
+                The part file of an unfinished download is deleted (a file handed over with -c goes back to its \
+                name instead, cut to the bytes held from its start); --delete-file also deletes a completed file, or \
+                the file handed over. \
                 Without a daemon a running download cannot be removed (stop that haul first); through a daemon it is \
                 cancelled first.
                 """
