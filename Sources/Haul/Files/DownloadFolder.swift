@@ -270,18 +270,11 @@ public final class DownloadFolder: Sendable {
         return (file.identity, true)
     }
 
-    /// Moves `part`, the user's file that `handOver` moved to it and that nothing was written into, back to `name`;
-    /// false when it cannot go back as it was (something has the name now, or the part file is another file).
-    func handBack(_ part: PartFile, to name: String) -> Bool {
-        guard (try? folder.entry(part.name))??.identity == part.identity else { return false }
-        return folder.move(part.name, to: name, replacing: false) == 0
-    }
-
-    /// Gives the user's file back when its download is cancelled or removed (`DownloadRecord.handOver`): `partName`,
-    /// when it is still the file `identity` names, is cut to `length` bytes (the store's: the user's bytes, and what
-    /// Haul appended and counted in a mark; those beyond may have gaps, or be unsynced), synced, and moved back to
-    /// `name` when that is free (nil leaves it at the part file's name). Never deleted. Returns where the file is now,
-    /// nil when it is not there.
+    /// Gives the user's file back (`DownloadRecord.handOver`): when its download is cancelled or removed, or when a
+    /// run ends without writing into it (`PartFate.handBack`). `partName`, when it is still the file `identity` names,
+    /// is cut to `length` bytes (the store's: the user's bytes, and what Haul appended and counted in a mark; those
+    /// beyond may have gaps, or be unsynced), synced, and moved back to `name` when that is free (nil leaves it at the
+    /// part file's name). Never deleted. Returns the name it has now, nil when it is not there.
     @discardableResult
     func giveBack(_ partName: String, identity: FileIdentity, keeping length: Int64, to name: String?) -> String? {
         guard let entry = try? folder.entry(partName), entry.kind == .regular, entry.identity == identity,
@@ -291,9 +284,9 @@ public final class DownloadFolder: Sendable {
         if fstat(opened, &info) == 0, Int64(info.st_size) > length { ftruncate(opened, off_t(length)) }
         fsync(opened)
         close(opened)
-        guard let name, folder.move(partName, to: name, replacing: false) == 0 else { return folder.path(of: partName) }
+        guard let name, folder.move(partName, to: name, replacing: false) == 0 else { return partName }
         folder.sync()
-        return folder.path(of: name)
+        return name
     }
 
     /// Flushes the folder's entries (a rename into it) to the disk, shared with the other downloads finishing in it.

@@ -42,7 +42,8 @@ extension DownloadRunner {
             record.partIdentity = nil
             record.handOver = nil
             guard let part, let name = handedOver.movedFrom, let folder else { break }
-            if folder.handBack(part, to: name) {
+            // Nothing was written into it: every byte is the user's.
+            if folder.giveBack(part.name, identity: part.identity, keeping: .max, to: name) == name {
                 let path = PathName.join(folder.path, name)
                 environment.logger.notice("\(source): \(path) is back under its name, as it was")
             } else {
