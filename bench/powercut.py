@@ -13,11 +13,15 @@ cut, and one written with fsync, rename, fsync of the folder is kept. Then N cut
     serve      haul serve with API adds, pauses, removes and moves in flight
     commit     haul get -x 4, cut by the file system itself at a chosen write to the store's -wal file
     continue   haul get -c -x 1 of 8 MiB at 8 MB/s, continuing the user's file that holds its first 2 MiB
+    giveback   the same with -x 1 or 2 at 4 MB/s a connection, stopped with Ctrl-C and removed with haul rm, which
+               gives the user's file back; the cut comes before a chosen change to the disk the removal makes
 
 The store (--state-dir) and the downloads both live on the file system. After every cut, these must hold:
     - every file under a final name is complete and identical to its source (or, continuing with -c, the user's
-      file as it was);
+      file as it was, or as it was given back);
     - the user's bytes of a file handed over with -c are still its first bytes, under its name or the part file's;
+    - a file given back is the start of its source, at least the user's bytes, and it is back under its name once
+      its download is gone from the store;
     - the store opens (haul ls);
     - every download an API answer acknowledged (201) is in the store, unless its removal was asked after (a removal
       in flight at the cut may have taken effect unanswered: the download is then cancelled, or gone);
@@ -103,6 +107,17 @@ class Disk:
             if time.monotonic() > deadline:
                 raise SystemExit("powercut: the file system did not finish its cut")
             time.sleep(0.005)
+
+    def arm(self, changes, suffix):
+        """The cut comes before the `changes`th change to the file system (a create, write, truncate, rename, link,
+        unlink or sync), counted from the first change to a file whose name ends with `suffix`."""
+        with open(self.control, "w") as control:
+            control.write(f"arm {changes} {suffix}\n")
+        deadline = time.monotonic() + 10
+        while not os.path.exists(self.control + ".armed"):
+            if time.monotonic() > deadline:
+                raise SystemExit("powercut: the file system did not arm its cut")
+            time.sleep(0.002)
 
     def unmount(self):
         if self.process.poll() is not None:
@@ -197,9 +212,10 @@ class Run:
 
 
 def self_test(run):
-    """The two writers, each cut right after it returns: the careless one must lose, the careful one keep."""
+    """The two writers, each cut right after it returns: the careless one must lose, the careful one keep; and the
+    careful one again with the cut armed before its last change, the sync of the folder: it must lose."""
     results = {}
-    for careful in (False, True):
+    for careful in (False, True, "armed"):
         folder = tempfile.mkdtemp(dir=run.work, prefix="self.")
         backing = os.path.join(folder, "disk")
         os.makedirs(backing)
@@ -214,8 +230,13 @@ def self_test(run):
         os.close(descriptor)
         os.rename(temporary, final)
         if careful:
+            if careful == "armed":
+                disk.arm(1, "")
             folder_descriptor = os.open(run.mountpoint, os.O_RDONLY | os.O_DIRECTORY)
-            os.fsync(folder_descriptor)
+            try:
+                os.fsync(folder_descriptor)
+            except OSError:
+                pass  # the disk died before it
             os.close(folder_descriptor)
         disk.cut()
         disk.unmount()
@@ -226,10 +247,12 @@ def self_test(run):
         except FileNotFoundError:
             results[careful] = False
         after.unmount()
-    if results[False] or not results[True]:
+    if results[False] or not results[True] or results["armed"]:
         raise SystemExit(f"powercut: the self-test failed: without fsync kept={results[False]}, "
-                         f"with fsync, rename, fsync of the folder kept={results[True]}; no other result counts")
-    print("self-test: a rename without fsync is lost by a cut; fsync, rename, fsync of the folder is kept")
+                         f"with fsync, rename, fsync of the folder kept={results[True]}, cut armed before the fsync "
+                         f"of the folder kept={results['armed']}; no other result counts")
+    print("self-test: a rename without fsync is lost by a cut; fsync, rename, fsync of the folder is kept, and lost "
+          "by a cut armed before the fsync of the folder")
 
 
 class Cut:
@@ -246,6 +269,9 @@ class Cut:
         self.state = os.path.join(self.mnt, "state")
         self.downloads = os.path.join(self.mnt, "dl")
         self.haul_log = open(os.path.join(run.work, f"cut{number}.haul.log"), "w")
+        # giveback: the connections of its download, and its id once stored.
+        self.connections = rng.choice([1, 2]) if scenario == "giveback" else 1
+        self.download = None
 
     def violation(self, text):
         self.violations.append(f"cut {self.number} ({self.scenario}): {text}")
@@ -256,6 +282,8 @@ class Cut:
         """(name, rate, connections) of what the scenario downloads."""
         if self.scenario in ("single", "continue"):
             return [("one.bin", "r8", 1)]
+        if self.scenario == "giveback":
+            return [("one.bin", "r4", self.connections)]
         if self.scenario in ("segmented",):
             return [("seg.bin", "r4", 8)]
         if self.scenario == "commit":
@@ -274,7 +302,7 @@ class Cut:
                     f.write(self.run.url(name, self.number, rate) + "\n")
             return haul + ["get", "-j", "16", "-i", listing, "-d", self.downloads, "--quiet"] + common
         name, rate, connections = self.files()[0]
-        continuing = ["-c"] if self.scenario == "continue" else []
+        continuing = ["-c"] if self.scenario in ("continue", "giveback") else []
         return haul + ["get", self.run.url(name, self.number, rate), "-o", os.path.join(self.downloads, name),
                        "-x", str(connections), "--quiet"] + continuing + common
 
@@ -370,8 +398,10 @@ class Cut:
         self.check_final_names(complete=False)
         for row in rows:
             self.check_checkpoint(row)
-        if self.scenario == "continue":
+        if self.scenario in ("continue", "giveback"):
             self.check_handed_over()
+        if self.scenario == "giveback":
+            self.check_given_back(rows)
 
     def check_handed_over(self):
         """The user's first bytes of one.bin are still there: under its name, or the part file's it was moved to."""
@@ -385,6 +415,23 @@ class Cut:
                 continue
         self.violation("the user's 2 MiB of one.bin, handed over with -c, are under neither its name nor the part "
                        "file's")
+
+    def given_back(self):
+        """Whether one.bin is a file given back: the start of its source, holding at least the user's bytes."""
+        path = os.path.join(self.downloads, "one.bin")
+        if not os.path.exists(path):
+            return False
+        size = os.path.getsize(path)
+        with open(path, "rb") as f:
+            return size >= HANDED_OVER and f.read() == self.run.sources["one.bin"][:size]
+
+    def check_given_back(self, rows):
+        """Once the removal is stored (the download is gone), the user's file is back under its name."""
+        if self.download is None or any(row["id"] == self.download for row in rows):
+            return
+        if os.path.exists(os.path.join(self.downloads, "one.bin.part")) or not self.given_back():
+            self.violation("the removal of the -c download is stored, and one.bin is not back under its name as the "
+                           "start of its source")
 
     def cancelled_unanswered(self, download, state):
         """Whether `download` is cancelled by a removal the cut interrupted before its answer: the removal cancels
@@ -428,6 +475,9 @@ class Cut:
             # there) is what the next run recognises as its own.
             if os.path.exists(row["destination"]) and sha(row["destination"]) == hashlib.sha256(source).hexdigest():
                 return
+            # Given back before the removal of its row was stored: the rerun's removal or resume finds it there.
+            if self.scenario == "giveback" and self.given_back():
+                return
             self.violation(f"{row['id']}: the checkpoint counts {sum(e - s for s, e in ranges)} bytes of "
                            f"{part}, which is not there")
             return
@@ -451,6 +501,8 @@ class Cut:
                 if not complete and self.scenario == "continue" and name == "one.bin" and os.path.getsize(path) == \
                         HANDED_OVER and sha(path) == hashlib.sha256(self.run.sources[name][:HANDED_OVER]).hexdigest():
                     continue  # the user's own file, not yet handed over
+                if not complete and self.scenario == "giveback" and name == "one.bin" and self.given_back():
+                    continue  # the user's own file, not yet handed over, or given back
                 if digest is None or sha(path) != digest:
                     self.violation(f"{name} is under a final name and is not its complete source")
                 found.add(base)
@@ -487,6 +539,13 @@ class Cut:
                 os.killpg(process.pid, signal.SIGTERM)
                 process.wait(timeout=30)
         else:
+            if self.scenario == "giveback" and any(row["id"] == self.download for row in self.rows()) and \
+                    self.rng.random() < 0.5:
+                # The removal the cut interrupted, again: it gives the file back. Otherwise haul get -c resumes it.
+                removal = self.remove()
+                if removal.returncode != 0:
+                    self.violation(f"haul rm again exited {removal.returncode}: {removal.stderr.strip()[-400:]}")
+                self.check_given_back(self.rows())
             result = subprocess.run(self.command(), stdout=self.haul_log, stderr=subprocess.PIPE, text=True,
                                     timeout=120, cwd=self.run.work)
             if result.returncode != 0:
@@ -501,19 +560,48 @@ class Cut:
             if name not in sent:
                 continue
             # What the server had to send: the whole file, but the user's bytes when they are continued.
-            size = len(self.run.sources[name]) - (HANDED_OVER if self.scenario == "continue" else 0)
+            size = len(self.run.sources[name]) - (HANDED_OVER if self.scenario in ("continue", "giveback") else 0)
             extra += max(0, sent[name] - size)
             per_second = (8 if rate == "r8" else 4) * 1_000_000
             # One checkpoint interval of bytes a connection, and the 64 KiB each compares when it resumes.
             bound += connections * (int(per_second * CHECKPOINT_SECONDS) + (64 << 10))
+            if self.scenario == "giveback" and connections > 1:
+                # A file given back keeps only what is held from its start: the later connections' bytes go.
+                bound += size
         self.bound = bound
         return extra, extra > bound
+
+    def remove(self):
+        return subprocess.run([self.run.haul, "rm", self.download, "--state-dir", self.state], capture_output=True,
+                              text=True, timeout=60, cwd=self.run.work)
+
+    def stop_and_remove(self, process, disk):
+        """Ctrl-C (the download pauses), then haul rm with the cut armed before one of the changes it makes."""
+        if process.poll() is None:
+            os.kill(process.pid, signal.SIGINT)
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.violation("haul get did not stop within 30 s of Ctrl-C")
+            return
+        listing = subprocess.run([self.run.haul, "ls", "--json", "--state-dir", self.state], capture_output=True,
+                                 text=True, timeout=60, cwd=self.run.work)
+        if listing.returncode != 0:
+            self.violation(f"haul ls after Ctrl-C exited {listing.returncode}: {listing.stderr.strip()[-400:]}")
+            return
+        self.download = next((download["id"] for download in json.loads(listing.stdout)), None)
+        if self.download is None:
+            return  # stopped before its row was stored
+        # The give-back's changes come first: the part file's truncate and sync, its rename, the sync of its folder;
+        # then the store's removal of the row (about ten writes and syncs).
+        disk.arm(self.rng.randrange(1, 16), ".part")
+        self.remove()
 
     def execute(self):
         os.makedirs(self.folder)
         backing = os.path.join(self.folder, "disk")
         os.makedirs(os.path.join(backing, "dl"))
-        if self.scenario == "continue":
+        if self.scenario in ("continue", "giveback"):
             # On the disk before it mounts: the user's file, durable.
             with open(os.path.join(backing, "dl", "one.bin"), "wb") as f:
                 f.write(self.run.sources["one.bin"][:HANDED_OVER])
@@ -528,11 +616,13 @@ class Cut:
         if self.scenario == "serve":
             driver = threading.Thread(target=self.drive_serve, args=(stop,))
             driver.start()
-        limit = {"single": 1.2, "segmented": 1.6, "batch": 1.5, "serve": 2.5, "commit": 2.0, "continue": 1.0}[
-            self.scenario]
+        limit = {"single": 1.2, "segmented": 1.6, "batch": 1.5, "serve": 2.5, "commit": 2.0, "continue": 1.0,
+                 "giveback": 0.7}[self.scenario]
         moment = time.monotonic() + self.rng.uniform(0.02, limit)
         while time.monotonic() < moment and process.poll() is None and not disk.was_cut():
             time.sleep(0.002)
+        if self.scenario == "giveback":
+            self.stop_and_remove(process, disk)
         if self.scenario == "commit":
             # The file system cuts by itself at the chosen write; a run that wrote less is cut now.
             deadline = time.monotonic() + 5
@@ -574,7 +664,7 @@ def main():
     parser.add_argument("--cuts", type=int, default=50)
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--haul", default=None)
-    parser.add_argument("--scenarios", default="single,segmented,batch,serve,commit,continue")
+    parser.add_argument("--scenarios", default="single,segmented,batch,serve,commit,continue,giveback")
     parser.add_argument("--keep-work", action="store_true")
     parser.add_argument("--verbose", action="store_true")
     arguments = parser.parse_args()

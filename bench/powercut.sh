@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Power cuts: N cuts (default 500) of Haul on the power-cut file system, spread over its scenarios (one download with
 # one connection and with -x 8, a batch with -j 16, haul serve with API adds, pauses, removes and moves, and cuts the
-# file system makes itself in the middle of a store commit, and haul get -c continuing the user's file); after each,
+# file system makes itself in the middle of a store commit, haul get -c continuing the user's file, and haul rm giving
+# that file back, cut before one of the changes it makes); after each,
 # the promises are checked, the same command runs again and its result is compared. See bench/powercut.py for what is
 # checked.
 #

@@ -431,6 +431,45 @@ struct LocalStateTests {
         #expect(result.resumedFrom == Int64(Self.cut))
     }
 
+    @Test("-c: a file given back whose removal did not reach the store is handed over again when the download resumes")
+    func continueGivenBackResumes() async throws {
+        let h = try await Harness.make()
+        h.server.serve("/f", .init(body: body))
+        // What a power cut can leave after a cancel of a download with two connections: the file given back to its
+        // name, cut to what was held from its start, and the row as it was, counting a second segment too.
+        let given = Self.cut + 30_000
+        #expect(FileManager.default.createFile(atPath: h.path("file.bin"), contents: Data(body.prefix(given))))
+        var info = stat()
+        #expect(stat(h.path("file.bin"), &info) == 0)
+        var folder = stat()
+        #expect(stat(h.folder, &folder) == 0)
+        let size = Int64(Self.size)
+        var record = DownloadRecord(
+            id: "given", url: h.server.url("/f").absoluteString, finalURL: nil, directory: nil,
+            destination: h.path("file.bin"), state: .paused, totalLength: size, durableOffset: 0,
+            etag: nil, lastModified: nil, isLastModifiedStrong: false, isResumable: true, isPartVerified: true,
+            mayReplaceDestination: false, attempts: 0, lastError: nil,
+            options: DownloadOptions(continuePartial: true), priority: 0, queuePosition: 1, prerequisites: [],
+            rateLimit: nil,
+            segments: [
+                Segment(start: 0, end: 200_000, offset: Int64(given)),
+                Segment(start: 200_000, end: size, offset: 260_000),
+            ],
+            activeConnections: 0, createdAt: Date(), updatedAt: Date(), errorCode: nil,
+            errorStatus: nil, origin: .library, completedAt: nil)
+        record.partIdentity = FileIdentity(info)
+        record.folderIdentity = FileIdentity(folder)
+        record.handOver = .fromName
+        try DownloadStore(directory: h.stateDirectory).insert([record])
+        let manager = try h.manager()
+        try await manager.resume(DownloadID("given"))
+        let result = try await manager.result(of: DownloadID("given"))
+        await manager.shutdown()
+        #expect(h.holds("file.bin", body), "the given-back file completed under its name")
+        #expect(!h.exists("file.bin.part"))
+        #expect(result.resumedFrom == Int64(given), "its bytes kept, and nothing counted beyond them")
+    }
+
     @Test("-c: a part file Haul makes after the one handed over went is Haul's own, and a cancel deletes it")
     func continueRemadeIsHauls() async throws {
         let h = try await Harness.make(jumpsPastStalls: false)

@@ -270,6 +270,14 @@ public final class DownloadFolder: Sendable {
         return (file.identity, true)
     }
 
+    /// Whether the user's file `identity`, handed over from `name`, was given back (`giveBack`) to `name`: it is there
+    /// and no part file is. A power cut after the give-back and before the store's removal or cancel of its row leaves
+    /// a row that still counts the part file.
+    func isGivenBack(_ name: String, identity: FileIdentity) throws(DownloadError) -> Bool {
+        guard try folder.entry(name + ".part") == nil, let file = try folder.entry(name) else { return false }
+        return file.kind == .regular && file.identity == identity
+    }
+
     /// Gives the user's file back (`DownloadRecord.handOver`): when its download is cancelled or removed, or when a
     /// run ends without writing into it (`PartFate.handBack`). `partName`, when it is still the file `identity` names,
     /// is cut to `length` bytes (the store's: the user's bytes, and what Haul appended and counted in a mark; those

@@ -20,10 +20,16 @@ extension DownloadRunner {
         guard let destination = record.destination else { return }
         let name = PathName.lastComponent(of: destination)
         if let lease = environment.lease { return try await openLeasePart(of: name, lease: lease, in: folder) }
-        let adopting = (options.continuePartial || isEarlierRow) && record.partIdentity == nil
+        // The user's file given back when its removal or cancel did not reach the store: handed over again, as -c
+        // would hand it over (the bytes the row counted beyond what was given back are gone with the give-back).
+        let givenBack =
+            if record.handOver == .fromName, let recorded = record.partIdentity {
+                try await Blocking.run { () throws(DownloadError) in try folder.isGivenBack(name, identity: recorded) }
+            } else { false }
+        let adopting = (options.continuePartial || isEarlierRow) && record.partIdentity == nil || givenBack
         // Off the cooperative pool, as every look and create in a folder other downloads change (`claimName`).
         let handed =
-            adopting && options.continuePartial
+            adopting && (options.continuePartial || givenBack)
             ? try await Blocking.run { () throws(DownloadError) in try folder.handOver(name) } : nil
         let opened = try await Blocking.run { [recorded = record.partIdentity] () throws(DownloadError) in
             try folder.openPart(name + ".part", recorded: recorded, adopting: adopting)

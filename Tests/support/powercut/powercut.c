@@ -8,11 +8,14 @@
 //   - a file's data and length become durable when the file is synced (fsync or fdatasync);
 //   - a create, mkdir, link, symlink, rename, unlink or rmdir becomes durable when its folder is synced
 //     (a rename across folders: each side with its own folder).
-// Until then each of them waits in a log, in the order it was made. A cut (the line "cut" written to the control
-// FIFO, or the Nth write to a file whose name ends with SUFFIX) takes the file system's lock, so no operation is half
-// done, and keeps of the log none of it, a random prefix, or a random subset (as CrashMonkey does), then writes the
-// durable state to --image as a folder tree: what a disk would show after the machine came back. From then on every
-// operation fails with EIO (a dead disk) until the file system is unmounted.
+// Until then each of them waits in a log, in the order it was made. A cut takes the file system's lock, so no
+// operation is half done, and keeps of the log none of it, a random prefix, or a random subset (as CrashMonkey does),
+// then writes the durable state to --image as a folder tree: what a disk would show after the machine came back. It
+// comes when the line "cut" is written to the control FIFO; at the Nth write to a file whose name ends with SUFFIX;
+// or, after the line "arm N" (answered by the file FIFO.armed), before the Nth change from then on (a create, write,
+// truncate, rename, link, unlink or sync); "arm N SUFFIX" counts from the first change to a file whose name ends with
+// SUFFIX. From then on every operation fails with EIO (a dead disk) until the file
+// system is unmounted.
 //
 // Inode numbers are the file system's own and survive a cut: the image's `.powercut-nodes` file lists them, and a
 // mount of that image reads it. Haul records a file's inode and compares it at the next start, as it would on a
@@ -87,6 +90,11 @@ static struct handle *handle_of(struct fuse_file_info *file) { return (struct ha
 
 static char *backing, *durable_dir, *image_dir, *control_path, *cut_suffix;
 static long cut_at_write = -1, suffix_writes = 0;
+// Changes left until an armed cut ("arm N [SUFFIX]"), or 0; with a suffix, they count from the first change to a
+// file whose name ends with it.
+static long armed = 0;
+static char armed_suffix[PATH_MAX];
+static int armed_counts = 0;
 static enum { KEEP_NONE, KEEP_PREFIX, KEEP_SUBSET } keep = KEEP_NONE;
 static unsigned seed = 1;
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
@@ -417,6 +425,19 @@ static void *control_thread(void *unused) {
                 pthread_mutex_lock(&lock);
                 cut("asked");
                 pthread_mutex_unlock(&lock);
+            } else if (strncmp(line, "arm ", 4) == 0) {
+                pthread_mutex_lock(&lock);
+                char *rest;
+                armed = strtol(line + 4, &rest, 10);
+                armed_suffix[0] = 0;
+                sscanf(rest, " %4095s", armed_suffix);
+                armed_counts = armed_suffix[0] == 0;
+                pthread_mutex_unlock(&lock);
+                // Told through a file beside the FIFO: the changes after it count.
+                char told[PATH_MAX];
+                snprintf(told, sizeof told, "%s.armed", control_path);
+                FILE *file = fopen(told, "w");
+                if (file) fclose(file);
             }
         }
         fclose(control);
@@ -431,6 +452,20 @@ static void *control_thread(void *unused) {
     if (dead) {                    \
         pthread_mutex_unlock(&lock); \
         return -EIO;               \
+    }
+
+static int ends_with(const char *path, const char *suffix) {
+    size_t length = path ? strlen(path) : 0, suffix_length = strlen(suffix);
+    return length >= suffix_length && strcmp(path + length - suffix_length, suffix) == 0;
+}
+
+// In an operation that changes the file system, after ENTER: the armed cut, before the change is made.
+#define CHANGE(what, path)                                                                               \
+    if (armed > 0 && (armed_counts || (armed_counts = ends_with(path, armed_suffix))) && --armed == 0) { \
+        char armed_why[PATH_MAX + 64];                                                                   \
+        snprintf(armed_why, sizeof armed_why, "armed, before the %s of %s", what, path ? path : "?");    \
+        cut(armed_why);                                                                                  \
+        LEAVE(-EIO);                                                                                     \
     }
 #define LEAVE(result)              \
     do {                           \
@@ -517,6 +552,7 @@ static void before_losing(const char *path) {
 
 static int fs_mknod(const char *path, mode_t mode, dev_t rdev) {
     ENTER();
+    CHANGE("create", path);
     char full[PATH_MAX];
     full_path(full, path);
     if (mknod(full, mode, rdev) != 0) LEAVE(-errno);
@@ -525,6 +561,7 @@ static int fs_mknod(const char *path, mode_t mode, dev_t rdev) {
 
 static int fs_mkdir(const char *path, mode_t mode) {
     ENTER();
+    CHANGE("mkdir", path);
     char full[PATH_MAX];
     full_path(full, path);
     if (mkdir(full, mode) != 0) LEAVE(-errno);
@@ -533,6 +570,7 @@ static int fs_mkdir(const char *path, mode_t mode) {
 
 static int fs_symlink(const char *target, const char *path) {
     ENTER();
+    CHANGE("symlink", path);
     char full[PATH_MAX];
     full_path(full, path);
     if (symlink(target, full) != 0) LEAVE(-errno);
@@ -541,6 +579,7 @@ static int fs_symlink(const char *target, const char *path) {
 
 static int fs_unlink(const char *path) {
     ENTER();
+    CHANGE("unlink", path);
     char full[PATH_MAX];
     full_path(full, path);
     const char *name;
@@ -553,6 +592,7 @@ static int fs_unlink(const char *path) {
 
 static int fs_rmdir(const char *path) {
     ENTER();
+    CHANGE("rmdir", path);
     char full[PATH_MAX];
     full_path(full, path);
     const char *name;
@@ -566,6 +606,7 @@ static int fs_rmdir(const char *path) {
 
 static int fs_rename(const char *from, const char *to, unsigned int flags) {
     ENTER();
+    CHANGE("rename", from);
     char full_from[PATH_MAX], full_to[PATH_MAX];
     full_path(full_from, from);
     full_path(full_to, to);
@@ -587,6 +628,7 @@ static int fs_rename(const char *from, const char *to, unsigned int flags) {
 
 static int fs_link(const char *from, const char *to) {
     ENTER();
+    CHANGE("link", to);
     char full_from[PATH_MAX], full_to[PATH_MAX];
     full_path(full_from, from);
     full_path(full_to, to);
@@ -623,6 +665,7 @@ static void log_truncate(uint64_t node, off_t length) {
 
 static int fs_truncate(const char *path, off_t length, struct fuse_file_info *file) {
     ENTER();
+    CHANGE("truncate", path);
     int result;
     uint64_t node;
     if (file) {
@@ -691,6 +734,7 @@ static int fs_open(const char *path, struct fuse_file_info *file) {
 
 static int fs_create(const char *path, mode_t mode, struct fuse_file_info *file) {
     ENTER();
+    CHANGE("create", path);
     char full[PATH_MAX];
     full_path(full, path);
     uint64_t existing = node_at(path);
@@ -713,12 +757,10 @@ static int fs_read(const char *path, char *buffer, size_t size, off_t offset, st
 
 static int fs_write(const char *path, const char *buffer, size_t size, off_t offset, struct fuse_file_info *file) {
     ENTER();
-    if (cut_suffix) {
-        size_t length = strlen(path), suffix = strlen(cut_suffix);
-        if (length >= suffix && strcmp(path + length - suffix, cut_suffix) == 0 && ++suffix_writes == cut_at_write) {
-            cut("the chosen write");
-            LEAVE(-EIO);
-        }
+    CHANGE("write", path);
+    if (cut_suffix && ends_with(path, cut_suffix) && ++suffix_writes == cut_at_write) {
+        cut("the chosen write");
+        LEAVE(-EIO);
     }
     struct handle *handle = handle_of(file);
     struct node *node = node_of(handle->node);
@@ -756,6 +798,7 @@ static int fs_release(const char *path, struct fuse_file_info *file) {
 static int fs_fsync(const char *path, int datasync, struct fuse_file_info *file) {
     (void)path, (void)datasync;
     ENTER();
+    CHANGE("fsync", path);
     uint64_t node = handle_of(file)->node;
     if (node) settle(is_data_of, node);
     synced_files++;
@@ -781,6 +824,7 @@ static int fs_releasedir(const char *path, struct fuse_file_info *file) {
 static int fs_fsyncdir(const char *path, int datasync, struct fuse_file_info *file) {
     (void)datasync, (void)file;
     ENTER();
+    CHANGE("folder sync", path);
     uint64_t node = strcmp(path, "/") == 0 ? 1 : node_at(path);
     if (node) settle(is_entry_of, node);
     synced_folders++;
@@ -790,6 +834,7 @@ static int fs_fsyncdir(const char *path, int datasync, struct fuse_file_info *fi
 static int fs_fallocate(const char *path, int mode, off_t offset, off_t length, struct fuse_file_info *file) {
     (void)path;
     ENTER();
+    CHANGE("fallocate", path);
     if (mode != 0) LEAVE(-EOPNOTSUPP);
     struct stat before;
     int descriptor = handle_of(file)->descriptor;
