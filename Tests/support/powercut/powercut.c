@@ -14,8 +14,7 @@
 // comes when the line "cut" is written to the control FIFO; at the Nth write to a file whose name ends with SUFFIX;
 // or, after the line "arm N" (answered by the file FIFO.armed), before the Nth change from then on (a create, write,
 // truncate, rename, link, unlink or sync); "arm N SUFFIX" counts from the first change to a file whose name ends with
-// SUFFIX. From then on every operation fails with EIO (a dead disk) until the file
-// system is unmounted.
+// SUFFIX. From then on every operation fails with EIO (a dead disk) until the file system is unmounted.
 //
 // Inode numbers are the file system's own and survive a cut: the image's `.powercut-nodes` file lists them, and a
 // mount of that image reads it. Haul records a file's inode and compares it at the next start, as it would on a
@@ -455,7 +454,8 @@ static void *control_thread(void *unused) {
     }
 
 static int ends_with(const char *path, const char *suffix) {
-    size_t length = path ? strlen(path) : 0, suffix_length = strlen(suffix);
+    if (!path) return 0;
+    size_t length = strlen(path), suffix_length = strlen(suffix);
     return length >= suffix_length && strcmp(path + length - suffix_length, suffix) == 0;
 }
 
