@@ -13,13 +13,15 @@ cut, and one written with fsync, rename, fsync of the folder is kept. Then N cut
     serve      haul serve with API adds, pauses, removes and moves in flight
     commit     haul get -x 4, cut by the file system itself at a chosen write to the store's -wal file
     continue   haul get -c -x 1 of 8 MiB at 8 MB/s, continuing the user's file that holds its first 2 MiB
-    giveback   the same with -x 1 or 2 at 4 MB/s a connection, stopped with Ctrl-C and removed with haul rm, which
-               gives the user's file back; the cut comes before a chosen change to the disk the removal makes
+    giveback   the same with -x 1 or 2 at 4 MB/s a connection, removed with haul rm, which gives the user's file
+               back; the cut comes before a chosen change to the disk as the download hands the file over (haul rm
+               after it), or after Ctrl-C as haul rm gives it back
 
 The store (--state-dir) and the downloads both live on the file system. After every cut, these must hold:
     - every file under a final name is complete and identical to its source (or, continuing with -c, the user's
       file as it was, or as it was given back);
     - the user's bytes of a file handed over with -c are still its first bytes, under its name or the part file's;
+      under the part file's, a row records the file as handed over from its name and counts them;
     - a file given back is the start of its source, at least the user's bytes, and it is back under its name once
       its download is gone from the store;
     - the store opens (haul ls);
@@ -134,6 +136,18 @@ class Disk:
         with open(self.backing + ".log") as log:
             lines = [line.strip() for line in log if "cut (" in line]
         return lines[-1] if lines else ""
+
+
+def held_prefix(row):
+    """The bytes a row counts as held from the file's first byte (DownloadRecord.heldPrefix)."""
+    if not row["segments"]:
+        return row["durableOffset"]
+    end = 0
+    for segment in sorted(json.loads(row["segments"]), key=lambda s: s["start"]):
+        if segment["start"] > end:
+            break
+        end = max(end, segment["offset"])
+    return end
 
 
 def sha(path):
@@ -269,8 +283,10 @@ class Cut:
         self.state = os.path.join(self.mnt, "state")
         self.downloads = os.path.join(self.mnt, "dl")
         self.haul_log = open(os.path.join(run.work, f"cut{number}.haul.log"), "w")
-        # giveback: the connections of its download, and its id once stored.
+        # giveback: the connections of its download, its id once known, and where the cut comes: in haul get's
+        # hand-over of the user's file as it starts, or in haul rm's give-back after Ctrl-C.
         self.connections = rng.choice([1, 2]) if scenario == "giveback" else 1
+        self.phase = rng.choice(["start", "remove"]) if scenario == "giveback" else None
         self.download = None
 
     def violation(self, text):
@@ -399,20 +415,27 @@ class Cut:
         for row in rows:
             self.check_checkpoint(row)
         if self.scenario in ("continue", "giveback"):
-            self.check_handed_over()
+            self.check_handed_over(rows)
         if self.scenario == "giveback":
             self.check_given_back(rows)
 
-    def check_handed_over(self):
-        """The user's first bytes of one.bin are still there: under its name, or the part file's it was moved to."""
+    def check_handed_over(self, rows):
+        """The user's first bytes of one.bin are still there: under its name, or the part file's it was moved to.
+        Moved there, the store records the file as handed over from one.bin, counting the user's bytes at least: a
+        cancel or a removal then gives them back, and a resume compares them."""
         mine = self.run.sources["one.bin"][:HANDED_OVER]
         for name in ("one.bin", "one.bin.part"):
             try:
                 with open(os.path.join(self.downloads, name), "rb") as f:
-                    if f.read(HANDED_OVER) == mine:
-                        return
+                    if f.read(HANDED_OVER) != mine:
+                        continue
             except FileNotFoundError:
                 continue
+            if name == "one.bin.part" and not any(row["handOver"] == 2 and held_prefix(row) >= HANDED_OVER
+                                                  for row in rows):
+                self.violation("one.bin.part holds the user's 2 MiB and no row records it as handed over from "
+                               "one.bin, counting them: " + repr([(r["handOver"], held_prefix(r)) for r in rows]))
+            return
         self.violation("the user's 2 MiB of one.bin, handed over with -c, are under neither its name nor the part "
                        "file's")
 
@@ -446,7 +469,7 @@ class Cut:
         connection.row_factory = sqlite3.Row
         try:
             return [dict(row) for row in connection.execute(
-                "SELECT id, url, destination, state, durableOffset, segments, totalLength FROM download")]
+                "SELECT id, url, destination, state, durableOffset, segments, totalLength, handOver FROM download")]
         finally:
             connection.close()
 
@@ -475,8 +498,9 @@ class Cut:
             # there) is what the next run recognises as its own.
             if os.path.exists(row["destination"]) and sha(row["destination"]) == hashlib.sha256(source).hexdigest():
                 return
-            # Given back before the removal of its row was stored: the rerun's removal or resume finds it there.
-            if self.scenario == "giveback" and self.given_back():
+            # Given back before the removal of its row was stored, or not yet moved when the row recorded its hand-over:
+            # the next run finds it under its name.
+            if self.scenario in ("continue", "giveback") and self.given_back():
                 return
             self.violation(f"{row['id']}: the checkpoint counts {sum(e - s for s, e in ranges)} bytes of "
                            f"{part}, which is not there")
@@ -539,9 +563,12 @@ class Cut:
                 os.killpg(process.pid, signal.SIGTERM)
                 process.wait(timeout=30)
         else:
-            if self.scenario == "giveback" and any(row["id"] == self.download for row in self.rows()) and \
-                    self.rng.random() < 0.5:
-                # The removal the cut interrupted, again: it gives the file back. Otherwise haul get -c resumes it.
+            rows = self.rows() if self.scenario == "giveback" else []
+            if self.download is None and rows:
+                self.download = rows[0]["id"]
+            if any(row["id"] == self.download for row in rows) and (self.phase == "start" or self.rng.random() < 0.5):
+                # The removal the cut interrupted, again, or one of the download the cut stopped as it started: it
+                # gives the file back. Otherwise haul get -c resumes it.
                 removal = self.remove()
                 if removal.returncode != 0:
                     self.violation(f"haul rm again exited {removal.returncode}: {removal.stderr.strip()[-400:]}")
@@ -610,6 +637,10 @@ class Cut:
         disk = Disk(self.run.binary, self.mnt, backing, keep=keep, seed=self.rng.randrange(1 << 30), cut_at=cut_at,
                     live=self.run.live)
         device = os.stat(self.mnt).st_dev
+        if self.phase == "start":
+            # From the hand-over's rename of the user's file on: the rename, the sync of its folder, the store's
+            # record of it, the first writes.
+            disk.arm(self.rng.randrange(1, 10), ".part")
         process = self.start()
         stop = threading.Event()
         driver = None
@@ -618,10 +649,10 @@ class Cut:
             driver.start()
         limit = {"single": 1.2, "segmented": 1.6, "batch": 1.5, "serve": 2.5, "commit": 2.0, "continue": 1.0,
                  "giveback": 0.7}[self.scenario]
-        moment = time.monotonic() + self.rng.uniform(0.02, limit)
+        moment = time.monotonic() + (5 if self.phase == "start" else self.rng.uniform(0.02, limit))
         while time.monotonic() < moment and process.poll() is None and not disk.was_cut():
             time.sleep(0.002)
-        if self.scenario == "giveback":
+        if self.phase == "remove":
             self.stop_and_remove(process, disk)
         if self.scenario == "commit":
             # The file system cuts by itself at the chosen write; a run that wrote less is cut now.

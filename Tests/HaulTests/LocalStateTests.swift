@@ -344,6 +344,30 @@ struct LocalStateTests {
         #expect(FileSystemProbe.inode(h.path("file.bin")) == inode)
     }
 
+    @Test(
+        "-c: the hand-over is in the store, with the user's bytes counted, before the file moves or a byte is written")
+    func continueHandOverStoredFirst() async throws {
+        let h = try await Harness.make(jumpsPastStalls: false)
+        h.server.serve("/f", .init(body: body) { index, _ in index == 0 ? .stallBeforeHead : nil })
+        let (stalls, stalled) = AsyncStream<Void>.makeStream()
+        h.server.onStall { _ in stalled.yield() }
+        _ = FileManager.default.createFile(atPath: h.path("file.bin"), contents: Data(body.prefix(Self.cut)))
+        let inode = FileSystemProbe.inode(h.path("file.bin"))
+        let manager = try h.manager()
+        let id = try await manager.add(
+            h.server.url("/f"), to: .file(h.path("file.bin")), options: DownloadOptions(continuePartial: true))
+        for await _ in stalls { break }
+        // What a crash now leaves in the store: a cancel or `rm` after it gives the file back cut to the bytes the
+        // row counts, and a resume compares them; a row counting none would give back an empty file.
+        let row = try #require(try DownloadStore(directory: h.stateDirectory).record(id: id.rawValue))
+        #expect(row.handOver == .fromName)
+        #expect(row.partIdentity.map { Int($0.inode) } == inode)
+        #expect(row.durableOffset == Int64(Self.cut) && row.segments == nil && !row.isPartVerified)
+        h.server.release()
+        try await manager.cancel(id)
+        await manager.shutdown()
+    }
+
     /// How a download whose part file holds bytes ends for the user.
     enum Ending: String, CaseIterable, Sendable { case cancel, remove, clean }
 

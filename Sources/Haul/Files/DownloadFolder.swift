@@ -248,6 +248,16 @@ public final class DownloadFolder: Sendable {
         }
     }
 
+    /// The file `handOver(name)` would hand over, looked at and not moved, and whether it has the part file's name
+    /// already; nil when there is none, or the part file's name holds something other than a regular file (which
+    /// `openPart` refuses).
+    func fileToHandOver(_ name: String) throws(DownloadError) -> (entry: FolderEntry, atPartName: Bool)? {
+        if let part = try folder.entry(name + ".part") { return part.kind == .regular ? (part, true) : nil }
+        guard let file = try folder.entry(name) else { return nil }
+        try DownloadManager.checkContinuable(name, as: file, in: folder)
+        return (file, false)
+    }
+
     /// What `-c` hands over to a download named `name`: its part file when there is one, else the file `name`,
     /// moved to the part file's name when the download starts (not when it is added: a queued download leaves the
     /// user's file where it is). The file moved passes the checks its add made (`checkContinuable`), made again

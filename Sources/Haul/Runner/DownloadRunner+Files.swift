@@ -27,10 +27,13 @@ extension DownloadRunner {
                 try await Blocking.run { () throws(DownloadError) in try folder.isGivenBack(name, identity: recorded) }
             } else { false }
         let adopting = (options.continuePartial || isEarlierRow) && record.partIdentity == nil || givenBack
+        let handing = adopting && (options.continuePartial || givenBack)
         // Off the cooperative pool, as every look and create in a folder other downloads change (`claimName`).
+        let stored =
+            handing ? try await Blocking.run { () throws(DownloadError) in try folder.fileToHandOver(name) } : nil
+        if let stored { try await storeHandOver(of: stored.entry, from: stored.atPartName ? .atPartName : .fromName) }
         let handed =
-            adopting && (options.continuePartial || givenBack)
-            ? try await Blocking.run { () throws(DownloadError) in try folder.handOver(name) } : nil
+            handing ? try await Blocking.run { () throws(DownloadError) in try folder.handOver(name) } : nil
         let opened = try await Blocking.run { [recorded = record.partIdentity] () throws(DownloadError) in
             try folder.openPart(name + ".part", recorded: recorded, adopting: adopting)
         }
@@ -52,6 +55,10 @@ extension DownloadRunner {
                 // in a mark is cut off before the overlap is compared (`ResumePlanner`).
                 self.record.durableOffset = try part.length()
                 self.record.segments = nil
+                // Another file than the one looked at before the move (replaced meanwhile): stored again.
+                if stored?.entry.identity != part.identity {
+                    try await save(transferReport(mark: .offset(self.record.durableOffset)), waiting: true)
+                }
             } else if isNew {
                 // Made now: Haul's own, whatever an earlier part file was.
                 self.record.handOver = nil
@@ -67,6 +74,20 @@ extension DownloadRunner {
             self.record.handOver = nil
             try await claimName(name, in: folder, from: 1, lease: environment.lease)
         }
+    }
+
+    /// Stores that the user's file `file` is handed over (from the download's name, or at the part file's), with its
+    /// length as what it durably holds, before it moves or a byte is written into it. A crash or a power cut after
+    /// either then leaves a row that gives the file back whole (a cancel, `rm`) and counts its bytes (a resume
+    /// compares them), never one that counts none of them; a cut before the move leaves the file under its name,
+    /// handed over again by the next run (`DownloadFolder.isGivenBack`).
+    func storeHandOver(of file: FolderEntry, from origin: PartHandOver) async throws {
+        record.handOver = origin
+        record.partIdentity = file.identity
+        record.isPartVerified = false
+        record.durableOffset = file.size
+        record.segments = nil
+        try await save(transferReport(mark: .offset(file.size)), waiting: true)
     }
 
     /// Makes the part file of this lease (`DownloadFolder.partName`) and, when the store trusts bytes of an earlier

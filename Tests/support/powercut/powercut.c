@@ -459,14 +459,19 @@ static int ends_with(const char *path, const char *suffix) {
     return length >= suffix_length && strcmp(path + length - suffix_length, suffix) == 0;
 }
 
-// In an operation that changes the file system, after ENTER: the armed cut, before the change is made.
-#define CHANGE(what, path)                                                                               \
-    if (armed > 0 && (armed_counts || (armed_counts = ends_with(path, armed_suffix))) && --armed == 0) { \
-        char armed_why[PATH_MAX + 64];                                                                   \
-        snprintf(armed_why, sizeof armed_why, "armed, before the %s of %s", what, path ? path : "?");    \
-        cut(armed_why);                                                                                  \
-        LEAVE(-EIO);                                                                                     \
+// In an operation that changes the file system, after ENTER: the armed cut, before the change is made. A change
+// counts from the first change to a file of the armed suffix, under `path` or, for a rename, `other`.
+#define CHANGE_OF(what, path, other)                                                                            \
+    if (armed > 0 &&                                                                                            \
+        (armed_counts || (armed_counts = ends_with(path, armed_suffix) || ends_with(other, armed_suffix))) && \
+        --armed == 0) {                                                                                         \
+        char armed_why[2 * PATH_MAX + 64];                                                                      \
+        snprintf(armed_why, sizeof armed_why, "armed, before the %s of %s%s%s", what, path ? path : "?",         \
+                 other ? " to " : "", other ? other : "");                                                      \
+        cut(armed_why);                                                                                         \
+        LEAVE(-EIO);                                                                                            \
     }
+#define CHANGE(what, path) CHANGE_OF(what, path, NULL)
 #define LEAVE(result)              \
     do {                           \
         int leave_result = (result); \
@@ -606,7 +611,7 @@ static int fs_rmdir(const char *path) {
 
 static int fs_rename(const char *from, const char *to, unsigned int flags) {
     ENTER();
-    CHANGE("rename", from);
+    CHANGE_OF("rename", from, to);
     char full_from[PATH_MAX], full_to[PATH_MAX];
     full_path(full_from, from);
     full_path(full_to, to);
