@@ -280,9 +280,9 @@ public final class DownloadFolder: Sendable {
         return (file.identity, true)
     }
 
-    /// Whether the user's file `identity`, handed over from `name`, was given back (`giveBack`) to `name`: it is there
-    /// and no part file is. A power cut after the give-back and before the store's removal or cancel of its row leaves
-    /// a row that still counts the part file.
+    /// Whether the user's file `identity`, handed over from `name`, is under `name` and no part file is: given back
+    /// (`giveBack`), or not yet moved. A power cut after a give-back and before the store's removal or cancel of its
+    /// row, or after the store recorded a hand-over and before the move, leaves a row that names such a file.
     func isGivenBack(_ name: String, identity: FileIdentity) throws(DownloadError) -> Bool {
         guard try folder.entry(name + ".part") == nil, let file = try folder.entry(name) else { return false }
         return file.kind == .regular && file.identity == identity

@@ -20,8 +20,9 @@ extension DownloadRunner {
         guard let destination = record.destination else { return }
         let name = PathName.lastComponent(of: destination)
         if let lease = environment.lease { return try await openLeasePart(of: name, lease: lease, in: folder) }
-        // The user's file given back when its removal or cancel did not reach the store: handed over again, as -c
-        // would hand it over (the bytes the row counted beyond what was given back are gone with the give-back).
+        // The user's file under its name while the row counts it as the part file (given back when its removal or
+        // cancel did not reach the store, or not moved yet when its hand-over did): handed over again, as -c hands a
+        // file over (the bytes the row counted beyond what was given back are gone with the give-back).
         let givenBack =
             if record.handOver == .fromName, let recorded = record.partIdentity {
                 try await Blocking.run { () throws(DownloadError) in try folder.isGivenBack(name, identity: recorded) }
