@@ -430,27 +430,11 @@ struct LocalStateTests {
         var held = Array(body.prefix(Self.cut)) + [UInt8](repeating: 0, count: gap)
         held += body[(Self.cut + gap)..<(Self.cut + appended)]
         #expect(FileManager.default.createFile(atPath: h.path("file.bin.part"), contents: Data(held)))
-        var info = stat()
-        #expect(stat(h.path("file.bin.part"), &info) == 0)
-        var folder = stat()
-        #expect(stat(h.folder, &folder) == 0)
         // The row the hand-over stored: the user's file, its length as what it durably holds, not yet compared.
-        var record = DownloadRecord(
-            id: "crashed", url: h.server.url("/f").absoluteString, finalURL: nil, directory: nil,
-            destination: h.path("file.bin"), state: .paused, totalLength: nil, durableOffset: Int64(Self.cut),
-            etag: nil, lastModified: nil, isLastModifiedStrong: false, isResumable: nil, isPartVerified: false,
-            mayReplaceDestination: false, attempts: 0, lastError: nil,
-            options: DownloadOptions(continuePartial: true), priority: 0, queuePosition: 1, prerequisites: [],
-            rateLimit: nil, segments: nil, activeConnections: 0, createdAt: Date(), updatedAt: Date(), errorCode: nil,
-            errorStatus: nil, origin: .library, completedAt: nil)
-        record.partIdentity = FileIdentity(info)
-        record.folderIdentity = FileIdentity(folder)
-        record.handOver = .fromName
-        try DownloadStore(directory: h.stateDirectory).insert([record])
-        let manager = try h.manager()
-        try await manager.resume(DownloadID("crashed"))
-        let result = try await manager.result(of: DownloadID("crashed"))
-        await manager.shutdown()
+        let result = try await resumeHandedOver(h, file: "file.bin.part") { record in
+            record.durableOffset = Int64(Self.cut)
+            record.isPartVerified = false
+        }
         #expect(h.holds("file.bin", body), "no gap under the final name")
         #expect(result.resumedFrom == Int64(Self.cut))
     }
@@ -463,35 +447,47 @@ struct LocalStateTests {
         // name, cut to what was held from its start, and the row as it was, counting a second segment too.
         let given = Self.cut + 30_000
         #expect(FileManager.default.createFile(atPath: h.path("file.bin"), contents: Data(body.prefix(given))))
-        var info = stat()
-        #expect(stat(h.path("file.bin"), &info) == 0)
-        var folder = stat()
-        #expect(stat(h.folder, &folder) == 0)
         let size = Int64(Self.size)
-        var record = DownloadRecord(
-            id: "given", url: h.server.url("/f").absoluteString, finalURL: nil, directory: nil,
-            destination: h.path("file.bin"), state: .paused, totalLength: size, durableOffset: 0,
-            etag: nil, lastModified: nil, isLastModifiedStrong: false, isResumable: true, isPartVerified: true,
-            mayReplaceDestination: false, attempts: 0, lastError: nil,
-            options: DownloadOptions(continuePartial: true), priority: 0, queuePosition: 1, prerequisites: [],
-            rateLimit: nil,
-            segments: [
+        let result = try await resumeHandedOver(h, file: "file.bin") { record in
+            record.totalLength = size
+            record.isResumable = true
+            record.segments = [
                 Segment(start: 0, end: 200_000, offset: Int64(given)),
                 Segment(start: 200_000, end: size, offset: 260_000),
-            ],
-            activeConnections: 0, createdAt: Date(), updatedAt: Date(), errorCode: nil,
+            ]
+        }
+        #expect(h.holds("file.bin", body), "the given-back file completed under its name")
+        #expect(!h.exists("file.bin.part"))
+        #expect(result.resumedFrom == Int64(given), "its bytes kept, and nothing counted beyond them")
+    }
+
+    /// Stores the paused row of a `-c` download of `/f` to `file.bin` whose file handed over from `file.bin` is
+    /// `file` (as `change` makes it), resumes it, and returns how it ended.
+    func resumeHandedOver(
+        _ h: Harness, file: String, change: (inout DownloadRecord) -> Void
+    ) async throws -> DownloadResult {
+        var info = stat()
+        #expect(stat(h.path(file), &info) == 0)
+        var folder = stat()
+        #expect(stat(h.folder, &folder) == 0)
+        var record = DownloadRecord(
+            id: "handed", url: h.server.url("/f").absoluteString, finalURL: nil, directory: nil,
+            destination: h.path("file.bin"), state: .paused, totalLength: nil, durableOffset: 0,
+            etag: nil, lastModified: nil, isLastModifiedStrong: false, isResumable: nil, isPartVerified: true,
+            mayReplaceDestination: false, attempts: 0, lastError: nil,
+            options: DownloadOptions(continuePartial: true), priority: 0, queuePosition: 1, prerequisites: [],
+            rateLimit: nil, segments: nil, activeConnections: 0, createdAt: Date(), updatedAt: Date(), errorCode: nil,
             errorStatus: nil, origin: .library, completedAt: nil)
         record.partIdentity = FileIdentity(info)
         record.folderIdentity = FileIdentity(folder)
         record.handOver = .fromName
+        change(&record)
         try DownloadStore(directory: h.stateDirectory).insert([record])
         let manager = try h.manager()
-        try await manager.resume(DownloadID("given"))
-        let result = try await manager.result(of: DownloadID("given"))
+        try await manager.resume(DownloadID("handed"))
+        let result = try await manager.result(of: DownloadID("handed"))
         await manager.shutdown()
-        #expect(h.holds("file.bin", body), "the given-back file completed under its name")
-        #expect(!h.exists("file.bin.part"))
-        #expect(result.resumedFrom == Int64(given), "its bytes kept, and nothing counted beyond them")
+        return result
     }
 
     @Test("-c: a part file Haul makes after the one handed over went is Haul's own, and a cancel deletes it")
