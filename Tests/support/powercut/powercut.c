@@ -7,7 +7,8 @@
 // a disk would hold after a power cut (the durable state):
 //   - a file's data and length become durable when the file is synced (fsync or fdatasync);
 //   - a create, mkdir, link, symlink, rename, unlink or rmdir becomes durable when its folder is synced
-//     (a rename across folders: each side with its own folder).
+//     (a rename across folders: each side with its own folder); a cut keeps a rename whole or loses it whole, as a
+//     journaling file system commits it in one transaction.
 // Until then each of them waits in a log, in the order it was made. A cut takes the file system's lock, so no
 // operation is half done, and keeps of the log none of it, a random prefix, or a random subset (as CrashMonkey does),
 // then writes the durable state to --image as a folder tree: what a disk would show after the machine came back. It
@@ -70,12 +71,13 @@ enum op_kind { OP_WRITE, OP_TRUNCATE, OP_ADD, OP_REMOVE };
 /// An operation not yet durable.
 struct op {
     enum op_kind kind;
-    uint64_t node;    // the file written or truncated; the folder of an entry
-    off_t offset;     // a write's offset; a truncate's length
+    uint64_t node;      // the file written or truncated; the folder of an entry
+    off_t offset;       // a write's offset; a truncate's length
     size_t length;
-    char *data;       // a write's bytes
-    char *name;       // an entry's name
-    uint64_t target;  // the node an added entry names
+    char *data;         // a write's bytes
+    char *name;         // an entry's name
+    uint64_t target;    // the node an added entry names
+    int with_previous;  // kept or lost with the operation before it (the two halves of a rename)
 };
 
 /// An open file: the backing descriptor, and the node it was opened as (a file keeps its node when its last name
@@ -212,6 +214,9 @@ static void log_entry(enum op_kind kind, uint64_t folder, const char *name, uint
     log_op((struct op){.kind = kind, .node = folder, .name = strdup(name), .target = target});
 }
 
+/// Marks the last entry logged as the second half of the one before it: a cut keeps both or neither.
+static void join_previous(void) { log_ops[log_count - 1].with_previous = 1; }
+
 /// The folder node and the last name of `path`.
 static uint64_t parent_of(const char *path, const char **name) {
     const char *slash = strrchr(path, '/');
@@ -273,12 +278,17 @@ static void drop(struct op *op) {
 /// Makes durable, in order, the logged operations `matches` selects, and takes them out of the log.
 static void settle(int (*matches)(struct op *, uint64_t), uint64_t node) {
     size_t kept = 0;
+    int previous_settled = 0;
     for (size_t i = 0; i < log_count; i++) {
         if (matches(&log_ops[i], node)) {
             apply(&log_ops[i]);
             drop(&log_ops[i]);
+            previous_settled = 1;
         } else {
+            // The other half of a rename across folders, settled with its own folder: this half stands alone.
+            if (previous_settled) log_ops[i].with_previous = 0;
             log_ops[kept++] = log_ops[i];
+            previous_settled = 0;
         }
     }
     log_count = kept;
@@ -383,12 +393,16 @@ static void cut(const char *why) {
     dead = 1;
     srand(seed);
     size_t survivors = 0;
+    // A rename is kept or lost whole, as a journaling file system commits it in one transaction.
     if (keep == KEEP_PREFIX && log_count) {
         survivors = (size_t)rand() % (log_count + 1);
+        while (survivors < log_count && log_ops[survivors].with_previous) survivors++;
         for (size_t i = 0; i < survivors; i++) apply(&log_ops[i]);
     } else if (keep == KEEP_SUBSET) {
+        int kept = 0;
         for (size_t i = 0; i < log_count; i++) {
-            if (rand() % 2) {
+            if (!log_ops[i].with_previous) kept = rand() % 2;
+            if (kept) {
                 apply(&log_ops[i]);
                 survivors++;
             }
@@ -628,6 +642,7 @@ static int fs_rename(const char *from, const char *to, unsigned int flags) {
         log_entry(OP_REMOVE, from_folder, from_name, 0);
     }
     log_entry(OP_ADD, to_folder, to_name, node);
+    join_previous();
     LEAVE(0);
 }
 
