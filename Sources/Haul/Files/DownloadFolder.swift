@@ -248,9 +248,10 @@ public final class DownloadFolder: Sendable {
         }
     }
 
-    /// The file `handOver(name)` would hand over, looked at and not moved, and whether it has the part file's name
-    /// already; nil when there is none, or the part file's name holds something other than a regular file (which
-    /// `openPart` refuses).
+    /// What `-c` hands over to a download named `name`, looked at and not moved: its part file when there is one (a
+    /// regular file; anything else there `openPart` refuses), else the file `name`, which passes the checks its add
+    /// made (`checkContinuable`), made again since it may have changed meanwhile. Whether it has the part file's name
+    /// already; nil when there is neither.
     func fileToHandOver(_ name: String) throws(DownloadError) -> (entry: FolderEntry, atPartName: Bool)? {
         if let part = try folder.entry(name + ".part") { return part.kind == .regular ? (part, true) : nil }
         guard let file = try folder.entry(name) else { return nil }
@@ -258,26 +259,25 @@ public final class DownloadFolder: Sendable {
         return (file, false)
     }
 
-    /// What `-c` hands over to a download named `name`: its part file when there is one, else the file `name`,
-    /// moved to the part file's name when the download starts (not when it is added: a queued download leaves the
-    /// user's file where it is). The file moved passes the checks its add made (`checkContinuable`), made again
-    /// since it may have changed meanwhile. Returns the identity of the file
-    /// handed over, and whether it was moved; nil when there is neither.
-    func handOver(_ name: String) throws(DownloadError) -> (identity: FileIdentity, moved: Bool)? {
+    /// Hands over `file`, as `fileToHandOver(name)` found it: the file `name` is moved to the part file's name (when
+    /// the download starts, not when it is added: a queued download leaves the user's file where it is). Returns the
+    /// identity of the file handed over, and whether it was moved; nil when a part file made meanwhile went again.
+    func handOver(_ name: String, _ file: (entry: FolderEntry, atPartName: Bool)) throws(DownloadError) -> (
+        identity: FileIdentity, moved: Bool
+    )? {
+        if file.atPartName { return (file.entry.identity, false) }
         let partName = name + ".part"
-        if let part = try folder.entry(partName) { return (part.identity, false) }
-        guard let file = try folder.entry(name) else { return nil }
-        try DownloadManager.checkContinuable(name, as: file, in: folder)
         let code = folder.move(name, to: partName, replacing: false)
         // A part file made meanwhile is the one handed over.
         if code == EEXIST { return try folder.entry(partName).map { ($0.identity, false) } }
         guard code == 0 else {
             throw PartFile.fileError(code, "cannot rename \(folder.path(of: name)) to \(partName)")
         }
-        // On the disk before the store records the file as handed over: a power cut then cannot leave the row
-        // naming a part file that is back under the download's name.
+        // On the disk before a byte is written into it: a power cut then cannot leave Haul's appends, which the
+        // store may not count yet, in a file under the download's name, where the next run takes its length as the
+        // user's (`isGivenBack`).
         folder.sync()
-        return (file.identity, true)
+        return (file.entry.identity, true)
     }
 
     /// Whether the user's file `identity`, handed over from `name`, is under `name` and no part file is: given back

@@ -32,9 +32,11 @@ extension DownloadRunner {
         // Off the cooperative pool, as every look and create in a folder other downloads change (`claimName`).
         let stored =
             handing ? try await Blocking.run { () throws(DownloadError) in try folder.fileToHandOver(name) } : nil
-        if let stored { try await storeHandOver(of: stored.entry, from: stored.atPartName ? .atPartName : .fromName) }
-        let handed =
-            handing ? try await Blocking.run { () throws(DownloadError) in try folder.handOver(name) } : nil
+        var handed: (identity: FileIdentity, moved: Bool)?
+        if let stored {
+            try await storeHandOver(of: stored.entry, from: stored.atPartName ? .atPartName : .fromName)
+            handed = try await Blocking.run { () throws(DownloadError) in try folder.handOver(name, stored) }
+        }
         let opened = try await Blocking.run { [recorded = record.partIdentity] () throws(DownloadError) in
             try folder.openPart(name + ".part", recorded: recorded, adopting: adopting)
         }
