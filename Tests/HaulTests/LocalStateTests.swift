@@ -344,8 +344,7 @@ struct LocalStateTests {
         #expect(FileSystemProbe.inode(h.path("file.bin")) == inode)
     }
 
-    @Test(
-        "-c: the hand-over is in the store, with the user's bytes counted, before the file moves or a byte is written")
+    @Test("-c: the hand-over is in the store, counting the user's bytes, by the time the first request is out")
     func continueHandOverStoredFirst() async throws {
         let h = try await Harness.make(jumpsPastStalls: false)
         h.server.serve("/f", .init(body: body) { index, _ in index == 0 ? .stallBeforeHead : nil })
