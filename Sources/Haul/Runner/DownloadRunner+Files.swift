@@ -58,7 +58,7 @@ extension DownloadRunner {
                 // in a mark is cut off before the overlap is compared (`ResumePlanner`).
                 self.record.durableOffset = try part.length()
                 self.record.segments = nil
-                // Another file than the one looked at before the move (replaced meanwhile): stored again.
+                // A part file made meanwhile is the one handed over (`handOver`), not the file stored: stored again.
                 if stored?.entry.identity != part.identity {
                     try await save(transferReport(mark: .offset(self.record.durableOffset)), waiting: true)
                 }
