@@ -237,20 +237,42 @@ struct DaemonClient: Sendable {
         return body.removed
     }
 
-    /// The event stream, from after `lastEventID` (nil: from a snapshot).
-    func events(after lastEventID: String?) async throws -> HTTPBody {
+    /// The event stream, from after `lastEventID` (nil: from a snapshot); its snapshots hold only the downloads in
+    /// `states` (all when nil).
+    func events(after lastEventID: String?, states: [Components.Schemas.State]? = nil) async throws -> HTTPBody {
         let output = try await call {
-            try await api.streamEvents(headers: .init(lastEventID: lastEventID))
+            try await api.streamEvents(query: .init(state: states), headers: .init(lastEventID: lastEventID))
         }
         guard case .ok(let ok) = output, case .textEventStream(let body) = ok.body else { throw Self.failure(output) }
         return body
     }
 
+    /// Download `id` as it is now; nil when the daemon has no such download (it was removed).
+    func download(_ id: String) async throws -> Components.Schemas.Download? {
+        do {
+            let output = try await call { try await api.getDownload(path: .init(id: id)) }
+            guard case .ok(let ok) = output, case .json(let download) = ok.body else { throw Self.failure(output) }
+            return download
+        } catch let error as ClientError where error.status == 404 {
+            return nil
+        }
+    }
+
     /// The downloads named by each of `names` (a whole id, or its start or its end as `haul ls` shows it); one
     /// matching none or several is an error.
     func resolve(_ names: [String]) async throws -> [Components.Schemas.Download] {
-        let all = try await list()
+        // A whole id is asked for alone: listing a daemon's hundred thousand downloads to find one took seconds, most
+        // of them decoding the list.
+        var whole: [String: Components.Schemas.Download] = [:]
+        for name in names where UUID(uuidString: name) != nil {
+            guard let download = try await download(name.lowercased()) else {
+                throw ClientError(description: "no download with id \(name)")
+            }
+            whole[name] = download
+        }
+        let all = whole.count == names.count ? [] : try await list()
         return try names.map { name in
+            if let download = whole[name] { return download }
             let matches = all.filter { Format.id($0.id, matches: name) }
             guard matches.count == 1 else {
                 throw ClientError(
@@ -371,6 +393,8 @@ struct RemoteEvents: Sendable {
     /// Event names not decoded at all (a command that draws no progress skips `progress`: decoding every one took
     /// a quarter of `haul watch`'s time).
     var skipping: Set<String> = []
+    /// The states of the downloads the snapshots hold (all when nil).
+    var states: [Components.Schemas.State]? = nil
 
     /// Reads events, giving them to `handle` until it returns false: all those of one chunk of the stream at once, so
     /// that a burst of events crosses to the handler (and from it to the terminal output) once, not once an event.
@@ -389,7 +413,7 @@ struct RemoteEvents: Sendable {
         while true {
             let body: HTTPBody
             do {
-                body = try await client.events(after: lastID)
+                body = try await client.events(after: lastID, states: states)
                 failures = 0
                 waited = .zero
             } catch {

@@ -42,6 +42,13 @@ actor RemoteBatch {
     /// The followed downloads not yet stopped, kept as events arrive (checking every download on every event made
     /// following a thousand downloads quadratic).
     private var unstopped: Set<DownloadID> = []
+    /// Followed downloads not yet stopped that a snapshot after a reconnect did not hold: they stopped (or were
+    /// removed) while the stream was down, and are asked for one by one (`follow`).
+    private var missing: [DownloadID] = []
+
+    /// The states of the downloads the stream's snapshots hold: those not stopped. A daemon that keeps a hundred
+    /// thousand finished downloads sends none of them; one of them that changes is told by its event.
+    static let snapshotStates: [Components.Schemas.State] = [.queued, .running, .waitingForNetwork]
 
     init(followsAll: Bool = false, endsWhenStopped: Bool = true) {
         let (groups, continuation) = AsyncStream<[DownloadEvent]>.makeStream()
@@ -107,12 +114,17 @@ actor RemoteBatch {
                 }
             } else {
                 // After a reconnect that could not be replayed: what changed meanwhile, as changes (one not kept is
-                // the same as long as it has the state it had when following began).
-                for download in snapshot.downloads where follows(download.id) {
+                // the same as long as it has the state it had when following began). Following every download, one
+                // stopped when following began and running again is followed from here.
+                var held = Set<DownloadID>()
+                for download in snapshot.downloads where follows(download.id) || followsAll {
+                    held.insert(download.id)
+                    ids?.insert(download.id)
                     let changed =
                         latest[download.id].map { $0 != download } ?? (download.state != startStates[download.id])
                     if changed { forward(.changed(download)) }
                 }
+                missing = unstopped.filter { !held.contains($0) }.sorted { $0.rawValue < $1.rawValue }
             }
             return !checkDone()
         }
@@ -120,16 +132,19 @@ actor RemoteBatch {
             held.append(event)
             return true
         }
-        if let id = event.downloadID, follows(id) || (followsAll && isNew(event)) {
+        // Following every download, one the first snapshot did not hold (new, or stopped then) is followed from its
+        // first event.
+        if let id = event.downloadID, follows(id) || followsAll {
             if followsAll { ids?.insert(id) }
             forward(event)
         }
         return !checkDone()
     }
 
-    private func isNew(_ event: DownloadEvent) -> Bool {
-        if case .added = event { return true }
-        return false
+    /// The downloads a snapshot after a reconnect showed to have stopped or gone meanwhile (`missing`), once.
+    func takeMissing() -> [DownloadID] {
+        defer { missing = [] }
+        return missing
     }
 
     private func follows(_ id: DownloadID) -> Bool { ids?.contains(id) ?? false }
@@ -227,14 +242,43 @@ actor RemoteBatch {
     nonisolated func follow(_ client: DaemonClient, output: Output) -> Task<Void, Never> {
         Task {
             do {
-                try await RemoteEvents(client: client, skipping: output.drawsProgress ? [] : ["progress"]).follow {
-                    events in await self.receive(events)
+                let events = RemoteEvents(
+                    client: client, skipping: output.drawsProgress ? [] : ["progress"], states: Self.snapshotStates)
+                try await events.follow { events in
+                    guard await self.receive(events) else { return false }
+                    let missing = await self.takeMissing()
+                    guard !missing.isEmpty else { return true }
+                    do { return await self.receive(try await Self.look(up: missing, at: client)) } catch {
+                        output.error(ClientError(description: "lost the daemon: \(error)"))
+                        return false
+                    }
                 }
             } catch {
                 output.error(ClientError(description: "lost the daemon's event stream: \(error)"))
             }
             await finish()
         }
+    }
+
+    /// Each download in `ids` as the daemon has it now, as a change, or as removed when it has it no more. A daemon
+    /// that does not answer is asked again for a while, as the stream's reader reconnects (`RemoteEvents.follow`).
+    static func look(up ids: [DownloadID], at client: DaemonClient, tries: Int = 20) async throws -> [DownloadEvent] {
+        var told: [DownloadEvent] = []
+        for id in ids {
+            var failures = 0
+            while true {
+                do {
+                    let download = try await client.download(id.rawValue)
+                    told.append(download.map { .changed(DownloadSnapshot($0)) } ?? .removed(id))
+                    break
+                } catch {
+                    failures += 1
+                    if failures >= tries || Task.isCancelled { throw error }
+                    try await Task.sleep(for: .milliseconds(250))
+                }
+            }
+        }
+        return told
     }
 
     /// The board of `output` drawn from this batch's events until they end; completed downloads are reported with

@@ -225,8 +225,16 @@ struct DaemonTests {
         let completedOnly = try await HaulProcess.run(["ls", "--state", "completed"] + state, in: workspace)
         #expect(completedOnly.status == 0 && completedOnly.stdout.isEmpty, "\(completedOnly.stdout)")
         #expect(try await HaulProcess.run(["pause", "zzzz"] + state, in: workspace).status == 1)
+        // A whole id is asked for by itself; one the daemon does not have is named as a short one is.
+        let stranger = "01234567-89ab-7def-8123-456789abcdef"
+        let unknown = try await HaulProcess.run(["pause", stranger] + state, in: workspace)
+        #expect(unknown.status == 1 && unknown.stderr == "haul: error: no download with id \(stranger)\n")
         let resume = try await HaulProcess.run(["resume", String(id.prefix(13))] + state, in: workspace)
         #expect(resume.status == 0, "\(resume.stderr)")
+        for command in ["pause", "resume"] {
+            let run = try await HaulProcess.run([command, id.uppercased()] + state, in: workspace)
+            #expect(run.status == 0 && run.stdout.contains("d \(id.suffix(8))"), "\(command): \(run.stderr)")
+        }
         // --all: every download, as aria2's pauseAll and unpauseAll; with ids too, it is refused.
         let pauseAll = try await HaulProcess.run(["pause", "--all"] + state, in: workspace)
         #expect(pauseAll.stdout == "haul: paused every download that was queued, running or waiting; 1 paused\n")
@@ -297,6 +305,39 @@ struct DaemonTests {
         let watched = await watch.finish()
         #expect(watched.status == 130, "\(watched.stderr)")
         #expect(!watched.stderr.contains("done.bin"), "\(watched.stderr)")
+        #expect(workspace.holds("slow.bin", body))
+        _ = await daemon.stop(SIGTERM)
+    }
+
+    @Test(
+        "haul watch --until-done across a restart: a followed download missing from the fresh snapshot (removed meanwhile) is asked for, and the watch ends"
+    )
+    func watchAsksForMissing() async throws {
+        let (workspace, server) = try await Self.setUp()
+        defer { Self.tearDown(workspace, server) }
+        server.serve("/slow.bin", .init(body: body, bytesPerSecond: 1_000_000))
+        server.serve("/gone.bin", .init(body: body, bytesPerSecond: 100_000))
+        let state = ["--state-dir", workspace.state]
+        var daemon = try await DaemonProcess(workspace)
+        _ = try await daemon.add(server.url("/slow.bin"))
+        let gone = try await daemon.add(server.url("/gone.bin"))
+        let watch = try HaulProcess(["watch", "--until-done"] + state, in: workspace)
+        let errors = watch.errPath
+        let told = { @Sendable (text: String) -> @Sendable () -> Bool in
+            { String(decoding: FileManager.default.contents(atPath: errors) ?? Data(), as: UTF8.self).contains(text) }
+        }
+        #expect(await waitUntil(told("-> \(workspace.path("gone.bin"))")))
+        _ = await daemon.stop(SIGTERM)
+        // Removed while no daemon runs: the next daemon's snapshot does not hold it, and no event will tell of it.
+        let removed = try await HaulProcess.run(["rm", gone] + state, in: workspace)
+        #expect(removed.status == 0, "\(removed.stderr)")
+        daemon = try await DaemonProcess(workspace)
+        // Waiting for the removed download, it would never end.
+        let ended = await waitUntil(seconds: 60) { !watch.process.isRunning }
+        if !ended { watch.signal(SIGINT) }
+        let watched = await watch.finish()
+        #expect(ended && watched.status == 0, "\(watched.stderr)")
+        #expect(watched.stderr.contains("saved \(workspace.path("slow.bin"))"), "\(watched.stderr)")
         #expect(workspace.holds("slow.bin", body))
         _ = await daemon.stop(SIGTERM)
     }

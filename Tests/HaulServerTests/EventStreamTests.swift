@@ -172,6 +172,45 @@ struct EventStreamTests {
         }
     }
 
+    @Test("?state= holds only the downloads in those states in the snapshot; the events after it are every download's")
+    func stateFilter() async throws {
+        let h = try await ServerHarness.make()
+        try await h.application().test(.live) { client in
+            let port = try #require(client.port)
+            let a = try await client.add(h, "/a", extra: #", "paused": true"#)
+            let b = try await client.add(h, "/b", extra: #", "paused": true"#)
+            for bad in ["done", "queued,,running"] {
+                #expect(try await client.get("/api/v1/events?state=\(bad)").status == .badRequest, "\(bad)")
+            }
+            var seen: [ReceivedEvent] = []
+            try await readEvents(port: port, lastEventID: nil, query: "?state=queued,running,waitingForNetwork") {
+                event in
+                guard !event.isComment else { return true }
+                seen.append(event)
+                if seen.count == 1 { _ = try await client.post("/api/v1/downloads/\(a.id)/move", #"{"to": "bottom"}"#) }
+                return seen.count < 2
+            }
+            #expect(seen.map(\.name) == ["snapshot", "changed"])
+            let snapshot = try apiDecoder.decode(
+                Components.Schemas.EventSnapshot.self, from: Data((seen.first?.data ?? "").utf8))
+            #expect(snapshot.downloads.isEmpty)
+            #expect(seen.last?.data.contains(a.id) == true)
+            for (query, expected) in [
+                ("?state=paused", [b.id, a.id]), ("?state=paused&download=\(b.id)", [b.id]),
+                ("?state=queued&download=\(b.id)", []),
+            ] {
+                var first: ReceivedEvent?
+                try await readEvents(port: port, lastEventID: nil, query: query) { event in
+                    first = event
+                    return false
+                }
+                let held = try apiDecoder.decode(
+                    Components.Schemas.EventSnapshot.self, from: Data((first?.data ?? "").utf8))
+                #expect(held.downloads.map(\.id) == expected, "\(query)")
+            }
+        }
+    }
+
     @Test("while a download runs, a stats event comes about once a second with the speed and the counts")
     func stats() async throws {
         // The real clock: the speed is measured over time.

@@ -26,7 +26,11 @@ extension DownloadManager {
     /// the replay window and from this run of the store; otherwise with a `snapshot` event of everything. It is
     /// bounded: queued progress collapses into the newest per download when the reader falls behind, and the
     /// subscription ends when it falls too far (the reader reconnects with its last id).
-    public func subscribe(to id: DownloadID? = nil, after: EventID? = nil) -> EventSubscription {
+    /// `states`, when given, narrows the snapshots to downloads in them (a client following what runs need not read
+    /// every finished download); the events after a snapshot are every download's (or `id`'s) all the same.
+    public func subscribe(to id: DownloadID? = nil, after: EventID? = nil, states: Set<DownloadState>? = nil)
+        -> EventSubscription
+    {
         // A fleet's worker did not read which downloads had ended when it started; the one asked for is looked up.
         if leasing != nil, let id, let record = known(id.rawValue), record.state.isTerminal { hub.markEnded([id]) }
         // A fleet's worker replays from the store's event log what came before its own window (a client of another
@@ -36,22 +40,24 @@ extension DownloadManager {
             earlier = told(logged)
         }
         return hub.subscribe(filter: id, after: after, earlier: earlier, bounded: true) {
-            .snapshot(self.managerSnapshot(for: id))
+            .snapshot(self.managerSnapshot(for: id, in: states))
         }
     }
 
     /// The most downloads a fleet's worker puts in a snapshot of everything: a client pages through the rest.
     public static let fleetSnapshotLimit = 1000
 
-    /// Everything now: the downloads (only `id` when given), totals and settings. A worker of a fleet gives the
-    /// first `fleetSnapshotLimit` downloads in queue order: it does not hold the whole queue.
-    public func managerSnapshot(for id: DownloadID? = nil) -> ManagerSnapshot {
+    /// Everything now: the downloads (only `id` when given; only those in `states` when given), totals and
+    /// settings. A worker of a fleet gives the first `fleetSnapshotLimit` downloads in queue order: it does not hold
+    /// the whole queue.
+    public func managerSnapshot(for id: DownloadID? = nil, in states: Set<DownloadState>? = nil) -> ManagerSnapshot {
         let downloads: [Snapshot]
         if let id {
-            downloads = known(id.rawValue).map { [snapshot(of: $0)] } ?? []
+            let record = known(id.rawValue).flatMap { states?.contains($0.state) ?? true ? $0 : nil }
+            downloads = record.map { [snapshot(of: $0)] } ?? []
         } else {
             let limit = leasing == nil ? nil : Self.fleetSnapshotLimit
-            downloads = ((try? queuePage(in: nil, after: nil, limit: limit)) ?? []).map { snapshot(of: $0) }
+            downloads = ((try? queuePage(in: states, after: nil, limit: limit)) ?? []).map { snapshot(of: $0) }
         }
         return ManagerSnapshot(downloads: downloads, stats: stats(), settings: reported(settings))
     }

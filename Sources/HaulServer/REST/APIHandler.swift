@@ -480,7 +480,8 @@ public struct APIHandler: APIProtocol {
         }
         // An id that cannot be parsed is treated like one that can no longer be replayed: a fresh snapshot.
         let after = (input.headers.lastEventID ?? input.query.lastEventId).flatMap(EventID.init)
-        let subscription = await manager.subscribe(to: filter, after: after)
+        let states = input.query.state.map { Set($0.map(\.engine)) }
+        let subscription = await manager.subscribe(to: filter, after: after, states: states)
         let body = EventStreamBody(subscription: subscription, configuration: configuration)
         return .ok(.init(body: .textEventStream(HTTPBody(body, length: .unknown, iterationBehavior: .single))))
     }
