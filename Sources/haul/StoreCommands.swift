@@ -190,8 +190,9 @@ func picked(_ names: [String], _ found: [[DownloadSnapshot]]) throws -> [Downloa
     }
 }
 
-/// One line of `haul ls`, from the store or from the daemon.
-struct ListedDownload {
+/// One line of `haul ls`, from the store or from the daemon; one object of `haul ls --json`, where every key is
+/// present (null when not known).
+struct ListedDownload: Encodable {
     var id: String
     var url: String
     var state: String
@@ -201,6 +202,20 @@ struct ListedDownload {
     var total: Int64?
     var error: String?
     var connections: Int
+
+    enum CodingKeys: String, CodingKey { case id, url, state, destination, bytes, total, error, connections }
+
+    func encode(to encoder: any Encoder) throws {
+        var container = encoder.container(keyedBy: CodingKeys.self)
+        try container.encode(id, forKey: .id)
+        try container.encode(url, forKey: .url)
+        try container.encode(state, forKey: .state)
+        try container.encode(destination, forKey: .destination)
+        try container.encode(bytes, forKey: .bytes)
+        try container.encode(total, forKey: .total)
+        try container.encode(error, forKey: .error)
+        try container.encode(connections, forKey: .connections)
+    }
 
     init(_ record: DownloadRecord) {
         self.init(
@@ -265,16 +280,10 @@ extension HaulCommand {
             // A state folder that does not exist holds no download (and is not made by looking).
             let rows = state.holdsNothing ? [] : try await listed()
             if json {
-                let objects: [[String: Any]] = rows.map { row in
-                    [
-                        "id": row.id, "url": row.url, "state": row.state, "destination": row.destination ?? NSNull(),
-                        "bytes": row.bytes, "total": row.total ?? NSNull(), "error": row.error ?? NSNull(),
-                        "connections": row.connections,
-                    ]
-                }
-                let data = try JSONSerialization.data(
-                    withJSONObject: objects, options: [.sortedKeys, .withoutEscapingSlashes])
-                Console.output(data + Data("\n".utf8))
+                // Encoded as values, not as dictionaries of `Any`: JSONSerialization took 4.7 s for 100,000 rows.
+                let encoder = JSONEncoder()
+                encoder.outputFormatting = [.sortedKeys, .withoutEscapingSlashes]
+                Console.output(try encoder.encode(rows) + Data("\n".utf8))
                 return
             }
             for row in rows {
