@@ -3,6 +3,7 @@ import Foundation
 import Haul
 import HaulAPI
 import HaulCore
+import HaulWire
 
 extension HaulCommand {
     /// `haul add URL…`: queue downloads with the daemon and return at once.
@@ -183,7 +184,7 @@ extension HaulCommand {
                 return
             }
             let batch = RemoteBatch(followsAll: chosen == nil, endsWhenStopped: untilDone)
-            if let chosen { await batch.track(chosen.map(DownloadSnapshot.init)) }
+            if let chosen { await batch.track(chosen.map(\.snapshot)) }
             var output = Output(quiet: quiet, json: json)
             output.printsFailuresAsTheyHappen = true
             let started = ContinuousClock.now
@@ -200,7 +201,7 @@ extension HaulCommand {
         /// daemon answers one long poll (`GET /api/v1/wait`, asked again every 30 s) once the downloads have stopped;
         /// then the failures since the start are printed (in queue order, not as they happened) and counted, as the
         /// stream's reader would: those failed before it began do not count, unless named.
-        private func waitQuietly(_ client: DaemonClient, for chosen: [Components.Schemas.Download]?) async throws {
+        private func waitQuietly(_ client: DaemonClient, for chosen: [BriefDownload]?) async throws {
             let named = chosen?.map(\.id)
             let failedBefore = try await runOrExit {
                 named == nil ? Set(try await client.list(states: [.failed]).map(\.id)) : []
@@ -234,10 +235,12 @@ extension HaulCommand {
             guard answer != nil else { return }
             let failed =
                 try await runOrExit {
-                    named == nil ? try await client.list(states: [.failed]) : (answer?.downloads ?? [])
+                    named == nil
+                        ? try await client.list(states: [.failed]).map(\.snapshot)
+                        : (answer?.downloads ?? []).map(DownloadSnapshot.init)
                 }
-                .filter { $0.state == .failed && !failedBefore.contains($0.id) }
-            for download in failed.map(DownloadSnapshot.init) {
+                .filter { $0.state == .failed && !failedBefore.contains($0.id.rawValue) }
+            for download in failed {
                 // As the board prints a failure in a batch.
                 output.line("haul: error: \(download.url): \(download.error.map(Output.message) ?? "download failed")")
             }
@@ -312,13 +315,14 @@ struct TargetsOrAll: ParsableArguments {
     }
 }
 
-extension [Components.Schemas.Download] {
+extension [BriefDownload] {
     /// The downloads with those that run last. A running download that pauses, is cancelled or is forgotten hands its
     /// slot to the next queued one at once; acted on first, it would have the daemon start each queued download of
     /// the list in turn, only to stop it a moment later (its part file made, its bytes fetched).
-    var inStoppingOrder: [Components.Schemas.Download] {
-        let holdsSlot = { (download: Components.Schemas.Download) in
-            download.state == .running || download.state == .waitingForNetwork
+    var inStoppingOrder: [BriefDownload] {
+        let holdsSlot = { (download: BriefDownload) in
+            download.state == DownloadState.running.rawValue
+                || download.state == DownloadState.waitingForNetwork.rawValue
         }
         return filter { !holdsSlot($0) } + filter(holdsSlot)
     }

@@ -269,7 +269,7 @@ actor RemoteBatch {
             while true {
                 do {
                     let download = try await client.download(id.rawValue)
-                    told.append(download.map { .changed(DownloadSnapshot($0)) } ?? .removed(id))
+                    told.append(download.map { .changed($0.snapshot) } ?? .removed(id))
                     break
                 } catch {
                     failures += 1

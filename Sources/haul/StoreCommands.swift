@@ -225,9 +225,9 @@ struct ListedDownload: Encodable {
             connections: record.state == .running ? record.activeConnections : 0)
     }
 
-    init(_ download: Components.Schemas.Download) {
+    init(_ download: BriefDownload) {
         self.init(
-            id: download.id, url: download.url, state: download.state.rawValue, destination: download.path,
+            id: download.id, url: download.url, state: download.state, destination: download.path,
             directory: download.directory, bytes: download.receivedBytes, total: download.totalBytes,
             error: download.error?.message, connections: download.connections)
     }
@@ -400,7 +400,7 @@ extension HaulCommand {
                         try await client.delete(download.id, deletingFile: deleteFile)
                         reportForgotten(
                             download.id, path: download.path, url: download.url,
-                            deletedFile: deleteFile && download.state == .completed)
+                            deletedFile: deleteFile && download.state == DownloadState.completed.rawValue)
                     }
                 }
             }
