@@ -60,7 +60,15 @@ extension HaulCommand.Get {
         await board.value
         var unfinished = 0
         for ((url, _), first) in zip(added, snapshots) {
-            let last = await batch.download(first.id) ?? first
+            guard let last = await batch.download(first.id) else {
+                // Removed by another client of the daemon (`track` keeps a state for each until then): no file, and
+                // nothing the board would have told.
+                let error = DownloadError(.notFound, "removed by another client of the daemon")
+                output.failedToAdd(url: url, error)
+                output.failedJSON(url: url, error)
+                outcomes.append((url, .failure(error)))
+                continue
+            }
             if !last.state.isTerminal { unfinished += 1 }
             if last.state == .completed,
                 let result = Self.result(

@@ -222,13 +222,14 @@ actor RemoteBatch {
     }
 
     /// Puts one download in or out of `unstopped`: a followed download is stopped once its state is neither queued
-    /// nor active; one not seen yet counts as stopped only when following every download (it was removed).
+    /// nor active. A followed download without a state kept was removed, or had stopped when following every download
+    /// began (`track` keeps a state for each download it names).
     private func recount(_ id: DownloadID) {
         guard follows(id) else {
             unstopped.remove(id)
             return
         }
-        let isStopped = latest[id].map(Self.hasStopped) ?? followsAll
+        let isStopped = latest[id].map(Self.hasStopped) ?? true
         if isStopped { unstopped.remove(id) } else { unstopped.insert(id) }
     }
 

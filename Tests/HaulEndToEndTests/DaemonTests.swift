@@ -342,6 +342,41 @@ struct DaemonTests {
         _ = await daemon.stop(SIGTERM)
     }
 
+    @Test(
+        "haul get through the daemon ends when another client removes one of its downloads while it waits in the queue")
+    func getEndsOnRemoval() async throws {
+        let (workspace, server) = try await Self.setUp()
+        defer { Self.tearDown(workspace, server) }
+        server.serve("/slow.bin", .init(body: body, bytesPerSecond: 1_000_000))
+        server.serve("/queued.bin", .init(body: body))
+        let state = ["--state-dir", workspace.state]
+        let daemon = try await DaemonProcess(workspace, extra: ["-j", "1"])
+        let urls = [server.url("/slow.bin").absoluteString, server.url("/queued.bin").absoluteString]
+        let get = try HaulProcess(["get"] + urls + state, in: workspace)
+        let errors = get.errPath
+        // Its start line comes from the stream, which it follows from then on.
+        #expect(
+            await waitUntil {
+                String(decoding: FileManager.default.contents(atPath: errors) ?? Data(), as: UTF8.self)
+                    .contains("-> \(workspace.path("slow.bin"))")
+            })
+        let listed = try await daemon.call(.GET, "/api/v1/downloads?state=queued").body as? [String: Any]
+        let queued = try #require((listed?["downloads"] as? [[String: Any]])?.first?["id"] as? String)
+        // Removed while queued, it has no last state change: only its removal tells of it.
+        let removed = try await HaulProcess.run(["rm", queued] + state, in: workspace)
+        #expect(removed.status == 0, "\(removed.stderr)")
+        let ended = await waitUntil(seconds: 30) { !get.process.isRunning }
+        if !ended { get.signal(SIGINT) }
+        let got = await get.finish()
+        #expect(ended && got.status == 1, "\(got.stderr)")
+        #expect(
+            got.stderr.contains("haul: error: \(urls[1]): removed by another client of the daemon\n"), "\(got.stderr)")
+        #expect(got.stderr.contains("haul: 1 done, 1 failed\n"), "\(got.stderr)")
+        #expect(
+            workspace.holds("slow.bin", body) && !FileManager.default.fileExists(atPath: workspace.path("queued.bin")))
+        _ = await daemon.stop(SIGTERM)
+    }
+
     @Test("haul add of a list longer than one request takes (8 MiB) sends it in parts, and every download is added")
     func addInParts() async throws {
         let (workspace, server) = try await Self.setUp()
