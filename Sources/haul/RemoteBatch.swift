@@ -133,9 +133,15 @@ actor RemoteBatch {
             return true
         }
         // Following every download, one the first snapshot did not hold (new, or stopped then) is followed from its
-        // first event.
+        // first event. A change that leaves it stopped tells the state it had when following began: none ends failed
+        // without first being queued and run again, changes told first (a failed download moved in the queue is not
+        // a failure of this watch).
         if let id = event.downloadID, follows(id) || followsAll {
-            if followsAll { ids?.insert(id) }
+            if followsAll, ids?.insert(id).inserted == true, case .changed(let download) = event,
+                Self.hasStopped(download)
+            {
+                startStates[id] = download.state
+            }
             forward(event)
         }
         return !checkDone()

@@ -377,6 +377,36 @@ struct DaemonTests {
         _ = await daemon.stop(SIGTERM)
     }
 
+    @Test(
+        "haul watch --until-done counts as failures only those of its own time: a download failed before, moved meanwhile, is not"
+    )
+    func watchCountsItsOwnFailures() async throws {
+        let (workspace, server) = try await Self.setUp()
+        defer { Self.tearDown(workspace, server) }
+        server.serve("/slow.bin", .init(body: body, bytesPerSecond: 1_000_000))
+        let state = ["--state-dir", workspace.state]
+        let daemon = try await DaemonProcess(workspace)
+        let failed = try await daemon.add(server.url("/missing.bin"))
+        #expect(try await daemon.waitUntilStopped(failed)["state"] as? String == "failed")
+        _ = try await daemon.add(server.url("/slow.bin"))
+        let watch = try HaulProcess(["watch", "--until-done"] + state, in: workspace)
+        let errors = watch.errPath
+        #expect(
+            await waitUntil {
+                String(decoding: FileManager.default.contents(atPath: errors) ?? Data(), as: UTF8.self)
+                    .contains("-> \(workspace.path("slow.bin"))")
+            })
+        // Not in the watch's first snapshot (it holds what has not stopped): its first news is this change.
+        let moved = try await daemon.call(.POST, "/api/v1/downloads/\(failed)/move", json: ["to": "top"])
+        #expect(moved.status == 200)
+        let ended = await waitUntil(seconds: 30) { !watch.process.isRunning }
+        if !ended { watch.signal(SIGINT) }
+        let watched = await watch.finish()
+        #expect(ended && watched.status == 0, "\(watched.stderr)")
+        #expect(watched.stderr.contains("saved \(workspace.path("slow.bin"))"), "\(watched.stderr)")
+        _ = await daemon.stop(SIGTERM)
+    }
+
     @Test("haul add of a list longer than one request takes (8 MiB) sends it in parts, and every download is added")
     func addInParts() async throws {
         let (workspace, server) = try await Self.setUp()
