@@ -147,7 +147,7 @@ struct DaemonClient: Sendable {
     private func get(_ path: String) async throws -> Data {
         var request = HTTPClientRequest(url: baseURL.absoluteString + "/" + path)
         if let token { request.headers.add(name: "Authorization", value: "Bearer \(token)") }
-        // A list of every download is about 450 bytes a download.
+        // A list of every download takes about 450 bytes a download: two million fit.
         return try await send(request, upTo: 1 << 30).1
     }
 

@@ -291,16 +291,12 @@ struct DaemonTests {
         #expect(try await daemon.waitUntilStopped(done)["state"] as? String == "completed")
         _ = try await daemon.add(server.url("/slow.bin"))
         let watch = try HaulProcess(["watch"] + state, in: workspace)
-        let errors = watch.errPath
-        let told = { @Sendable (text: String) -> @Sendable () -> Bool in
-            { String(decoding: FileManager.default.contents(atPath: errors) ?? Data(), as: UTF8.self).contains(text) }
-        }
         // Told as running from the first snapshot.
-        #expect(await waitUntil(told("-> \(workspace.path("slow.bin"))")))
+        #expect(await waitUntil { watch.hasSaid("-> \(workspace.path("slow.bin"))") })
         _ = await daemon.stop(SIGTERM)
         // The next run's event ids are not the last run's: the watch reconnects to a fresh snapshot.
         daemon = try await DaemonProcess(workspace)
-        #expect(await waitUntil(told("saved \(workspace.path("slow.bin"))")))
+        #expect(await waitUntil { watch.hasSaid("saved \(workspace.path("slow.bin"))") })
         watch.signal(SIGINT)
         let watched = await watch.finish()
         #expect(watched.status == 130, "\(watched.stderr)")
@@ -322,21 +318,15 @@ struct DaemonTests {
         _ = try await daemon.add(server.url("/slow.bin"))
         let gone = try await daemon.add(server.url("/gone.bin"))
         let watch = try HaulProcess(["watch", "--until-done"] + state, in: workspace)
-        let errors = watch.errPath
-        let told = { @Sendable (text: String) -> @Sendable () -> Bool in
-            { String(decoding: FileManager.default.contents(atPath: errors) ?? Data(), as: UTF8.self).contains(text) }
-        }
-        #expect(await waitUntil(told("-> \(workspace.path("gone.bin"))")))
+        #expect(await waitUntil { watch.hasSaid("-> \(workspace.path("gone.bin"))") })
         _ = await daemon.stop(SIGTERM)
         // Removed while no daemon runs: the next daemon's snapshot does not hold it, and no event will tell of it.
         let removed = try await HaulProcess.run(["rm", gone] + state, in: workspace)
         #expect(removed.status == 0, "\(removed.stderr)")
         daemon = try await DaemonProcess(workspace)
         // Waiting for the removed download, it would never end.
-        let ended = await waitUntil(seconds: 60) { !watch.process.isRunning }
-        if !ended { watch.signal(SIGINT) }
-        let watched = await watch.finish()
-        #expect(ended && watched.status == 0, "\(watched.stderr)")
+        let watched = await watch.finish(within: 60)
+        #expect(watched.ended && watched.status == 0, "\(watched.stderr)")
         #expect(watched.stderr.contains("saved \(workspace.path("slow.bin"))"), "\(watched.stderr)")
         #expect(workspace.holds("slow.bin", body))
         _ = await daemon.stop(SIGTERM)
@@ -353,22 +343,15 @@ struct DaemonTests {
         let daemon = try await DaemonProcess(workspace, extra: ["-j", "1"])
         let urls = [server.url("/slow.bin").absoluteString, server.url("/queued.bin").absoluteString]
         let get = try HaulProcess(["get"] + urls + state, in: workspace)
-        let errors = get.errPath
         // Its start line comes from the stream, which it follows from then on.
-        #expect(
-            await waitUntil {
-                String(decoding: FileManager.default.contents(atPath: errors) ?? Data(), as: UTF8.self)
-                    .contains("-> \(workspace.path("slow.bin"))")
-            })
+        #expect(await waitUntil { get.hasSaid("-> \(workspace.path("slow.bin"))") })
         let listed = try await daemon.call(.GET, "/api/v1/downloads?state=queued").body as? [String: Any]
         let queued = try #require((listed?["downloads"] as? [[String: Any]])?.first?["id"] as? String)
         // Removed while queued, it has no last state change: only its removal tells of it.
         let removed = try await HaulProcess.run(["rm", queued] + state, in: workspace)
         #expect(removed.status == 0, "\(removed.stderr)")
-        let ended = await waitUntil(seconds: 30) { !get.process.isRunning }
-        if !ended { get.signal(SIGINT) }
-        let got = await get.finish()
-        #expect(ended && got.status == 1, "\(got.stderr)")
+        let got = await get.finish(within: 30)
+        #expect(got.ended && got.status == 1, "\(got.stderr)")
         #expect(
             got.stderr.contains("haul: error: \(urls[1]): removed by another client of the daemon\n"), "\(got.stderr)")
         #expect(got.stderr.contains("haul: 1 done, 1 failed\n"), "\(got.stderr)")
@@ -390,19 +373,12 @@ struct DaemonTests {
         #expect(try await daemon.waitUntilStopped(failed)["state"] as? String == "failed")
         _ = try await daemon.add(server.url("/slow.bin"))
         let watch = try HaulProcess(["watch", "--until-done"] + state, in: workspace)
-        let errors = watch.errPath
-        #expect(
-            await waitUntil {
-                String(decoding: FileManager.default.contents(atPath: errors) ?? Data(), as: UTF8.self)
-                    .contains("-> \(workspace.path("slow.bin"))")
-            })
+        #expect(await waitUntil { watch.hasSaid("-> \(workspace.path("slow.bin"))") })
         // Not in the watch's first snapshot (it holds what has not stopped): its first news is this change.
         let moved = try await daemon.call(.POST, "/api/v1/downloads/\(failed)/move", json: ["to": "top"])
         #expect(moved.status == 200)
-        let ended = await waitUntil(seconds: 30) { !watch.process.isRunning }
-        if !ended { watch.signal(SIGINT) }
-        let watched = await watch.finish()
-        #expect(ended && watched.status == 0, "\(watched.stderr)")
+        let watched = await watch.finish(within: 30)
+        #expect(watched.ended && watched.status == 0, "\(watched.stderr)")
         #expect(watched.stderr.contains("saved \(workspace.path("slow.bin"))"), "\(watched.stderr)")
         _ = await daemon.stop(SIGTERM)
     }

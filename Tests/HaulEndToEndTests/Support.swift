@@ -111,6 +111,20 @@ final class HaulProcess: @unchecked Sendable {
         )
     }
 
+    /// Whether what it wrote to standard error so far holds `text`.
+    func hasSaid(_ text: String) -> Bool {
+        String(decoding: FileManager.default.contents(atPath: errPath) ?? Data(), as: UTF8.self).contains(text)
+    }
+
+    /// Waits up to `seconds` for it to end by itself, interrupts it (SIGINT) when it has not, and returns whether it
+    /// had, with the status and the output: a command that should end and hangs fails its test instead of hanging it.
+    func finish(within seconds: Double) async -> (ended: Bool, status: Int32, stdout: String, stderr: String) {
+        let ended = await waitUntil(seconds: seconds) { !self.process.isRunning }
+        if !ended { signal(SIGINT) }
+        let (status, stdout, stderr) = await finish()
+        return (ended, status, stdout, stderr)
+    }
+
     static func run(
         _ arguments: [String], in workspace: Workspace, environment: [String: String] = [:], folder: String? = nil
     ) async throws
