@@ -88,9 +88,14 @@ final class RunLocks: Sendable {
 
     /// The byte of `id`: FNV-1a of its text, from 1 to 2^62 (a lock may lie anywhere, whatever the file's length;
     /// the first byte is the processes').
+    /// Read through `withUTF8`: iterating `utf8` goes through the string's index checks for every byte.
     static func offset(of id: String) -> off_t {
-        var hash: UInt64 = 0xcbf2_9ce4_8422_2325
-        for byte in id.utf8 { hash = (hash ^ UInt64(byte)) &* 0x100_0000_01b3 }
+        var text = id
+        let hash = text.withUTF8 { bytes in
+            var hash: UInt64 = 0xcbf2_9ce4_8422_2325
+            for byte in bytes { hash = (hash ^ UInt64(byte)) &* 0x100_0000_01b3 }
+            return hash
+        }
         return off_t(hash >> 2) | 1
     }
 }

@@ -216,53 +216,46 @@ extension DownloadRecord {
     /// Every column's value, in the order of `columnNames`. Arrays are stored as JSON text, as the `Codable`
     /// decoding expects; dates as seconds since 1970 (GRDB reads both; formatting them as text goes through ICU).
     package func columnValues() throws -> [DatabaseValue] {
-        var values: [DatabaseValue] = []
-        values.reserveCapacity(Self.columnNames.count)
-        try visitColumns { _, value in values.append(value) }
+        // A literal: the array is made once at its size, with no call for each value (every add builds one a download).
+        let values: [DatabaseValue] = try [
+            id.databaseValue,
+            url.databaseValue,
+            finalURL.databaseValue,
+            directory.databaseValue,
+            destination.databaseValue,
+            state.databaseValue,
+            totalLength.databaseValue,
+            durableOffset.databaseValue,
+            etag.databaseValue,
+            lastModified.databaseValue,
+            isLastModifiedStrong.databaseValue,
+            isResumable.databaseValue,
+            isPartVerified.databaseValue,
+            mayReplaceDestination.databaseValue,
+            attempts.databaseValue,
+            lastError.databaseValue,
+            OptionsColumn.value(of: options),
+            priority.databaseValue,
+            queuePosition.databaseValue,
+            (prerequisites.isEmpty ? "[]" : String(decoding: JSONEncoder().encode(prerequisites), as: UTF8.self))
+                .databaseValue,
+            rateLimit.databaseValue,
+            DownloadStore.json(segments).databaseValue,
+            activeConnections.databaseValue,
+            createdAt.timeIntervalSince1970.databaseValue,
+            updatedAt.timeIntervalSince1970.databaseValue,
+            errorCode.databaseValue,
+            errorStatus.databaseValue,
+            origin.rawValue.databaseValue,
+            completedAt?.timeIntervalSince1970.databaseValue ?? .null,
+            folderDevice.databaseValue,
+            folderInode.databaseValue,
+            partDevice.databaseValue,
+            partInode.databaseValue,
+            PendingNotice.column(notice),
+            handOver?.rawValue.databaseValue ?? .null,
+        ]
         return values
-    }
-
-    /// Hands every column's value to `visit` with its index in `columnNames`, in that order, without collecting
-    /// them (inserting a list binds each value as it comes).
-    func visitColumns(_ visit: (Int, DatabaseValue) -> Void) throws {
-        visit(0, id.databaseValue)
-        visit(1, url.databaseValue)
-        visit(2, finalURL.databaseValue)
-        visit(3, directory.databaseValue)
-        visit(4, destination.databaseValue)
-        visit(5, state.databaseValue)
-        visit(6, totalLength.databaseValue)
-        visit(7, durableOffset.databaseValue)
-        visit(8, etag.databaseValue)
-        visit(9, lastModified.databaseValue)
-        visit(10, isLastModifiedStrong.databaseValue)
-        visit(11, isResumable.databaseValue)
-        visit(12, isPartVerified.databaseValue)
-        visit(13, mayReplaceDestination.databaseValue)
-        visit(14, attempts.databaseValue)
-        visit(15, lastError.databaseValue)
-        visit(16, OptionsColumn.value(of: options))
-        visit(17, priority.databaseValue)
-        visit(18, queuePosition.databaseValue)
-        visit(
-            19,
-            (prerequisites.isEmpty
-                ? "[]" : String(decoding: try JSONEncoder().encode(prerequisites), as: UTF8.self)).databaseValue)
-        visit(20, rateLimit.databaseValue)
-        visit(21, try DownloadStore.json(segments).databaseValue)
-        visit(22, activeConnections.databaseValue)
-        visit(23, createdAt.timeIntervalSince1970.databaseValue)
-        visit(24, updatedAt.timeIntervalSince1970.databaseValue)
-        visit(25, errorCode.databaseValue)
-        visit(26, errorStatus.databaseValue)
-        visit(27, origin.rawValue.databaseValue)
-        visit(28, completedAt?.timeIntervalSince1970.databaseValue ?? .null)
-        visit(29, folderDevice.databaseValue)
-        visit(30, folderInode.databaseValue)
-        visit(31, partDevice.databaseValue)
-        visit(32, partInode.databaseValue)
-        visit(33, try PendingNotice.column(notice))
-        visit(34, handOver?.rawValue.databaseValue ?? .null)
     }
 
     /// Writes the columns directly (GRDB's `Codable` path is several times slower, and a batch of a thousand small

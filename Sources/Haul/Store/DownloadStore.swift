@@ -203,15 +203,8 @@ public struct DownloadStore: DownloadStoring {
         // times the insert itself. Cached: adding one by one would parse it for every download. Only this code
         // runs it, and it leaves it reset with no bindings.
         let statement = try db.cachedStatement(sql: insertSQL)
-        let handle = statement.sqliteStatement
-        defer {
-            sqlite3_reset(handle)
-            sqlite3_clear_bindings(handle)
-        }
         for record in records {
-            sqlite3_reset(handle)
-            try record.visitColumns { offset, value in Self.bind(value, to: handle, at: CInt(offset + 1)) }
-            try Self.step(statement, in: db)
+            try Self.run(statement, binding: record.columnValues(), in: db)
         }
         for var record in changed {
             record.updatedAt = now
@@ -227,6 +220,58 @@ public struct DownloadStore: DownloadStoring {
                 resultCode: ResultCode(rawValue: code), message: String(cString: sqlite3_errmsg(db.sqliteConnection)),
                 sql: statement.sql)
         }
+    }
+
+    /// Binds `values` and then `trailing` to `statement`'s parameters from the first on, runs it to its end, and
+    /// leaves it reset with no bindings. Texts are copied into one temporary buffer that outlives the step and bound
+    /// in place (`SQLITE_STATIC`): bound as transient, SQLite allocated, copied and freed each of them, a dozen for
+    /// every row written.
+    fileprivate static func run(
+        _ statement: Statement, binding values: [DatabaseValue], _ trailing: [DatabaseValue] = [], in db: Database
+    ) throws {
+        let handle = statement.sqliteStatement
+        var textBytes = 0
+        for value in values { if case .string(let text) = value.storage { textBytes += text.utf8.count } }
+        for value in trailing { if case .string(let text) = value.storage { textBytes += text.utf8.count } }
+        try withUnsafeTemporaryAllocation(byteCount: max(textBytes, 1), alignment: 1) { texts in
+            sqlite3_reset(handle)
+            // Before the buffer goes: nothing bound may point into it afterwards.
+            defer {
+                sqlite3_reset(handle)
+                sqlite3_clear_bindings(handle)
+            }
+            var used = 0
+            var parameter: CInt = 1
+            for value in values {
+                bind(value, to: handle, at: parameter, texts: texts, used: &used)
+                parameter += 1
+            }
+            for value in trailing {
+                bind(value, to: handle, at: parameter, texts: texts, used: &used)
+                parameter += 1
+            }
+            try step(statement, in: db)
+        }
+    }
+
+    /// Binds one value; a text that is not empty is copied to `texts` at `used` and bound there, not copied by
+    /// SQLite.
+    private static func bind(
+        _ value: DatabaseValue, to handle: OpaquePointer, at index: CInt, texts: UnsafeMutableRawBufferPointer,
+        used: inout Int
+    ) {
+        guard case .string(var text) = value.storage, let base = texts.baseAddress else {
+            return bind(value, to: handle, at: index)
+        }
+        let start = base + used
+        let count = text.withUTF8 { bytes in
+            if let source = bytes.baseAddress { start.copyMemory(from: source, byteCount: bytes.count) }
+            return bytes.count
+        }
+        // An empty one is bound as "", copied: a nil pointer would bind NULL.
+        guard count > 0 else { return bind(value, to: handle, at: index) }
+        sqlite3_bind_text(handle, index, start.assumingMemoryBound(to: CChar.self), CInt(count), nil)
+        used += count
     }
 
     /// Binds one value, copied by SQLite (text and blobs are transient).
@@ -319,21 +364,8 @@ public struct DownloadStore: DownloadStoring {
 
         /// Writes the update through its cached statement, left reset with no bindings.
         fileprivate func execute(in db: Database) throws {
-            let statement = try db.cachedStatement(sql: sql)
-            let handle = statement.sqliteStatement
-            sqlite3_reset(handle)
-            defer {
-                sqlite3_reset(handle)
-                sqlite3_clear_bindings(handle)
-            }
-            var parameter: CInt = 1
-            for value in values {
-                DownloadStore.bind(value, to: handle, at: parameter)
-                parameter += 1
-            }
-            sqlite3_bind_double(handle, parameter, updatedAt)
-            DownloadStore.bind(id.databaseValue, to: handle, at: parameter + 1)
-            try DownloadStore.step(statement, in: db)
+            try DownloadStore.run(
+                db.cachedStatement(sql: sql), binding: values, [updatedAt.databaseValue, id.databaseValue], in: db)
         }
 
         private static let transferStatement = Statement([
