@@ -55,6 +55,20 @@ struct ConnectionWatchTests {
         #expect(!watch.isInFlight(token))
     }
 
+    @Test("every reader waiting for a request is let go when its connection closes, and one after that at once")
+    func waitersLetGo() async throws {
+        let watch = ConnectionWatch()
+        let channel = EmbeddedChannel(handler: ConnectionWatchHandler(watch: watch))
+        let token = watch.token()
+        try channel.writeOutbound(Self.head(token: token))
+        let waits = (0..<2).map { _ in Task { await watch.settled(token) } }
+        while watch.waiting(token) < 2 { await Task.yield() }
+        try await channel.close()
+        for wait in waits { await wait.value }
+        #expect(watch.waiting(token) == 0 && !watch.isInFlight(token))
+        await watch.settled(token)
+    }
+
     @Test("a request on a connection that carried another: the earlier one is settled when the next goes out")
     func keptAlive() throws {
         let watch = ConnectionWatch()

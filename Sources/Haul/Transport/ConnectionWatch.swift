@@ -18,8 +18,10 @@ final class ConnectionWatch: Sendable {
 
     private struct State {
         var lastToken: UInt64 = 0
-        /// The requests sent and not yet settled, by token: fulfilled when the answer ends or the connection closes.
-        var inFlight: [UInt64: EventLoopPromise<Void>] = [:]
+        /// The requests sent and not yet settled, by token, each with whoever waits for it to settle: nearly always
+        /// no one (only a reader that left an answer before its end waits), so nothing is made for a wait until one
+        /// begins.
+        var inFlight: [UInt64: [CheckedContinuation<Void, Never>]] = [:]
     }
 
     private let state = Mutex(State())
@@ -32,25 +34,35 @@ final class ConnectionWatch: Sendable {
         }
     }
 
-    /// The request of `token` goes out on a connection of `loop`.
-    func began(_ token: UInt64, on loop: any EventLoop) {
-        let promise = loop.makePromise(of: Void.self)
-        state.withLock { $0.inFlight[token] = promise }
+    /// The request of `token` goes out.
+    func began(_ token: UInt64) {
+        state.withLock { $0.inFlight[token] = [] }
     }
 
     /// The connection of `token`'s request finished its answer or closed.
     func ended(_ token: UInt64) {
-        state.withLock { $0.inFlight.removeValue(forKey: token) }?.succeed()
+        for waiter in state.withLock({ $0.inFlight.removeValue(forKey: token) }) ?? [] { waiter.resume() }
     }
 
     /// Whether `token`'s request was sent and is not yet settled.
     func isInFlight(_ token: UInt64) -> Bool { state.withLock { $0.inFlight[token] != nil } }
 
-    /// Returns once `token`'s request is settled: at once when it is (or was never sent).
+    /// How many wait for `token`'s request to settle (for tests).
+    func waiting(_ token: UInt64) -> Int { state.withLock { $0.inFlight[token]?.count ?? 0 } }
+
+    /// Returns once `token`'s request is settled: at once when it is (or was never sent). Not cancellable: a
+    /// cancelled task waits for the close it caused.
     func settled(_ token: UInt64) async {
-        guard let settling = state.withLock({ $0.inFlight[token]?.futureResult }) else { return }
-        // Not cancellable: a cancelled task waits for the close it caused.
-        try? await settling.get()
+        guard isInFlight(token) else { return }
+        await withCheckedContinuation { (waiter: CheckedContinuation<Void, Never>) in
+            let waits = state.withLock { state in
+                guard state.inFlight[token] != nil else { return false }
+                state.inFlight[token]?.append(waiter)
+                return true
+            }
+            // Settled meanwhile.
+            if !waits { waiter.resume() }
+        }
     }
 }
 
@@ -80,7 +92,7 @@ final class ConnectionWatchHandler: ChannelDuplexHandler, RemovableChannelHandle
         settle()
         if let token = UInt64(value) {
             inFlight = token
-            watch.began(token, on: context.eventLoop)
+            watch.began(token)
         }
         context.write(wrapOutboundOut(.head(head)), promise: promise)
     }
