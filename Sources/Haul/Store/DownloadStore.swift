@@ -230,10 +230,15 @@ public struct DownloadStore: DownloadStoring {
         _ statement: Statement, binding values: [DatabaseValue], _ trailing: [DatabaseValue] = [], in db: Database
     ) throws {
         let handle = statement.sqliteStatement
-        var textBytes = 0
-        for value in values { if case .string(let text) = value.storage { textBytes += text.utf8.count } }
-        for value in trailing { if case .string(let text) = value.storage { textBytes += text.utf8.count } }
-        try withUnsafeTemporaryAllocation(byteCount: max(textBytes, 1), alignment: 1) { texts in
+        func textBytes(_ list: [DatabaseValue]) -> Int {
+            list.reduce(0) { sum, value in
+                guard case .string(let text) = value.storage else { return sum }
+                return sum + text.utf8.count
+            }
+        }
+        try withUnsafeTemporaryAllocation(
+            byteCount: max(textBytes(values) + textBytes(trailing), 1), alignment: 1
+        ) { texts in
             sqlite3_reset(handle)
             // Before the buffer goes: nothing bound may point into it afterwards.
             defer {
@@ -242,13 +247,11 @@ public struct DownloadStore: DownloadStoring {
             }
             var used = 0
             var parameter: CInt = 1
-            for value in values {
-                bind(value, to: handle, at: parameter, texts: texts, used: &used)
-                parameter += 1
-            }
-            for value in trailing {
-                bind(value, to: handle, at: parameter, texts: texts, used: &used)
-                parameter += 1
+            for list in [values, trailing] {
+                for value in list {
+                    bind(value, to: handle, at: parameter, texts: texts, used: &used)
+                    parameter += 1
+                }
             }
             try step(statement, in: db)
         }
