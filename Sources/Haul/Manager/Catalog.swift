@@ -8,13 +8,6 @@ import Synchronization
 /// for each download, and a struct of eight collections was copied (each collection retained and released) by reads
 /// the compiler could not prove left it unchanged.
 final class Catalog {
-    /// One record, held by reference: a dictionary of records held inline spends most of its memory on empty buckets
-    /// as large as a record.
-    final class Box {
-        var record: DownloadRecord
-        init(_ record: DownloadRecord) { self.record = record }
-    }
-
     /// A download's URL and destination (a file, or a folder for a name the server chooses); its strings are the
     /// record's own, not copies. Its hash is computed once: an add looks a target up four times (in its batch and
     /// in the catalog, then stores it in both), and hashing the two strings each time was a tenth of a batch's time.
@@ -43,7 +36,8 @@ final class Catalog {
         }
     }
 
-    private var boxes: [String: Box] = [:]
+    /// Each record by its id (a record is one reference to its fields: the dictionary's buckets stay small).
+    private var records: [String: DownloadRecord] = [:]
     /// The records in state `queued`, in queue order (higher priority first, then lower position). A ring: the
     /// download that starts is nearly always the first, and an array shifted every other entry each time (with
     /// 10,000 queued, gigabytes moved over a batch).
@@ -89,22 +83,21 @@ final class Catalog {
     /// The options of the record kept last: the next one with equal options shares their storage.
     private var lastOptions: DownloadOptions?
 
-    subscript(id: String) -> DownloadRecord? { boxes[id]?.record }
+    subscript(id: String) -> DownloadRecord? { records[id] }
 
-    /// The prerequisites of download `id`, read in place (`nil` for an unknown id): `schedule` asks for every queued
-    /// download it looks at, and a copy of the record retains each of its strings and arrays.
-    func prerequisites(of id: String) -> [String]? { boxes[id]?.record.prerequisites }
+    /// The prerequisites of download `id` (`nil` for an unknown id).
+    func prerequisites(of id: String) -> [String]? { records[id]?.prerequisites }
 
-    /// The URL of download `id`, read in place.
-    func url(of id: String) -> String? { boxes[id]?.record.url }
+    /// The URL of download `id`.
+    func url(of id: String) -> String? { records[id]?.url }
 
     /// The id of the newest record of `target`.
     func newest(at target: Target) -> String? { byTarget[target] }
 
     /// Every record, in no order.
-    var all: some Collection<DownloadRecord> { boxes.values.lazy.map(\.record) }
+    var all: some Collection<DownloadRecord> { records.values }
 
-    var count: Int { boxes.count }
+    var count: Int { records.count }
 
     static func target(of record: DownloadRecord) -> Target {
         target(url: record.url, directory: record.directory, destination: record.destination)
@@ -115,34 +108,30 @@ final class Catalog {
         return Target(url: url, isFolder: false, place: destination ?? "")
     }
 
-    /// The fields of a kept record's previous version that `keep` compares with the new one.
-    private struct Previous {
-        let state: DownloadState
-        let url: String
-        let directory: String?
-        let destination: String?
-        let priority: Int
-        let position: Double
-    }
-
     /// Room for `count` more records, made once before a list is kept: growing one record at a time moves every
     /// entry of the indexes again at each doubling.
     func reserve(adding count: Int) {
-        boxes.reserveCapacity(boxes.count + count)
+        records.reserveCapacity(records.count + count)
         byTarget.reserveCapacity(byTarget.count + count)
     }
 
     /// Keeps `record`, with its place in the queue when it is queued, its target and its state's count; its folder
-    /// name and options are shared with the records before it that have equal ones. Consumed: it is moved into its
-    /// box, not copied (a copy retains every string and array of it, and a download is kept several times as it
-    /// runs).
+    /// name and options are shared with the records before it that have equal ones. Consumed: it moves into the
+    /// catalog.
     func keep(_ record: consuming DownloadRecord) {
         var record = record
-        if let shared = lastOptions {
-            record.options = record.options.sharingStorage(with: shared)
+        // Looked up once: the new version takes the old one's place at the end.
+        let slot = records.index(forKey: record.id)
+        let known = slot.map { records.values[$0] }
+        // Shared when new to the catalog or changed: a record kept again as it runs has them shared already, and
+        // setting a field of a record that shares its fields copies them.
+        if let shared = lastOptions, !(known?.options.sharesStorage(with: record.options) ?? false),
+            record.options == shared, !record.options.sharesStorage(with: shared)
+        {
+            record.options = shared
         }
         lastOptions = record.options
-        if let directory = record.directory {
+        if let directory = record.directory, known?.directory != directory {
             if let lastFolder, lastFolder == directory {
                 record.directory = lastFolder
             } else if let shared = folders.firstIndex(of: directory) {
@@ -152,23 +141,14 @@ final class Catalog {
             }
             lastFolder = record.directory
         }
-        let known = boxes[record.id]
-        // What of the previous version is compared, read field by field: a copy of the whole record retains every
-        // string and array it holds, and a download is kept several times as it runs.
-        let previous = known.map { box in
-            Previous(
-                state: box.record.state, url: box.record.url, directory: box.record.directory,
-                destination: box.record.destination, priority: box.record.priority,
-                position: box.record.queuePosition)
-        }
         // Whether the claims of destinations change: most keeps of a running download change neither its
         // destination nor whether it is cancelled, and each claim and unclaim hashes the path and the id.
         let claimsChange =
-            previous.map {
+            known.map {
                 $0.destination != record.destination || ($0.state == .cancelled) != (record.state == .cancelled)
             }
             ?? true
-        if let old = previous {
+        if let old = known {
             if claimsChange { unclaim(old.destination, of: record.id) }
             if old.url != record.url {
                 // A replaced link: an add of the new URL to the same place finds the download.
@@ -182,7 +162,7 @@ final class Catalog {
                 count(record.state, 1)
             }
             if old.state == .queued {
-                dequeue(DownloadManager.QueueCursor(priority: old.priority, position: old.position, id: record.id))
+                dequeue(DownloadManager.QueueCursor(old))
             }
         } else {
             let target = Self.target(of: record)
@@ -205,9 +185,8 @@ final class Catalog {
             destinations[destination, default: []].insert(record.id)
         }
         lastPosition = max(lastPosition, record.queuePosition)
-        // Last, so the record moves in: a known record's box takes the new one in place (each download is kept
-        // several times as it runs); a new one gets its box.
-        if let known { known.record = record } else { boxes[record.id] = Box(record) }
+        // Last, so the record moves in.
+        if let slot { records.values[slot] = record } else { records[record.id] = record }
     }
 
     /// The downloads that are not cancelled and have `destination`.
@@ -249,7 +228,7 @@ final class Catalog {
     }
 
     func forget(_ record: DownloadRecord) {
-        guard let old = boxes.removeValue(forKey: record.id)?.record else { return }
+        guard let old = records.removeValue(forKey: record.id) else { return }
         unclaim(old.destination, of: old.id)
         count(old.state, -1)
         if old.state == .queued { dequeue(DownloadManager.QueueCursor(old)) }

@@ -25,8 +25,6 @@ extension DownloadManager {
             // A `where free > 0` clause would walk the rest of the queue after the last free slot is taken: with a
             // batch of thousands queued, each finished download paid for every queued one.
             guard free > 0 else { break }
-            // The fields it needs are read from the catalog in place: a copy of the record retains each of its
-            // strings and arrays.
             guard tasks[key.id] == nil, configuration.startsStoredDownloads || sessionIDs.contains(key.id),
                 heldElsewhere.isEmpty || !heldElsewhere.contains(key.id),
                 let prerequisites = catalog.prerequisites(of: key.id)

@@ -7,97 +7,324 @@ import Synchronization
 public struct DownloadRecord: Codable, Sendable, Equatable, FetchableRecord, PersistableRecord {
     public static let databaseTableName = "download"
 
+    /// The fields, in one storage shared by every copy until one of them changes (copy-on-write, as
+    /// `DownloadOptions`): the manager, its catalog, the runner, the store's writes and the snapshots each hold a
+    /// download's record, and a copy of the fields themselves retains each string and array among them.
+    fileprivate struct Fields: Codable, Equatable {
+        var id: String
+        var url: String
+        var finalURL: String?
+        var directory: String?
+        var destination: String?
+        var state: DownloadState
+        var totalLength: Int64?
+        var durableOffset: Int64
+        var etag: String?
+        var lastModified: String?
+        var isLastModifiedStrong: Bool
+        var isResumable: Bool?
+        var isPartVerified: Bool
+        var mayReplaceDestination: Bool
+        var attempts: Int
+        var lastError: String?
+        var options: DownloadOptions
+        var priority: Int
+        var queuePosition: Double
+        var prerequisites: [String]
+        var rateLimit: Int64?
+        var segments: [Segment]?
+        var activeConnections: Int
+        var createdAt: Date
+        var updatedAt: Date
+        var errorCode: String?
+        var errorStatus: Int?
+        var origin: DownloadOrigin
+        var completedAt: Date?
+        var folderDevice: Int64?
+        var folderInode: Int64?
+        var partDevice: Int64?
+        var partInode: Int64?
+        var handOver: PartHandOver?
+        var worker: String?
+        var notice: PendingNotice?
+    }
+
+    /// Written only while uniquely referenced (`change`), so sharing it between threads is safe.
+    private final class Storage: @unchecked Sendable {
+        var fields: Fields
+        init(_ fields: Fields) { self.fields = fields }
+    }
+
+    private var storage: Storage
+
+    private mutating func change(_ body: (inout Fields) -> Void) {
+        if !isKnownUniquelyReferenced(&storage) { storage = Storage(storage.fields) }
+        body(&storage.fields)
+    }
+
+    /// A record with these fields (every optional one nil unless given).
+    init(
+        id: String,
+        url: String,
+        finalURL: String? = nil,
+        directory: String? = nil,
+        destination: String? = nil,
+        state: DownloadState,
+        totalLength: Int64? = nil,
+        durableOffset: Int64,
+        etag: String? = nil,
+        lastModified: String? = nil,
+        isLastModifiedStrong: Bool,
+        isResumable: Bool? = nil,
+        isPartVerified: Bool,
+        mayReplaceDestination: Bool,
+        attempts: Int,
+        lastError: String? = nil,
+        options: DownloadOptions,
+        priority: Int,
+        queuePosition: Double,
+        prerequisites: [String],
+        rateLimit: Int64? = nil,
+        segments: [Segment]? = nil,
+        activeConnections: Int,
+        createdAt: Date,
+        updatedAt: Date,
+        errorCode: String? = nil,
+        errorStatus: Int? = nil,
+        origin: DownloadOrigin,
+        completedAt: Date? = nil,
+        folderDevice: Int64? = nil,
+        folderInode: Int64? = nil,
+        partDevice: Int64? = nil,
+        partInode: Int64? = nil,
+        handOver: PartHandOver? = nil,
+        worker: String? = nil,
+        notice: PendingNotice? = nil
+    ) {
+        storage = Storage(
+            Fields(
+                id: id, url: url, finalURL: finalURL, directory: directory, destination: destination, state: state,
+                totalLength: totalLength, durableOffset: durableOffset, etag: etag, lastModified: lastModified,
+                isLastModifiedStrong: isLastModifiedStrong, isResumable: isResumable, isPartVerified: isPartVerified,
+                mayReplaceDestination: mayReplaceDestination, attempts: attempts, lastError: lastError,
+                options: options, priority: priority, queuePosition: queuePosition, prerequisites: prerequisites,
+                rateLimit: rateLimit, segments: segments, activeConnections: activeConnections, createdAt: createdAt,
+                updatedAt: updatedAt, errorCode: errorCode, errorStatus: errorStatus, origin: origin,
+                completedAt: completedAt, folderDevice: folderDevice, folderInode: folderInode, partDevice: partDevice,
+                partInode: partInode, handOver: handOver, worker: worker, notice: notice))
+    }
+
+    public init(from decoder: any Decoder) throws {
+        storage = Storage(try Fields(from: decoder))
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        try storage.fields.encode(to: encoder)
+    }
+
+    public static func == (left: DownloadRecord, right: DownloadRecord) -> Bool {
+        left.storage === right.storage || left.storage.fields == right.storage.fields
+    }
+
     /// The download's id (a UUID string).
-    public var id: String
+    public var id: String {
+        get { storage.fields.id }
+        set { change { $0.id = newValue } }
+    }
     /// The URL the user asked for.
-    public var url: String
+    public var url: String {
+        get { storage.fields.url }
+        set { change { $0.url = newValue } }
+    }
     /// The URL that answered last, after redirects (for information; requests always start from `url`).
-    public var finalURL: String?
+    public var finalURL: String? {
+        get { storage.fields.finalURL }
+        set { change { $0.finalURL = newValue } }
+    }
     /// For downloads into a folder under a server-chosen name: the folder.
-    public var directory: String?
+    public var directory: String? {
+        get { storage.fields.directory }
+        set { change { $0.directory = newValue } }
+    }
     /// The destination path; nil until a folder download has its name.
-    public var destination: String?
+    public var destination: String? {
+        get { storage.fields.destination }
+        set { change { $0.destination = newValue } }
+    }
     /// The state; it changes only through `apply(_:)`, by the state machine's table.
-    public private(set) var state: DownloadState
+    public private(set) var state: DownloadState {
+        get { storage.fields.state }
+        set { change { $0.state = newValue } }
+    }
     /// The remote length, when known.
-    public var totalLength: Int64?
+    public var totalLength: Int64? {
+        get { storage.fields.totalLength }
+        set { change { $0.totalLength = newValue } }
+    }
     /// Bytes of the part file known to be on disk (fsynced before this was written).
-    public var durableOffset: Int64
+    public var durableOffset: Int64 {
+        get { storage.fields.durableOffset }
+        set { change { $0.durableOffset = newValue } }
+    }
     /// The ETag of the version being fetched.
-    public var etag: String?
+    public var etag: String? {
+        get { storage.fields.etag }
+        set { change { $0.etag = newValue } }
+    }
     /// The Last-Modified of the version being fetched.
-    public var lastModified: String?
+    public var lastModified: String? {
+        get { storage.fields.lastModified }
+        set { change { $0.lastModified = newValue } }
+    }
     /// Whether Last-Modified is strong.
-    public var isLastModifiedStrong: Bool
+    public var isLastModifiedStrong: Bool {
+        get { storage.fields.isLastModifiedStrong }
+        set { change { $0.isLastModifiedStrong = newValue } }
+    }
     /// Whether the server honours ranges; nil before the first answer.
-    public var isResumable: Bool?
+    public var isResumable: Bool? {
+        get { storage.fields.isResumable }
+        set { change { $0.isResumable = newValue } }
+    }
     /// Whether the part file's bytes were written by Haul for this record (false for an adopted file, whose bytes
     /// are compared with the server before anything is appended).
-    public var isPartVerified: Bool
+    public var isPartVerified: Bool {
+        get { storage.fields.isPartVerified }
+        set { change { $0.isPartVerified = newValue } }
+    }
     /// Whether Haul may replace the destination file (it created it, or `--overwrite` was given).
-    public var mayReplaceDestination: Bool
+    public var mayReplaceDestination: Bool {
+        get { storage.fields.mayReplaceDestination }
+        set { change { $0.mayReplaceDestination = newValue } }
+    }
     /// Failed attempts in a row without progress.
-    public var attempts: Int
+    public var attempts: Int {
+        get { storage.fields.attempts }
+        set { change { $0.attempts = newValue } }
+    }
     /// The last error's message.
-    public var lastError: String?
+    public var lastError: String? {
+        get { storage.fields.lastError }
+        set { change { $0.lastError = newValue } }
+    }
     /// The options the download was added with (JSON).
-    public var options: DownloadOptions
+    public var options: DownloadOptions {
+        get { storage.fields.options }
+        set { change { $0.options = newValue } }
+    }
     /// Queue order: higher priority first (`DownloadPriority` raw values).
-    public var priority: Int
+    public var priority: Int {
+        get { storage.fields.priority }
+        set { change { $0.priority = newValue } }
+    }
     /// Queue order within a priority: lower first. New downloads go last; `move(_:before:)` places one between two.
-    public var queuePosition: Double
+    public var queuePosition: Double {
+        get { storage.fields.queuePosition }
+        set { change { $0.queuePosition = newValue } }
+    }
     /// Downloads that must complete before this one starts.
-    public var prerequisites: [String]
+    public var prerequisites: [String] {
+        get { storage.fields.prerequisites }
+        set { change { $0.prerequisites = newValue } }
+    }
     /// This download's own rate limit in bytes a second, nil for none.
-    public var rateLimit: Int64?
+    public var rateLimit: Int64? {
+        get { storage.fields.rateLimit }
+        set { change { $0.rateLimit = newValue } }
+    }
     /// For a download fetched over several connections: its segments, each with its durable offset (fsynced before
     /// this was written). Nil for one connection, where `durableOffset` alone says what is held.
-    public var segments: [Segment]?
+    public var segments: [Segment]? {
+        get { storage.fields.segments }
+        set { change { $0.segments = newValue } }
+    }
     /// Connections open right now (0 when not running), for `haul ls`.
-    public var activeConnections: Int
+    public var activeConnections: Int {
+        get { storage.fields.activeConnections }
+        set { change { $0.activeConnections = newValue } }
+    }
     /// When it was added.
-    public var createdAt: Date
+    public var createdAt: Date {
+        get { storage.fields.createdAt }
+        set { change { $0.createdAt = newValue } }
+    }
     /// When it last changed.
-    public var updatedAt: Date
+    public var updatedAt: Date {
+        get { storage.fields.updatedAt }
+        set { change { $0.updatedAt = newValue } }
+    }
     /// The last error's code (`DownloadError.Code`'s name), beside `lastError`.
-    public var errorCode: String?
+    public var errorCode: String? {
+        get { storage.fields.errorCode }
+        set { change { $0.errorCode = newValue } }
+    }
     /// The HTTP status of the last error, when it was about one.
-    public var errorStatus: Int?
+    public var errorStatus: Int? {
+        get { storage.fields.errorStatus }
+        set { change { $0.errorStatus = newValue } }
+    }
     /// Who added it.
-    public var origin: DownloadOrigin
+    public var origin: DownloadOrigin {
+        get { storage.fields.origin }
+        set { change { $0.origin = newValue } }
+    }
     /// When it completed.
-    public var completedAt: Date?
+    public var completedAt: Date? {
+        get { storage.fields.completedAt }
+        set { change { $0.completedAt = newValue } }
+    }
     /// The device of the download's folder when it was added (`folderIdentity`): at every start the folder opened
     /// must be this one.
-    public var folderDevice: Int64?
+    public var folderDevice: Int64? {
+        get { storage.fields.folderDevice }
+        set { change { $0.folderDevice = newValue } }
+    }
     /// The inode of the download's folder when it was added (`folderIdentity`).
-    public var folderInode: Int64?
+    public var folderInode: Int64? {
+        get { storage.fields.folderInode }
+        set { change { $0.folderInode = newValue } }
+    }
     /// The device of the part file Haul made (`partIdentity`), which the finished file keeps: only this file is
     /// written to, recognised as finished, or deleted.
-    public var partDevice: Int64?
+    public var partDevice: Int64? {
+        get { storage.fields.partDevice }
+        set { change { $0.partDevice = newValue } }
+    }
     /// The inode of the part file Haul made (`partIdentity`).
-    public var partInode: Int64?
+    public var partInode: Int64? {
+        get { storage.fields.partInode }
+        set { change { $0.partInode = newValue } }
+    }
     /// Whether the part file is the user's, handed over with `-c` (`DownloadFolder.handOver`), and from which name;
     /// nil for a part file Haul made. It holds the user's bytes: a cancel or a remove gives it back instead of
     /// deleting it (`DownloadFolder.deleteFiles`).
-    public var handOver: PartHandOver?
+    public var handOver: PartHandOver? {
+        get { storage.fields.handOver }
+        set { change { $0.handOver = newValue } }
+    }
     /// The worker of a fleet that holds a live lease of it, as the shared store read it (not a column of its own:
     /// never written, and nil in a store of one machine).
-    public var worker: String? = nil
+    public var worker: String? {
+        get { storage.fields.worker }
+        set { change { $0.worker = newValue } }
+    }
     /// The notice of the download's end that some hook or webhook has yet to hear (`Notices`), nil when none.
-    public var notice: PendingNotice? = nil
+    public var notice: PendingNotice? {
+        get { storage.fields.notice }
+        set { change { $0.notice = newValue } }
+    }
 
     /// Column names for queries.
     public enum Columns {
-        static let id = Column(CodingKeys.id)
-        static let url = Column(CodingKeys.url)
-        static let directory = Column(CodingKeys.directory)
-        static let destination = Column(CodingKeys.destination)
-        static let state = Column(CodingKeys.state)
-        static let durableOffset = Column(CodingKeys.durableOffset)
-        static let priority = Column(CodingKeys.priority)
-        static let queuePosition = Column(CodingKeys.queuePosition)
-        static let createdAt = Column(CodingKeys.createdAt)
+        static let id = Column("id")
+        static let url = Column("url")
+        static let directory = Column("directory")
+        static let destination = Column("destination")
+        static let state = Column("state")
+        static let durableOffset = Column("durableOffset")
+        static let priority = Column("priority")
+        static let queuePosition = Column("queuePosition")
+        static let createdAt = Column("createdAt")
     }
 
     /// What the store knows of the remote file, nil before any answer.
